@@ -1,0 +1,184 @@
+"""CPU signals from ``/proc``, readable without privileges.
+
+Signals, each over the interval since the previous read:
+
+=============== ===============================================================
+``cpu_util``     mean busy fraction of all cores (``/proc/stat``), in [0, 1]
+``cpuN_util``    busy fraction of core N (the first 16 cores)
+``cpu_util_max`` busiest core's fraction (more than one core)
+``cpu_steal``    fraction of time stolen by the hypervisor
+``run_queue``    runnable tasks at the read, not counting the reader (``procs_running``)
+``procs_blocked`` tasks blocked on I/O at the read
+``ctxt_kps``     context switches, thousands per second
+``pgfault_kps``  page faults, thousands per second (``/proc/vmstat``): memory traffic proxy
+``pgalloc_kps``  page allocations, thousands per second: memory churn proxy
+``cpu_pressure`` fraction of time some task waited for a CPU (``/proc/pressure/cpu``)
+``mem_pressure`` fraction of time some task stalled on memory (``/proc/pressure/memory``)
+=============== ===============================================================
+
+A file that cannot be read (no PSI in this kernel, a container hiding
+``/proc/vmstat``) leaves its signals out rather than reporting 0.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collectors.sampler import DEFAULT_HZ, Sampler
+
+MAX_CORE_SIGNALS = 16
+_SCALARS = ("ctxt", "procs_running", "procs_blocked")
+
+
+@dataclass
+class _Counters:
+    """Cumulative counters of one read."""
+
+    t: float
+    cpus: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    scalars: dict[str, int] = field(default_factory=dict)
+    vm: tuple[int, int] | None = None
+    psi_cpu: int | None = None
+    psi_mem: int | None = None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _cpu_times(stat: str) -> tuple[dict[str, tuple[int, int, int]], dict[str, int]]:
+    """Per-cpu (busy, total, steal) jiffies and the scalar counters of ``/proc/stat``."""
+    cpus: dict[str, tuple[int, int, int]] = {}
+    scalars: dict[str, int] = {}
+    for line in stat.splitlines():
+        if line.startswith("cpu"):
+            parts = line.split()
+            fields = [int(x) for x in parts[1:9]]
+            fields += [0] * (8 - len(fields))
+            total = sum(fields)
+            idle = fields[3] + fields[4]
+            cpus[parts[0]] = (total - idle, total, fields[7])
+        elif line.startswith(_SCALARS):
+            key, _, value = line.partition(" ")
+            scalars[key] = int(value)
+    return cpus, scalars
+
+
+_PGFAULT = re.compile(r"^pgfault (\d+)", re.MULTILINE)
+_PGALLOC = re.compile(r"^pgalloc_\w+ (\d+)", re.MULTILINE)
+
+
+def _vmstat(text: str) -> tuple[int, int] | None:
+    """Cumulative page faults and page allocations from ``/proc/vmstat``."""
+    faults = _PGFAULT.search(text)
+    if faults is None:
+        return None
+    return int(faults.group(1)), sum(int(x) for x in _PGALLOC.findall(text))
+
+
+def _psi_some_total_us(text: str) -> int | None:
+    for line in text.splitlines():
+        if line.startswith("some"):
+            for part in line.split():
+                if part.startswith("total="):
+                    return int(part[6:])
+    return None
+
+
+class CpuSampler(Sampler):
+    """Samples ``/proc`` CPU, scheduler and memory-pressure signals.
+
+    Parameters
+    ----------
+    hz
+        Reads per second.
+    seconds
+        History kept, in seconds.
+    proc
+        Root of the proc file system (for a container's bind mount).
+
+    Examples
+    --------
+    >>> sampler = CpuSampler(hz=50)
+    >>> sampler.sample_once(); time.sleep(0.05); sampler.sample_once()
+    >>> signals = sampler.buffer.samples()[-1][2]
+    >>> 0.0 <= signals["cpu_util"] <= 1.0, signals["run_queue"] >= 0
+    (True, True)
+    """
+
+    def __init__(self, hz: float = DEFAULT_HZ, *, seconds: float = 60.0, proc: str | Path = "/proc") -> None:
+        super().__init__(hz, seconds=seconds, name="cpu-sampler")
+        proc = Path(proc)
+        self._stat = proc / "stat"
+        self._vmstat = proc / "vmstat"
+        self._psi_cpu = proc / "pressure" / "cpu"
+        self._psi_mem = proc / "pressure" / "memory"
+        self._prev: _Counters | None = None
+
+    def _counters(self) -> _Counters:
+        counters = _Counters(t=time.monotonic())
+        stat = _read(self._stat)
+        if stat is not None:
+            counters.cpus, counters.scalars = _cpu_times(stat)
+        vm = _read(self._vmstat)
+        counters.vm = _vmstat(vm) if vm is not None else None
+        text = _read(self._psi_cpu)
+        counters.psi_cpu = _psi_some_total_us(text) if text is not None else None
+        text = _read(self._psi_mem)
+        counters.psi_mem = _psi_some_total_us(text) if text is not None else None
+        return counters
+
+    def read(self) -> dict[str, float]:
+        cur = self._counters()
+        prev, self._prev = self._prev, cur
+        out: dict[str, float] = {}
+        if "procs_running" in cur.scalars:
+            out["run_queue"] = float(max(0, cur.scalars["procs_running"] - 1))
+            out["procs_blocked"] = float(cur.scalars.get("procs_blocked", 0))
+        dt = cur.t - prev.t if prev is not None else 0.0
+        if prev is None or dt <= 0:
+            return out
+        out.update(self._cpu_signals(prev.cpus, cur.cpus))
+        if "ctxt" in cur.scalars and "ctxt" in prev.scalars:
+            out["ctxt_kps"] = (cur.scalars["ctxt"] - prev.scalars["ctxt"]) / dt / 1e3
+        if cur.vm is not None and prev.vm is not None:
+            out["pgfault_kps"] = (cur.vm[0] - prev.vm[0]) / dt / 1e3
+            out["pgalloc_kps"] = (cur.vm[1] - prev.vm[1]) / dt / 1e3
+        for name, now_us, then_us in (
+            ("cpu_pressure", cur.psi_cpu, prev.psi_cpu),
+            ("mem_pressure", cur.psi_mem, prev.psi_mem),
+        ):
+            if now_us is not None and then_us is not None:
+                out[name] = min(1.0, max(0.0, (now_us - then_us) / 1e6 / dt))
+        return out
+
+    @staticmethod
+    def _cpu_signals(
+        prev: dict[str, tuple[int, int, int]], cur: dict[str, tuple[int, int, int]]
+    ) -> dict[str, float]:
+        out: dict[str, float] = {}
+        cores: list[float] = []
+        for name, (busy, total, steal) in cur.items():
+            if name not in prev:
+                continue
+            b0, t0, s0 = prev[name]
+            d_total = total - t0
+            if d_total <= 0:
+                continue
+            util = min(1.0, max(0.0, (busy - b0) / d_total))
+            if name == "cpu":
+                out["cpu_util"] = util
+                out["cpu_steal"] = min(1.0, max(0.0, (steal - s0) / d_total))
+            else:
+                cores.append(util)
+                if len(cores) <= MAX_CORE_SIGNALS:
+                    out[f"{name}_util"] = util
+        if len(cores) > 1:
+            out["cpu_util_max"] = max(cores)
+        return out

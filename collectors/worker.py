@@ -1,0 +1,122 @@
+"""The inference worker process: runs real models on request and reports begin/end times.
+
+A worker builds every model of the run once, with one intra-op and one
+inter-op thread on a CPU, warms them up, and then serves jobs from a shared
+queue. Messages are small tuples:
+
+jobs (parent to workers)
+    ``("run", job_id, model, batch_size)``, ``("profile", batch_sizes, repeats)``, ``("stop",)``
+results (workers to parent)
+    ``("ready", worker, device, device_kind)``,
+    ``("begin", worker, job_id, t_announce)``,
+    ``("end", worker, job_id, start_s, end_s, latency_ms)``,
+    ``("profile", worker, {(model, batch_size): figures})``,
+    ``("error", worker, traceback_text)``
+
+The begin report is sent *before* the timer starts, so its cost is outside the
+measured latency; the end report carries the exact start. All times are
+``time.monotonic`` seconds, comparable across processes. On CUDA the spans are
+resolved off the hot path: after each job only the spans whose end event has
+completed are reported, and the rest when the queue is idle.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What every worker loads: ``models`` for batch sizes 1..``max_batch`` on ``device``."""
+
+    models: tuple[str, ...]
+    max_batch: int
+    device: str = "cpu"
+    seed: int = 0
+    threads: int = 1
+
+
+def worker_main(worker: int, config: WorkerConfig, jobs: Any, results: Any) -> None:
+    """Entry point of a worker process (``multiprocessing`` target)."""
+    try:
+        _serve(worker, config, jobs, results)
+    except KeyboardInterrupt:
+        pass
+    except BaseException:
+        results.put(("error", worker, traceback.format_exc()))
+
+
+def _serve(worker: int, config: WorkerConfig, jobs: Any, results: Any) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", str(config.threads))
+    import torch
+
+    from collectors.devices import cpu_model_name, record_device, worker_torch_device
+    from collectors.models import build, example_input
+    from collectors.profiling import profile
+    from collectors.timers import make_timer
+
+    torch.set_num_threads(config.threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+    device = worker_torch_device(config.device, worker)
+    kind = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else cpu_model_name()
+    models: dict[str, torch.nn.Module] = {}
+    inputs: dict[tuple[str, int], torch.Tensor] = {}
+    for name in config.models:
+        models[name], _ = build(name, 1, seed=config.seed, device=device)
+        for bs in range(1, config.max_batch + 1):
+            inputs[name, bs] = example_input(name, bs, seed=config.seed, device=device)
+    timer = make_timer(device)
+    with torch.inference_mode():
+        for name, model in models.items():
+            for bs in {1, config.max_batch}:
+                for _ in range(2):
+                    model(inputs[name, bs])
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+    results.put(("ready", worker, record_device(device, worker), kind))
+
+    unreported: deque[tuple[int, Any]] = deque()
+
+    def report(block: bool) -> None:
+        while unreported and (block or unreported[0][1].ready()):
+            job_id, span = unreported.popleft()
+            results.put(("end", worker, job_id, span.start_s, span.end_s(), span.elapsed_ms()))
+
+    with torch.inference_mode():
+        while True:
+            try:
+                job = jobs.get(timeout=0.005) if unreported else jobs.get()
+            except queue.Empty:
+                report(block=True)
+                continue
+            kind_of_job = job[0]
+            if kind_of_job == "run":
+                _, job_id, name, bs = job
+                model, x = models[name], inputs[name, bs]
+                results.put(("begin", worker, job_id, time.monotonic()))
+                span = timer.begin()
+                model(x)
+                timer.end(span)
+                unreported.append((job_id, span))
+                report(block=False)
+            elif kind_of_job == "profile":
+                _, batch_sizes, repeats = job
+                report(block=True)
+                figures = {
+                    (name, bs): profile(models[name], inputs[name, bs], timer, repeats=repeats)
+                    for name in config.models
+                    for bs in batch_sizes
+                }
+                results.put(("profile", worker, figures))
+            elif kind_of_job == "stop":
+                report(block=True)
+                return

@@ -1,0 +1,14 @@
+# gRPC code generation; include from the Makefile with `include mk/protos.mk`.
+# `make protos` is idempotent and fast when the generated code is up to date.
+PYTHON ?= .venv/bin/python
+PROTO_SOURCES := $(shell find protos -name '*.proto' 2>/dev/null)
+PROTO_STAMP := predictor/rpc/generated/interference/_source_hash.txt
+
+.PHONY: protos protos-check
+protos: $(PROTO_STAMP)
+
+$(PROTO_STAMP): $(PROTO_SOURCES) predictor/rpc/codegen.py
+	$(PYTHON) -m predictor.rpc.codegen
+
+protos-check:
+	$(PYTHON) -m predictor.rpc.codegen --check

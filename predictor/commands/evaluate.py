@@ -1,0 +1,114 @@
+"""``predictor evaluate``: compare predictors on one or more logs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from predictor.evaluation import Scored, run_prequential, run_split, summarize
+from predictor.logio import read_records
+from predictor.plots import error_cdf, rolling_error
+from predictor.predictors import create
+from predictor.progress import progress_bar
+
+DEFAULT_PREDICTORS = "solo,static,ewma,sgd,rls"
+
+
+def dataset_stem(path: str | Path) -> str:
+    """File name without extensions: ``runs/cpu.jsonl.gz`` -> ``cpu``."""
+    return Path(path).name.split(".")[0]
+
+
+def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--split", type=float, default=0.75, help="train fraction (default 0.75)")
+    group.add_argument("--prequential", action="store_true", help="predict each record, then learn it")
+    parser.add_argument(
+        "--keep-learning",
+        action="store_true",
+        help="split mode: online predictors also learn each scored record after predicting it",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="shuffle seed for logs without start_s")
+    parser.add_argument("--tolerant", action="store_true", help="skip bad lines (counted) instead of failing")
+
+
+def protocol_label(args: argparse.Namespace) -> str:
+    if args.prequential:
+        return "prequential (predict, then learn, every record)"
+    learning = "online predictors keep learning" if args.keep_learning else "no learning"
+    return f"split {args.split:.0%} train / {1 - args.split:.0%} scored ({learning} on the scored part)"
+
+
+def score(spec: str, records: list, args: argparse.Namespace, advance) -> Scored:
+    predictor = create(spec, seed=args.seed)
+    if args.prequential:
+        return run_prequential(predictor, records, progress=advance)
+    return run_split(
+        predictor, records, split=args.split, seed=args.seed, keep_learning=args.keep_learning, progress=advance
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("evaluate", help="compare predictors on coloc/v1 logs")
+    parser.add_argument("logs", nargs="+", help="coloc/v1 logs (.jsonl or .jsonl.gz)")
+    parser.add_argument(
+        "--predictors", default=DEFAULT_PREDICTORS,
+        help=f"comma-separated names or name:key=value specs separated by ';' (default {DEFAULT_PREDICTORS})",
+    )
+    add_protocol_arguments(parser)
+    parser.add_argument("--json", dest="json_out", help="write results as JSON here")
+    parser.add_argument("--plots", help="write PNG plots (error CDF, rolling error) into this folder")
+    parser.set_defaults(func=run)
+
+
+def split_predictor_list(text: str) -> list[str]:
+    """``"a,b"`` or ``"rls:forgetting=0.99,delta=10;sgd"`` into specs."""
+    if ";" in text or ":" in text:
+        return [s.strip() for s in text.split(";") if s.strip()]
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console()
+    specs = split_predictor_list(args.predictors)
+    output: dict = {"protocol": protocol_label(args), "seed": args.seed, "datasets": {}}
+    for log in args.logs:
+        records, report = read_records(log, tolerant=args.tolerant)
+        if report.skipped:
+            console.print(f"[yellow]{log}: {report.summary()}[/]")
+        stem = dataset_stem(log)
+        results: dict[str, Scored] = {}
+        with progress_bar(f"{stem}", total=len(records) * len(specs)) as advance:
+            for spec in specs:
+                results[spec] = score(spec, records, args, advance)
+        summaries = {name: summarize(s) for name, s in results.items()}
+        output["datasets"][stem] = {"n_records": len(records), "skipped": report.skipped,
+                                    "predictors": summaries}
+        console.print(results_table(stem, output["protocol"], summaries))
+        if args.plots:
+            folder = Path(args.plots)
+            folder.mkdir(parents=True, exist_ok=True)
+            error_cdf(results, f"{stem}: relative error CDF", folder / f"{stem}-error-cdf.png")
+            rolling_error(results, f"{stem}: rolling error", folder / f"{stem}-rolling-error.png")
+    if args.json_out:
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_out).write_text(json.dumps(output, indent=2, allow_nan=True) + "\n")
+    return 0
+
+
+def results_table(stem: str, protocol: str, summaries: dict[str, dict]) -> Table:
+    table = Table(title=f"{stem} — {protocol}", title_justify="left")
+    table.add_column("predictor")
+    for column in ("MAPE", "p50", "p90", "p95", "p99", "under", "n"):
+        table.add_column(column, justify="right")
+    best = min((s["mape"] for s in summaries.values() if not math.isnan(s["mape"])), default=None)
+    for name, s in summaries.items():
+        cells = [f"{100 * s[k]:.2f}%" for k in ("mape", "p50", "p90", "p95", "p99", "under_rate")]
+        style = "bold green" if s["mape"] == best else None
+        table.add_row(name, *cells, str(s["n"]), style=style)
+    return table

@@ -1,0 +1,47 @@
+"""``predictor replay LOG --predictor NAME``: stream a log through one predictor."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from predictor.commands.evaluate import add_protocol_arguments, protocol_label, results_table, score
+from predictor.evaluation import summarize
+from predictor.logio import read_records
+from predictor.progress import progress_bar
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("replay", help="stream a coloc/v1 log through one predictor")
+    parser.add_argument("log", help="coloc/v1 log (.jsonl or .jsonl.gz)")
+    parser.add_argument("--predictor", default="rls", help="name or name:key=value,... (default rls)")
+    add_protocol_arguments(parser)
+    parser.add_argument("--json", dest="json_out", help="write the summary as JSON here")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    records, report = read_records(args.log, tolerant=args.tolerant)
+    loaded = time.perf_counter()
+    with progress_bar(args.predictor, total=len(records)) as advance:
+        scored = score(args.predictor, records, args, advance)
+    finished = time.perf_counter()
+    summary = summarize(scored)
+    from rich.console import Console
+
+    console = Console()
+    if report.skipped:
+        console.print(f"[yellow]{report.summary()}[/]")
+    console.print(results_table(args.log, protocol_label(args), {args.predictor: summary}))
+    rate = len(records) / max(finished - started, 1e-9)
+    console.print(
+        f"{len(records)} records: read {loaded - started:.2f} s, predicted and learned "
+        f"{finished - loaded:.2f} s, {rate:,.0f} records/s end to end"
+    )
+    if args.json_out:
+        with open(args.json_out, "w", encoding="utf-8") as stream:
+            json.dump({"log": args.log, "predictor": args.predictor, "protocol": protocol_label(args),
+                       "summary": summary, "records_per_s": rate, "skipped": report.skipped}, stream, indent=2)
+    return 0

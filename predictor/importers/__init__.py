@@ -1,0 +1,1 @@
+"""Importers turning third-party co-location measurements into ``coloc/v1`` records."""

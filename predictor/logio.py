@@ -1,0 +1,173 @@
+"""Streaming JSONL reader and writer for ``coloc/v1`` logs (plain or gzip).
+
+A strict read stops at the first bad line with a :class:`RecordError` naming
+the line and the field; a tolerant read skips bad lines and counts them in a
+:class:`ReadReport`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from predictor.records import Record, RecordError, parse_record, record_to_dict
+
+MAX_REPORTED_ERRORS = 100
+
+
+@dataclass
+class ReadReport:
+    """What a read saw: records accepted, lines skipped and why (first 100 kept)."""
+
+    accepted: int = 0
+    skipped: int = 0
+    errors: list[RecordError] = field(default_factory=list)
+
+    def add_error(self, error: RecordError) -> None:
+        self.skipped += 1
+        if len(self.errors) < MAX_REPORTED_ERRORS:
+            self.errors.append(error)
+
+    def summary(self) -> str:
+        text = f"{self.accepted} records read, {self.skipped} bad lines skipped"
+        if self.errors:
+            text += "; first: " + str(self.errors[0])
+        return text
+
+
+def open_text(path: str | os.PathLike, mode: str = "rt") -> IO[str]:
+    """Open ``path`` as text, through gzip when the name ends in ``.gz``."""
+    if str(path).endswith(".gz"):
+        return gzip.open(path, mode, encoding="utf-8")  # type: ignore[return-value]
+    return open(path, mode, encoding="utf-8")
+
+
+def parse_line(text: str, line: int) -> Record:
+    """Parse one JSONL line; errors carry ``line``."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecordError("json", f"not valid JSON ({exc.msg} at column {exc.colno})", line) from None
+    try:
+        return parse_record(obj)
+    except RecordError as exc:
+        raise exc.at_line(line) from None
+
+
+def iter_records(
+    source: str | os.PathLike | IO[str],
+    *,
+    tolerant: bool = False,
+    report: ReadReport | None = None,
+) -> Iterator[Record]:
+    """Yield the records of a ``coloc/v1`` log in file order.
+
+    Parameters
+    ----------
+    source
+        A path (``.gz`` read through gzip) or an open text stream.
+    tolerant
+        Skip bad lines (counted in ``report``) instead of raising.
+    report
+        Filled in as the read progresses.
+    """
+    report = report if report is not None else ReadReport()
+    stream = open_text(source) if isinstance(source, (str, os.PathLike)) else source
+    try:
+        for number, text in enumerate(_lines(stream, report, tolerant), start=1):
+            if text is None or not text.strip():
+                continue
+            try:
+                record = parse_line(text, number)
+            except RecordError as exc:
+                if not tolerant:
+                    raise
+                report.add_error(exc)
+                continue
+            report.accepted += 1
+            yield record
+    finally:
+        if stream is not source:
+            stream.close()
+
+
+def _lines(stream: IO[str], report: ReadReport, tolerant: bool) -> Iterator[str | None]:
+    """Lines of ``stream``; a truncated gzip member or undecodable bytes become an error."""
+    number = 0
+    while True:
+        try:
+            text = stream.readline()
+        except (EOFError, gzip.BadGzipFile, UnicodeDecodeError, OSError) as exc:
+            error = RecordError("file", f"unreadable after this point ({exc})", number + 1)
+            if not tolerant:
+                raise error from None
+            report.add_error(error)
+            return
+        if not text:
+            return
+        number += 1
+        yield text
+
+
+def read_records(path: str | os.PathLike, *, tolerant: bool = False) -> tuple[list[Record], ReadReport]:
+    """Read a whole log into memory; returns the records and the read report."""
+    report = ReadReport()
+    return list(iter_records(path, tolerant=tolerant, report=report)), report
+
+
+def dumps_record(record: Record) -> str:
+    """One compact JSON line (without the newline)."""
+    return json.dumps(record_to_dict(record), separators=(",", ":"), allow_nan=False)
+
+
+class RecordWriter:
+    """Append ``coloc/v1`` lines to a file (gzip when the name ends in ``.gz``).
+
+    Writes go to a temporary name and are renamed into place on :meth:`close`
+    when ``atomic`` is set, so a reader never sees a half-written log.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, atomic: bool = False):
+        self.path = Path(path)
+        self._target = self.path.with_name(self.path.name + ".tmp") if atomic else self.path
+        if str(self.path).endswith(".gz"):
+            raw = gzip.open(self._target, "wb")
+            self._stream: IO[str] = io.TextIOWrapper(raw, encoding="utf-8")
+        else:
+            self._stream = open(self._target, "w", encoding="utf-8")
+        self._atomic = atomic
+        self.count = 0
+
+    def write(self, record: Record) -> None:
+        self._stream.write(dumps_record(record) + "\n")
+        self.count += 1
+
+    def write_all(self, records: Iterable[Record]) -> int:
+        for record in records:
+            self.write(record)
+        return self.count
+
+    def close(self) -> None:
+        if self._stream.closed:
+            return
+        self._stream.close()
+        if self._atomic:
+            os.replace(self._target, self.path)
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def write_records(path: str | os.PathLike, records: Iterable[Record]) -> int:
+    """Write ``records`` to ``path`` atomically; returns how many were written."""
+    with RecordWriter(path, atomic=True) as writer:
+        return writer.write_all(records)

@@ -1,0 +1,100 @@
+"""The predictor interface: latency of a batch given its co-location.
+
+A predictor learns the *slowdown* over solo latency (``latency / solo``), so
+that one model transfers across batch sizes; the solo latency comes from the
+record or, when absent, from an online :class:`~predictor.solo_profile.SoloProfile`.
+Subclasses implement :meth:`predict_slowdown` and :meth:`learn_slowdown`.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import ClassVar
+
+from predictor.records import Record
+from predictor.solo_profile import SoloProfile
+
+MIN_SLOWDOWN = 0.05
+MAX_SLOWDOWN = 100.0
+
+
+class LatencyPredictor(ABC):
+    """Base class of every registered predictor.
+
+    Hyperparameters are constructor arguments, validated there; learned state
+    lives in private attributes. ``seed`` makes any randomness reproducible.
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+        self._solo = SoloProfile()
+        self.n_learned = 0
+
+    # -- what subclasses provide ---------------------------------------------
+    @abstractmethod
+    def predict_slowdown(self, record: Record) -> float:
+        """Expected ``latency / solo`` for ``record``."""
+
+    @abstractmethod
+    def learn_slowdown(self, record: Record, slowdown: float) -> None:
+        """Learn from an observed slowdown."""
+
+    # -- the interface ---------------------------------------------------------
+    def solo_latency(self, record: Record) -> float:
+        """Solo latency (ms) used for ``record``."""
+        return self._solo.estimate(record)
+
+    def predict_one(self, record: Record) -> float:
+        """Predicted latency in ms (always finite and > 0)."""
+        slowdown = self.predict_slowdown(record)
+        if not math.isfinite(slowdown):
+            slowdown = 1.0
+        slowdown = min(max(slowdown, MIN_SLOWDOWN), MAX_SLOWDOWN)
+        return self.solo_latency(record) * slowdown
+
+    def predict_many(self, records: list[Record]) -> list[float]:
+        """Predicted latencies for many records (subclasses may vectorise)."""
+        return [self.predict_one(r) for r in records]
+
+    def learn_one(self, record: Record) -> None:
+        """Learn from an observed record (``latency_ms`` set)."""
+        if record.latency_ms is None:
+            raise ValueError("latency_ms: required to learn from a record")
+        slowdown = record.latency_ms / self.solo_latency(record)
+        self.learn_slowdown(record, slowdown)
+        self._solo.learn(record)
+        self.n_learned += 1
+
+    def fit(self, records: Iterable[Record]) -> LatencyPredictor:
+        """Learn from a training set; online predictors learn one by one."""
+        for record in records:
+            self.learn_one(record)
+        return self
+
+    def params(self) -> dict[str, object]:
+        """Constructor arguments, for cloning and reporting."""
+        return {k: getattr(self, k) for k in self._param_names()}
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        import inspect
+
+        names: list[str] = []
+        for klass in cls.__mro__:
+            if issubclass(klass, LatencyPredictor) and "__init__" in vars(klass):
+                signature = inspect.signature(klass.__init__)
+                names += [p for p in signature.parameters if p != "self" and p not in names]
+        names.sort(key=lambda n: n == "seed")
+        return names
+
+    def clone(self) -> LatencyPredictor:
+        """A fresh, unfitted predictor with the same hyperparameters."""
+        return type(self)(**self.params())
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"

@@ -1,0 +1,68 @@
+"""Predictors by name, and ``name:key=value,...`` specifications.
+
+Examples
+--------
+>>> create("ewma:alpha=0.5")
+EwmaPredictor(alpha=0.5, fit_after=200, ridge=1e-06, seed=0)
+>>> create("nope")
+Traceback (most recent call last):
+...
+ValueError: predictor: unknown name 'nope'; known: ewma, rls, sgd, solo, static
+"""
+
+from __future__ import annotations
+
+import ast
+
+from predictor.predictors.base import LatencyPredictor
+from predictor.predictors.ewma import EwmaPredictor
+from predictor.predictors.rls import RlsPredictor
+from predictor.predictors.sgd import SgdPredictor
+from predictor.predictors.solo import SoloPredictor
+from predictor.predictors.static import StaticPredictor
+
+REGISTRY: dict[str, type[LatencyPredictor]] = {}
+
+
+def register(cls: type[LatencyPredictor]) -> type[LatencyPredictor]:
+    """Register a predictor class under its ``name`` (usable as a decorator)."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+for _cls in (SoloPredictor, StaticPredictor, EwmaPredictor, SgdPredictor, RlsPredictor):
+    register(_cls)
+
+
+def available() -> list[str]:
+    """Registered names, sorted."""
+    return sorted(REGISTRY)
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, object]]:
+    """Split ``"rls:forgetting=0.99,split_by='model'"`` into a name and arguments."""
+    name, _, rest = spec.strip().partition(":")
+    params: dict[str, object] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"predictor {name}: expected key=value, got {item!r}")
+        try:
+            params[key.strip()] = ast.literal_eval(raw.strip())
+        except (ValueError, SyntaxError):
+            params[key.strip()] = raw.strip()
+    return name, params
+
+
+def create(spec: str, **overrides: object) -> LatencyPredictor:
+    """Build a predictor from a name or ``name:key=value,...`` spec."""
+    name, params = parse_spec(spec)
+    if name not in REGISTRY:
+        raise ValueError(f"predictor: unknown name {name!r}; known: {', '.join(available())}")
+    params.update(overrides)
+    try:
+        return REGISTRY[name](**params)  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise ValueError(f"predictor {name}: {exc}") from None

@@ -1,0 +1,135 @@
+"""``rls``: recursive least squares with forgetting on fine-grained features.
+
+Adds, around :class:`~predictor.regressors.rls.RLS`:
+
+* optional separate models per key (``split_by="device_kind"`` or ``"model"``);
+* a drift detector (river's ADWIN) on the absolute residuals per model; on an
+  alarm the covariance is re-opened so the model re-learns quickly;
+* robust learning: residuals beyond ``clip`` times a running scale of recent
+  absolute residuals are clipped (Huber-style), so a burst of absurd
+  latencies moves the weights only boundedly.
+"""
+
+from __future__ import annotations
+
+import math
+
+from river import drift
+
+from predictor.features import FEATURE_SETS
+from predictor.predictors.base import LatencyPredictor
+from predictor.records import Record
+from predictor.regressors.rls import RLS
+
+SPLIT_KEYS = (None, "device_kind", "model", "device")
+WARMUP = 30
+
+
+class RlsPredictor(LatencyPredictor):
+    """Recursive least squares on the slowdown, numerically guarded.
+
+    Parameters
+    ----------
+    forgetting
+        Forgetting factor in (0, 1].
+    delta
+        Initial covariance scale.
+    max_trace
+        Bound on the covariance trace (anti-windup).
+    split_by
+        ``None`` for one model, or a record attribute keying separate models.
+    drift_reset
+        Re-open the covariance when ADWIN flags drift in the residuals.
+    clip
+        Clip residuals beyond ``clip`` times the running mean absolute
+        residual (after a warm-up); ``0`` disables clipping.
+    features
+        Feature set: ``"interactions"`` (default), ``"fine"`` or ``"coarse"``.
+    log_target
+        Learn ``log(slowdown)`` rather than the slowdown: errors become
+        relative, which is what latency predictions are judged by.
+    """
+
+    name = "rls"
+
+    def __init__(
+        self,
+        forgetting: float = 0.998,
+        delta: float = 10.0,
+        max_trace: float = 1e5,
+        split_by: str | None = None,
+        drift_reset: bool = True,
+        clip: float = 6.0,
+        features: str = "interactions",
+        log_target: bool = True,
+        seed: int = 0,
+    ):
+        super().__init__(seed=seed)
+        if split_by not in SPLIT_KEYS:
+            raise ValueError(f"split_by must be one of {SPLIT_KEYS}, got {split_by!r}")
+        if clip < 0:
+            raise ValueError(f"clip must be >= 0, got {clip!r}")
+        if features not in FEATURE_SETS:
+            raise ValueError(f"features must be one of {sorted(FEATURE_SETS)}, got {features!r}")
+        RLS(forgetting, delta, max_trace)  # validates the regressor's arguments
+        self.features = features
+        self.log_target = log_target
+        self._extract = FEATURE_SETS[features]
+        self.forgetting = forgetting
+        self.delta = delta
+        self.max_trace = max_trace
+        self.split_by = split_by
+        self.drift_reset = drift_reset
+        self.clip = clip
+        self._models: dict[str, RLS] = {}
+        self._detectors: dict[str, drift.ADWIN] = {}
+        self._scale: dict[str, float] = {}
+        self._seen: dict[str, int] = {}
+        self.n_drifts = 0
+        self.n_clipped = 0
+
+    def _key(self, record: Record) -> str:
+        if self.split_by is None:
+            return ""
+        if self.split_by == "model":
+            return record.batch.model
+        return getattr(record, self.split_by)
+
+    def _model(self, key: str) -> RLS:
+        model = self._models.get(key)
+        if model is None:
+            model = self._models[key] = RLS(self.forgetting, self.delta, self.max_trace)
+            self._detectors[key] = drift.ADWIN()
+        return model
+
+    def predict_slowdown(self, record: Record) -> float:
+        model = self._models.get(self._key(record))
+        if model is None:
+            return 1.0
+        value = model.predict_one(self._extract(record))
+        return math.exp(min(value, 10.0)) if self.log_target else value
+
+    def learn_slowdown(self, record: Record, slowdown: float) -> None:
+        key = self._key(record)
+        model = self._model(key)
+        features = self._extract(record)
+        if self.log_target:
+            slowdown = math.log(slowdown)
+        residual = slowdown - model.predict_one(features)
+        seen = self._seen.get(key, 0)
+        scale = self._scale.get(key, abs(residual))
+        target = slowdown
+        if self.clip and seen >= WARMUP and abs(residual) > self.clip * scale:
+            bound = self.clip * scale
+            target = slowdown - residual + (bound if residual > 0 else -bound)
+            self.n_clipped += 1
+            residual = target - (slowdown - residual)
+        self._scale[key] = 0.98 * scale + 0.02 * abs(residual)
+        self._seen[key] = seen + 1
+        model.learn_one(features, target)
+        if self.drift_reset:
+            detector = self._detectors[key]
+            detector.update(abs(residual))
+            if detector.drift_detected and seen >= WARMUP:
+                model.reset_covariance()
+                self.n_drifts += 1

@@ -1,0 +1,49 @@
+"""``sgd``: online linear regression by SGD (river) on fine-grained features."""
+
+from __future__ import annotations
+
+from river import linear_model, optim, preprocessing
+
+from predictor.features import fine_features
+from predictor.predictors.base import LatencyPredictor
+from predictor.records import Record
+
+
+class SgdPredictor(LatencyPredictor):
+    """river's ``StandardScaler | LinearRegression`` learning the slowdown.
+
+    Parameters
+    ----------
+    learning_rate
+        SGD step size for the weights.
+    intercept_lr
+        Step size for the intercept.
+    l2
+        L2 penalty.
+    """
+
+    name = "sgd"
+
+    def __init__(self, learning_rate: float = 0.01, intercept_lr: float = 0.05, l2: float = 0.0, seed: int = 0):
+        super().__init__(seed=seed)
+        if not learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
+        if not intercept_lr >= 0:
+            raise ValueError(f"intercept_lr must be >= 0, got {intercept_lr!r}")
+        if not l2 >= 0:
+            raise ValueError(f"l2 must be >= 0, got {l2!r}")
+        self.learning_rate = learning_rate
+        self.intercept_lr = intercept_lr
+        self.l2 = l2
+        self._model = preprocessing.StandardScaler() | linear_model.LinearRegression(
+            optimizer=optim.SGD(learning_rate),
+            intercept_init=1.0,
+            intercept_lr=intercept_lr,
+            l2=l2,
+        )
+
+    def predict_slowdown(self, record: Record) -> float:
+        return self._model.predict_one(fine_features(record))
+
+    def learn_slowdown(self, record: Record, slowdown: float) -> None:
+        self._model.learn_one(fine_features(record), slowdown)

@@ -1,0 +1,18 @@
+"""``solo``: no interference; the latency is the solo latency."""
+
+from __future__ import annotations
+
+from predictor.predictors.base import LatencyPredictor
+from predictor.records import Record
+
+
+class SoloPredictor(LatencyPredictor):
+    """Predicts the solo latency (profiled, or learned online), slowdown 1."""
+
+    name = "solo"
+
+    def predict_slowdown(self, record: Record) -> float:
+        return 1.0
+
+    def learn_slowdown(self, record: Record, slowdown: float) -> None:
+        return None

@@ -1,0 +1,93 @@
+"""``static``: the coarse GPUlet linear model, fitted once and never updated.
+
+Slowdown is linear in the batch's own profiled attributes (L2 and DRAM
+utilisation, partition share, ...) and the plain sums of its co-runners',
+co-runners taken as fully overlapping. The model is fitted with
+scikit-learn's least squares on the training records (:meth:`fit`) or, when
+used online, on the first ``fit_after`` records seen; afterwards it is frozen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+from sklearn.linear_model import Ridge
+
+from predictor.features import Features, coarse_features
+from predictor.predictors.base import LatencyPredictor
+from predictor.records import Record
+from predictor.regressors.feature_index import FeatureIndex
+
+
+class StaticPredictor(LatencyPredictor):
+    """GPUlet-style linear slowdown model fitted once offline.
+
+    Parameters
+    ----------
+    fit_after
+        When trained online, fit once this many records have been seen.
+    ridge
+        L2 penalty of the least-squares fit (tiny: numerical safety only).
+    """
+
+    name = "static"
+
+    def __init__(self, fit_after: int = 200, ridge: float = 1e-6, seed: int = 0):
+        super().__init__(seed=seed)
+        if fit_after < 1:
+            raise ValueError(f"fit_after must be >= 1, got {fit_after!r}")
+        if ridge < 0:
+            raise ValueError(f"ridge must be >= 0, got {ridge!r}")
+        self.fit_after = fit_after
+        self.ridge = ridge
+        self._index = FeatureIndex(max_features=512)
+        self._weights: np.ndarray | None = None
+        self._pending: list[tuple[Features, float]] = []
+
+    @property
+    def fitted(self) -> bool:
+        return self._weights is not None
+
+    def features(self, record: Record, *, learning: bool) -> Features:
+        """The coarse features (subclasses smooth them)."""
+        return coarse_features(record)
+
+    def predict_slowdown(self, record: Record) -> float:
+        if self._weights is None:
+            return 1.0
+        x = self._index.vector(self.features(record, learning=False), grow=False)
+        return float(x @ self._weights)
+
+    def learn_slowdown(self, record: Record, slowdown: float) -> None:
+        features = self.features(record, learning=True)
+        if self._weights is not None:
+            return
+        self._pending.append((features, slowdown))
+        if len(self._pending) >= self.fit_after:
+            self._fit_pending()
+
+    def fit(self, records: Iterable[Record]) -> StaticPredictor:
+        """Fit on all ``records`` at once, then freeze."""
+        for record in records:
+            if self._weights is None:
+                self._pending.append(
+                    (self.features(record, learning=True), record.latency_ms / self.solo_latency(record))
+                )
+            else:
+                self.features(record, learning=True)
+            self._solo.learn(record)
+            self.n_learned += 1
+        if self._weights is None and self._pending:
+            self._fit_pending()
+        return self
+
+    def _fit_pending(self) -> None:
+        for features, _ in self._pending:
+            self._index.vector(features, grow=True)
+        matrix = np.stack([self._index.vector(f, grow=False) for f, _ in self._pending])
+        target = np.array([y for _, y in self._pending])
+        model = Ridge(alpha=self.ridge, fit_intercept=False)
+        model.fit(matrix, target)
+        self._weights = np.asarray(model.coef_, dtype=float)
+        self._pending = []

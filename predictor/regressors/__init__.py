@@ -1,0 +1,1 @@
+"""Regressors over ``dict[str, float]`` features, in river's style."""

@@ -1,0 +1,91 @@
+"""Feature extraction: deterministic, solo case, overlap weighting, EWMA closed form."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import records
+
+from predictor.features import (
+    EwmaCoLocation,
+    coarse_features,
+    fine_features,
+    interaction_features,
+)
+from predictor.records import BatchSpec, CoRunner, Record
+
+
+def solo_record(**attrs: float) -> Record:
+    return Record("gpu0", BatchSpec("resnet", 4, attrs), 10.0, signals={"sm_util": 0.5})
+
+
+@pytest.mark.parametrize("extract", [coarse_features, fine_features, interaction_features])
+def test_no_co_runners_is_the_solo_case(extract):
+    features = extract(solo_record(l2_util=0.3))
+    assert not any(k.startswith(("co:", "co_model:", "pair:")) for k in features)
+    assert features["own:l2_util"] == 0.3
+
+
+@settings(max_examples=50, deadline=None)
+@given(records)
+def test_features_are_deterministic_and_finite(record):
+    for extract in (coarse_features, fine_features):
+        first, second = extract(record), extract(record)
+        assert first == second
+        assert all(isinstance(v, float) and math.isfinite(v) for v in first.values())
+
+
+def test_fine_features_weight_by_overlap_and_use_unknown_attrs():
+    record = Record(
+        "gpu0",
+        BatchSpec("resnet", 2, {"dram_util": 0.5, "mystery": 3.0}),
+        None,
+        co_runners=(
+            CoRunner("bert", 1, {"dram_util": 0.4, "mystery": 1.0}, overlap=0.5),
+            CoRunner("bert", 4, {"dram_util": 0.2}, overlap=1.0),
+            CoRunner("vgg", 8, {"dram_util": 0.9}, overlap=0.0),
+        ),
+    )
+    features = fine_features(record)
+    assert features["co:dram_util"] == pytest.approx(0.5 * 0.4 + 0.2)
+    assert features["co:mystery"] == pytest.approx(0.5)
+    assert features["x:mystery"] == pytest.approx(1.5)
+    assert features["co:count"] == 3.0
+    assert features["co:overlap"] == pytest.approx(1.5)
+    assert features["pair:resnet|bert"] == pytest.approx(1.5)
+    assert "co_model:vgg" not in features  # zero overlap contributes nothing
+    assert coarse_features(record)["co:dram_util"] == pytest.approx(1.5)  # coarse: full overlap
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    values=st.lists(st.floats(min_value=-100, max_value=100), min_size=1, max_size=30),
+    alpha=st.floats(min_value=0.01, max_value=1.0),
+)
+def test_ewma_matches_closed_form(values, alpha):
+    """s_n = (1-a)^(n-1) x_1 + sum_{k=2..n} a (1-a)^(n-k) x_k."""
+    ewma = EwmaCoLocation(alpha)
+    for value in values:
+        out = ewma.update(Record("d", BatchSpec("m", 1), None, co_runners=(CoRunner("c", 1, {"k": value}),)))
+    n = len(values)
+    expected = (1 - alpha) ** (n - 1) * values[0] + sum(
+        alpha * (1 - alpha) ** (n - k) * values[k - 1] for k in range(2, n + 1)
+    )
+    assert out["co:k"] == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+def test_ewma_is_per_device_and_preview_does_not_commit():
+    ewma = EwmaCoLocation(0.5)
+    run = lambda device, v: Record(device, BatchSpec("m", 1), None, co_runners=(CoRunner("c", 1, {"k": v}),))  # noqa: E731
+    ewma.update(run("a", 10.0))
+    assert ewma.update(run("b", 2.0))["co:k"] == 2.0
+    assert ewma.features(run("a", 0.0))["co:k"] == 5.0
+    assert ewma.features(run("a", 0.0))["co:k"] == 5.0
+
+
+def test_ewma_rejects_bad_alpha():
+    with pytest.raises(ValueError, match="alpha"):
+        EwmaCoLocation(0.0)

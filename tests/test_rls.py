@@ -1,0 +1,96 @@
+"""The RLS regressor against a batch least-squares reference, and its guards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from predictor.regressors.rls import RLS
+
+values = st.floats(min_value=-10, max_value=10, allow_nan=False, allow_infinity=False)
+
+
+def feed(rls: RLS, matrix: np.ndarray, target: np.ndarray) -> None:
+    for row, y in zip(matrix, target, strict=True):
+        rls.learn_one({f"x{i}": float(v) for i, v in enumerate(row)}, float(y))
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    data=arrays(np.float64, st.tuples(st.integers(1, 40), st.integers(1, 5)), elements=values),
+    weights=arrays(np.float64, 6, elements=values),
+    delta=st.sampled_from([0.1, 1.0, 10.0]),
+)
+def test_no_forgetting_equals_ridge(data, weights, delta):
+    """With forgetting 1, RLS equals ridge least squares with penalty 1/delta (intercept included)."""
+    n, d = data.shape
+    target = data @ weights[:d] + weights[5]
+    rls = RLS(forgetting=1.0, delta=delta, max_trace=1e12)
+    feed(rls, data, target)
+    design = np.hstack([np.ones((n, 1)), data])
+    reference = np.linalg.solve(design.T @ design + np.eye(d + 1) / delta, design.T @ target)
+    learned = np.array([rls.weights["intercept"]] + [rls.weights.get(f"x{i}", 0.0) for i in range(d)])
+    np.testing.assert_allclose(learned, reference, rtol=1e-5, atol=1e-5 * (1 + np.abs(reference).max()))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    data=arrays(np.float64, st.tuples(st.integers(1, 60), st.integers(1, 6)), elements=values),
+    forgetting=st.sampled_from([0.9, 0.98, 0.999, 1.0]),
+)
+def test_covariance_stays_symmetric_positive_definite(data, forgetting):
+    rls = RLS(forgetting=forgetting, delta=100.0, max_trace=1e4)
+    feed(rls, data, data.sum(axis=1))
+    cov = rls.covariance
+    np.testing.assert_array_equal(cov, cov.T)
+    assert np.linalg.eigvalsh(cov).min() > 0
+    assert np.trace(cov) <= 1e4 * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("forgetting", [0.95, 0.99, 0.999])
+def test_constant_input_does_not_wind_up(forgetting):
+    """Thousands of identical inputs excite one direction only; the trace bound holds P."""
+    rls = RLS(forgetting=forgetting, delta=10.0, max_trace=1e3)
+    for _ in range(5000):
+        rls.learn_one({"a": 1.0, "b": 2.0}, 3.0)
+    cov = rls.covariance
+    assert np.all(np.isfinite(cov)) and np.trace(cov) <= 1e3 * (1 + 1e-9)
+    assert np.linalg.eigvalsh(cov).min() > 0
+    assert rls.predict_one({"a": 1.0, "b": 2.0}) == pytest.approx(3.0, abs=1e-6)
+    # and it still learns after the long flat stretch
+    for _ in range(200):
+        rls.learn_one({"a": 1.0, "b": 0.0}, 5.0)
+    assert rls.predict_one({"a": 1.0, "b": 0.0}) == pytest.approx(5.0, abs=1e-2)
+
+
+def test_forgetting_tracks_a_change():
+    rls = RLS(forgetting=0.95, delta=10.0)
+    for i in range(300):
+        rls.learn_one({"x": float(i % 7)}, 2.0 * (i % 7))
+    for i in range(300):
+        rls.learn_one({"x": float(i % 7)}, -1.0 * (i % 7) + 4.0)
+    assert rls.predict_one({"x": 3.0}) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_features_are_bounded_and_unseen_ignored():
+    rls = RLS(max_features=3)
+    rls.learn_one({f"f{i}": 1.0 for i in range(10)}, 1.0)
+    assert len(rls.weights) == 4
+    assert np.isfinite(rls.predict_one({"never": 5.0}))
+
+
+def test_non_finite_update_is_refused():
+    rls = RLS()
+    rls.learn_one({"x": 1.0}, 1.0)
+    before = rls.weights
+    rls.learn_one({"x": 1e308}, 1e308)
+    assert rls.weights == before and rls.n_refused == 1
+
+
+@pytest.mark.parametrize("kwargs", [{"forgetting": 0.0}, {"forgetting": 1.5}, {"delta": 0}, {"max_trace": -1}])
+def test_bad_hyperparameters_are_rejected(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        RLS(**kwargs)
