@@ -29,8 +29,11 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
+
+import numpy as np
 
 from predictor.records import Record
 
@@ -91,6 +94,15 @@ def fine_features(record: Record) -> Features:
     return features
 
 
+@functools.lru_cache(maxsize=1024)
+def _interaction_layout(keys: tuple[str, ...], model: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Names and index pairs of the second-order terms over ``keys`` (cached per key set)."""
+    first, second = np.triu_indices(len(keys))
+    names = [f"{keys[i]}*{keys[j]}" for i, j in zip(first, second, strict=True)]
+    names += [f"m:{model}*{key}" for key in keys]
+    return names, first, second
+
+
 def interaction_features(record: Record) -> Features:
     """:func:`fine_features` plus second-order terms.
 
@@ -101,19 +113,17 @@ def interaction_features(record: Record) -> Features:
     model-specific sensitivity. Device signals are not crossed.
     """
     features = fine_features(record)
-    numeric = {
-        k: v
-        for k, v in features.items()
-        if k.startswith("own:") or (k.startswith("co:") and k != "co:count") or k == "log_batch"
-    }
-    keys = sorted(numeric)
-    for i, first in enumerate(keys):
-        value = numeric[first]
-        for second in keys[i:]:
-            features[f"{first}*{second}"] = value * numeric[second]
-    prefix = f"m:{record.batch.model}*"
-    for key, value in numeric.items():
-        features[prefix + key] = value
+    keys = tuple(
+        sorted(
+            k
+            for k in features
+            if k.startswith("own:") or (k.startswith("co:") and k != "co:count") or k == "log_batch"
+        )
+    )
+    names, first, second = _interaction_layout(keys, record.batch.model)
+    values = np.fromiter((features[k] for k in keys), dtype=float, count=len(keys))
+    extra = np.concatenate([values[first] * values[second], values])
+    features.update(zip(names, extra.tolist(), strict=True))
     return features
 
 

@@ -7,7 +7,7 @@ EwmaPredictor(alpha=0.5, fit_after=200, ridge=1e-06, seed=0)
 >>> create("nope")
 Traceback (most recent call last):
 ...
-ValueError: predictor: unknown name 'nope'; known: ewma, rls, sgd, solo, static
+ValueError: predictor: unknown name 'nope'; known: ensemble, ewma, forest, rls, sgd, solo, static
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from __future__ import annotations
 import ast
 
 from predictor.predictors.base import LatencyPredictor
+from predictor.predictors.ensemble import EnsemblePredictor
 from predictor.predictors.ewma import EwmaPredictor
+from predictor.predictors.forest import ForestPredictor
 from predictor.predictors.rls import RlsPredictor
 from predictor.predictors.sgd import SgdPredictor
 from predictor.predictors.solo import SoloPredictor
@@ -32,7 +34,8 @@ def register(cls: type[LatencyPredictor]) -> type[LatencyPredictor]:
     return cls
 
 
-for _cls in (SoloPredictor, StaticPredictor, EwmaPredictor, SgdPredictor, RlsPredictor):
+for _cls in (SoloPredictor, StaticPredictor, EwmaPredictor, SgdPredictor, RlsPredictor, ForestPredictor,
+             EnsemblePredictor):
     register(_cls)
 
 

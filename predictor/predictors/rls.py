@@ -112,10 +112,10 @@ class RlsPredictor(LatencyPredictor):
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
         key = self._key(record)
         model = self._model(key)
-        features = self._extract(record)
+        vector = model.vectorize(self._extract(record), grow=True)
         if self.log_target:
             slowdown = math.log(slowdown)
-        residual = slowdown - model.predict_one(features)
+        residual = slowdown - model.predict_vector(vector)
         seen = self._seen.get(key, 0)
         scale = self._scale.get(key, abs(residual))
         target = slowdown
@@ -126,7 +126,7 @@ class RlsPredictor(LatencyPredictor):
             residual = target - (slowdown - residual)
         self._scale[key] = 0.98 * scale + 0.02 * abs(residual)
         self._seen[key] = seen + 1
-        model.learn_one(features, target)
+        model.learn_vector(vector, target)
         if self.drift_reset:
             detector = self._detectors[key]
             detector.update(abs(residual))

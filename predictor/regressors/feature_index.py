@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import Mapping
 
 import numpy as np
+
+MAX_LAYOUTS = 4096
 
 
 class FeatureIndex:
@@ -12,7 +14,8 @@ class FeatureIndex:
 
     Features beyond the cap are ignored (and counted in ``dropped``), so memory
     stays bounded however many distinct keys a stream carries. Column 0 is the
-    intercept.
+    intercept. The column positions of a recurring *set* of names (a layout)
+    are cached, so building a vector costs one dict lookup and one scatter.
 
     Examples
     --------
@@ -29,11 +32,34 @@ class FeatureIndex:
         self.max_features = max_features
         self.columns: dict[str, int] = {}
         self.dropped = 0
+        self._layouts: dict[tuple[str, ...], np.ndarray] = {}
 
     @property
     def size(self) -> int:
         """Vector length, intercept included."""
         return len(self.columns) + 1
+
+    def _layout(self, names: tuple[str, ...], grow: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """Column of each name (``-1`` where unknown) and, if any is unknown, a mask of the known."""
+        positions = self._layouts.get(names)
+        if positions is not None:
+            return positions, None
+        columns = self.columns
+        if grow:
+            for name in names:
+                if name not in columns:
+                    if len(columns) >= self.max_features:
+                        self.dropped += 1
+                        continue
+                    columns[name] = len(columns) + 1
+        positions = np.fromiter((columns.get(n, -1) for n in names), dtype=np.intp, count=len(names))
+        known = positions >= 0
+        if known.all():
+            if len(self._layouts) >= MAX_LAYOUTS:
+                self._layouts.clear()
+            self._layouts[names] = positions
+            return positions, None
+        return positions, known
 
     def vector(self, features: Mapping[str, float], *, grow: bool) -> np.ndarray:
         """The vector of ``features`` (intercept first).
@@ -41,18 +67,12 @@ class FeatureIndex:
         With ``grow`` unseen names get new columns; without it they are
         ignored (an unseen feature has no learned weight).
         """
-        if grow:
-            for name in features:
-                if name not in self.columns:
-                    if len(self.columns) >= self.max_features:
-                        self.dropped += 1
-                        continue
-                    self.columns[name] = len(self.columns) + 1
+        positions, known = self._layout(tuple(features), grow)
         x = np.zeros(self.size)
         x[0] = 1.0
-        columns = self.columns
-        for name, value in features.items():
-            column = columns.get(name)
-            if column is not None:
-                x[column] = value
+        values = np.fromiter(features.values(), dtype=float, count=len(features))
+        if known is None:
+            x[positions] = values
+        else:
+            x[positions[known]] = values[known]
         return x

@@ -1,0 +1,43 @@
+"""The gRPC-free service core: the service object, its live view, monitoring and snapshots.
+
+Import :class:`Service` from :mod:`predictor.service.core`; this package
+re-exports the names a caller needs.
+"""
+
+from predictor.service.config import ServiceConfig
+from predictor.service.core import Service
+from predictor.service.errors import InvalidArgument, NotFound, ResourceExhausted, ServiceError, Unavailable
+from predictor.service.snapshot import SnapshotError
+from predictor.service.types import (
+    Candidate,
+    CoRunnerSource,
+    Deadline,
+    DeadlineAnswer,
+    PlacementAnswer,
+    PlannedCoRunner,
+    Prediction,
+    Query,
+    Ranking,
+    Status,
+)
+
+__all__ = [
+    "Candidate",
+    "CoRunnerSource",
+    "Deadline",
+    "DeadlineAnswer",
+    "InvalidArgument",
+    "NotFound",
+    "PlacementAnswer",
+    "PlannedCoRunner",
+    "Prediction",
+    "Query",
+    "Ranking",
+    "ResourceExhausted",
+    "Service",
+    "ServiceConfig",
+    "ServiceError",
+    "SnapshotError",
+    "Status",
+    "Unavailable",
+]

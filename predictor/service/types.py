@@ -1,0 +1,202 @@
+"""Domain requests and answers of the service, free of protobuf.
+
+Field names follow the gRPC contract so that a field path in an error
+(``query.co_runners[0].remaining_ms``) means the same thing on both sides.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from predictor.calibration import BoundSource
+from predictor.records import BatchSpec, CoRunner
+from predictor.service.errors import InvalidArgument
+
+
+class CoRunnerSource(enum.Enum):
+    """Where a query's co-runners come from."""
+
+    AUTO = "auto"  # the given ones if any, else the live view
+    EXPLICIT = "explicit"  # exactly the given ones (none: the device is idle)
+    LIVE_VIEW = "live_view"  # the live view; the device must be known
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCoRunner:
+    """A co-runner of a planned batch: with an overlap, a remaining time, or neither (overlap 1)."""
+
+    model: str
+    batch_size: int
+    attrs: Mapping[str, float] = field(default_factory=dict)
+    overlap: float | None = None
+    remaining_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A device a batch could be placed on, with what runs there."""
+
+    device: str
+    device_kind: str = ""
+    co_runners: tuple[PlannedCoRunner, ...] = ()
+    co_runner_source: CoRunnerSource = CoRunnerSource.AUTO
+    signals: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A planned batch on one device."""
+
+    device: str
+    batch: BatchSpec
+    device_kind: str = ""
+    co_runners: tuple[PlannedCoRunner, ...] = ()
+    co_runner_source: CoRunnerSource = CoRunnerSource.AUTO
+    signals: Mapping[str, float] = field(default_factory=dict)
+    solo_latency_ms: float | None = None
+
+    @classmethod
+    def for_candidate(cls, batch: BatchSpec, candidate: Candidate, solo_latency_ms: float | None) -> Query:
+        return cls(
+            device=candidate.device,
+            batch=batch,
+            device_kind=candidate.device_kind,
+            co_runners=candidate.co_runners,
+            co_runner_source=candidate.co_runner_source,
+            signals=candidate.signals,
+            solo_latency_ms=solo_latency_ms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """A deadline, relative (``ms`` from now) or absolute (``at``, Unix seconds); exactly one set."""
+
+    ms: float | None = None
+    at: float | None = None
+
+    def relative_ms(self, field_path: str = "deadline", now: float | None = None) -> float:
+        """Milliseconds left, validated (``now`` defaults to the wall clock)."""
+        if (self.ms is None) == (self.at is None):
+            raise InvalidArgument(field_path, "give exactly one of a relative deadline_ms or a deadline_time")
+        if self.ms is not None:
+            if not math.isfinite(self.ms) or self.ms <= 0:
+                raise InvalidArgument(f"{field_path}_ms", f"must be finite and > 0, got {self.ms!r}")
+            return float(self.ms)
+        assert self.at is not None
+        if not math.isfinite(self.at):
+            raise InvalidArgument(f"{field_path}_time", f"must be finite, got {self.at!r}")
+        return (self.at - (time.time() if now is None else now)) * 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """Predicted latency of a planned batch, with its calibrated upper bound."""
+
+    latency_ms: float
+    solo_latency_ms: float
+    slowdown: float
+    upper_bound_ms: float
+    confidence: float
+    bound_source: BoundSource
+    residuals: int
+    predictor: str
+    observations_learned: int
+    co_runners: tuple[CoRunner, ...]
+    device_kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineAnswer:
+    """Whether a planned batch meets its deadline at a confidence."""
+
+    feasible: bool
+    slack_ms: float
+    probability: float
+    deadline_ms: float
+    prediction: Prediction
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementAnswer:
+    """The answer for one candidate device of a ranking."""
+
+    device: str
+    rank: int
+    feasible: bool
+    slack_ms: float
+    probability: float
+    prediction: Prediction
+    candidate_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """Answers for every candidate, best (most slack) first."""
+
+    placements: tuple[PlacementAnswer, ...]
+    deadline_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why one message of an observation stream was rejected."""
+
+    index: int
+    field: str
+    reason: str
+
+
+@dataclass
+class ObservationReport:
+    """What a stream of observations did."""
+
+    accepted: int = 0
+    rejected: int = 0
+    rejections: list[Rejection] = field(default_factory=list)
+    observations_learned: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class KindStatus:
+    """Learning and calibration state of one device kind."""
+
+    device_kind: str
+    observations: int
+    rolling_mape: float
+    coverage: float
+    residuals: int
+    drift_alarms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DriftAlarm:
+    """The error level of a device kind changed."""
+
+    device_kind: str
+    at_observation: int
+    time: float  # Unix seconds
+    rolling_mape: float
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """What ``GetStatus`` reports."""
+
+    ready: bool
+    predictor: str
+    observations_learned: int
+    observations_rejected: int
+    rolling_mape: float
+    coverage: float
+    coverage_confidence: float
+    device_kinds: tuple[KindStatus, ...]
+    drift_alarms: tuple[DriftAlarm, ...]
+    devices: int
+    batches_running: int
+    uptime_s: float
+    last_snapshot_time: float | None  # Unix seconds
