@@ -120,11 +120,13 @@ class RlsPredictor(LatencyPredictor):
         scale = self._scale.get(key, abs(residual))
         target = slowdown
         if self.clip and seen >= WARMUP and abs(residual) > self.clip * scale:
+            # Huber-style: move toward the observation by at most clip * scale,
+            # and keep the scale estimate from the unclipped residuals only.
             bound = self.clip * scale
-            target = slowdown - residual + (bound if residual > 0 else -bound)
+            target = slowdown - residual + math.copysign(bound, residual)
             self.n_clipped += 1
-            residual = target - (slowdown - residual)
-        self._scale[key] = 0.98 * scale + 0.02 * abs(residual)
+        else:
+            self._scale[key] = 0.98 * scale + 0.02 * abs(residual)
         self._seen[key] = seen + 1
         model.learn_vector(vector, target)
         if self.drift_reset:

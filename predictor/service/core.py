@@ -59,6 +59,8 @@ from predictor.service.types import (
 
 log = logging.getLogger("predictor.service")
 
+RecordLike = Record | Mapping[str, Any] | Callable[[], Record]
+
 
 @dataclasses.dataclass
 class _Planned:
@@ -272,8 +274,11 @@ class Service:
         if batch_id:
             self.live.end(record.device, batch_id, required=False)
 
-    def report_observations(self, items: Iterable[tuple[Mapping[str, Any] | Record, str]]) -> ObservationReport:
-        """Learn from a stream of ``(record, batch_id)``; records may be decoded ``coloc/v1`` objects.
+    def report_observations(self, items: Iterable[tuple[RecordLike, str]]) -> ObservationReport:
+        """Learn from a stream of ``(record, batch_id)``.
+
+        A record may be a :class:`Record`, a decoded ``coloc/v1`` object, or a callable
+        returning a :class:`Record` (or raising :class:`RecordError`).
 
         A bad record is rejected with the path of its field (``record.<field>``), the rest learned.
         """
@@ -286,7 +291,12 @@ class Service:
                     "records", f"a stream may carry at most {limit} records; the first {limit} were processed"
                 )
             try:
-                record = item if isinstance(item, Record) else parse_record(item)
+                if isinstance(item, Record):
+                    record = item
+                elif callable(item):  # a deferred conversion, e.g. from a protobuf message
+                    record = item()
+                else:
+                    record = parse_record(item)
                 self.observe(record, batch_id)
             except RecordError as exc:
                 self._reject(report, Rejection(index, f"record.{exc.field}", exc.message))
@@ -543,7 +553,7 @@ class Service:
 def _with_overlaps(planned: _Planned, window_ms: float) -> Record:
     """The planned record with each remaining-time co-runner's overlap for a window of ``window_ms``."""
     runners = []
-    for runner, remaining in zip(planned.record.co_runners, planned.remaining_ms):
+    for runner, remaining in zip(planned.record.co_runners, planned.remaining_ms, strict=True):
         if remaining is not None:
             overlap = 1.0 if window_ms <= 0 else min(1.0, remaining / window_ms)
             runner = dataclasses.replace(runner, overlap=overlap)

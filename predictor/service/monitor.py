@@ -11,7 +11,7 @@ Examples
 >>> for actual in (10.0, 11.0, 12.0, 13.0):
 ...     monitor.update("cpu", actual=actual, predicted=10.0, covered=actual < 12.5)
 >>> round(monitor.mape("cpu"), 2), round(monitor.coverage("cpu"), 2)
-(20.0, 0.75)
+(16.28, 0.75)
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Scripts that regenerate every table and figure in the README from data."""

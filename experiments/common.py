@@ -1,0 +1,91 @@
+"""Shared plumbing for experiment scripts: config, seed, output folder, results.
+
+Every study is a small frozen dataclass config; :func:`start` parses
+``--seed``/``--out`` (and any config field as ``--field value``), creates
+the output folder and writes the resolved configuration there; :func:`finish`
+writes the results JSON next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import random
+import time
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results"
+SHARED_DATA = ROOT.parent / "shared" / "data"
+DEFAULT_DATASET = ROOT / "predictor" / "data" / "cpu-default.jsonl.gz"
+
+Config = TypeVar("Config")
+
+
+def start(name: str, config: Config, description: str) -> tuple[Config, Path]:
+    """Parse the command line into ``config``, seed everything, write ``config.json``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", default=str(RESULTS / name), help="results folder")
+    for field in dataclasses.fields(config):  # type: ignore[arg-type]
+        value = getattr(config, field.name)
+        kind = parse_bool if isinstance(value, bool) else type(value) if not isinstance(value, tuple) else str
+        parser.add_argument(f"--{field.name.replace('_', '-')}", type=kind, default=None,
+                            help=f"default {value!r}")
+    args = parser.parse_args()
+    overrides = {}
+    for field in dataclasses.fields(config):  # type: ignore[arg-type]
+        raw = getattr(args, field.name)
+        if raw is None:
+            continue
+        current = getattr(config, field.name)
+        if isinstance(current, tuple):
+            raw = tuple(type(current[0])(x) if current else x for x in str(raw).split(","))
+        overrides[field.name] = raw
+    config = dataclasses.replace(config, **overrides)  # type: ignore[type-var]
+    seed = getattr(config, "seed", 0)
+    random.seed(seed)
+    np.random.seed(seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    resolved = {"study": name, "config": dataclasses.asdict(config), "machine": machine(),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}  # type: ignore[call-overload]
+    (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
+    return config, out
+
+
+def parse_bool(text: str) -> bool:
+    """``true``/``false`` (also yes/no, 1/0) from the command line."""
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def finish(out: Path, results: dict[str, Any]) -> Path:
+    """Write ``results.json`` into ``out`` and return its path."""
+    path = out / "results.json"
+    path.write_text(json.dumps(results, indent=2, default=float) + "\n")
+    print(f"results written to {path}")
+    return path
+
+
+def machine() -> dict[str, Any]:
+    """What ran the study (for the record next to the figures)."""
+    import os
+
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}

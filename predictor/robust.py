@@ -1,0 +1,115 @@
+"""Keeping absurd observations out of the model: an outlier gate.
+
+An observation whose latency is off the current prediction by more than
+``max(k * MAD, log(min_ratio))`` in log space (MAD: median absolute
+deviation of recently *admitted* log residuals) is not learned from. The
+scale is estimated from admitted observations only, so a burst of poisoned
+values cannot widen the gate that keeps them out.
+
+A real change of regime looks like a burst of outliers too. The gate lets
+one through when, over the last ``escape_window`` decisions, at least
+``escape_fraction`` were rejections *and* they came from at least
+``escape_sources`` distinct sources: one client alone cannot force its
+values in, while a change every reporter sees is learned.
+
+Examples
+--------
+>>> gate = OutlierGate(warmup=3)
+>>> [gate.admit(10.0, v, "a") for v in (10.0, 10.5, 9.8, 10.1)]
+[True, True, True, True]
+>>> gate.admit(10.0, 1000.0, "a"), gate.n_rejected
+(False, 1)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+
+class OutlierGate:
+    """Admit or reject observations by their residual against the prediction.
+
+    Parameters
+    ----------
+    k
+        Rejection threshold in MADs of recent admitted log residuals.
+    min_ratio
+        Never reject an observation within this factor of the prediction.
+    warmup
+        Admit everything until this many observations were admitted.
+    window
+        Admitted residuals kept for the MAD.
+    escape_window, escape_fraction, escape_sources
+        When to accept a persistent shift (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        k: float = 8.0,
+        min_ratio: float = 2.0,
+        warmup: int = 50,
+        window: int = 512,
+        escape_window: int = 200,
+        escape_fraction: float = 0.8,
+        escape_sources: int = 2,
+    ):
+        if not k > 0:
+            raise ValueError(f"k must be > 0, got {k!r}")
+        if not min_ratio > 1:
+            raise ValueError(f"min_ratio must be > 1, got {min_ratio!r}")
+        self.k = k
+        self.min_ratio = min_ratio
+        self.warmup = warmup
+        self.escape_fraction = escape_fraction
+        self.escape_sources = escape_sources
+        self._residuals: deque[float] = deque(maxlen=window)
+        self._recent: deque[tuple[bool, str]] = deque(maxlen=escape_window)
+        self._threshold = math.inf
+        self._since_refresh = 0
+        self.n_admitted = 0
+        self.n_rejected = 0
+        self.n_escapes = 0
+
+    def _refresh(self) -> None:
+        residuals = np.fromiter(self._residuals, dtype=float)
+        mad = float(np.median(np.abs(residuals - np.median(residuals))))
+        self._threshold = max(self.k * 1.4826 * mad, math.log(self.min_ratio))
+        self._since_refresh = 0
+
+    def threshold(self) -> float:
+        """Current rejection threshold on |log(actual / predicted)|."""
+        return self._threshold
+
+    def admit(self, predicted_ms: float, actual_ms: float, source: str = "") -> bool:
+        """Whether to learn from an observation; updates the gate's own state."""
+        residual = math.log(actual_ms / predicted_ms)
+        admitted = self.n_admitted < self.warmup or abs(residual - self._center()) <= self._threshold
+        if not admitted and self._shift_seen_by_many(source):
+            admitted = True
+            self.n_escapes += 1
+            self._residuals.clear()
+            self._recent.clear()
+        self._recent.append((not admitted, source))
+        if not admitted:
+            self.n_rejected += 1
+            return False
+        self.n_admitted += 1
+        self._residuals.append(residual)
+        self._since_refresh += 1
+        if self.n_admitted >= self.warmup and (self._since_refresh >= 16 or math.isinf(self._threshold)):
+            self._refresh()
+        return True
+
+    def _center(self) -> float:
+        return float(np.median(np.fromiter(self._residuals, dtype=float))) if self._residuals else 0.0
+
+    def _shift_seen_by_many(self, source: str) -> bool:
+        if len(self._recent) < self._recent.maxlen:  # type: ignore[operator]
+            return False
+        rejected = [s for was_rejected, s in self._recent if was_rejected]
+        if len(rejected) < self.escape_fraction * len(self._recent):
+            return False
+        return len(set(rejected) | {source}) >= self.escape_sources

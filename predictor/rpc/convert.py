@@ -1,0 +1,382 @@
+"""Protobuf messages to domain objects and back; no validation and no logic here.
+
+Validation belongs to :mod:`predictor.service`, which names offending fields
+with the same paths the messages use (``query.batch.batch_size``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from predictor.calibration import BoundSource
+from predictor.records import SCHEMA, BatchSpec, CoRunner, Record, RecordError, parse_record
+from predictor.rpc.protos import pb2
+from predictor.service.types import (
+    Candidate,
+    CoRunnerSource,
+    Deadline,
+    DeadlineAnswer,
+    DriftAlarm,
+    KindStatus,
+    ObservationReport,
+    PlacementAnswer,
+    PlannedCoRunner,
+    Prediction,
+    Query,
+    Ranking,
+    Rejection,
+    Status,
+)
+
+_SOURCES = {0: CoRunnerSource.AUTO, 1: CoRunnerSource.EXPLICIT, 2: CoRunnerSource.LIVE_VIEW}
+_SOURCES_PB = {v: k for k, v in _SOURCES.items()}
+_BOUNDS_PB = {BoundSource.DEVICE_KIND: 1, BoundSource.POOLED: 2, BoundSource.FALLBACK: 3}
+_BOUNDS = {v: k for k, v in _BOUNDS_PB.items()}
+
+
+def _optional(message: Any, name: str) -> float | None:
+    return getattr(message, name) if message.HasField(name) else None
+
+
+# --------------------------------------------------------------------- requests -> domain
+
+
+def batch_from_pb(message: Any) -> BatchSpec:
+    return BatchSpec(message.model, message.batch_size, dict(message.attrs))
+
+
+def co_runner_from_pb(message: Any) -> PlannedCoRunner:
+    return PlannedCoRunner(
+        message.model,
+        message.batch_size,
+        dict(message.attrs),
+        overlap=_optional(message, "overlap"),
+        remaining_ms=_optional(message, "remaining_ms"),
+    )
+
+
+def co_runner_source_from_pb(value: int) -> CoRunnerSource:
+    return _SOURCES.get(value, CoRunnerSource.AUTO)
+
+
+def query_from_pb(message: Any) -> Query:
+    """A ``BatchQuery`` as a :class:`Query`."""
+    return Query(
+        device=message.device,
+        batch=batch_from_pb(message.batch),
+        device_kind=message.device_kind,
+        co_runners=tuple(co_runner_from_pb(c) for c in message.co_runners),
+        co_runner_source=co_runner_source_from_pb(message.co_runner_source),
+        signals=dict(message.signals),
+        solo_latency_ms=_optional(message, "solo_latency_ms"),
+    )
+
+
+def candidate_from_pb(message: Any) -> Candidate:
+    return Candidate(
+        device=message.device,
+        device_kind=message.device_kind,
+        co_runners=tuple(co_runner_from_pb(c) for c in message.co_runners),
+        co_runner_source=co_runner_source_from_pb(message.co_runner_source),
+        signals=dict(message.signals),
+    )
+
+
+def deadline_from_pb(message: Any) -> Deadline:
+    """The ``deadline`` oneof of a request (neither set: an empty deadline, rejected later)."""
+    which = message.WhichOneof("deadline")
+    if which == "deadline_ms":
+        return Deadline(ms=message.deadline_ms)
+    if which == "deadline_time":
+        return Deadline(at=message.deadline_time.seconds + message.deadline_time.nanos / 1e9)
+    return Deadline()
+
+
+def confidence_from_pb(value: float) -> float | None:
+    """0 (unset) means the service's default."""
+    return None if value == 0 else value
+
+
+def record_from_pb(message: Any) -> Record:
+    """Validate an observed ``Record`` message as ``coloc/v1``; raises :class:`RecordError`."""
+    runners = []
+    for i, runner in enumerate(message.co_runners):
+        if runner.HasField("remaining_ms"):
+            raise RecordError(f"co_runners[{i}].remaining_ms", "not allowed in an observation (give overlap)")
+        runners.append(
+            {
+                "model": runner.model,
+                "batch_size": runner.batch_size,
+                "attrs": dict(runner.attrs),
+                "overlap": _optional(runner, "overlap"),
+            }
+        )
+    obj = {
+        "schema": message.schema or SCHEMA,
+        "device": message.device,
+        "device_kind": message.device_kind or None,
+        "batch": {
+            "model": message.batch.model,
+            "batch_size": message.batch.batch_size,
+            "attrs": dict(message.batch.attrs),
+        },
+        "start_s": _optional(message, "start_s"),
+        "latency_ms": _optional(message, "latency_ms"),
+        "solo_latency_ms": _optional(message, "solo_latency_ms"),
+        "co_runners": runners,
+        "signals": dict(message.signals),
+        "source": message.source or None,
+    }
+    return parse_record(obj)
+
+
+# --------------------------------------------------------------------- domain -> messages
+
+
+def _set_time(field: Any, unix_s: float) -> None:
+    seconds = math.floor(unix_s)
+    field.seconds = int(seconds)
+    field.nanos = int(round((unix_s - seconds) * 1e9)) % 1_000_000_000
+
+
+def co_runner_to_pb(runner: CoRunner | PlannedCoRunner) -> Any:
+    message = pb2().CoRunner(model=runner.model, batch_size=runner.batch_size, attrs=dict(runner.attrs))
+    if runner.overlap is not None:
+        message.overlap = runner.overlap
+    remaining = getattr(runner, "remaining_ms", None)
+    if remaining is not None:
+        message.remaining_ms = remaining
+    return message
+
+
+def prediction_to_pb(prediction: Prediction) -> Any:
+    return pb2().Prediction(
+        latency_ms=prediction.latency_ms,
+        solo_latency_ms=prediction.solo_latency_ms,
+        slowdown=prediction.slowdown,
+        upper_bound_ms=prediction.upper_bound_ms,
+        confidence=prediction.confidence,
+        bound_source=_BOUNDS_PB[prediction.bound_source],
+        residuals=prediction.residuals,
+        predictor=prediction.predictor,
+        observations_learned=prediction.observations_learned,
+        co_runners=[co_runner_to_pb(c) for c in prediction.co_runners],
+        device_kind=prediction.device_kind,
+    )
+
+
+def deadline_answer_to_pb(answer: DeadlineAnswer) -> Any:
+    return pb2().CheckDeadlineResponse(
+        feasible=answer.feasible,
+        slack_ms=answer.slack_ms,
+        probability=answer.probability,
+        deadline_ms=answer.deadline_ms,
+        prediction=prediction_to_pb(answer.prediction),
+    )
+
+
+def ranking_to_pb(ranking: Ranking) -> Any:
+    messages = pb2()
+    return messages.RankPlacementsResponse(
+        placements=[
+            messages.Placement(
+                device=p.device,
+                rank=p.rank,
+                feasible=p.feasible,
+                slack_ms=p.slack_ms,
+                probability=p.probability,
+                prediction=prediction_to_pb(p.prediction),
+                candidate_index=p.candidate_index,
+            )
+            for p in ranking.placements
+        ],
+        deadline_ms=ranking.deadline_ms,
+    )
+
+
+def observation_report_to_pb(report: ObservationReport) -> Any:
+    messages = pb2()
+    return messages.ReportObservationsResponse(
+        accepted=report.accepted,
+        rejected=report.rejected,
+        rejections=[messages.Rejection(index=r.index, field=r.field, reason=r.reason) for r in report.rejections],
+        observations_learned=report.observations_learned,
+    )
+
+
+def status_to_pb(status: Status) -> Any:
+    messages = pb2()
+    response = messages.GetStatusResponse(
+        ready=status.ready,
+        predictor=status.predictor,
+        observations_learned=status.observations_learned,
+        observations_rejected=status.observations_rejected,
+        rolling_mape=status.rolling_mape,
+        coverage=status.coverage,
+        coverage_confidence=status.coverage_confidence,
+        device_kinds=[
+            messages.DeviceKindStatus(
+                device_kind=k.device_kind,
+                observations=k.observations,
+                rolling_mape=k.rolling_mape,
+                coverage=k.coverage,
+                residuals=k.residuals,
+                drift_alarms=k.drift_alarms,
+            )
+            for k in status.device_kinds
+        ],
+        devices=status.devices,
+        batches_running=status.batches_running,
+        uptime_s=status.uptime_s,
+    )
+    for alarm in status.drift_alarms:
+        message = response.drift_alarms.add(
+            device_kind=alarm.device_kind, at_observation=alarm.at_observation, rolling_mape=alarm.rolling_mape
+        )
+        _set_time(message.time, alarm.time)
+    if status.last_snapshot_time is not None:
+        _set_time(response.last_snapshot_time, status.last_snapshot_time)
+    return response
+
+
+# --------------------------------------------------------------------- domain -> requests (client side)
+
+
+def batch_to_pb(batch: BatchSpec) -> Any:
+    return pb2().Batch(model=batch.model, batch_size=batch.batch_size, attrs=dict(batch.attrs))
+
+
+def query_to_pb(query: Query) -> Any:
+    message = pb2().BatchQuery(
+        device=query.device,
+        device_kind=query.device_kind,
+        batch=batch_to_pb(query.batch),
+        co_runners=[co_runner_to_pb(c) for c in query.co_runners],
+        co_runner_source=_SOURCES_PB[query.co_runner_source],
+        signals=dict(query.signals),
+    )
+    if query.solo_latency_ms is not None:
+        message.solo_latency_ms = query.solo_latency_ms
+    return message
+
+
+def candidate_to_pb(candidate: Candidate) -> Any:
+    return pb2().PlacementCandidate(
+        device=candidate.device,
+        device_kind=candidate.device_kind,
+        co_runners=[co_runner_to_pb(c) for c in candidate.co_runners],
+        co_runner_source=_SOURCES_PB[candidate.co_runner_source],
+        signals=dict(candidate.signals),
+    )
+
+
+def set_deadline(message: Any, deadline_ms: float | None, deadline_time: float | None) -> None:
+    if deadline_ms is not None:
+        message.deadline_ms = deadline_ms
+    if deadline_time is not None:
+        _set_time(message.deadline_time, deadline_time)
+
+
+def record_to_pb(record: Record) -> Any:
+    messages = pb2()
+    message = messages.Record(
+        schema=SCHEMA,
+        device=record.device,
+        device_kind=record.device_kind,
+        batch=batch_to_pb(record.batch),
+        co_runners=[co_runner_to_pb(c) for c in record.co_runners],
+        signals=dict(record.signals),
+        source=record.source,
+    )
+    for name in ("start_s", "latency_ms", "solo_latency_ms"):
+        value = getattr(record, name)
+        if value is not None:
+            setattr(message, name, value)
+    return message
+
+
+# --------------------------------------------------------------------- responses -> domain (client side)
+
+
+def _time(field: Any) -> float:
+    return field.seconds + field.nanos / 1e9
+
+
+def prediction_from_pb(message: Any) -> Prediction:
+    return Prediction(
+        latency_ms=message.latency_ms,
+        solo_latency_ms=message.solo_latency_ms,
+        slowdown=message.slowdown,
+        upper_bound_ms=message.upper_bound_ms,
+        confidence=message.confidence,
+        bound_source=_BOUNDS.get(message.bound_source, BoundSource.FALLBACK),
+        residuals=message.residuals,
+        predictor=message.predictor,
+        observations_learned=message.observations_learned,
+        co_runners=tuple(
+            CoRunner(c.model, c.batch_size, dict(c.attrs), c.overlap if c.HasField("overlap") else 1.0)
+            for c in message.co_runners
+        ),
+        device_kind=message.device_kind,
+    )
+
+
+def deadline_answer_from_pb(message: Any) -> DeadlineAnswer:
+    return DeadlineAnswer(
+        feasible=message.feasible,
+        slack_ms=message.slack_ms,
+        probability=message.probability,
+        deadline_ms=message.deadline_ms,
+        prediction=prediction_from_pb(message.prediction),
+    )
+
+
+def ranking_from_pb(message: Any) -> Ranking:
+    return Ranking(
+        placements=tuple(
+            PlacementAnswer(
+                device=p.device,
+                rank=p.rank,
+                feasible=p.feasible,
+                slack_ms=p.slack_ms,
+                probability=p.probability,
+                prediction=prediction_from_pb(p.prediction),
+                candidate_index=p.candidate_index,
+            )
+            for p in message.placements
+        ),
+        deadline_ms=message.deadline_ms,
+    )
+
+
+def observation_report_from_pb(message: Any) -> ObservationReport:
+    return ObservationReport(
+        accepted=message.accepted,
+        rejected=message.rejected,
+        rejections=[Rejection(r.index, r.field, r.reason) for r in message.rejections],
+        observations_learned=message.observations_learned,
+    )
+
+
+def status_from_pb(message: Any) -> Status:
+    return Status(
+        ready=message.ready,
+        predictor=message.predictor,
+        observations_learned=message.observations_learned,
+        observations_rejected=message.observations_rejected,
+        rolling_mape=message.rolling_mape,
+        coverage=message.coverage,
+        coverage_confidence=message.coverage_confidence,
+        device_kinds=tuple(
+            KindStatus(k.device_kind, k.observations, k.rolling_mape, k.coverage, k.residuals, k.drift_alarms)
+            for k in message.device_kinds
+        ),
+        drift_alarms=tuple(
+            DriftAlarm(a.device_kind, a.at_observation, _time(a.time), a.rolling_mape) for a in message.drift_alarms
+        ),
+        devices=message.devices,
+        batches_running=message.batches_running,
+        uptime_s=message.uptime_s,
+        last_snapshot_time=_time(message.last_snapshot_time) if message.HasField("last_snapshot_time") else None,
+    )

@@ -1,0 +1,149 @@
+"""Prometheus metrics of the gRPC server: per-RPC counts and latencies, and the model's state.
+
+* ``interference_rpc_requests_total{method, code}`` and
+  ``interference_rpc_latency_seconds{method}`` come from a server interceptor
+  (unary-response RPCs: every RPC of the service);
+* ``interference_observations_learned_total``, ``..._rejected_total``,
+  ``interference_rolling_mape_percent{device_kind}``,
+  ``interference_bound_coverage_ratio{device_kind}``,
+  ``interference_drift_alarms_total{device_kind}``, ``interference_batches_running``,
+  ``interference_ready`` are read from the service at each scrape.
+
+Each :class:`ServerMetrics` has its own registry, so several servers (tests)
+live in one process.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Iterable
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from predictor.service.core import Service
+
+LATENCY_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.5, 1.0, 5.0)
+_PREFIX = "/interference.v1.InterferenceService/"
+
+
+class _ServiceCollector(Collector):
+    def __init__(self, service: Service):
+        self.service = service
+
+    def collect(self) -> Iterable[Metric]:
+        status = self.service.status()
+        learned = CounterMetricFamily("interference_observations_learned", "Observations learned.")
+        learned.add_metric([], status.observations_learned)
+        rejected = CounterMetricFamily("interference_observations_rejected", "Observations rejected.")
+        rejected.add_metric([], status.observations_rejected)
+        mape = GaugeMetricFamily(
+            "interference_rolling_mape_percent", "Rolling prequential MAPE (%).", labels=["device_kind"]
+        )
+        coverage = GaugeMetricFamily(
+            "interference_bound_coverage_ratio",
+            f"Rolling fraction of latencies within their {status.coverage_confidence:g} upper bound.",
+            labels=["device_kind"],
+        )
+        alarms = CounterMetricFamily("interference_drift_alarms", "Drift alarms raised.", labels=["device_kind"])
+        for kind in status.device_kinds:
+            if not math.isnan(kind.rolling_mape):
+                mape.add_metric([kind.device_kind], kind.rolling_mape)
+            if not math.isnan(kind.coverage):
+                coverage.add_metric([kind.device_kind], kind.coverage)
+            alarms.add_metric([kind.device_kind], kind.drift_alarms)
+        running = GaugeMetricFamily("interference_batches_running", "Batches running in the live view.")
+        running.add_metric([], status.batches_running)
+        ready = GaugeMetricFamily("interference_ready", "1 when the service answers predictions.")
+        ready.add_metric([], 1.0 if status.ready else 0.0)
+        yield from (learned, rejected, mape, coverage, alarms, running, ready)
+
+
+class ServerMetrics:
+    """Metrics of one server and its service.
+
+    Parameters
+    ----------
+    service
+        The service whose state is exported.
+    registry
+        Where the metrics live (default: a new registry).
+    """
+
+    def __init__(self, service: Service, registry: CollectorRegistry | None = None):
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.requests = Counter(
+            "interference_rpc_requests", "RPCs handled.", ["method", "code"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "interference_rpc_latency_seconds",
+            "Time spent handling an RPC.",
+            ["method"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(_ServiceCollector(service))
+        self._http: Any = None
+
+    def interceptor(self) -> grpc.ServerInterceptor:
+        return _MetricsInterceptor(self)
+
+    def observe(self, method: str, code: grpc.StatusCode, seconds: float) -> None:
+        self.requests.labels(method, code.name).inc()
+        self.latency.labels(method).observe(seconds)
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> int:
+        """Serve ``/metrics`` over HTTP on ``port`` (0: any free port); returns the port."""
+        server, _thread = start_http_server(port, host, registry=self.registry)
+        self._http = server
+        return int(server.server_port)
+
+    def stop(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+
+
+class _MetricsInterceptor(grpc.ServerInterceptor):
+    def __init__(self, metrics: ServerMetrics):
+        self.metrics = metrics
+
+    def intercept_service(self, continuation: Callable, handler_call_details: Any) -> Any:
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        full = handler_call_details.method
+        method = full[len(_PREFIX) :] if full.startswith(_PREFIX) else full
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._timed(handler.unary_unary, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                self._timed(handler.stream_unary, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler  # streaming responses (health Watch, reflection) are not timed
+
+    def _timed(self, behaviour: Callable, method: str) -> Callable:
+        metrics = self.metrics
+
+        def timed(request: Any, context: grpc.ServicerContext) -> Any:
+            start = time.perf_counter()
+            code = grpc.StatusCode.OK
+            try:
+                return behaviour(request, context)
+            except Exception:
+                code = context.code() or grpc.StatusCode.UNKNOWN
+                raise
+            finally:
+                metrics.observe(method, code, time.perf_counter() - start)
+
+        return timed

@@ -1,0 +1,75 @@
+"""The ``interference.v1.InterferenceService`` servicer: convert, call the service, convert back.
+
+Every handler is a few lines; errors are mapped by :func:`~predictor.rpc.errors.grpc_errors`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Iterator
+
+import grpc
+
+from predictor.rpc import convert
+from predictor.rpc.errors import grpc_errors
+from predictor.rpc.protos import pb2
+from predictor.service.core import Service
+
+
+class InterferenceServicer:
+    """Implements the RPCs of ``interference.v1.InterferenceService`` over a :class:`Service`."""
+
+    def __init__(self, service: Service):
+        self.service = service
+
+    @grpc_errors
+    def PredictLatency(self, request: Any, context: grpc.ServicerContext) -> Any:
+        prediction = self.service.predict(
+            convert.query_from_pb(request.query), convert.confidence_from_pb(request.confidence)
+        )
+        return pb2().PredictLatencyResponse(prediction=convert.prediction_to_pb(prediction))
+
+    @grpc_errors
+    def CheckDeadline(self, request: Any, context: grpc.ServicerContext) -> Any:
+        answer = self.service.check_deadline(
+            convert.query_from_pb(request.query),
+            convert.deadline_from_pb(request),
+            convert.confidence_from_pb(request.confidence),
+        )
+        return convert.deadline_answer_to_pb(answer)
+
+    @grpc_errors
+    def RankPlacements(self, request: Any, context: grpc.ServicerContext) -> Any:
+        ranking = self.service.rank_placements(
+            convert.batch_from_pb(request.batch),
+            [convert.candidate_from_pb(c) for c in request.candidates],
+            convert.deadline_from_pb(request),
+            convert.confidence_from_pb(request.confidence),
+            request.solo_latency_ms if request.HasField("solo_latency_ms") else None,
+        )
+        return convert.ranking_to_pb(ranking)
+
+    @grpc_errors
+    def ReportObservations(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        items = ((functools.partial(convert.record_from_pb, m.record), m.batch_id) for m in request_iterator)
+        return convert.observation_report_to_pb(self.service.report_observations(items))
+
+    @grpc_errors
+    def ReportBatchStart(self, request: Any, context: grpc.ServicerContext) -> Any:
+        predicted, running = self.service.batch_start(
+            request.device,
+            request.device_kind,
+            request.batch_id,
+            convert.batch_from_pb(request.batch),
+            request.elapsed_ms if request.HasField("elapsed_ms") else None,
+        )
+        return pb2().ReportBatchStartResponse(predicted_latency_ms=predicted, running=running)
+
+    @grpc_errors
+    def ReportBatchEnd(self, request: Any, context: grpc.ServicerContext) -> Any:
+        found, running = self.service.batch_end(request.device, request.batch_id)
+        return pb2().ReportBatchEndResponse(found=found, running=running)
+
+    @grpc_errors
+    def GetStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return convert.status_to_pb(self.service.status())
