@@ -102,15 +102,14 @@ def run_split(
 
 def run_prequential(
     predictor: LatencyPredictor,
-    records: Sequence[Record],
+    records: Iterable[Record],
     *,
     progress: Progress | None = None,
 ) -> Scored:
     """Predict each record, then learn from it, in stream order."""
     scored = Scored()
     for record in records:
-        scored.add(predictor.predict_one(record), record.latency_ms)  # type: ignore[arg-type]
-        predictor.learn_one(record)
+        scored.add(predictor.predict_learn_one(record), record.latency_ms)  # type: ignore[arg-type]
         if progress:
             progress(1)
     return scored

@@ -10,6 +10,8 @@ import copy
 import math
 import pickle
 
+import numpy as np
+
 from predictor.predictors.base import LatencyPredictor
 from predictor.records import BatchSpec, CoRunner, Record
 from predictor.snapshot import restore_predictor, snapshot_predictor
@@ -85,7 +87,21 @@ def check_clone_is_unfitted(predictor: LatencyPredictor, records: list[Record]) 
     assert fresh.n_learned == 0 and fresh.params() == predictor.params()
 
 
+def check_predict_learn_matches_predict_then_learn(predictor: LatencyPredictor, records: list[Record]) -> None:
+    other = predictor.clone()
+    combined = [predictor.predict_learn_one(r) for r in records]
+    separate = []
+    for record in records:
+        separate.append(other.predict_one(record))
+        other.learn_one(record)
+    # equal up to rounding: a vector grown for learning sums over extra zero-weight columns
+    assert np.allclose(combined, separate, rtol=1e-9, atol=0), f"{predictor}: predict_learn_one differs"
+    assert np.allclose(predictor.predict_many(records), other.predict_many(records), rtol=1e-9, atol=0)
+    assert predictor.n_learned == other.n_learned == len(records)
+
+
 CHECKS = [
+    check_predict_learn_matches_predict_then_learn,
     check_finite_positive_output,
     check_input_not_mutated,
     check_deterministic,

@@ -7,8 +7,9 @@ import json
 import time
 
 from predictor.commands.evaluate import add_protocol_arguments, protocol_label, results_table, score
-from predictor.evaluation import summarize
-from predictor.logio import read_records
+from predictor.evaluation import run_prequential, summarize
+from predictor.logio import ReadReport, iter_records, read_records
+from predictor.predictors import create
 from predictor.progress import progress_bar
 
 
@@ -23,11 +24,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    records, report = read_records(args.log, tolerant=args.tolerant)
-    loaded = time.perf_counter()
-    with progress_bar(args.predictor, total=len(records)) as advance:
-        scored = score(args.predictor, records, args, advance)
+    report = ReadReport()
+    if args.prequential:  # a stream: never held in memory
+        records = iter_records(args.log, tolerant=args.tolerant, report=report)
+        predictor = create(args.predictor, seed=args.seed)
+        scored = run_prequential(predictor, records)
+        loaded = started
+    else:
+        records, report = read_records(args.log, tolerant=args.tolerant)
+        loaded = time.perf_counter()
+        with progress_bar(args.predictor, total=len(records)) as advance:
+            scored = score(args.predictor, records, args, advance)
     finished = time.perf_counter()
+    count = report.accepted
     summary = summarize(scored)
     from rich.console import Console
 
@@ -35,11 +44,10 @@ def run(args: argparse.Namespace) -> int:
     if report.skipped:
         console.print(f"[yellow]{report.summary()}[/]")
     console.print(results_table(args.log, protocol_label(args), {args.predictor: summary}))
-    rate = len(records) / max(finished - started, 1e-9)
-    console.print(
-        f"{len(records)} records: read {loaded - started:.2f} s, predicted and learned "
-        f"{finished - loaded:.2f} s, {rate:,.0f} records/s end to end"
-    )
+    rate = count / max(finished - started, 1e-9)
+    phases = "read, predicted and learned as a stream" if args.prequential else (
+        f"read {loaded - started:.2f} s, predicted and learned {finished - loaded:.2f} s")
+    console.print(f"{count} records in {finished - started:.2f} s ({phases}): {rate:,.0f} records/s end to end")
     if args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as stream:
             json.dump({"log": args.log, "predictor": args.predictor, "protocol": protocol_label(args),

@@ -50,7 +50,10 @@ class LatencyPredictor(ABC):
 
     def predict_one(self, record: Record) -> float:
         """Predicted latency in ms (always finite and > 0)."""
-        slowdown = self.predict_slowdown(record)
+        return self._to_latency(record, self.predict_slowdown(record))
+
+    def _to_latency(self, record: Record, slowdown: float) -> float:
+        """Latency in ms from a predicted slowdown, clamped to a sane range."""
         if not math.isfinite(slowdown):
             slowdown = 1.0
         slowdown = min(max(slowdown, MIN_SLOWDOWN), MAX_SLOWDOWN)
@@ -68,6 +71,16 @@ class LatencyPredictor(ABC):
         self.learn_slowdown(record, slowdown)
         self._solo.learn(record)
         self.n_learned += 1
+
+    def predict_learn_one(self, record: Record) -> float:
+        """Predict ``record``'s latency, then learn from it (one prequential step).
+
+        Subclasses may share work between the two halves; the prediction is
+        always the one made before learning.
+        """
+        predicted = self.predict_one(record)
+        self.learn_one(record)
+        return predicted
 
     def fit(self, records: Iterable[Record]) -> LatencyPredictor:
         """Learn from a training set; online predictors learn one by one."""

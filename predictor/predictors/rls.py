@@ -109,10 +109,28 @@ class RlsPredictor(LatencyPredictor):
         value = model.predict_one(self._extract(record))
         return math.exp(min(value, 10.0)) if self.log_target else value
 
+    def predict_learn_one(self, record: Record) -> float:
+        key = self._key(record)
+        fresh = key not in self._models
+        model = self._model(key)
+        vector = model.vectorize(self._extract(record), grow=True)
+        raw = 1.0 if fresh else model.predict_vector(vector)
+        if self.log_target and not fresh:
+            raw = math.exp(min(raw, 10.0))
+        predicted = self._to_latency(record, raw)
+        self._learn_vector(record, key, model, vector)
+        return predicted
+
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
         key = self._key(record)
         model = self._model(key)
-        vector = model.vectorize(self._extract(record), grow=True)
+        self._learn_vector(record, key, model, model.vectorize(self._extract(record), grow=True), slowdown)
+
+    def _learn_vector(self, record: Record, key: str, model: RLS, vector, slowdown: float | None = None) -> None:
+        if slowdown is None:
+            slowdown = record.latency_ms / self.solo_latency(record)  # type: ignore[operator]
+            self._solo.learn(record)
+            self.n_learned += 1
         if self.log_target:
             slowdown = math.log(slowdown)
         residual = slowdown - model.predict_vector(vector)
