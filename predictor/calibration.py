@@ -20,10 +20,14 @@ a deliberately wide log-normal fallback answers and says so
 (:attr:`BoundSource.FALLBACK`).
 
 Optionally (``adapt > 0``) the level is adjusted online per device kind as in
-adaptive conformal inference (Gibbs and Candès, 2021), which keeps the
-long-run miss rate at the target even when the residuals drift; the
-adjustment is tracked at ``target`` and applied to every requested
-confidence as a shift in miss rate, proportionally.
+adaptive conformal inference (Gibbs and Candès, 2021), one-sided: when recent
+misses at ``target`` exceed ``1 - target`` (the residuals drifted wider), the
+bounds widen until the long-run miss rate is back at the target; they never
+become narrower than the plain conformal ones. The adjustment scales the
+allowed miss rate of every requested confidence by the same factor in
+(0.1, 1], and the probabilities are mapped consistently, so that a bound at
+``c`` is within a deadline exactly when the probability of meeting it is at
+least ``c``.
 
 Examples
 --------
@@ -208,7 +212,8 @@ class ConformalCalibrator:
 
     def _adapt(self, kind: str, residual: float) -> None:
         # Adaptive conformal inference: alpha_{t+1} = alpha_t + gamma (alpha - err_t), kept
-        # here as a shift of the miss rate at ``target``, bounded so the factor stays in [0.1, 5].
+        # here as a shift of the miss rate at ``target``, one-sided (<= 0: wider bounds only) and
+        # bounded so that the miss factor stays in [0.1, 1].
         level, source = self._level_and_window(kind, self.target)
         if level is None or source is not BoundSource.DEVICE_KIND:
             return
@@ -216,7 +221,7 @@ class ConformalCalibrator:
         missed = residual > window.quantile(confidence)
         alpha = 1.0 - self.target
         shift = self._miss_shift.get(kind, 0.0) + self.adapt * (alpha - float(missed))
-        self._miss_shift[kind] = min(max(shift, -0.9 * alpha), 4.0 * alpha)
+        self._miss_shift[kind] = min(max(shift, -0.9 * alpha), 0.0)
 
     # -------------------------------------------------------------- answering
     def n_residuals(self, kind: str) -> int:
@@ -292,7 +297,9 @@ class ConformalCalibrator:
             factors[kind] = self.upper_bound(1.0, kind, confidence)
         scale = np.array([factors[k].upper_ms for k in kinds], dtype=float)
         uppers = predicted * scale
-        bounds = [Bound(float(u), factors[k].source, factors[k].n) for u, k in zip(uppers, kinds, strict=True)]
+        bounds = [
+            Bound(float(u), factors[k].source, factors[k].n) for u, k in zip(uppers, kinds, strict=True)
+        ]
         return uppers, bounds
 
     def probabilities_within(

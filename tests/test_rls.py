@@ -25,13 +25,20 @@ def feed(rls: RLS, matrix: np.ndarray, target: np.ndarray) -> None:
     delta=st.sampled_from([0.1, 1.0, 10.0]),
 )
 def test_no_forgetting_equals_ridge(data, weights, delta):
-    """With forgetting 1, RLS equals ridge least squares with penalty 1/delta (intercept included)."""
+    """With forgetting 1, RLS equals ridge least squares (intercept included).
+
+    Features enter scaled by the first non-zero magnitude seen in their column and
+    the prior is ``delta * I`` on the scaled weights, so on the raw weights
+    the ridge penalty of column k is ``s_k^2 / delta`` with ``s_k`` the first
+    non-zero magnitude of that column (at least 1e-3; 1 for the intercept).
+    """
     n, d = data.shape
     target = data @ weights[:d] + weights[5]
     rls = RLS(forgetting=1.0, delta=delta, max_trace=1e12)
     feed(rls, data, target)
     design = np.hstack([np.ones((n, 1)), data])
-    reference = np.linalg.solve(design.T @ design + np.eye(d + 1) / delta, design.T @ target)
+    first = np.array([max(next((abs(v) for v in column if v != 0), 1.0), 1e-3) for column in design.T])
+    reference = np.linalg.solve(design.T @ design + np.diag(first**2) / delta, design.T @ target)
     learned = np.array([rls.weights["intercept"]] + [rls.weights.get(f"x{i}", 0.0) for i in range(d)])
     np.testing.assert_allclose(learned, reference, rtol=1e-5, atol=1e-5 * (1 + np.abs(reference).max()))
 

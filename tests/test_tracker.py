@@ -55,7 +55,7 @@ def test_overlap_matches_brute_force_for_any_delivery_order(batches, order) -> N
     order.shuffle(events)
     seen: set[int] = set()
     fixed = []
-    for kind, i in events:  # an end delivered before its begin swaps roles with it
+    for _kind, i in events:  # an end delivered before its begin swaps roles with it
         fixed.append(("begin" if i not in seen else "end", i))
         seen.add(i)
     records: list[Record] = []
@@ -112,7 +112,9 @@ def test_records_are_valid_coloc_v1_with_signals_and_solo() -> None:
 
     out: list[Record] = []
     tracker = Tracker(out.append, signals=signals, source="cpu", lag_s=0.0)
-    tracker.begin("a", "cpu0", "resnet", 4, 1.0, attrs={"gflops": 0.4}, solo_latency_ms=5.0, device_kind="Xeon")
+    tracker.begin(
+        "a", "cpu0", "resnet", 4, 1.0, attrs={"gflops": 0.4}, solo_latency_ms=5.0, device_kind="Xeon"
+    )
     tracker.begin("b", "cpu0", "mlp", 2, 1.004, attrs={"mbytes": 126.0})
     tracker.end("a", 1.010, start_s=1.002, latency_ms=8.0)
     assert tracker.poll(now=1.010) == 1

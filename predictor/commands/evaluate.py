@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("logs", nargs="+", help="coloc/v1 logs (.jsonl or .jsonl.gz)")
     parser.add_argument(
         "--predictors", default=DEFAULT_PREDICTORS,
-        help=f"comma-separated names or name:key=value specs separated by ';' (default {DEFAULT_PREDICTORS})",
+        help=f"comma-separated names or name:key=value,... specs (default {DEFAULT_PREDICTORS})",
     )
     add_protocol_arguments(parser)
     parser.add_argument("--json", dest="json_out", help="write results as JSON here")
@@ -67,10 +67,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def split_predictor_list(text: str) -> list[str]:
-    """``"a,b"`` or ``"rls:forgetting=0.99,delta=10;sgd"`` into specs."""
-    if ";" in text or ":" in text:
+    """Predictor specs from ``"a,b"``, ``"rls:forgetting=0.99,delta=10,sgd"`` or ``"a;b"``.
+
+    >>> split_predictor_list("solo,rls:forgetting=0.99,delta=10,sgd")
+    ['solo', 'rls:forgetting=0.99,delta=10', 'sgd']
+    """
+    if ";" in text:
         return [s.strip() for s in text.split(";") if s.strip()]
-    return [s.strip() for s in text.split(",") if s.strip()]
+    specs: list[str] = []
+    for token in (t.strip() for t in text.split(",")):
+        if not token:
+            continue
+        if "=" in token and ":" not in token and specs:
+            specs[-1] += "," + token  # another argument of the previous spec
+        else:
+            specs.append(token)
+    return specs
 
 
 def run(args: argparse.Namespace) -> int:

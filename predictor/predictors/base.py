@@ -32,6 +32,7 @@ class LatencyPredictor(ABC):
     def __init__(self, seed: int = 0):
         self.seed = seed
         self._solo = SoloProfile()
+        self._slowdown_range = (MIN_SLOWDOWN, MAX_SLOWDOWN)
         self.n_learned = 0
 
     # -- what subclasses provide ---------------------------------------------
@@ -56,7 +57,8 @@ class LatencyPredictor(ABC):
         """Latency in ms from a predicted slowdown, clamped to a sane range."""
         if not math.isfinite(slowdown):
             slowdown = 1.0
-        slowdown = min(max(slowdown, MIN_SLOWDOWN), MAX_SLOWDOWN)
+        low, high = self._slowdown_range
+        slowdown = min(max(slowdown, low), high)
         return self.solo_latency(record) * slowdown
 
     def predict_many(self, records: list[Record]) -> list[float]:
@@ -69,7 +71,22 @@ class LatencyPredictor(ABC):
             raise ValueError("latency_ms: required to learn from a record")
         slowdown = record.latency_ms / self.solo_latency(record)
         self.learn_slowdown(record, slowdown)
+        self._observed(record, slowdown)
+
+    def _observed(self, record: Record, slowdown: float) -> None:
+        """Book-keeping after learning: solo profile, count, plausible slowdown range.
+
+        Predictions are kept within half the smallest and twice the largest
+        slowdown observed so far, so an extrapolating model cannot answer
+        something no observation ever came near.
+        """
         self._solo.learn(record)
+        if self.n_learned == 0:
+            low, high = slowdown, slowdown
+        else:
+            low, high = self._slowdown_range[0] * 2, self._slowdown_range[1] / 2
+        low, high = min(low, slowdown), max(high, slowdown)
+        self._slowdown_range = (max(low / 2, MIN_SLOWDOWN), min(high * 2, MAX_SLOWDOWN))
         self.n_learned += 1
 
     def predict_learn_one(self, record: Record) -> float:

@@ -39,7 +39,9 @@ class RlsPredictor(LatencyPredictor):
     split_by
         ``None`` for one model, or a record attribute keying separate models.
     drift_reset
-        Re-open the covariance when ADWIN flags drift in the residuals.
+        Re-open the covariance when ADWIN flags a rise of the absolute residuals.
+    drift_delta
+        ADWIN's confidence parameter (smaller: fewer, surer alarms).
     clip
         Clip residuals beyond ``clip`` times the running mean absolute
         residual (after a warm-up); ``0`` disables clipping.
@@ -55,11 +57,12 @@ class RlsPredictor(LatencyPredictor):
     def __init__(
         self,
         forgetting: float = 0.998,
-        delta: float = 10.0,
-        max_trace: float = 1e5,
+        delta: float = 1.0,
+        max_trace: float | None = None,
         split_by: str | None = None,
         drift_reset: bool = True,
-        clip: float = 6.0,
+        drift_delta: float = 0.002,
+        clip: float = 0.0,
         features: str = "interactions",
         log_target: bool = True,
         seed: int = 0,
@@ -80,6 +83,9 @@ class RlsPredictor(LatencyPredictor):
         self.max_trace = max_trace
         self.split_by = split_by
         self.drift_reset = drift_reset
+        if not 0 < drift_delta < 1:
+            raise ValueError(f"drift_delta must lie in (0, 1), got {drift_delta!r}")
+        self.drift_delta = drift_delta
         self.clip = clip
         self._models: dict[str, RLS] = {}
         self._detectors: dict[str, drift.ADWIN] = {}
@@ -99,7 +105,7 @@ class RlsPredictor(LatencyPredictor):
         model = self._models.get(key)
         if model is None:
             model = self._models[key] = RLS(self.forgetting, self.delta, self.max_trace)
-            self._detectors[key] = drift.ADWIN()
+            self._detectors[key] = drift.ADWIN(delta=self.drift_delta)
         return model
 
     def predict_slowdown(self, record: Record) -> float:
@@ -129,8 +135,7 @@ class RlsPredictor(LatencyPredictor):
     def _learn_vector(self, record: Record, key: str, model: RLS, vector, slowdown: float | None = None) -> None:
         if slowdown is None:
             slowdown = record.latency_ms / self.solo_latency(record)  # type: ignore[operator]
-            self._solo.learn(record)
-            self.n_learned += 1
+            self._observed(record, slowdown)
         if self.log_target:
             slowdown = math.log(slowdown)
         residual = slowdown - model.predict_vector(vector)
@@ -149,7 +154,9 @@ class RlsPredictor(LatencyPredictor):
         model.learn_vector(vector, target)
         if self.drift_reset:
             detector = self._detectors[key]
+            level = detector.estimation
             detector.update(abs(residual))
-            if detector.drift_detected and seen >= WARMUP:
+            # ADWIN flags any change of the mean; only a rise of the error calls for re-learning.
+            if detector.drift_detected and detector.estimation > level and seen >= WARMUP:
                 model.reset_covariance()
                 self.n_drifts += 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from river import linear_model, optim, preprocessing
 
 from predictor.features import fine_features
@@ -20,11 +22,20 @@ class SgdPredictor(LatencyPredictor):
         Step size for the intercept.
     l2
         L2 penalty.
+    log_target
+        Learn ``log(slowdown)`` (relative errors) rather than the slowdown.
     """
 
     name = "sgd"
 
-    def __init__(self, learning_rate: float = 0.01, intercept_lr: float = 0.05, l2: float = 0.0, seed: int = 0):
+    def __init__(
+        self,
+        learning_rate: float = 0.003,
+        intercept_lr: float = 0.05,
+        l2: float = 0.0,
+        log_target: bool = True,
+        seed: int = 0,
+    ):
         super().__init__(seed=seed)
         if not learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
@@ -35,15 +46,17 @@ class SgdPredictor(LatencyPredictor):
         self.learning_rate = learning_rate
         self.intercept_lr = intercept_lr
         self.l2 = l2
+        self.log_target = log_target
         self._model = preprocessing.StandardScaler() | linear_model.LinearRegression(
             optimizer=optim.SGD(learning_rate),
-            intercept_init=1.0,
+            intercept_init=0.0 if log_target else 1.0,
             intercept_lr=intercept_lr,
             l2=l2,
         )
 
     def predict_slowdown(self, record: Record) -> float:
-        return self._model.predict_one(fine_features(record))
+        value = self._model.predict_one(fine_features(record))
+        return math.exp(min(value, 10.0)) if self.log_target else value
 
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
-        self._model.learn_one(fine_features(record), slowdown)
+        self._model.learn_one(fine_features(record), math.log(slowdown) if self.log_target else slowdown)

@@ -76,8 +76,7 @@ class StaticPredictor(LatencyPredictor):
                 )
             else:
                 self.features(record, learning=True)
-            self._solo.learn(record)
-            self.n_learned += 1
+            self._observed(record, record.latency_ms / self.solo_latency(record))
         if self._weights is None and self._pending:
             self._fit_pending()
         return self

@@ -40,6 +40,8 @@ from scipy.linalg.blas import dsymv, dsyr
 from predictor.regressors.feature_index import FeatureIndex
 
 RESCALE_ABOVE = 1e12
+MAX_MAGNITUDE = 1e100
+SCALE_FLOOR = 1e-3
 
 
 class RLS:
@@ -53,6 +55,7 @@ class RLS:
         Initial covariance scale: ``P = delta * I`` (prior precision ``1/delta``).
     max_trace
         Upper bound on ``trace(P)``; ``P`` is rescaled when it grows beyond.
+        ``None`` (the default) bounds it by the prior, ``delta`` per column.
     max_features
         Cap on distinct feature names (memory bound).
     """
@@ -61,20 +64,21 @@ class RLS:
         self,
         forgetting: float = 0.999,
         delta: float = 100.0,
-        max_trace: float = 1e6,
+        max_trace: float | None = None,
         max_features: int = 256,
     ):
         if not 0.0 < forgetting <= 1.0:
             raise ValueError(f"forgetting must lie in (0, 1], got {forgetting!r}")
         if not delta > 0:
             raise ValueError(f"delta must be > 0, got {delta!r}")
-        if not max_trace > 0:
+        if max_trace is not None and not max_trace > 0:
             raise ValueError(f"max_trace must be > 0, got {max_trace!r}")
         self.forgetting = forgetting
         self.delta = delta
         self.max_trace = max_trace
         self.index = FeatureIndex(max_features)
         self._weights = np.zeros(1)
+        self._column_scale = np.ones(1)
         self._s = np.asfortranarray(np.eye(1) * delta)
         self._scale = 1.0
         self._trace_s = delta
@@ -84,21 +88,28 @@ class RLS:
     # ------------------------------------------------------------------ state
     @property
     def weights(self) -> dict[str, float]:
-        """Learned weights by feature name (``"intercept"`` for column 0)."""
+        """Learned weights by feature name, on the raw feature scale (``"intercept"`` for column 0)."""
         names = {0: "intercept"} | {c: n for n, c in self.index.columns.items()}
-        return {names[i]: float(w) for i, w in enumerate(self._weights)}
+        raw = np.divide(self._weights, self._column_scale, out=np.zeros_like(self._weights),
+                        where=self._column_scale > 0)
+        return {names[i]: float(w) for i, w in enumerate(raw)}
 
     @property
     def covariance(self) -> np.ndarray:
-        """``P`` as a full symmetric matrix (a copy)."""
+        """``P`` over the scaled features, as a full symmetric matrix (a copy)."""
         upper = np.triu(self._s)
         return self._scale * (upper + np.triu(upper, 1).T)
+
+    @property
+    def trace_bound(self) -> float:
+        return self.max_trace if self.max_trace is not None else self.delta * self._weights.size
 
     def _grow(self, size: int) -> None:
         old = self._weights.size
         if size == old:
             return
         self._weights = np.concatenate([self._weights, np.zeros(size - old)])
+        self._column_scale = np.concatenate([self._column_scale, np.zeros(size - old)])
         s = np.zeros((size, size), order="F")
         s[:old, :old] = self._s
         # New directions start with the prior delta in P = c * S.
@@ -108,8 +119,22 @@ class RLS:
         self._bound_trace()
 
     def _bound_trace(self) -> None:
-        if self._scale * self._trace_s > self.max_trace:
-            self._scale = self.max_trace / self._trace_s
+        bound = self.trace_bound
+        if self._scale * self._trace_s > bound:
+            self._scale = bound / self._trace_s
+
+    def _set_column_scales(self, vector: np.ndarray) -> None:
+        """Fix the scale of columns seen non-zero for the first time.
+
+        A feature enters the model divided by the magnitude it had the first
+        time it was non-zero (at least ``SCALE_FLOOR``), so the prior
+        ``delta`` means about the same for every feature whatever its units:
+        on the raw weight of column k it is a ridge penalty ``s_k^2 / delta``.
+        Scales never change afterwards, so learning stays exact RLS.
+        """
+        fresh = (self._column_scale[: vector.size] == 0) & (vector != 0)
+        if fresh.any():
+            self._column_scale[: vector.size][fresh] = np.maximum(np.abs(vector[fresh]), SCALE_FLOOR)
 
     def reset_covariance(self) -> None:
         """Re-open the covariance to ``delta * I`` (after drift); weights kept."""
@@ -121,24 +146,27 @@ class RLS:
 
     # ------------------------------------------------------------- learning
     def vectorize(self, x: Mapping[str, float], *, grow: bool) -> np.ndarray:
-        """The column vector of ``x``; with ``grow``, new names get columns."""
+        """The scaled column vector of ``x``; with ``grow``, new names get columns and scales."""
         vector = self.index.vector(x, grow=grow)
         if grow:
             self._grow(vector.size)
-        return vector
+            if np.abs(vector).max() < MAX_MAGNITUDE:  # an absurd value must not set a scale
+                self._set_column_scales(vector)
+        scale = self._column_scale[: vector.size]
+        return np.divide(vector, scale, out=np.zeros_like(vector), where=scale > 0)
 
     def predict_vector(self, vector: np.ndarray) -> float:
         return float(vector @ self._weights[: vector.size])
 
     def predict_one(self, x: Mapping[str, float]) -> float:
-        return self.predict_vector(self.index.vector(x, grow=False))
+        return self.predict_vector(self.vectorize(x, grow=False))
 
     def predict_many(self, xs: list[Mapping[str, float]]) -> np.ndarray:
         """Predictions for many feature dicts at once."""
         if not xs:
             return np.zeros(0)
         matrix = np.stack([self.index.vector(x, grow=False) for x in xs])
-        return matrix @ self._weights
+        return matrix @ (self._weights / np.where(self._column_scale > 0, self._column_scale, np.inf))
 
     def learn_one(self, x: Mapping[str, float], y: float) -> None:
         self.learn_vector(self.vectorize(x, grow=True), y)

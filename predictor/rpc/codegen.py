@@ -165,7 +165,9 @@ def generate(root: Path = PROTO_ROOT, out: Path = GENERATED_DIR, *, force: bool 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m predictor.rpc.codegen", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m predictor.rpc.codegen", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--check", action="store_true", help="only report whether the code is up to date")
     parser.add_argument("--force", action="store_true", help="regenerate even when up to date")
     args = parser.parse_args(argv)

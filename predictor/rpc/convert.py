@@ -200,7 +200,9 @@ def observation_report_to_pb(report: ObservationReport) -> Any:
     return messages.ReportObservationsResponse(
         accepted=report.accepted,
         rejected=report.rejected,
-        rejections=[messages.Rejection(index=r.index, field=r.field, reason=r.reason) for r in report.rejections],
+        rejections=[
+            messages.Rejection(index=r.index, field=r.field, reason=r.reason) for r in report.rejections
+        ],
         observations_learned=report.observations_learned,
     )
 
@@ -232,7 +234,9 @@ def status_to_pb(status: Status) -> Any:
     )
     for alarm in status.drift_alarms:
         message = response.drift_alarms.add(
-            device_kind=alarm.device_kind, at_observation=alarm.at_observation, rolling_mape=alarm.rolling_mape
+            device_kind=alarm.device_kind,
+            at_observation=alarm.at_observation,
+            rolling_mape=alarm.rolling_mape,
         )
         _set_time(message.time, alarm.time)
     if status.last_snapshot_time is not None:
@@ -373,10 +377,13 @@ def status_from_pb(message: Any) -> Status:
             for k in message.device_kinds
         ),
         drift_alarms=tuple(
-            DriftAlarm(a.device_kind, a.at_observation, _time(a.time), a.rolling_mape) for a in message.drift_alarms
+            DriftAlarm(a.device_kind, a.at_observation, _time(a.time), a.rolling_mape)
+            for a in message.drift_alarms
         ),
         devices=message.devices,
         batches_running=message.batches_running,
         uptime_s=message.uptime_s,
-        last_snapshot_time=_time(message.last_snapshot_time) if message.HasField("last_snapshot_time") else None,
+        last_snapshot_time=_time(message.last_snapshot_time)
+        if message.HasField("last_snapshot_time")
+        else None,
     )

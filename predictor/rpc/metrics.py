@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
@@ -48,7 +49,9 @@ class _ServiceCollector(Collector):
             f"Rolling fraction of latencies within their {status.coverage_confidence:g} upper bound.",
             labels=["device_kind"],
         )
-        alarms = CounterMetricFamily("interference_drift_alarms", "Drift alarms raised.", labels=["device_kind"])
+        alarms = CounterMetricFamily(
+            "interference_drift_alarms", "Drift alarms raised.", labels=["device_kind"]
+        )
         for kind in status.device_kinds:
             if not math.isnan(kind.rolling_mape):
                 mape.add_metric([kind.device_kind], kind.rolling_mape)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections.abc import Sequence
 from concurrent import futures
-from typing import Sequence
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -77,7 +77,9 @@ def create_server(
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
 
     def on_ready(ready: bool) -> None:
-        status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
         health_servicer.set("", status)
         health_servicer.set(SERVICE_NAME, status)
 

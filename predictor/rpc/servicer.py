@@ -6,7 +6,8 @@ Every handler is a few lines; errors are mapped by :func:`~predictor.rpc.errors.
 from __future__ import annotations
 
 import functools
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import grpc
 

@@ -35,7 +35,8 @@ class ServiceConfig:
     fallback_sigma
         Log-normal spread of the wide bound used before any residuals exist.
     adapt
-        Step of the adaptive-conformal adjustment (0 disables it).
+        Step of the one-sided adaptive-conformal adjustment, which widens the bounds of a
+        device kind whose recent misses exceed ``1 - coverage_confidence`` (0 disables it).
     error_window
         Recent observations the rolling MAPE is computed over (per device kind).
     coverage_window
@@ -65,7 +66,7 @@ class ServiceConfig:
     calibration_window: int = 2000
     min_residuals: int = 50
     fallback_sigma: float = 0.5
-    adapt: float = 0.005
+    adapt: float = 0.002
     error_window: int = 500
     coverage_window: int = 2000
     max_candidates: int = 1024
@@ -102,7 +103,9 @@ class ServiceConfig:
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be > 0, got {value!r}")
         if not 0.0 < self.overrun_remaining_fraction <= 1.0:
-            raise ValueError(f"overrun_remaining_fraction must lie in (0, 1], got {self.overrun_remaining_fraction!r}")
+            raise ValueError(
+                f"overrun_remaining_fraction must lie in (0, 1], got {self.overrun_remaining_fraction!r}"
+            )
         if not (math.isfinite(self.snapshot_every_s) and self.snapshot_every_s >= 0):
             raise ValueError(f"snapshot_every_s must be >= 0, got {self.snapshot_every_s!r}")
         if not 0.0 <= self.adapt < 1.0:

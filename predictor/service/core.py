@@ -14,7 +14,8 @@ Examples
 >>> service.open()
 'cold start: nothing learned yet'
 >>> service.observe(parse_record({"schema": "coloc/v1", "device": "cpu0",
-...     "batch": {"model": "mlp", "batch_size": 2}, "latency_ms": 4.0}))
+...     "batch": {"model": "mlp", "batch_size": 2}, "latency_ms": 4.0}))  # predicted before learning
+1.0
 >>> prediction = service.predict(Query("cpu0", BatchSpec("mlp", 2)))
 >>> prediction.latency_ms, prediction.observations_learned
 (4.0, 1)
@@ -33,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from predictor.calibration import ConformalCalibrator, check_confidence
+from predictor.calibration import BoundSource, ConformalCalibrator, check_confidence
 from predictor.logio import ReadReport, iter_records
 from predictor.predictors import LatencyPredictor, create
 from predictor.records import SCHEMA, BatchSpec, CoRunner, Record, RecordError, parse_record
@@ -207,7 +208,6 @@ class Service:
                 "calibrator": self._calibrator,
                 "monitor": self._monitor,
                 "devices": self.live.devices(),
-                "n_rejected": self.n_rejected,
             }
             payload = snapshot.dump_state(state)
             observations = self._predictor.n_learned
@@ -241,7 +241,6 @@ class Service:
             self._predictor = predictor
             self._calibrator = calibrator
             self._monitor = monitor
-            self.n_rejected = int(state.get("n_rejected", 0))
             self._changes = 0
         self.live.restore_devices(dict(state.get("devices", {})))
         self.last_snapshot_time = float(header.get("created", time.time()))
@@ -255,8 +254,11 @@ class Service:
         return report
 
     # ------------------------------------------------------------------ learning
-    def observe(self, record: Record, batch_id: str = "") -> None:
-        """Learn from one observed record: score it (prequentially), then update the model."""
+    def observe(self, record: Record, batch_id: str = "") -> float:
+        """Learn from one observed record: score it (prequentially), then update the model.
+
+        Returns the latency predicted for it before learning.
+        """
         if record.latency_ms is None:
             raise InvalidArgument("record.latency_ms", "required in an observation")
         kind = record.device_kind or self.live.kind_of(record.device)
@@ -265,14 +267,22 @@ class Service:
         actual = record.latency_ms
         self.live.touch(record.device, kind)
         with self._lock:
-            predicted = self._predictor.predict_one(record)
+            # One prequential step: the prediction is made before the model learns the record,
+            # and the bound from the residuals before this one.
+            predicted = self._predictor.predict_learn_one(record)
             bound = self._calibrator.upper_bound(predicted, kind, self.config.coverage_confidence)
             self._calibrator.add(kind, actual, predicted)
-            self._monitor.update(kind, actual=actual, predicted=predicted, covered=actual <= bound.upper_ms)
-            self._predictor.learn_one(record)
+            self._monitor.update(
+                kind,
+                actual=actual,
+                predicted=predicted,
+                covered=actual <= bound.upper_ms,
+                calibrated=bound.source is not BoundSource.FALLBACK,
+            )
             self._changes += 1
         if batch_id:
             self.live.end(record.device, batch_id, required=False)
+        return predicted
 
     def report_observations(self, items: Iterable[tuple[RecordLike, str]]) -> ObservationReport:
         """Learn from a stream of ``(record, batch_id)``.
@@ -309,7 +319,8 @@ class Service:
 
     def _reject(self, report: ObservationReport, rejection: Rejection) -> None:
         report.rejected += 1
-        self.n_rejected += 1
+        with self._lock:
+            self.n_rejected += 1
         if len(report.rejections) < self.config.max_rejections_reported:
             report.rejections.append(rejection)
 
@@ -428,18 +439,27 @@ class Service:
             if runner.remaining_ms is not None and not (
                 math.isfinite(runner.remaining_ms) and runner.remaining_ms >= 0
             ):
-                raise InvalidArgument(f"{path}.remaining_ms", f"must be finite and >= 0, got {runner.remaining_ms!r}")
+                raise InvalidArgument(
+                    f"{path}.remaining_ms", f"must be finite and >= 0, got {runner.remaining_ms!r}"
+                )
             runners.append(
-                {"model": runner.model, "batch_size": runner.batch_size, "attrs": dict(runner.attrs),
-                 "overlap": runner.overlap}
+                {
+                    "model": runner.model,
+                    "batch_size": runner.batch_size,
+                    "attrs": dict(runner.attrs),
+                    "overlap": runner.overlap,
+                }
             )
             remaining.append(runner.remaining_ms)
         obj = {
             "schema": SCHEMA,
             "device": query.device,
             "device_kind": query.device_kind or None,
-            "batch": {"model": query.batch.model, "batch_size": query.batch.batch_size,
-                      "attrs": dict(query.batch.attrs)},
+            "batch": {
+                "model": query.batch.model,
+                "batch_size": query.batch.batch_size,
+                "attrs": dict(query.batch.attrs),
+            },
             "solo_latency_ms": query.solo_latency_ms,
             "co_runners": runners,
             "signals": dict(query.signals),
@@ -447,7 +467,9 @@ class Service:
         try:
             record = parse_record(obj, require_latency=False)
         except RecordError as exc:
-            where = batch_prefix if exc.field.startswith("batch") or exc.field == "solo_latency_ms" else prefix
+            where = (
+                batch_prefix if exc.field.startswith("batch") or exc.field == "solo_latency_ms" else prefix
+            )
             raise InvalidArgument(f"{where}{exc.field}", exc.message) from None
         source = query.co_runner_source
         if source is CoRunnerSource.LIVE_VIEW and query.co_runners:
@@ -461,7 +483,10 @@ class Service:
                 )
             running = self.live.running(query.device)
             record = dataclasses.replace(
-                record, co_runners=tuple(CoRunner(r.batch.model, r.batch.batch_size, r.batch.attrs) for r, _ in running)
+                record,
+                co_runners=tuple(
+                    CoRunner(r.batch.model, r.batch.batch_size, r.batch.attrs) for r, _ in running
+                ),
             )
             remaining = [ms for _, ms in running]
         kind = record.device_kind or self.live.kind_of(query.device)
@@ -479,7 +504,8 @@ class Service:
             solos = np.array([predictor.solo_latency(r) for r in records])
             moving = [i for i, p in enumerate(planned) if any(ms is not None for ms in p.remaining_ms)]
             latencies = np.empty(len(records))
-            fixed = [i for i in range(len(records)) if i not in set(moving)] if moving else list(range(len(records)))
+            moving_set = set(moving)
+            fixed = [i for i in range(len(records)) if i not in moving_set]
             if fixed:
                 latencies[fixed] = predictor.predict_many([records[i] for i in fixed])
             if moving:

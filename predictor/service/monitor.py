@@ -34,6 +34,9 @@ class _KindStats:
     errors: deque
     hits: deque
     observations: int = 0
+    covered_total: int = 0
+    calibrated_total: int = 0  # observations whose bound came from residuals (not the fallback)
+    calibrated_covered: int = 0
     alarms: int = 0
     error_sum: float = 0.0
     detector: drift.ADWIN = field(default_factory=drift.ADWIN)
@@ -68,8 +71,13 @@ class ErrorMonitor:
             )
         return stats
 
-    def update(self, kind: str, *, actual: float, predicted: float, covered: bool) -> DriftAlarm | None:
-        """Score one observation; returns the drift alarm it raised, if any."""
+    def update(
+        self, kind: str, *, actual: float, predicted: float, covered: bool, calibrated: bool = True
+    ) -> DriftAlarm | None:
+        """Score one observation; returns the drift alarm it raised, if any.
+
+        ``calibrated`` says whether its bound came from residuals rather than the fallback.
+        """
         ape = abs(actual - predicted) / actual * 100.0
         self.n_observations += 1
         alarm = None
@@ -81,6 +89,9 @@ class ErrorMonitor:
             stats.error_sum += ape
             stats.hits.append(bool(covered))
             stats.observations += 1
+            stats.covered_total += bool(covered)
+            stats.calibrated_total += bool(calibrated)
+            stats.calibrated_covered += bool(covered and calibrated)
             if key == ALL:
                 continue
             stats.detector.update(ape)
@@ -103,6 +114,19 @@ class ErrorMonitor:
         if stats is None or not stats.hits:
             return math.nan
         return sum(stats.hits) / len(stats.hits)
+
+    def cumulative_coverage(self, kind: str = ALL, *, calibrated_only: bool = False) -> float:
+        """Fraction of all observations so far within their bound (NaN before any)."""
+        stats = self._kinds.get(kind)
+        if stats is None:
+            return math.nan
+        if calibrated_only:
+            return stats.calibrated_covered / stats.calibrated_total if stats.calibrated_total else math.nan
+        return stats.covered_total / stats.observations if stats.observations else math.nan
+
+    def calibrated_observations(self, kind: str = ALL) -> int:
+        stats = self._kinds.get(kind)
+        return stats.calibrated_total if stats is not None else 0
 
     def observations(self, kind: str = ALL) -> int:
         stats = self._kinds.get(kind)

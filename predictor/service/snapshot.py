@@ -152,8 +152,9 @@ def read_snapshot(path: str | os.PathLike) -> tuple[Any, dict]:
             f"{path}: payload is {len(payload)} bytes from byte {offset}, header says {expected} (truncated?)"
         )
     if hashlib.sha256(payload).hexdigest() != header["payload_sha256"]:
-        raise SnapshotError(f"{path}: payload checksum mismatch (corrupted between bytes {offset} and "
-                            f"{offset + expected})")
+        raise SnapshotError(
+            f"{path}: payload checksum mismatch (corrupted between bytes {offset} and {offset + expected})"
+        )
     try:
         state = pickle.loads(payload)
     except Exception as exc:  # a class renamed or removed since the snapshot was written

@@ -1,0 +1,201 @@
+"""A Python client of the prediction service for schedulers and collectors.
+
+Calls take and return the service's domain objects (:class:`Query`,
+:class:`Prediction`, ...); a failed call raises the domain error it stands
+for (:class:`InvalidArgument` naming the field, :class:`NotFound`,
+:class:`Unavailable`, :class:`ResourceExhausted`), or the
+:class:`grpc.RpcError` itself for anything else.
+
+Examples
+--------
+>>> from predictor.records import BatchSpec
+>>> from predictor.service import Query
+>>> with InterferenceClient("localhost:50051") as client:       # doctest: +SKIP
+...     client.wait_ready(10)
+...     answer = client.check_deadline(Query("gpu0", BatchSpec("resnet50", 8)), deadline_ms=30)
+...     answer.feasible, answer.prediction.upper_bound_ms
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import grpc
+
+from predictor.records import BatchSpec, Record
+from predictor.rpc import convert
+from predictor.rpc.errors import from_rpc_error
+from predictor.rpc.protos import SERVICE_NAME, load
+from predictor.service.types import (
+    Candidate,
+    DeadlineAnswer,
+    ObservationReport,
+    Prediction,
+    Query,
+    Ranking,
+    Status,
+)
+
+DEFAULT_TIMEOUT_S = 10.0
+
+
+class InterferenceClient:
+    """Client of ``interference.v1.InterferenceService``.
+
+    Parameters
+    ----------
+    target
+        ``host:port`` of the server (ignored when ``channel`` is given).
+    channel
+        An existing channel (for example a secure one).
+    timeout
+        Deadline of each unary call in seconds.
+    """
+
+    def __init__(
+        self,
+        target: str = "localhost:50051",
+        *,
+        channel: grpc.Channel | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ):
+        pb2, pb2_grpc = load()
+        self._pb2 = pb2
+        self._own_channel = channel is None
+        self.channel = channel if channel is not None else grpc.insecure_channel(target)
+        self.stub = pb2_grpc.InterferenceServiceStub(self.channel)
+        self.timeout = timeout
+
+    def close(self) -> None:
+        if self._own_channel:
+            self.channel.close()
+
+    def __enter__(self) -> InterferenceClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _call(self, method: Callable[..., Any], request: Any, timeout: float | None = None) -> Any:
+        try:
+            return method(request, timeout=self.timeout if timeout is None else timeout)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+
+    # ----------------------------------------------------------------- health
+    def health(self, timeout: float = 2.0) -> str:
+        """``SERVING``, ``NOT_SERVING`` or ``UNKNOWN`` (server unreachable)."""
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        stub = health_pb2_grpc.HealthStub(self.channel)
+        try:
+            response = stub.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=timeout)
+        except grpc.RpcError:
+            return "UNKNOWN"
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+    def wait_ready(self, timeout: float = 30.0, poll: float = 0.05) -> None:
+        """Block until the server reports ``SERVING``; raises ``TimeoutError`` after ``timeout``."""
+        end = time.monotonic() + timeout
+        while True:
+            if self.health(timeout=max(0.1, min(2.0, end - time.monotonic()))) == "SERVING":
+                return
+            if time.monotonic() >= end:
+                raise TimeoutError(f"the prediction service was not ready within {timeout} s")
+            time.sleep(poll)
+
+    # ----------------------------------------------------------------- scheduler calls
+    def predict(self, query: Query, confidence: float | None = None) -> Prediction:
+        """Predicted latency and upper bound of a planned batch."""
+        request = self._pb2.PredictLatencyRequest(
+            query=convert.query_to_pb(query), confidence=confidence or 0.0
+        )
+        return convert.prediction_from_pb(self._call(self.stub.PredictLatency, request).prediction)
+
+    def check_deadline(
+        self,
+        query: Query,
+        deadline_ms: float | None = None,
+        *,
+        deadline_time: float | None = None,
+        confidence: float | None = None,
+    ) -> DeadlineAnswer:
+        """Whether a planned batch meets a deadline (``deadline_ms`` from now, or ``deadline_time``,
+        Unix seconds)."""
+        request = self._pb2.CheckDeadlineRequest(
+            query=convert.query_to_pb(query), confidence=confidence or 0.0
+        )
+        convert.set_deadline(request, deadline_ms, deadline_time)
+        return convert.deadline_answer_from_pb(self._call(self.stub.CheckDeadline, request))
+
+    def rank_placements(
+        self,
+        batch: BatchSpec,
+        candidates: Sequence[Candidate | str],
+        deadline_ms: float | None = None,
+        *,
+        deadline_time: float | None = None,
+        confidence: float | None = None,
+        solo_latency_ms: float | None = None,
+    ) -> Ranking:
+        """One batch on many candidate devices (names use the live view), most slack first."""
+        cands = [Candidate(c) if isinstance(c, str) else c for c in candidates]
+        request = self._pb2.RankPlacementsRequest(
+            batch=convert.batch_to_pb(batch),
+            candidates=[convert.candidate_to_pb(c) for c in cands],
+            confidence=confidence or 0.0,
+        )
+        if solo_latency_ms is not None:
+            request.solo_latency_ms = solo_latency_ms
+        convert.set_deadline(request, deadline_ms, deadline_time)
+        return convert.ranking_from_pb(self._call(self.stub.RankPlacements, request))
+
+    # ----------------------------------------------------------------- collector calls
+    def report_observations(
+        self, records: Iterable[Record | tuple[Record, str]], timeout: float | None = None
+    ) -> ObservationReport:
+        """Stream observed records (optionally with the batch id given at start); returns the counts.
+
+        ``timeout`` bounds the whole stream (default: none).
+        """
+        pb2 = self._pb2
+
+        def requests() -> Iterable[Any]:
+            for item in records:
+                record, batch_id = item if isinstance(item, tuple) else (item, "")
+                yield pb2.ReportObservationsRequest(record=convert.record_to_pb(record), batch_id=batch_id)
+
+        try:
+            response = self.stub.ReportObservations(requests(), timeout=timeout)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+        return convert.observation_report_from_pb(response)
+
+    def batch_start(
+        self,
+        device: str,
+        batch_id: str,
+        batch: BatchSpec,
+        *,
+        device_kind: str = "",
+        elapsed_ms: float | None = None,
+    ) -> tuple[float, int]:
+        """Report a batch started; returns its predicted latency (ms) and the batches running there."""
+        request = self._pb2.ReportBatchStartRequest(
+            device=device, device_kind=device_kind, batch_id=batch_id, batch=convert.batch_to_pb(batch)
+        )
+        if elapsed_ms is not None:
+            request.elapsed_ms = elapsed_ms
+        response = self._call(self.stub.ReportBatchStart, request)
+        return response.predicted_latency_ms, response.running
+
+    def batch_end(self, device: str, batch_id: str) -> tuple[bool, int]:
+        """Report a batch ended; returns whether it was running and the batches still running there."""
+        request = self._pb2.ReportBatchEndRequest(device=device, batch_id=batch_id)
+        response = self._call(self.stub.ReportBatchEnd, request)
+        return response.found, response.running
+
+    def status(self) -> Status:
+        return convert.status_from_pb(self._call(self.stub.GetStatus, self._pb2.GetStatusRequest()))

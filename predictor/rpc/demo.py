@@ -1,0 +1,406 @@
+"""``predictor demo``: the service, the real CPU workload and a sample scheduler, end to end.
+
+1. The service starts in-process on a free port, warm-started from the
+   embedded default dataset (``predictor/data/cpu-default.jsonl.gz``) or from
+   ``--warm-start LOG``, and a client waits for health ``SERVING``.
+2. The real co-located workload (:func:`run_workload`, the only part that
+   touches :mod:`collectors`) runs PyTorch models on worker processes and
+   emits one ``coloc/v1`` record per executed batch.
+3. A sample scheduler asks ``CheckDeadline`` for each batch, with a deadline of
+   ``--slo`` times its solo latency, *before* the service learns from it, and
+   decides: dispatch when feasible at the confidence, defer otherwise. The
+   workload dispatches batches itself, so the scheduler runs in shadow mode:
+   it decides for each batch with the co-runners the batch had, and its
+   decisions are scored against what then happened.
+4. The records stream to the service over ``ReportObservations``; a live table
+   shows learning, coverage and decisions; a final summary follows, and
+   everything stops cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from predictor.records import Record
+
+DEFAULT_DATASET = Path(__file__).resolve().parents[1] / "data" / "cpu-default.jsonl.gz"
+SHORT_MODELS = ("mlp", "mobilenet")
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What ``predictor demo`` runs."""
+
+    duration_s: float = 60.0
+    short: bool = False
+    predictor: str = "rls"
+    warm_start: str | None = None
+    slo: float = 2.5  # deadline = slo x solo latency
+    confidence: float = 0.95
+    save: str | None = None  # a log of the records streamed
+    live: bool | None = None  # None: when the console is a terminal
+
+
+# ----------------------------------------------------------------------------- the workload
+
+
+def run_workload(
+    duration_s: float, short: bool, sink: Callable[[Record], None], progress: Callable[[str, float], None]
+) -> str:
+    """Run the real CPU workload for ``duration_s`` seconds, one record per batch to ``sink``.
+
+    ``progress(stage, elapsed_s)`` is called a few times a second. Returns a one-line
+    description of the run. Raises ``RuntimeError`` when the workload cannot run.
+    """
+    try:
+        from collectors.schedule import constant_schedule
+        from collectors.workload import CollectionConfig, run_collection
+    except ImportError as exc:  # torch or the collectors missing from this installation
+        raise RuntimeError(f"the CPU workload is not available here ({exc})") from exc
+    if short:
+        config = CollectionConfig(
+            duration_s=duration_s,
+            phases=constant_schedule(SHORT_MODELS, 60.0),
+            max_batch=4,
+            profile_repeats=2,
+            device="cpu",
+        )
+    else:
+        config = CollectionConfig(duration_s=duration_s, device="cpu")
+    result = run_collection(config, sink, lambda status: progress(status.stage, status.elapsed_s))
+    return (
+        f"{result.batches} batches of {result.requests} requests on {config.workers} workers "
+        f"({result.device_kind}), {result.dropped_requests} requests dropped, {result.wall_s:.0f} s wall"
+    )
+
+
+# ----------------------------------------------------------------------------- the scheduler
+
+
+@dataclass
+class Decision:
+    model: str
+    batch_size: int
+    predicted_ms: float
+    bound_ms: float
+    deadline_ms: float
+    actual_ms: float
+    feasible: bool
+
+    @property
+    def met(self) -> bool:
+        return self.actual_ms <= self.deadline_ms
+
+
+@dataclass
+class SchedulerStats:
+    """What the sample scheduler decided and how it turned out."""
+
+    decisions: int = 0
+    dispatched: int = 0
+    deferred: int = 0
+    dispatched_met: int = 0
+    deferred_would_miss: int = 0
+    met_without_scheduler: int = 0
+    covered: int = 0
+    abs_pct_error: float = 0.0
+    failures: int = 0
+    recent: deque = field(default_factory=lambda: deque(maxlen=8))
+
+    def add(self, d: Decision) -> None:
+        self.decisions += 1
+        self.covered += d.actual_ms <= d.bound_ms
+        self.abs_pct_error += abs(d.actual_ms - d.predicted_ms) / d.actual_ms * 100.0
+        self.met_without_scheduler += d.met
+        if d.feasible:
+            self.dispatched += 1
+            self.dispatched_met += d.met
+        else:
+            self.deferred += 1
+            self.deferred_would_miss += not d.met
+        self.recent.append(d)
+
+    @property
+    def mape(self) -> float:
+        return self.abs_pct_error / self.decisions if self.decisions else math.nan
+
+    @property
+    def coverage(self) -> float:
+        return self.covered / self.decisions if self.decisions else math.nan
+
+
+class SampleScheduler:
+    """Asks ``CheckDeadline`` for each batch before the service learns from it.
+
+    Parameters
+    ----------
+    client
+        An :class:`~predictor.rpc.client.InterferenceClient`.
+    slo
+        Deadline of a batch as a multiple of its solo latency.
+    confidence
+        Confidence at which a batch must be feasible to be dispatched.
+    """
+
+    def __init__(self, client: Any, slo: float, confidence: float):
+        self.client = client
+        self.slo = slo
+        self.confidence = confidence
+        self.stats = SchedulerStats()
+
+    def decide(self, record: Record) -> Decision | None:
+        from predictor.service.types import CoRunnerSource, PlannedCoRunner, Query
+
+        solo = record.solo_latency_ms or record.latency_ms
+        assert solo is not None and record.latency_ms is not None
+        query = Query(
+            device=record.device,
+            batch=record.batch,
+            device_kind=record.device_kind,
+            co_runners=tuple(
+                PlannedCoRunner(c.model, c.batch_size, c.attrs, overlap=c.overlap) for c in record.co_runners
+            ),
+            co_runner_source=CoRunnerSource.EXPLICIT,
+            signals=record.signals,
+            solo_latency_ms=record.solo_latency_ms,
+        )
+        try:
+            answer = self.client.check_deadline(query, self.slo * solo, confidence=self.confidence)
+        except Exception:  # a scheduler keeps going; failures are counted and shown
+            self.stats.failures += 1
+            return None
+        decision = Decision(
+            record.batch.model,
+            record.batch.batch_size,
+            answer.prediction.latency_ms,
+            answer.prediction.upper_bound_ms,
+            answer.deadline_ms,
+            record.latency_ms,
+            answer.feasible,
+        )
+        self.stats.add(decision)
+        return decision
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+class _Pipeline:
+    """Workload records -> scheduler -> observation stream, on two threads."""
+
+    def __init__(self, client: Any, scheduler: SampleScheduler, save: str | None = None):
+        from predictor.logio import RecordWriter
+
+        self.client = client
+        self.writer = RecordWriter(save, atomic=True) if save else None
+        self.scheduler = scheduler
+        self.records: queue.Queue[Record | None] = queue.Queue(maxsize=100_000)
+        self.stream: queue.Queue[Record | None] = queue.Queue(maxsize=100_000)
+        self.streamed = 0
+        self.report: Any = None
+        self.error: BaseException | None = None
+        self._threads = [
+            threading.Thread(target=self._schedule, name="demo-scheduler", daemon=True),
+            threading.Thread(target=self._send, name="demo-stream", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def sink(self, record: Record) -> None:
+        if self.writer is not None:
+            self.writer.write(record)
+        self.records.put(record)
+
+    def _schedule(self) -> None:
+        while (record := self.records.get()) is not None:
+            self.scheduler.decide(record)
+            self.stream.put(record)
+        self.stream.put(None)
+
+    def _items(self) -> Any:
+        while (record := self.stream.get()) is not None:
+            self.streamed += 1
+            yield record
+
+    def _send(self) -> None:
+        try:
+            self.report = self.client.report_observations(self._items())
+        except BaseException as exc:  # shown in the summary
+            self.error = exc
+
+    def finish(self, timeout: float = 60.0) -> None:
+        self.records.put(None)
+        for thread in self._threads:
+            thread.join(timeout)
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+def _fmt(value: float, digits: int = 2, suffix: str = "") -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}{suffix}"
+
+
+def _live_table(stage: str, elapsed: float, options: DemoOptions, pipeline: _Pipeline, status: Any) -> Any:
+    from rich.table import Table
+
+    s = pipeline.scheduler.stats
+    table = Table(
+        title=f"interference demo: {stage} {elapsed:.0f}/{options.duration_s:.0f} s", show_header=False
+    )
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_row("records streamed", str(pipeline.streamed))
+    if status is not None:
+        table.add_row("observations learned", str(status.observations_learned))
+        table.add_row("rolling MAPE (service)", _fmt(status.rolling_mape, 1, " %"))
+        table.add_row(f"coverage @ {status.coverage_confidence:g} (service)", _fmt(status.coverage, 4))
+        table.add_row("drift alarms", str(len(status.drift_alarms)))
+    table.add_row("decisions: dispatched / deferred", f"{s.dispatched} / {s.deferred}")
+    met = s.dispatched_met / s.dispatched if s.dispatched else math.nan
+    table.add_row("deadlines met (dispatched)", _fmt(100 * met, 1, " %"))
+    recent = Table(title="latest decisions", show_lines=False)
+    for column in ("batch", "predicted", "bound", "deadline", "actual", "decision"):
+        recent.add_column(column, justify="right")
+    for d in list(s.recent):
+        verdict = ("[green]dispatch" if d.feasible else "[yellow]defer") + (" ✓" if d.met else " ✗")
+        recent.add_row(
+            f"{d.model}×{d.batch_size}",
+            f"{d.predicted_ms:.1f}",
+            f"{d.bound_ms:.1f}",
+            f"{d.deadline_ms:.1f}",
+            f"{d.actual_ms:.1f}",
+            verdict,
+        )
+    from rich.console import Group
+
+    return Group(table, recent)
+
+
+def summary_table(options: DemoOptions, stats: SchedulerStats, status: Any, report: Any) -> Any:
+    from rich.table import Table
+
+    table = Table(title="demo summary", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    n = stats.decisions
+    table.add_row("batches decided", str(n))
+    table.add_row("accuracy: MAPE of predictions (prequential)", _fmt(stats.mape, 1, " %"))
+    table.add_row(f"coverage of the {options.confidence:g} bound", _fmt(stats.coverage, 4))
+    if status is not None:
+        table.add_row("service: observations learned", str(status.observations_learned))
+        table.add_row("service: rolling MAPE", _fmt(status.rolling_mape, 1, " %"))
+        table.add_row(f"service: coverage @ {status.coverage_confidence:g}", _fmt(status.coverage, 4))
+        table.add_row("service: drift alarms", str(len(status.drift_alarms)))
+    if report is not None:
+        table.add_row("observations accepted / rejected", f"{report.accepted} / {report.rejected}")
+    table.add_row(f"deadline = {options.slo:g} × solo latency", "")
+    table.add_row("decisions: dispatched / deferred", f"{stats.dispatched} / {stats.deferred}")
+    met = stats.dispatched_met / stats.dispatched if stats.dispatched else math.nan
+    table.add_row(
+        "deadlines met among dispatched",
+        f"{stats.dispatched_met} / {stats.dispatched} ({_fmt(100 * met, 1)} %)",
+    )
+    table.add_row(
+        "deferred batches that would have missed", f"{stats.deferred_would_miss} / {stats.deferred}"
+    )
+    without = stats.met_without_scheduler / n if n else math.nan
+    table.add_row(
+        "deadlines met if everything were dispatched",
+        f"{stats.met_without_scheduler} / {n} ({_fmt(100 * without, 1)} %)",
+    )
+    if stats.failures:
+        table.add_row("[red]scheduler RPC failures", str(stats.failures))
+    return table
+
+
+def run_demo(options: DemoOptions, console: Any = None) -> int:
+    """Run the demo; returns the exit status."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from predictor.rpc.client import InterferenceClient
+    from predictor.rpc.server import create_server, stop_server
+    from predictor.service.config import ServiceConfig
+    from predictor.service.core import Service
+
+    console = console or Console()
+    warm = options.warm_start or (str(DEFAULT_DATASET) if DEFAULT_DATASET.exists() else None)
+    service = Service(ServiceConfig(predictor=options.predictor, default_confidence=options.confidence))
+    server, port = create_server("127.0.0.1:0", service)
+    server.start()
+    client = InterferenceClient(f"127.0.0.1:{port}")
+    try:
+        console.print(f"service on 127.0.0.1:{port}, health {client.health()}")
+        console.print(service.open(warm_start=warm))
+        client.wait_ready(30)
+        console.print(
+            f"health {client.health()}; starting the {'short ' if options.short else ''}CPU workload "
+            f"for {options.duration_s:g} s (start-up and profiling come first)"
+        )
+        pipeline = _Pipeline(client, SampleScheduler(client, options.slo, options.confidence), options.save)
+        stage = ["starting", 0.0]
+        status_cache: list[Any] = [None, 0.0]
+
+        def progress(name: str, elapsed: float) -> None:
+            stage[0], stage[1] = name, elapsed
+
+        def render() -> Any:
+            now = time.monotonic()
+            if now - status_cache[1] > 0.5:
+                try:
+                    status_cache[0] = client.status()
+                except Exception:
+                    pass
+                status_cache[1] = now
+            return _live_table(str(stage[0]), float(stage[1]), options, pipeline, status_cache[0])
+
+        live = console.is_terminal if options.live is None else options.live
+        try:
+            if live:
+                with Live(get_renderable=render, console=console, refresh_per_second=2):
+                    described = run_workload(options.duration_s, options.short, pipeline.sink, progress)
+            else:
+                described = run_workload(options.duration_s, options.short, pipeline.sink, progress)
+        except RuntimeError as exc:
+            console.print(f"[red]demo: the workload failed: {exc}")
+            return 1
+        finally:
+            pipeline.finish()
+        console.print(f"workload done: {described}")
+        if options.save:
+            console.print(f"records saved to {options.save}")
+        if pipeline.error is not None:
+            console.print(f"[red]demo: the observation stream failed: {pipeline.error}")
+        status = client.status()
+        console.print(summary_table(options, pipeline.scheduler.stats, status, pipeline.report))
+        return 0 if pipeline.error is None else 1
+    finally:
+        client.close()
+        stop_server(server, service, grace=2.0)
+        console.print("service stopped")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry of ``predictor demo``."""
+    duration = args.duration if args.duration is not None else (8.0 if args.short else 60.0)
+    options = DemoOptions(
+        duration_s=duration,
+        short=args.short,
+        predictor=args.predictor,
+        warm_start=args.warm_start,
+        slo=args.slo,
+        confidence=args.confidence,
+        live=False if args.no_live else None,
+        save=args.save,
+    )
+    return run_demo(options)

@@ -1,0 +1,215 @@
+"""``predictor query``: ask a running service from the command line, answers as tables.
+
+Examples (against ``predictor serve`` on the default port)::
+
+    predictor query status
+    predictor query predict --device cpu0 --model resnet --batch-size 4
+    predictor query predict --device gpu0 --model vgg19 --batch-size 1 \\
+        --attr l2_util=0.07 --co-runner vgg19:4:0.8 --solo-ms 5.5
+    predictor query deadline --device cpu0 --model bert --batch-size 2 --deadline-ms 40
+    predictor query rank --devices cpu0,cpu1 --model mlp --batch-size 8 --deadline-ms 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from predictor.records import BatchSpec
+
+
+def parse_key_values(items: list[str] | None, option: str) -> dict[str, float]:
+    """``["a=1", "b=2.5"]`` to ``{"a": 1.0, "b": 2.5}``."""
+    out: dict[str, float] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        try:
+            if not sep or not key:
+                raise ValueError
+            out[key] = float(value)
+        except ValueError:
+            raise ValueError(f"{option}: expected KEY=NUMBER, got {item!r}") from None
+    return out
+
+
+def parse_co_runner(text: str) -> Any:
+    """``MODEL:BATCH[:OVERLAP]`` or ``MODEL:BATCH:+REMAINING_MS`` to a planned co-runner."""
+    from predictor.service.types import PlannedCoRunner
+
+    parts = text.split(":")
+    try:
+        if len(parts) not in (2, 3) or not parts[0]:
+            raise ValueError
+        model, batch_size = parts[0], int(parts[1])
+        if len(parts) == 2:
+            return PlannedCoRunner(model, batch_size)
+        if parts[2].startswith("+"):
+            return PlannedCoRunner(model, batch_size, remaining_ms=float(parts[2][1:]))
+        return PlannedCoRunner(model, batch_size, overlap=float(parts[2]))
+    except ValueError:
+        raise ValueError(
+            f"--co-runner: expected MODEL:BATCH[:OVERLAP|:+REMAINING_MS], got {text!r}"
+        ) from None
+
+
+def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="model of the batch")
+    parser.add_argument("--batch-size", type=int, required=True, help="batch size")
+    parser.add_argument("--attr", action="append", metavar="KEY=VALUE", help="batch attribute (repeatable)")
+    parser.add_argument("--solo-ms", type=float, help="profiled solo latency of the batch")
+    parser.add_argument("--confidence", type=float, help="confidence of the bound (default: the service's)")
+
+
+def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", required=True, help="device to place the batch on")
+    parser.add_argument("--device-kind", default="", help="device kind (default: what the service knows)")
+    parser.add_argument(
+        "--co-runner",
+        action="append",
+        metavar="MODEL:BATCH[:OVERLAP|:+REMAINING_MS]",
+        help="explicit co-runner (repeatable); none: the service's live view of the device",
+    )
+    parser.add_argument("--idle", action="store_true", help="the device runs nothing else (no live view)")
+
+
+def _query(args: argparse.Namespace) -> Any:
+    from predictor.service.types import CoRunnerSource, Query
+
+    runners = tuple(parse_co_runner(c) for c in args.co_runner or [])
+    explicit = bool(runners) or args.idle
+    return Query(
+        device=args.device,
+        batch=BatchSpec(args.model, args.batch_size, parse_key_values(args.attr, "--attr")),
+        device_kind=args.device_kind,
+        co_runners=runners,
+        co_runner_source=CoRunnerSource.EXPLICIT if explicit else CoRunnerSource.AUTO,
+        solo_latency_ms=args.solo_ms,
+    )
+
+
+def _fmt(value: float, digits: int = 2) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def prediction_rows(prediction: Any) -> list[tuple[str, str]]:
+    runners = (
+        ", ".join(f"{c.model}×{c.batch_size} ({c.overlap:.2f})" for c in prediction.co_runners) or "none"
+    )
+    return [
+        ("predicted latency", f"{_fmt(prediction.latency_ms)} ms"),
+        ("solo latency", f"{_fmt(prediction.solo_latency_ms)} ms"),
+        ("slowdown", f"{_fmt(prediction.slowdown, 3)}×"),
+        (f"upper bound @ {prediction.confidence:g}", f"{_fmt(prediction.upper_bound_ms)} ms"),
+        ("bound from", f"{prediction.bound_source.value} ({prediction.residuals} residuals)"),
+        ("co-runners (overlap)", runners),
+        ("device kind", prediction.device_kind or "-"),
+        ("predictor", f"{prediction.predictor} ({prediction.observations_learned} observations)"),
+    ]
+
+
+def _table(title: str, rows: list[tuple[str, str]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def status_table(status: Any) -> Any:
+    from rich.table import Table
+
+    table = Table(
+        title=f"{status.predictor}: {status.observations_learned} observations learned, "
+        f"{status.observations_rejected} rejected; ready={status.ready}",
+    )
+    for column in (
+        "device kind",
+        "observations",
+        "rolling MAPE %",
+        f"coverage @ {status.coverage_confidence:g}",
+        "residuals",
+        "drift alarms",
+    ):
+        table.add_column(column, justify="right" if column != "device kind" else "left")
+    for kind in status.device_kinds:
+        table.add_row(
+            kind.device_kind or "(none)",
+            str(kind.observations),
+            _fmt(kind.rolling_mape),
+            _fmt(kind.coverage, 4),
+            str(kind.residuals),
+            str(kind.drift_alarms),
+        )
+    table.add_row("[bold]all", "", _fmt(status.rolling_mape), _fmt(status.coverage, 4), "", "")
+    table.caption = (
+        f"{status.devices} devices, {status.batches_running} batches running, up {status.uptime_s:.0f} s"
+    )
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry of ``predictor query``."""
+    from rich.console import Console
+
+    from predictor.rpc.client import InterferenceClient
+    from predictor.service.errors import ServiceError
+
+    console = Console()
+    with InterferenceClient(args.target, timeout=args.timeout) as client:
+        try:
+            if args.what == "status":
+                console.print(status_table(client.status()))
+            elif args.what == "predict":
+                prediction = client.predict(_query(args), args.confidence)
+                console.print(
+                    _table(f"{args.model}×{args.batch_size} on {args.device}", prediction_rows(prediction))
+                )
+            elif args.what == "deadline":
+                answer = client.check_deadline(_query(args), args.deadline_ms, confidence=args.confidence)
+                verdict = "[green]feasible" if answer.feasible else "[red]infeasible"
+                rows = [
+                    ("verdict", verdict),
+                    ("slack", f"{_fmt(answer.slack_ms)} ms"),
+                    ("P(meets deadline)", _fmt(answer.probability, 4)),
+                    ("deadline", f"{_fmt(answer.deadline_ms)} ms"),
+                ]
+                console.print(
+                    _table(
+                        f"{args.model}×{args.batch_size} on {args.device}",
+                        rows + prediction_rows(answer.prediction),
+                    )
+                )
+            elif args.what == "rank":
+                _print_ranking(console, client, args)
+        except ServiceError as exc:
+            console.print(f"[red]{type(exc).__name__}[/red]: {exc}")
+            return 1
+    return 0
+
+
+def _print_ranking(console: Any, client: Any, args: argparse.Namespace) -> None:
+    from rich.table import Table
+
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+    batch = BatchSpec(args.model, args.batch_size, parse_key_values(args.attr, "--attr"))
+    ranking = client.rank_placements(
+        batch, devices, args.deadline_ms, confidence=args.confidence, solo_latency_ms=args.solo_ms
+    )
+    table = Table(title=f"{args.model}×{args.batch_size}, deadline {ranking.deadline_ms:g} ms")
+    for column in ("rank", "device", "feasible", "slack ms", "P(meet)", "predicted ms", "bound ms"):
+        table.add_column(column, justify="right")
+    for p in ranking.placements:
+        table.add_row(
+            str(p.rank),
+            p.device,
+            "yes" if p.feasible else "no",
+            _fmt(p.slack_ms),
+            _fmt(p.probability, 4),
+            _fmt(p.prediction.latency_ms),
+            _fmt(p.prediction.upper_bound_ms),
+        )
+    console.print(table)

@@ -1,0 +1,79 @@
+"""A short real collection: worker processes running real models, real co-location, valid records."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+
+import pytest
+
+from collectors.schedule import parse_schedule
+from collectors.summary import summarize
+from collectors.workload import CollectionConfig, run_collection
+from predictor.cli import main
+from predictor.records import Record, parse_record
+
+pytest.importorskip("torch")
+
+
+def test_collect_command_writes_real_co_location_records(tmp_path, capsys) -> None:
+    out = tmp_path / "run.jsonl.gz"
+    status = main(
+        [
+            "collect",
+            "--duration", "5",
+            "--schedule", "0:resnet,mlp@200;2.5:bert,mlp@200",
+            "--workers", "2",
+            "--max-batch", "2",
+            "--profile-repeats", "3",
+            "--device", "cpu",
+            "--quiet",
+            "-o", str(out),
+        ]
+    )  # fmt: skip
+    assert status == 0
+    printed = capsys.readouterr().out
+    assert "records written" in printed and "slowdown" in printed
+    with gzip.open(out, "rt") as f:
+        records = [parse_record(json.loads(line)) for line in f]  # every line is valid coloc/v1
+    assert len(records) > 50
+    assert {r.device for r in records} == {"cpu0"} and {r.source for r in records} == {"cpu"}
+    assert all(r.solo_latency_ms and r.latency_ms for r in records)
+    assert all("gflops" in r.batch.attrs and "mbytes" in r.batch.attrs for r in records)
+    t0 = min(r.start_s for r in records)
+    unsampled = [(r.start_s - t0, r.latency_ms, dict(r.signals)) for r in records if "cpu_util" not in r.signals]
+    assert not unsampled, unsampled[:3]
+
+    co_located = [r for r in records if r.co_runners]
+    assert co_located and any(not r.co_runners for r in records)
+    assert all(0.0 < c.overlap <= 1.0 for r in co_located for c in r.co_runners)
+    assert statistics.median(r.slowdown for r in co_located) > 1.0
+    assert max(r.slowdown for r in co_located) > 1.2
+
+    # the schedule switched resnet out for bert half-way
+    times = sorted(r.start_s for r in records)
+    switch = times[0] + 2.5
+    assert all(r.start_s < switch + 0.1 for r in records if r.batch.model == "resnet")
+    assert all(r.start_s > switch - 0.1 for r in records if r.batch.model == "bert")
+
+
+def test_run_collection_streams_records_to_any_callable() -> None:
+    received: list[Record] = []
+    config = CollectionConfig(
+        duration_s=2.0,
+        phases=parse_schedule("0:vgg,mobilenet@150"),
+        workers=2,
+        max_batch=2,
+        profile_repeats=3,
+        device="cpu",
+    )
+    stages: list[str] = []
+    result = run_collection(config, received.append, lambda status: stages.append(status.stage))
+    assert result.records == len(received) > 10
+    assert stages[0] == "starting" and "profiling" in stages and stages[-1] == "done"
+    assert set(result.profile) == {(m, b) for m in ("vgg", "mobilenet") for b in (1, 2)}
+    assert all(figures["solo_ms"] > 0 for figures in result.profile.values())
+    assert result.tracker_stats["unknown_ends"] == 0 and result.sampler_reads > 50
+    assert {r.batch.model for r in received} == {"vgg", "mobilenet"}
+    assert summarize(received).records == len(received)

@@ -1,0 +1,176 @@
+"""``predictor serve`` as a real process, ``predictor query`` against it, a clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from predictor.cli import main
+from predictor.logio import write_records
+from predictor.rpc import codegen
+from predictor.service.synthetic import synthetic_records
+
+
+@pytest.fixture
+def server(tmp_path):
+    log = tmp_path / "warm.jsonl"
+    write_records(log, synthetic_records(300, seed=2, devices=("cpu0",)))
+    state = tmp_path / "state"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "predictor.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--state",
+            str(state),
+            "--warm-start",
+            str(log),
+            "--grace",
+            "0.5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines = []
+    port = None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        match = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+        port = int(match.group(1)) if match else port
+        if "SERVING" in line and "NOT_SERVING" not in line:
+            break
+    assert port, "".join(lines)
+    yield proc, port, state, lines
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_serve_query_and_stop(server, capsys):
+    proc, port, state, lines = server
+    assert any("warm start" in line and "300 records read" in line for line in lines), lines
+    target = ["--target", f"127.0.0.1:{port}"]
+    assert main(["query", *target, "status"]) == 0
+    out = capsys.readouterr().out
+    assert "300 observations learned" in out and "SimGPU" in out
+    assert (
+        main(
+            [
+                "query",
+                *target,
+                "predict",
+                "--device",
+                "cpu0",
+                "--model",
+                "bert",
+                "--batch-size",
+                "4",
+                "--co-runner",
+                "mlp:2:0.5",
+                "--attr",
+                "l2_util=0.5",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "predicted latency" in out and "mlp×2 (0.50)" in out
+    assert (
+        main(
+            [
+                "query",
+                *target,
+                "deadline",
+                "--device",
+                "cpu0",
+                "--model",
+                "bert",
+                "--batch-size",
+                "4",
+                "--deadline-ms",
+                "1000",
+            ]
+        )
+        == 0
+    )
+    assert "feasible" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "query",
+                *target,
+                "rank",
+                "--devices",
+                "cpu0",
+                "--model",
+                "mlp",
+                "--batch-size",
+                "2",
+                "--deadline-ms",
+                "50",
+            ]
+        )
+        == 0
+    )
+    assert "cpu0" in capsys.readouterr().out
+    assert main(["query", *target, "predict", "--device", "gpu7", "--model", "m", "--batch-size", "1"]) == 1
+    assert "NotFound" in capsys.readouterr().out
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0, output
+    assert "state saved" in output
+    assert (state / "service.snapshot").exists()
+
+
+def test_serve_refuses_a_corrupt_snapshot(tmp_path):
+    (tmp_path / "service.snapshot").write_bytes(b"not a snapshot")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "predictor.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--state",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "not a predictor snapshot" in result.stderr
+
+
+def test_codegen_is_idempotent_and_checkable(tmp_path):
+    assert codegen.is_up_to_date()
+    assert codegen.generate() is False  # up to date: nothing written
+    assert codegen.main(["--check"]) == 0
+    out = tmp_path / "generated"
+    assert codegen.generate(out=out) is True
+    assert (out / "interference" / "v1" / "interference_pb2.py").exists()
+    grpc_module = (out / "interference" / "v1" / "interference_pb2_grpc.py").read_text()
+    assert "from predictor.rpc.generated.interference.v1 import interference_pb2" in grpc_module
+    assert codegen.generate(out=out) is False

@@ -1,0 +1,163 @@
+"""The workload's parts: schedules, arrivals, batching, models, profiling, device names."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import pytest
+
+from collectors.batching import DynamicBatcher, PoissonArrivals
+from collectors.catalog import MODEL_NAMES
+from collectors.devices import cpu_model_name, record_device
+from collectors.schedule import Phase, constant_schedule, parse_schedule, phase_at, schedule_models
+
+# ------------------------------------------------------------------ schedules
+
+
+def test_schedule_text_syntax() -> None:
+    phases = parse_schedule("0:resnet,bert@40;60:vgg,gpt2@80", known=MODEL_NAMES)
+    assert phases == [Phase(0.0, ("resnet", "bert"), 40.0), Phase(60.0, ("vgg", "gpt2"), 80.0)]
+    assert phase_at(phases, 59.9).models == ("resnet", "bert") and phase_at(phases, 60.0).rate == 80.0
+    assert schedule_models(phases) == ("resnet", "bert", "vgg", "gpt2")
+
+
+def test_schedule_defaults_and_kept_values() -> None:
+    phases = parse_schedule("0:*;30:@120;45:mlp", default_models=("resnet", "vgg"), default_rate=40.0)
+    assert [(p.models, p.rate) for p in phases] == [
+        (("resnet", "vgg"), 40.0),
+        (("resnet", "vgg"), 120.0),
+        (("mlp",), 120.0),
+    ]
+
+
+def test_schedule_json_file(tmp_path) -> None:
+    path = tmp_path / "schedule.json"
+    path.write_text(json.dumps([{"at": 0, "models": ["resnet"], "rate": 10}, {"at": 5, "rate": 20}]))
+    assert parse_schedule(str(path)) == [Phase(0.0, ("resnet",), 10.0), Phase(5.0, ("resnet",), 20.0)]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("5:resnet@10", "first phase must start at 0"),
+        ("0:resnet@10;0:vgg@5", "must increase"),
+        ("0:resnet", "needs a rate"),
+        ("0:resnet@-1", ">= 0"),
+        ("0:resnet@fast", "numbers expected"),
+        ("resnet@10", "START:MODELS@RATE"),
+        ("0:resnt@10", "unknown model"),
+    ],
+)
+def test_schedule_errors_name_the_problem(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_schedule(text, known=MODEL_NAMES)
+
+
+# ------------------------------------------------------------ arrivals, batches
+
+
+def test_poisson_arrivals_have_the_scheduled_rates() -> None:
+    phases = [Phase(0.0, ("a", "b"), 200.0), Phase(50.0, ("c",), 50.0)]
+    arrivals = PoissonArrivals(phases, seed=1)
+    events = arrivals.until(100.0)
+    assert [t for t, _ in events] == sorted(t for t, _ in events)
+    first = [m for t, m in events if t < 50.0]
+    second = [m for t, m in events if t >= 50.0]
+    # 100 per second for each of a and b over 50 s: 5000 +- 4 sigma
+    for model in ("a", "b"):
+        assert abs(first.count(model) - 5000) < 4 * 5000**0.5
+    assert set(second) == {"c"} and abs(len(second) - 2500) < 4 * 2500**0.5
+    gaps = [b - a for (a, m1), (b, m2) in zip(events, events[1:], strict=False) if a >= 50.0]
+    assert statistics.mean(gaps) == pytest.approx(1 / 50.0, rel=0.1)  # exponential gaps, mean 1/rate
+
+
+def test_arrivals_are_deterministic_per_seed() -> None:
+    schedule = constant_schedule(["a", "b"], 30.0)
+    assert PoissonArrivals(schedule, seed=3).until(10.0) == PoissonArrivals(schedule, seed=3).until(10.0)
+    assert PoissonArrivals(schedule, seed=3).until(10.0) != PoissonArrivals(schedule, seed=4).until(10.0)
+
+
+def test_batcher_closes_on_size_and_on_timeout() -> None:
+    batcher = DynamicBatcher(max_batch=3, timeout_s=0.02)
+    for t in (0.0, 0.001, 0.002, 0.003):
+        batcher.add("a", t)
+    batcher.add("b", 0.005)
+    (full,) = batcher.ready(0.003)
+    assert (full.model, full.batch_size, full.first_arrival) == ("a", 3, 0.0)
+    assert batcher.next_deadline() == pytest.approx(0.023)
+    assert batcher.ready(0.01) == []
+    late = batcher.ready(0.03)
+    assert [(b.model, b.batch_size) for b in late] == [("a", 1), ("b", 1)]
+    assert batcher.queued() == 0 and batcher.next_deadline() == float("inf")
+
+
+def test_batcher_bounds_its_queues() -> None:
+    batcher = DynamicBatcher(max_batch=2, timeout_s=1.0, max_queue=4)
+    for i in range(10):
+        batcher.add("a", i * 1e-3)
+    assert batcher.queued() == 4 and batcher.dropped == 6
+    assert batcher.clear() == 4
+
+
+# --------------------------------------------------------------------- models
+
+
+def test_every_model_runs_in_milliseconds_on_one_thread() -> None:
+    torch = pytest.importorskip("torch")
+    from collectors.models import build, example_input, model_names
+
+    assert model_names() == MODEL_NAMES
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.inference_mode():
+            for name in model_names():
+                model, x = build(name, 1)
+                x8 = example_input(name, 8)
+                assert model(x).shape[0] == 1 and model(x8).shape[0] == 8
+                times = []
+                for _ in range(3):
+                    t0 = time.perf_counter()
+                    model(x8)
+                    times.append((time.perf_counter() - t0) * 1e3)
+                assert 0.2 < min(times) < 100.0, (name, times)  # ~1-30 ms when the machine is quiet
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_models_are_deterministic_and_unknown_names_rejected() -> None:
+    torch = pytest.importorskip("torch")
+    from collectors.models import build
+
+    (m1, x1), (m2, x2) = build("bert", 2), build("bert", 2)
+    with torch.inference_mode():
+        assert torch.equal(m1(x1), m2(x2))
+    with pytest.raises(ValueError, match="unknown model"):
+        build("alexnet")
+
+
+def test_profile_counts_work_and_bytes() -> None:
+    torch = pytest.importorskip("torch")
+    from collectors.models import build
+    from collectors.profiling import count_gflops, count_mbytes
+
+    model, x = build("mlp", 4)
+    linear_macs = sum(
+        m.in_features * m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)
+    )
+    assert count_gflops(model, x) == pytest.approx(2 * 4 * linear_macs / 1e9, rel=1e-6)
+    param_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e6
+    assert param_mb < count_mbytes(model, x) < 1.2 * param_mb  # weights dominate a small MLP batch
+
+
+# -------------------------------------------------------------------- devices
+
+
+def test_device_names(tmp_path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Intel(R)  Xeon(R) Gold 6330\n")
+    assert cpu_model_name(info) == "Intel(R) Xeon(R) Gold 6330"
+    assert cpu_model_name(tmp_path / "missing")
+    assert record_device("cpu", 1) == "cpu0" and record_device("cuda:2", 0) == "gpu2"
