@@ -8,12 +8,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.stamp-installed
-PROTOS := $(wildcard protos/interference/v1/*.proto)
-GENERATED := predictor/rpc/generated/.stamp
 
 .PHONY: setup demo test test-slow lint evaluate clean
 
-setup: $(STAMP) $(GENERATED)
+setup: $(STAMP)
+	$(MAKE) --no-print-directory protos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,9 +23,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-$(GENERATED): $(PROTOS) scripts/gen_protos.sh $(STAMP)
-	PYTHON=$(BIN)/python sh scripts/gen_protos.sh
-	touch $@
+PYTHON_VENV := $(BIN)/python
+include mk/protos.mk
 
 demo: setup
 	$(BIN)/predictor demo
@@ -44,4 +42,4 @@ evaluate: setup
 	$(BIN)/predictor evaluate predictor/data/cpu-default.jsonl.gz
 
 clean:
-	rm -rf $(VENV) predictor/rpc/generated/*_pb2*.py $(GENERATED)
+	rm -rf $(VENV) predictor/rpc/generated/interference

@@ -1,6 +1,6 @@
 # gRPC code generation; include from the Makefile with `include mk/protos.mk`.
 # `make protos` is idempotent and fast when the generated code is up to date.
-PYTHON ?= .venv/bin/python
+PYTHON_VENV ?= .venv/bin/python
 PROTO_SOURCES := $(shell find protos -name '*.proto' 2>/dev/null)
 PROTO_STAMP := predictor/rpc/generated/interference/_source_hash.txt
 
@@ -8,7 +8,8 @@ PROTO_STAMP := predictor/rpc/generated/interference/_source_hash.txt
 protos: $(PROTO_STAMP)
 
 $(PROTO_STAMP): $(PROTO_SOURCES) predictor/rpc/codegen.py
-	$(PYTHON) -m predictor.rpc.codegen
+	$(PYTHON_VENV) -m predictor.rpc.codegen
+	@touch $@
 
 protos-check:
-	$(PYTHON) -m predictor.rpc.codegen --check
+	$(PYTHON_VENV) -m predictor.rpc.codegen --check
