@@ -13,6 +13,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import ClassVar
 
+import numpy as np
+
+from predictor.colocations import CoLocations
 from predictor.records import Record
 from predictor.solo_profile import SoloProfile
 
@@ -49,6 +52,10 @@ class LatencyPredictor(ABC):
         """Solo latency (ms) used for ``record``."""
         return self._solo.estimate(record)
 
+    def knows_solo(self, record: Record) -> bool:
+        """Whether ``record``'s solo latency is given or profiled (not extrapolated or guessed)."""
+        return self._solo.knows(record)
+
     def predict_one(self, record: Record) -> float:
         """Predicted latency in ms (always finite and > 0)."""
         return self._to_latency(record, self.predict_slowdown(record))
@@ -64,6 +71,17 @@ class LatencyPredictor(ABC):
     def predict_many(self, records: list[Record]) -> list[float]:
         """Predicted latencies for many records (subclasses may vectorise)."""
         return [self.predict_one(r) for r in records]
+
+    def predict_colocations(self, rows: CoLocations) -> np.ndarray:
+        """Predicted latencies (ms) of one batch on many devices: :meth:`predict_many` of
+        ``rows.records()``, which subclasses may compute for all rows at once."""
+        return np.asarray(self.predict_many(rows.records()), dtype=float)
+
+    def _to_latencies(self, rows: CoLocations, slowdowns: np.ndarray) -> np.ndarray:
+        """:meth:`_to_latency` of every row (they share one batch, hence one solo latency)."""
+        slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
+        low, high = self._slowdown_range
+        return self.solo_latency(rows.record(0)) * np.minimum(np.maximum(slowdowns, low), high)
 
     def learn_one(self, record: Record) -> None:
         """Learn from an observed record (``latency_ms`` set)."""

@@ -12,7 +12,7 @@ from predictor.records import Record
 
 
 class SgdPredictor(LatencyPredictor):
-    """river's ``StandardScaler | LinearRegression`` learning the slowdown.
+    """river's ``MaxAbsScaler | LinearRegression`` learning the (log) slowdown.
 
     Parameters
     ----------
@@ -30,7 +30,7 @@ class SgdPredictor(LatencyPredictor):
 
     def __init__(
         self,
-        learning_rate: float = 0.003,
+        learning_rate: float = 0.01,
         intercept_lr: float = 0.05,
         l2: float = 0.0,
         log_target: bool = True,
@@ -47,7 +47,7 @@ class SgdPredictor(LatencyPredictor):
         self.intercept_lr = intercept_lr
         self.l2 = l2
         self.log_target = log_target
-        self._model = preprocessing.StandardScaler() | linear_model.LinearRegression(
+        self._model = preprocessing.MaxAbsScaler() | linear_model.LinearRegression(
             optimizer=optim.SGD(learning_rate),
             intercept_init=0.0 if log_target else 1.0,
             intercept_lr=intercept_lr,
