@@ -12,13 +12,17 @@ from predictor.predictors import available, create
 from predictor.snapshot import SnapshotError, restore_predictor, snapshot_predictor
 
 
+VARIANTS = ["rls:drift_reset=True,clip=6.0,split_by='model'", "rls:features='fine',log_target=False",
+            "sgd:log_target=False", "ensemble:experts='rls,static'"]
+
+
 def small_spec(name: str) -> str:
     # static/ewma fit once after a handful of records so the checks see a fitted model
-    return f"{name}:fit_after=5" if name in ("static", "ewma") else name
+    return f"{name}:fit_after=5" if name in ("static", "ewma") else name  # variants pass through
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
-@pytest.mark.parametrize("name", available())
+@pytest.mark.parametrize("name", available() + VARIANTS)
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=st.lists(learnable_records, min_size=2, max_size=24))
 def test_contract(name, check, records):

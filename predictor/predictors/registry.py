@@ -48,7 +48,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, object]]:
     """Split ``"rls:forgetting=0.99,split_by='model'"`` into a name and arguments."""
     name, _, rest = spec.strip().partition(":")
     params: dict[str, object] = {}
-    for item in filter(None, (p.strip() for p in rest.split(","))):
+    for item in filter(None, (p.strip() for p in _split_outside_quotes(rest))):
         key, sep, raw = item.partition("=")
         if not sep:
             raise ValueError(f"predictor {name}: expected key=value, got {item!r}")
@@ -57,6 +57,27 @@ def parse_spec(spec: str) -> tuple[str, dict[str, object]]:
         except (ValueError, SyntaxError):
             params[key.strip()] = raw.strip()
     return name, params
+
+
+def _split_outside_quotes(text: str) -> list[str]:
+    """Split on commas that are not inside single or double quotes.
+
+    >>> _split_outside_quotes("a=1,b='x,y',c=\"z\"")
+    ['a=1', "b='x,y'", 'c="z"']
+    """
+    parts, current, quote = [], [], ""
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == ",":
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return parts
 
 
 def create(spec: str, **overrides: object) -> LatencyPredictor:
