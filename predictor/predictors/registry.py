@@ -62,8 +62,8 @@ def parse_spec(spec: str) -> tuple[str, dict[str, object]]:
 def _split_outside_quotes(text: str) -> list[str]:
     """Split on commas that are not inside single or double quotes.
 
-    >>> _split_outside_quotes("a=1,b='x,y',c=\"z\"")
-    ['a=1', "b='x,y'", 'c="z"']
+    >>> _split_outside_quotes("a=1,b='x,y',c=2")
+    ['a=1', "b='x,y'", 'c=2']
     """
     parts, current, quote = [], [], ""
     for char in text:
