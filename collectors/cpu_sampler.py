@@ -11,10 +11,13 @@ Signals, each over the interval since the previous read:
 ``procs_blocked`` tasks blocked on I/O at the read
 ``ctxt_kps``     context switches, thousands per second
 ``pgfault_kps``  page faults, thousands per second (``/proc/vmstat``): memory traffic proxy
-``pgalloc_kps``  page allocations, thousands per second: memory churn proxy
 ``cpu_pressure`` fraction of time some task waited for a CPU (``/proc/pressure/cpu``)
 ``mem_pressure`` fraction of time some task stalled on memory (``/proc/pressure/memory``)
 =============== ===============================================================
+
+Utilisations come from jiffies (1/100 s): over a 20 ms interval they are
+coarse, and averaging over a batch window smooths them; a core whose counters
+did not advance since the previous read keeps its previous value.
 
 A file that cannot be read (no PSI in this kernel, a container hiding
 ``/proc/vmstat``) leaves its signals out rather than reporting 0.
@@ -22,7 +25,7 @@ A file that cannot be read (no PSI in this kernel, a container hiding
 
 from __future__ import annotations
 
-import re
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,16 +43,37 @@ class _Counters:
     t: float
     cpus: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     scalars: dict[str, int] = field(default_factory=dict)
-    vm: tuple[int, int] | None = None
+    pgfault: int | None = None
     psi_cpu: int | None = None
     psi_mem: int | None = None
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
+class _ProcFile:
+    """A ``/proc`` file kept open and re-read from offset 0 (cheaper than reopening)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._missing = False
+
+    def read(self) -> str | None:
+        if self._fd is None:
+            if self._missing:
+                return None
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY)
+            except OSError:
+                self._missing = True
+                return None
+        try:
+            return os.pread(self._fd, 1 << 16, 0).decode("ascii", "replace")
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _cpu_times(stat: str) -> tuple[dict[str, tuple[int, int, int]], dict[str, int]]:
@@ -70,16 +94,13 @@ def _cpu_times(stat: str) -> tuple[dict[str, tuple[int, int, int]], dict[str, in
     return cpus, scalars
 
 
-_PGFAULT = re.compile(r"^pgfault (\d+)", re.MULTILINE)
-_PGALLOC = re.compile(r"^pgalloc_\w+ (\d+)", re.MULTILINE)
-
-
-def _vmstat(text: str) -> tuple[int, int] | None:
-    """Cumulative page faults and page allocations from ``/proc/vmstat``."""
-    faults = _PGFAULT.search(text)
-    if faults is None:
+def _pgfault(text: str) -> int | None:
+    """Cumulative page faults from ``/proc/vmstat``."""
+    at = text.find("\npgfault ")
+    if at < 0:
         return None
-    return int(faults.group(1)), sum(int(x) for x in _PGALLOC.findall(text))
+    end = text.find("\n", at + 9)
+    return int(text[at + 9 : end if end > 0 else None])
 
 
 def _psi_some_total_us(text: str) -> int | None:
@@ -115,22 +136,23 @@ class CpuSampler(Sampler):
     def __init__(self, hz: float = DEFAULT_HZ, *, seconds: float = 60.0, proc: str | Path = "/proc") -> None:
         super().__init__(hz, seconds=seconds, name="cpu-sampler")
         proc = Path(proc)
-        self._stat = proc / "stat"
-        self._vmstat = proc / "vmstat"
-        self._psi_cpu = proc / "pressure" / "cpu"
-        self._psi_mem = proc / "pressure" / "memory"
+        self._stat = _ProcFile(proc / "stat")
+        self._vmstat = _ProcFile(proc / "vmstat")
+        self._psi_cpu = _ProcFile(proc / "pressure" / "cpu")
+        self._psi_mem = _ProcFile(proc / "pressure" / "memory")
         self._prev: _Counters | None = None
+        self._last_cpu: dict[str, float] = {}
 
     def _counters(self) -> _Counters:
         counters = _Counters(t=time.monotonic())
-        stat = _read(self._stat)
+        stat = self._stat.read()
         if stat is not None:
             counters.cpus, counters.scalars = _cpu_times(stat)
-        vm = _read(self._vmstat)
-        counters.vm = _vmstat(vm) if vm is not None else None
-        text = _read(self._psi_cpu)
+        vm = self._vmstat.read()
+        counters.pgfault = _pgfault(vm) if vm is not None else None
+        text = self._psi_cpu.read()
         counters.psi_cpu = _psi_some_total_us(text) if text is not None else None
-        text = _read(self._psi_mem)
+        text = self._psi_mem.read()
         counters.psi_mem = _psi_some_total_us(text) if text is not None else None
         return counters
 
@@ -144,12 +166,13 @@ class CpuSampler(Sampler):
         dt = cur.t - prev.t if prev is not None else 0.0
         if prev is None or dt <= 0:
             return out
-        out.update(self._cpu_signals(prev.cpus, cur.cpus))
+        # A core whose jiffies did not advance (a read within one tick) keeps its last value.
+        self._last_cpu = {**self._last_cpu, **self._cpu_signals(prev.cpus, cur.cpus)}
+        out.update(self._last_cpu)
         if "ctxt" in cur.scalars and "ctxt" in prev.scalars:
             out["ctxt_kps"] = (cur.scalars["ctxt"] - prev.scalars["ctxt"]) / dt / 1e3
-        if cur.vm is not None and prev.vm is not None:
-            out["pgfault_kps"] = (cur.vm[0] - prev.vm[0]) / dt / 1e3
-            out["pgalloc_kps"] = (cur.vm[1] - prev.vm[1]) / dt / 1e3
+        if cur.pgfault is not None and prev.pgfault is not None:
+            out["pgfault_kps"] = (cur.pgfault - prev.pgfault) / dt / 1e3
         for name, now_us, then_us in (
             ("cpu_pressure", cur.psi_cpu, prev.psi_cpu),
             ("mem_pressure", cur.psi_mem, prev.psi_mem),
@@ -157,6 +180,10 @@ class CpuSampler(Sampler):
             if now_us is not None and then_us is not None:
                 out[name] = min(1.0, max(0.0, (now_us - then_us) / 1e6 / dt))
         return out
+
+    def close(self) -> None:
+        for f in (self._stat, self._vmstat, self._psi_cpu, self._psi_mem):
+            f.close()
 
     @staticmethod
     def _cpu_signals(

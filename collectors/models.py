@@ -33,6 +33,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from collectors.catalog import MODEL_NAMES
+
 SEQ_LEN = 64
 VOCAB = 2048
 DEFAULT_SEED = 0
@@ -229,6 +231,7 @@ MODELS: dict[str, Callable[[], nn.Module]] = {
 }
 
 TOKEN_MODELS = frozenset({"bert", "gpt2"})
+assert tuple(MODELS) == MODEL_NAMES, "collectors.catalog.MODEL_NAMES is out of date"
 
 
 def model_names() -> tuple[str, ...]:

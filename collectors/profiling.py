@@ -2,7 +2,8 @@
 
 For each (model, batch size) a worker measures, with nothing else scheduled:
 
-- ``solo_ms``: median latency over ``repeats`` timed runs after warm-up;
+- ``solo_ms``: median latency over ``repeats`` timed runs, interleaved with
+  the other configurations and idle gaps as in serving (:func:`profile_all`);
 - ``gflops``: floating-point work of one batch (``torch.utils.flop_counter``);
 - ``mbytes``: bytes read and written by the batch's operators (inputs,
   parameters and outputs of every non-view aten op), in MB: a rough measure of
@@ -14,8 +15,10 @@ Imports ``torch``.
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -64,47 +67,60 @@ def count_mbytes(model: torch.nn.Module, x: torch.Tensor) -> float | None:
         return None
 
 
-def solo_latency(
-    model: torch.nn.Module, x: torch.Tensor, timer: Timer, *, repeats: int = 7, warmup: int = 2
-) -> tuple[float, float]:
-    """Median latency (ms) of ``repeats`` runs after ``warmup``, and CPU time over wall time during them."""
-    with torch.inference_mode():
-        for _ in range(warmup):
-            span = timer.begin()
-            model(x)
-            timer.end(span)
-            span.elapsed_ms()
-        times: list[float] = []
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        for _ in range(repeats):
-            span = timer.begin()
-            model(x)
-            timer.end(span)
-            times.append(span.elapsed_ms())
-        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    return statistics.median(times), (cpu / wall if wall > 0 else 0.0)
+def profile_all(
+    models: Mapping[str, torch.nn.Module],
+    inputs: Mapping[tuple[str, int], torch.Tensor],
+    timer: Timer,
+    *,
+    repeats: int = 7,
+    max_gap_s: float = 0.04,
+    seed: int = 0,
+) -> dict[tuple[str, int], dict[str, float]]:
+    """Solo figures of every (model, batch size) of ``inputs``: ``solo_ms`` and the intensity attributes.
 
-
-def profile(
-    model: torch.nn.Module, x: torch.Tensor, timer: Timer, *, repeats: int = 7, warmup: int = 2
-) -> dict[str, float]:
-    """All solo figures of ``model`` on input ``x``: ``solo_ms`` and the intensity attributes.
+    The timed runs of all configurations are interleaved in a shuffled order,
+    each after an idle gap drawn uniformly from ``[0, max_gap_s]``, as a
+    serving worker sees them: caches hold other models' weights and the core
+    has been idle. A hot loop over one configuration would be faster than
+    anything a worker ever sees, and every batch would look slowed down.
 
     Examples
     --------
     >>> from collectors.models import build
     >>> from collectors.timers import CpuTimer
     >>> model, x = build("mlp", 1)
-    >>> figures = profile(model, x, CpuTimer(), repeats=3, warmup=1)
-    >>> sorted(figures), figures["solo_ms"] > 0
+    >>> figures = profile_all({"mlp": model}, {("mlp", 1): x}, CpuTimer(), repeats=3)
+    >>> sorted(figures["mlp", 1]), figures["mlp", 1]["solo_ms"] > 0
     (['cpu_util', 'gflops', 'mbytes', 'solo_ms'], True)
     """
-    solo_ms, cpu_util = solo_latency(model, x, timer, repeats=repeats, warmup=warmup)
-    out = {"solo_ms": solo_ms, "cpu_util": round(min(cpu_util, 64.0), 4)}
-    gflops = count_gflops(model, x)
-    if gflops is not None:
-        out["gflops"] = round(gflops, 6)
-    mbytes = count_mbytes(model, x)
-    if mbytes is not None:
-        out["mbytes"] = round(mbytes, 4)
+    rng = random.Random(seed)
+    times: dict[tuple[str, int], list[float]] = {key: [] for key in inputs}
+    cpu: dict[tuple[str, int], float] = dict.fromkeys(inputs, 0.0)
+    with torch.inference_mode():
+        for (name, _), x in inputs.items():  # warm-up
+            models[name](x)
+        order = [key for key in inputs for _ in range(repeats)]
+        rng.shuffle(order)
+        for key in order:
+            time.sleep(rng.uniform(0.0, max_gap_s))
+            c0 = time.process_time()
+            span = timer.begin()
+            models[key[0]](inputs[key])
+            timer.end(span)
+            times[key].append(span.elapsed_ms())
+            cpu[key] += time.process_time() - c0
+    out: dict[tuple[str, int], dict[str, float]] = {}
+    for key, x in inputs.items():
+        wall_s = sum(times[key]) / 1e3
+        figures = {
+            "solo_ms": statistics.median(times[key]),
+            "cpu_util": round(min(cpu[key] / wall_s, 64.0), 4) if wall_s > 0 else 0.0,
+        }
+        gflops = count_gflops(models[key[0]], x)
+        if gflops is not None:
+            figures["gflops"] = round(gflops, 6)
+        mbytes = count_mbytes(models[key[0]], x)
+        if mbytes is not None:
+            figures["mbytes"] = round(mbytes, 4)
+        out[key] = figures
     return out

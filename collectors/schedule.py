@@ -51,14 +51,17 @@ class Phase:
         return self.rate / len(self.models) if self.models else 0.0
 
 
-def _check(phases: list[Phase], known: Sequence[str] | None) -> list[Phase]:
+def validate_phases(phases: list[Phase], known: Sequence[str] | None = None) -> list[Phase]:
+    """Check a schedule (first phase at 0, increasing starts, rates >= 0, known models); returns it."""
     if not phases:
         raise ValueError("schedule: no phases")
     if phases[0].start_s != 0.0:
         raise ValueError(f"schedule: the first phase must start at 0, not {phases[0].start_s:g}")
     for before, after in zip(phases, phases[1:], strict=False):
         if after.start_s <= before.start_s:
-            raise ValueError(f"schedule: phase starts must increase ({before.start_s:g} then {after.start_s:g})")
+            raise ValueError(
+                f"schedule: phase starts must increase ({before.start_s:g} then {after.start_s:g})"
+            )
     for phase in phases:
         if not (math.isfinite(phase.rate) and phase.rate >= 0):
             raise ValueError(f"schedule: rate must be a finite number >= 0, got {phase.rate!r}")
@@ -67,7 +70,9 @@ def _check(phases: list[Phase], known: Sequence[str] | None) -> list[Phase]:
         if known is not None:
             unknown = [m for m in phase.models if m not in known]
             if unknown:
-                raise ValueError(f"schedule: unknown model(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+                raise ValueError(
+                    f"schedule: unknown model(s) {', '.join(unknown)}; choose from {', '.join(known)}"
+                )
     return phases
 
 
@@ -130,7 +135,7 @@ def parse_schedule(
             raise ValueError(f"schedule: phase {chunk!r} needs a rate (@RATE)")
         models = _models(models_text, previous.models if previous else None, default_models)
         phases.append(Phase(start, models, rate))
-    return _check(phases, known)
+    return validate_phases(phases, known)
 
 
 def _from_json(
@@ -157,12 +162,12 @@ def _from_json(
             phases.append(Phase(float(item.get("at", 0.0)), models, float(rate)))
         except (TypeError, ValueError):
             raise ValueError(f"schedule file: item {i} has a non-numeric at or rate") from None
-    return _check(phases, known)
+    return validate_phases(phases, known)
 
 
 def constant_schedule(models: Sequence[str], rate: float) -> list[Phase]:
     """One phase: ``models`` at ``rate`` for the whole run."""
-    return _check([Phase(0.0, tuple(dict.fromkeys(models)), float(rate))], None)
+    return validate_phases([Phase(0.0, tuple(dict.fromkeys(models)), float(rate))], None)
 
 
 def phase_at(phases: Sequence[Phase], t: float) -> Phase:

@@ -37,11 +37,11 @@ Examples
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
@@ -63,6 +63,36 @@ class _Batch:
     device_kind: str = ""
     end_s: float | None = None
     latency_ms: float | None = None
+
+
+class _Finished:
+    """Finished batches of one device, sorted by end time, so co-runner searches stay short."""
+
+    __slots__ = ("ends", "batches")
+
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+        self.batches: list[_Batch] = []
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def add(self, batch: _Batch, cap: int) -> None:
+        assert batch.end_s is not None
+        i = bisect.bisect_right(self.ends, batch.end_s)  # reports come nearly in end order: i is near the end
+        self.ends.insert(i, batch.end_s)
+        self.batches.insert(i, batch)
+        if len(self.ends) > cap:
+            del self.ends[0], self.batches[0]
+
+    def ending_after(self, t: float) -> list[_Batch]:
+        """Batches that ended strictly after ``t``."""
+        return self.batches[bisect.bisect_right(self.ends, t) :]
+
+    def drop_until(self, t: float) -> None:
+        """Forget the batches that ended at or before ``t``."""
+        i = bisect.bisect_right(self.ends, t)
+        del self.ends[:i], self.batches[:i]
 
 
 def overlap_fraction(start: float, end: float, other_start: float, other_end: float) -> float:
@@ -112,7 +142,7 @@ class Tracker:
         signals: SignalSource | None = None,
         source: str = "",
         lag_s: float = 0.1,
-        history_s: float = 5.0,
+        history_s: float = 1.0,
         max_history: int = 10_000,
         stale_s: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
@@ -128,7 +158,8 @@ class Tracker:
         self.stale_s = stale_s
         self.clock = clock
         self._running: dict[Hashable, _Batch] = {}
-        self._history: dict[str, deque[_Batch]] = {}
+        self._history: dict[str, _Finished] = {}
+        self._last_prune = -math.inf
         self._pending: list[tuple[float, int, _Batch]] = []
         self._seq = itertools.count()
         self.emitted = 0
@@ -183,8 +214,7 @@ class Tracker:
             batch.start_s = float(start_s)
         batch.end_s = max(float(end_s), batch.start_s)
         batch.latency_ms = latency_ms if latency_ms is not None else (batch.end_s - batch.start_s) * 1e3
-        history = self._history.setdefault(batch.device, deque(maxlen=self.max_history))
-        history.append(batch)
+        self._history.setdefault(batch.device, _Finished()).add(batch, self.max_history)
         heapq.heappush(self._pending, (batch.end_s, next(self._seq), batch))
 
     # --------------------------------------------------------------- emitting
@@ -226,10 +256,12 @@ class Tracker:
         if batch.end_s <= batch.start_s:
             return []
         found: list[CoRunner] = []
-        others = itertools.chain(self._history.get(batch.device, ()), self._running.values())
+        history = self._history.get(batch.device)
+        finished = history.ending_after(batch.start_s) if history is not None else []
+        others = itertools.chain(finished, self._running.values())
         for other in others:
-            if other is batch or other.device != batch.device:
-                continue
+            if other.start_s >= batch.end_s or other is batch or other.device != batch.device:
+                continue  # (most candidates started after this batch ended)
             other_end = math.inf if other.end_s is None else other.end_s
             share = overlap_fraction(batch.start_s, batch.end_s, other.start_s, other_end)
             if share > 0.0:
@@ -273,12 +305,14 @@ class Tracker:
             self.stale_dropped += 1
 
     def _prune(self, now: float) -> None:
-        """Forget finished batches that no unemitted or future batch can overlap."""
+        """Forget finished batches that no unemitted or future batch can overlap (at most every 50 ms)."""
+        if 0.0 <= now - self._last_prune < 0.05:
+            return
+        self._last_prune = now
         horizon = now - self.history_s
         for batch in self._running.values():
             horizon = min(horizon, batch.start_s)
         for _, _, batch in self._pending:
             horizon = min(horizon, batch.start_s)
         for history in self._history.values():
-            while history and history[0].end_s is not None and history[0].end_s <= horizon:
-                history.popleft()
+            history.drop_until(horizon)

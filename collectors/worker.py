@@ -6,18 +6,23 @@ queue. Messages are small tuples:
 
 jobs (parent to workers)
     ``("run", job_id, model, batch_size)``, ``("profile", batch_sizes, repeats)``, ``("stop",)``
-results (workers to parent)
+reports (each worker to the parent, on its own pipe)
     ``("ready", worker, device, device_kind)``,
-    ``("begin", worker, job_id, t_announce)``,
     ``("end", worker, job_id, start_s, end_s, latency_ms)``,
     ``("profile", worker, {(model, batch_size): figures})``,
     ``("error", worker, traceback_text)``
 
-The begin report is sent *before* the timer starts, so its cost is outside the
-measured latency; the end report carries the exact start. All times are
-``time.monotonic`` seconds, comparable across processes. On CUDA the spans are
-resolved off the hot path: after each job only the spans whose end event has
-completed are reported, and the rest when the queue is idle.
+A batch's begin is published in the worker's shared-memory
+:class:`~collectors.slot.RunningSlot` just before its timer starts (no system
+call); its end report goes through the pipe after the timer stops, carrying
+the exact start. Reports are written synchronously by the worker's own thread
+(``Connection.send``): a ``multiprocessing.Queue`` would hand them to a feeder
+thread that then competes with the model for the GIL and the core *during* the
+measured batch. So nothing the collection does runs inside a timed window
+except the timer's own two clock reads. All times are ``time.monotonic``
+seconds, comparable across processes. On CUDA the spans are resolved off the
+hot path: after each job only the spans whose end event has completed are
+reported, and the rest when the queue is idle.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import traceback
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
+
+from collectors.slot import RunningSlot
 
 
 @dataclass(frozen=True)
@@ -42,23 +49,37 @@ class WorkerConfig:
     threads: int = 1
 
 
-def worker_main(worker: int, config: WorkerConfig, jobs: Any, results: Any) -> None:
-    """Entry point of a worker process (``multiprocessing`` target)."""
+def worker_main(worker: int, config: WorkerConfig, jobs: Any, results: Any, slot: RunningSlot) -> None:
+    """Entry point of a worker process (``multiprocessing`` target).
+
+    Parameters
+    ----------
+    worker
+        This worker's index.
+    config
+        What to load.
+    jobs
+        The shared ``multiprocessing.Queue`` of jobs.
+    results
+        The writing end (a ``multiprocessing.connection.Connection``) of this worker's report pipe.
+    slot
+        Where this worker publishes the batch it is running.
+    """
     try:
-        _serve(worker, config, jobs, results)
+        _serve(worker, config, jobs, results, slot)
     except KeyboardInterrupt:
         pass
     except BaseException:
-        results.put(("error", worker, traceback.format_exc()))
+        results.send(("error", worker, traceback.format_exc()))
 
 
-def _serve(worker: int, config: WorkerConfig, jobs: Any, results: Any) -> None:
+def _serve(worker: int, config: WorkerConfig, jobs: Any, results: Any, slot: RunningSlot) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(config.threads))
     import torch
 
     from collectors.devices import cpu_model_name, record_device, worker_torch_device
     from collectors.models import build, example_input
-    from collectors.profiling import profile
+    from collectors.profiling import profile_all
     from collectors.timers import make_timer
 
     torch.set_num_threads(config.threads)
@@ -82,14 +103,14 @@ def _serve(worker: int, config: WorkerConfig, jobs: Any, results: Any) -> None:
                     model(inputs[name, bs])
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
-    results.put(("ready", worker, record_device(device, worker), kind))
+    results.send(("ready", worker, record_device(device, worker), kind))
 
     unreported: deque[tuple[int, Any]] = deque()
 
     def report(block: bool) -> None:
         while unreported and (block or unreported[0][1].ready()):
             job_id, span = unreported.popleft()
-            results.put(("end", worker, job_id, span.start_s, span.end_s(), span.elapsed_ms()))
+            results.send(("end", worker, job_id, span.start_s, span.end_s(), span.elapsed_ms()))
 
     with torch.inference_mode():
         while True:
@@ -102,7 +123,7 @@ def _serve(worker: int, config: WorkerConfig, jobs: Any, results: Any) -> None:
             if kind_of_job == "run":
                 _, job_id, name, bs = job
                 model, x = models[name], inputs[name, bs]
-                results.put(("begin", worker, job_id, time.monotonic()))
+                slot.publish(job_id, time.monotonic())
                 span = timer.begin()
                 model(x)
                 timer.end(span)
@@ -111,12 +132,9 @@ def _serve(worker: int, config: WorkerConfig, jobs: Any, results: Any) -> None:
             elif kind_of_job == "profile":
                 _, batch_sizes, repeats = job
                 report(block=True)
-                figures = {
-                    (name, bs): profile(models[name], inputs[name, bs], timer, repeats=repeats)
-                    for name in config.models
-                    for bs in batch_sizes
-                }
-                results.put(("profile", worker, figures))
+                wanted = {key: x for key, x in inputs.items() if key[1] in batch_sizes}
+                figures = profile_all(models, wanted, timer, repeats=repeats, seed=config.seed)
+                results.send(("profile", worker, figures))
             elif kind_of_job == "stop":
                 report(block=True)
                 return

@@ -129,6 +129,11 @@ class ResidualWindow:
         return bisect.bisect_right(self._sorted, x) / (len(self._sorted) + 1)
 
     def cdf_many(self, xs: np.ndarray) -> np.ndarray:
+        if self._array is None and len(xs) <= 16:
+            # A few look-ups bisect the sorted list (the same counts) rather than build its array,
+            # which the next residual would make stale again.
+            n = len(self._sorted) + 1
+            return np.array([bisect.bisect_right(self._sorted, x) / n for x in np.asarray(xs).tolist()])
         return np.searchsorted(self.sorted_array(), xs, side="right") / (len(self._sorted) + 1)
 
     def sorted_array(self) -> np.ndarray:
@@ -286,15 +291,18 @@ class ConformalCalibrator:
             return _STANDARD_NORMAL.cdf(x / self.fallback_sigma)
         return self._adjusted_probability(kind, level[0].cdf(x), source)
 
+    def bound_factors(self, kinds: Iterable[str], confidence: float) -> dict[str, Bound]:
+        """The bound of a 1 ms prediction for each distinct kind: a bound is the prediction times
+        its kind's ``upper_ms`` (one quantile look-up per kind)."""
+        check_confidence(confidence)
+        return {kind: self.upper_bound(1.0, kind, confidence) for kind in set(kinds)}
+
     def upper_bounds(
         self, predicted: Sequence[float] | np.ndarray, kinds: Sequence[str], confidence: float
     ) -> tuple[np.ndarray, list[Bound]]:
         """Bounds for many predictions at once (one quantile look-up per distinct kind)."""
-        check_confidence(confidence)
         predicted = np.asarray(predicted, dtype=float)
-        factors: dict[str, Bound] = {}
-        for kind in set(kinds):
-            factors[kind] = self.upper_bound(1.0, kind, confidence)
+        factors = self.bound_factors(kinds, confidence)
         scale = np.array([factors[k].upper_ms for k in kinds], dtype=float)
         uppers = predicted * scale
         bounds = [

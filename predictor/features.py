@@ -113,18 +113,20 @@ def interaction_features(record: Record) -> Features:
     model-specific sensitivity. Device signals are not crossed.
     """
     features = fine_features(record)
-    keys = tuple(
-        sorted(
-            k
-            for k in features
-            if k.startswith("own:") or (k.startswith("co:") and k != "co:count") or k == "log_batch"
-        )
-    )
+    keys = crossed_keys(tuple(features))
     names, first, second = _interaction_layout(keys, record.batch.model)
-    values = np.fromiter((features[k] for k in keys), dtype=float, count=len(keys))
+    values = np.fromiter(map(features.__getitem__, keys), dtype=float, count=len(keys))
     extra = np.concatenate([values[first] * values[second], values])
     features.update(zip(names, extra.tolist(), strict=True))
     return features
+
+
+@functools.lru_cache(maxsize=4096)
+def crossed_keys(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The keys among ``names`` that :func:`interaction_features` crosses, sorted (cached per key set)."""
+    return tuple(
+        sorted(k for k in names if k.startswith("own:") or (k.startswith("co:") and k != "co:count") or k == "log_batch")
+    )
 
 
 FEATURE_SETS = {"coarse": coarse_features, "fine": fine_features, "interactions": interaction_features}

@@ -23,6 +23,7 @@ Examples
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 
@@ -97,14 +98,37 @@ class OutlierGate:
             self.n_rejected += 1
             return False
         self.n_admitted += 1
-        self._residuals.append(residual)
+        self._keep(residual)
         self._since_refresh += 1
         if self.n_admitted >= self.warmup and (self._since_refresh >= 16 or math.isinf(self._threshold)):
             self._refresh()
         return True
 
     def _center(self) -> float:
-        return float(np.median(np.fromiter(self._residuals, dtype=float))) if self._residuals else 0.0
+        """The median of the admitted residuals (what ``np.median`` gives), from a sorted copy of
+        the window kept alongside it (a median per observation costs no sort)."""
+        residuals = self._residuals
+        if not residuals:
+            return 0.0
+        ordered = self._ordered()
+        n = len(ordered)
+        middle = n // 2
+        return ordered[middle] if n % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+    def _ordered(self) -> list[float]:
+        """The window, sorted; kept in step with it (rebuilt when out of step, e.g. after unpickling)."""
+        ordered = self.__dict__.get("_sorted")
+        if ordered is None or len(ordered) != len(self._residuals):
+            ordered = self._sorted = sorted(self._residuals)
+        return ordered
+
+    def _keep(self, residual: float) -> None:
+        """Append an admitted residual to the window and to its sorted copy."""
+        ordered = self._ordered()
+        if len(self._residuals) == self._residuals.maxlen:
+            del ordered[bisect.bisect_left(ordered, self._residuals[0])]
+        self._residuals.append(residual)
+        bisect.insort(ordered, residual)
 
     def _shift_seen_by_many(self, source: str) -> bool:
         if len(self._recent) < self._recent.maxlen:  # type: ignore[operator]

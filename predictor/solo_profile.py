@@ -56,6 +56,13 @@ class SoloProfile:
             mean, n = self._alone.get(key, (0.0, 0))
             self._alone[key] = (mean + (latency - mean) / (n + 1), n + 1)
 
+    def knows(self, record: Record) -> bool:
+        """Whether the solo latency of ``record`` is given or profiled for its exact key (not a guess)."""
+        return (
+            record.solo_latency_ms is not None
+            or self._known((record.batch.model, record.batch.batch_size)) is not None
+        )
+
     def _known(self, key: Key) -> float | None:
         if key in self._profiled:
             return self._profiled[key]

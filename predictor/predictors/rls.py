@@ -114,11 +114,26 @@ class RlsPredictor(LatencyPredictor):
             self._detectors[key] = drift.ADWIN(delta=self.drift_delta)
         return model
 
+    def _features(self, record: Record) -> dict[str, float]:
+        """The features of ``record``; the last record's are kept, so that learning a record just
+        predicted (the service's outlier-gated path) extracts them once."""
+        last = getattr(self, "_last", None)
+        if last is not None and last[0] is record:
+            return last[1]
+        features = self._extract(record)
+        self._last = (record, features)
+        return features
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_last", None)
+        return state
+
     def predict_slowdown(self, record: Record) -> float:
         model = self._models.get(self._key(record))
         if model is None:
             return 1.0
-        value = model.predict_one(self._extract(record))
+        value = model.predict_one(self._features(record))
         return math.exp(min(value, 10.0)) if self.log_target else value
 
     def predict_colocations(self, rows: CoLocations) -> np.ndarray:
@@ -164,7 +179,7 @@ class RlsPredictor(LatencyPredictor):
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
         key = self._key(record)
         model = self._model(key)
-        self._learn_vector(record, key, model, model.vectorize(self._extract(record), grow=True), slowdown)
+        self._learn_vector(record, key, model, model.vectorize(self._features(record), grow=True), slowdown)
 
     def _learn_vector(self, record: Record, key: str, model: RLS, vector, slowdown: float | None = None) -> None:
         if slowdown is None:

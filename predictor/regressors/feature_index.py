@@ -61,6 +61,10 @@ class FeatureIndex:
             return positions, None
         return positions, known
 
+    def positions(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray | None]:
+        """Column of each of ``names`` (``-1`` where unknown) and, if any is unknown, a mask of the known."""
+        return self._layout(names, grow=False)
+
     def vector(self, features: Mapping[str, float], *, grow: bool) -> np.ndarray:
         """The vector of ``features`` (intercept first).
 

@@ -82,6 +82,7 @@ class RLS:
         self._s = np.asfortranarray(np.eye(1) * delta)
         self._scale = 1.0
         self._trace_s = delta
+        self._all_scaled = True  # every column has its scale (see vectorize)
         self.n_updates = 0
         self.n_refused = 0
 
@@ -116,6 +117,7 @@ class RLS:
         s[range(old, size), range(old, size)] = self.delta / self._scale
         self._s = s
         self._trace_s += (size - old) * self.delta / self._scale
+        self._all_scaled = False
         self._bound_trace()
 
     def _bound_trace(self) -> None:
@@ -135,6 +137,7 @@ class RLS:
         fresh = (self._column_scale[: vector.size] == 0) & (vector != 0)
         if fresh.any():
             self._column_scale[: vector.size][fresh] = np.maximum(np.abs(vector[fresh]), SCALE_FLOOR)
+            self._all_scaled = bool((self._column_scale > 0).all())
 
     def reset_covariance(self) -> None:
         """Re-open the covariance to ``delta * I`` (after drift); weights kept."""
@@ -148,11 +151,16 @@ class RLS:
     def vectorize(self, x: Mapping[str, float], *, grow: bool) -> np.ndarray:
         """The scaled column vector of ``x``; with ``grow``, new names get columns and scales."""
         vector = self.index.vector(x, grow=grow)
+        # Once every column has its scale (the usual case), scaling is one division.
+        all_scaled = self.__dict__.get("_all_scaled", False)
         if grow:
             self._grow(vector.size)
-            if np.abs(vector).max() < MAX_MAGNITUDE:  # an absurd value must not set a scale
+            all_scaled = self.__dict__.get("_all_scaled", False)
+            if not all_scaled and np.abs(vector).max() < MAX_MAGNITUDE:  # an absurd value must not set a scale
                 self._set_column_scales(vector)
         scale = self._column_scale[: vector.size]
+        if all_scaled:
+            return vector / scale
         return np.divide(vector, scale, out=np.zeros_like(vector), where=scale > 0)
 
     def predict_vector(self, vector: np.ndarray) -> float:
@@ -167,6 +175,18 @@ class RLS:
             return np.zeros(0)
         matrix = np.stack([self.index.vector(x, grow=False) for x in xs])
         return matrix @ (self._weights / np.where(self._column_scale > 0, self._column_scale, np.inf))
+
+    def predict_matrix(self, names: tuple[str, ...], values: np.ndarray) -> np.ndarray:
+        """Predictions for the rows of ``values``, whose columns are the features ``names``.
+
+        Row ``i`` gets what :meth:`predict_one` answers for ``dict(zip(names, values[i]))``
+        (up to rounding): unseen names are ignored, like an unseen feature.
+        """
+        positions, known = self.index.positions(names)
+        if known is not None:
+            positions, values = positions[known], values[:, known]
+        effective = self._weights / np.where(self._column_scale > 0, self._column_scale, np.inf)
+        return values @ effective[positions] + effective[0]
 
     def learn_one(self, x: Mapping[str, float], y: float) -> None:
         self.learn_vector(self.vectorize(x, grow=True), y)

@@ -28,6 +28,7 @@ from predictor.records import BatchSpec, Record
 from predictor.rpc import convert
 from predictor.rpc.errors import from_rpc_error
 from predictor.rpc.protos import SERVICE_NAME, load
+from predictor.rpc.security import open_channel
 from predictor.service.types import (
     Candidate,
     DeadlineAnswer,
@@ -52,6 +53,13 @@ class InterferenceClient:
         An existing channel (for example a secure one).
     timeout
         Deadline of each unary call in seconds.
+    credentials
+        TLS credentials (:func:`~predictor.rpc.security.channel_credentials`; with a client
+        certificate for mutual TLS); omitted: plaintext.
+    token
+        Bearer token sent with every call (``authorization: Bearer <token>``).
+    server_name
+        Name to check the server's certificate against, when not the target's host.
     """
 
     def __init__(
@@ -60,11 +68,16 @@ class InterferenceClient:
         *,
         channel: grpc.Channel | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
+        server_name: str | None = None,
     ):
         pb2, pb2_grpc = load()
         self._pb2 = pb2
         self._own_channel = channel is None
-        self.channel = channel if channel is not None else grpc.insecure_channel(target)
+        if channel is None:
+            channel = open_channel(target, credentials=credentials, token=token, server_name=server_name)
+        self.channel = channel
         self.stub = pb2_grpc.InterferenceServiceStub(self.channel)
         self.timeout = timeout
 

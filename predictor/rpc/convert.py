@@ -6,11 +6,23 @@ with the same paths the messages use (``query.batch.batch_size``).
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from predictor.calibration import BoundSource
-from predictor.records import SCHEMA, BatchSpec, CoRunner, Record, RecordError, parse_record
+from predictor.records import (
+    MAX_CO_RUNNERS,
+    MAX_NAME_LENGTH,
+    MAX_NUMERIC_KEYS,
+    SCHEMA,
+    BatchSpec,
+    CoRunner,
+    Record,
+    RecordError,
+    parse_record,
+)
 from predictor.rpc.protos import pb2
 from predictor.service.types import (
     Candidate,
@@ -19,6 +31,7 @@ from predictor.service.types import (
     DeadlineAnswer,
     DriftAlarm,
     KindStatus,
+    LogStatus,
     ObservationReport,
     PlacementAnswer,
     PlannedCoRunner,
@@ -98,8 +111,77 @@ def confidence_from_pb(value: float) -> float | None:
     return None if value == 0 else value
 
 
+def _valid_numbers(values: dict[str, float]) -> bool:
+    """Whether a decoded attrs or signals map passes ``coloc/v1`` as it is (names and finite values)."""
+    if not values:
+        return True
+    return (
+        len(values) <= MAX_NUMERIC_KEYS
+        and "" not in values
+        and max(map(len, values)) <= MAX_NAME_LENGTH
+        and all(map(math.isfinite, values.values()))
+    )
+
+
+def _valid_name(name: str) -> bool:
+    return 0 < len(name) <= MAX_NAME_LENGTH
+
+
+def _record_as_given(message: Any) -> Record | None:
+    """The ``Record`` message as a :class:`Record` when it is valid ``coloc/v1`` as it stands;
+    ``None`` otherwise (then :func:`record_from_pb` validates it field by field and says why).
+
+    Builds the record straight from the message, which costs a third of going through
+    :func:`~predictor.records.parse_record`; the checks are the same.
+    """
+    if (message.schema and message.schema != SCHEMA) or not message.HasField("latency_ms"):
+        return None
+    latency = message.latency_ms
+    solo = message.solo_latency_ms if message.HasField("solo_latency_ms") else None
+    start = message.start_s if message.HasField("start_s") else None
+    if not (latency > 0 and math.isfinite(latency)) or (solo is not None and not (solo > 0 and math.isfinite(solo))):
+        return None
+    if start is not None and not math.isfinite(start):
+        return None
+    device, kind, source = message.device, message.device_kind, message.source
+    if not _valid_name(device) or len(kind) > MAX_NAME_LENGTH or len(source) > MAX_NAME_LENGTH:
+        return None
+    batch = message.batch
+    attrs = dict(batch.attrs)
+    if not (_valid_name(batch.model) and batch.batch_size >= 1 and _valid_numbers(attrs)):
+        return None
+    signals = dict(message.signals)
+    if not _valid_numbers(signals) or len(message.co_runners) > MAX_CO_RUNNERS:
+        return None
+    runners = []
+    for runner in message.co_runners:
+        runner_attrs = dict(runner.attrs)
+        if runner.HasField("remaining_ms") or not (
+            _valid_name(runner.model) and runner.batch_size >= 1 and _valid_numbers(runner_attrs)
+        ):
+            return None
+        overlap = runner.overlap if runner.HasField("overlap") else 1.0
+        if not 0.0 <= overlap <= 1.0:
+            return None
+        runners.append(CoRunner(runner.model, runner.batch_size, runner_attrs, overlap))
+    return Record(
+        device=device,
+        batch=BatchSpec(batch.model, batch.batch_size, attrs),
+        latency_ms=latency,
+        device_kind=kind,
+        start_s=start,
+        solo_latency_ms=solo,
+        co_runners=tuple(runners),
+        signals=signals,
+        source=source,
+    )
+
+
 def record_from_pb(message: Any) -> Record:
     """Validate an observed ``Record`` message as ``coloc/v1``; raises :class:`RecordError`."""
+    record = _record_as_given(message)
+    if record is not None:
+        return record
     runners = []
     for i, runner in enumerate(message.co_runners):
         if runner.HasField("remaining_ms"):
@@ -129,6 +211,20 @@ def record_from_pb(message: Any) -> Record:
         "source": message.source or None,
     }
     return parse_record(obj)
+
+
+def observations_from_pb(messages: Iterable[Any]) -> Iterator[tuple[Callable[[], Record], str]]:
+    """The ``(record, batch_id)`` items of a ``ReportObservations`` stream, in order: each message's
+    ``record`` (when set, or when the message has no ``records``), then its ``records``. A record
+    comes as a deferred conversion, so that its errors are the service's to report."""
+    for message in messages:
+        batch = message.records
+        if not batch or message.HasField("record"):
+            yield functools.partial(record_from_pb, message.record), message.batch_id
+        if batch:
+            ids = message.batch_ids
+            for i, record in enumerate(batch):
+                yield functools.partial(record_from_pb, record), ids[i] if i < len(ids) else ""
 
 
 # --------------------------------------------------------------------- domain -> messages
@@ -204,6 +300,9 @@ def observation_report_to_pb(report: ObservationReport) -> Any:
             messages.Rejection(index=r.index, field=r.field, reason=r.reason) for r in report.rejections
         ],
         observations_learned=report.observations_learned,
+        outliers=report.outliers,
+        rate_limited=report.rate_limited,
+        log_sequence=report.log_sequence,
     )
 
 
@@ -231,7 +330,20 @@ def status_to_pb(status: Status) -> Any:
         devices=status.devices,
         batches_running=status.batches_running,
         uptime_s=status.uptime_s,
+        observations_outliers=status.observations_outliers,
+        observations_rate_limited=status.observations_rate_limited,
     )
+    if status.log is not None:
+        response.log.CopyFrom(
+            messages.ObservationLogStatus(
+                fsync=status.log.fsync,
+                last_sequence=status.log.last_sequence,
+                synced_sequence=status.log.synced_sequence,
+                snapshot_sequence=status.log.snapshot_sequence,
+                replayed=status.log.replayed,
+                replay_skipped=status.log.replay_skipped,
+            )
+        )
     for alarm in status.drift_alarms:
         message = response.drift_alarms.add(
             device_kind=alarm.device_kind,
@@ -360,6 +472,9 @@ def observation_report_from_pb(message: Any) -> ObservationReport:
         rejected=message.rejected,
         rejections=[Rejection(r.index, r.field, r.reason) for r in message.rejections],
         observations_learned=message.observations_learned,
+        outliers=message.outliers,
+        rate_limited=message.rate_limited,
+        log_sequence=message.log_sequence,
     )
 
 
@@ -385,5 +500,17 @@ def status_from_pb(message: Any) -> Status:
         uptime_s=message.uptime_s,
         last_snapshot_time=_time(message.last_snapshot_time)
         if message.HasField("last_snapshot_time")
+        else None,
+        observations_outliers=message.observations_outliers,
+        observations_rate_limited=message.observations_rate_limited,
+        log=LogStatus(
+            message.log.fsync,
+            message.log.last_sequence,
+            message.log.synced_sequence,
+            message.log.snapshot_sequence,
+            message.log.replayed,
+            message.log.replay_skipped,
+        )
+        if message.HasField("log")
         else None,
     )

@@ -4,6 +4,8 @@
   ``interference_rpc_latency_seconds{method}`` come from a server interceptor
   (unary-response RPCs: every RPC of the service);
 * ``interference_observations_learned_total``, ``..._rejected_total``,
+  ``..._refused_total{reason}`` (outlier, rate_limit),
+  ``interference_observation_log_sequence{position}`` (appended, synced, snapshot),
   ``interference_rolling_mape_percent{device_kind}``,
   ``interference_bound_coverage_ratio{device_kind}``,
   ``interference_drift_alarms_total{device_kind}``, ``interference_batches_running``,
@@ -41,6 +43,22 @@ class _ServiceCollector(Collector):
         learned.add_metric([], status.observations_learned)
         rejected = CounterMetricFamily("interference_observations_rejected", "Observations rejected.")
         rejected.add_metric([], status.observations_rejected)
+        refused = CounterMetricFamily(
+            "interference_observations_refused",
+            "Observations refused by the robustness guards (also counted as rejected).",
+            labels=["reason"],
+        )
+        refused.add_metric(["outlier"], status.observations_outliers)
+        refused.add_metric(["rate_limit"], status.observations_rate_limited)
+        log_position = GaugeMetricFamily(
+            "interference_observation_log_sequence",
+            "Observation log positions: last appended, last fsynced, last covered by a snapshot.",
+            labels=["position"],
+        )
+        if status.log is not None:
+            log_position.add_metric(["appended"], status.log.last_sequence)
+            log_position.add_metric(["synced"], status.log.synced_sequence)
+            log_position.add_metric(["snapshot"], status.log.snapshot_sequence)
         mape = GaugeMetricFamily(
             "interference_rolling_mape_percent", "Rolling prequential MAPE (%).", labels=["device_kind"]
         )
@@ -62,7 +80,7 @@ class _ServiceCollector(Collector):
         running.add_metric([], status.batches_running)
         ready = GaugeMetricFamily("interference_ready", "1 when the service answers predictions.")
         ready.add_metric([], 1.0 if status.ready else 0.0)
-        yield from (learned, rejected, mape, coverage, alarms, running, ready)
+        yield from (learned, rejected, refused, log_position, mape, coverage, alarms, running, ready)
 
 
 class ServerMetrics:

@@ -146,20 +146,28 @@ def status_table(status: Any) -> Any:
         )
     table.add_row("[bold]all", "", _fmt(status.rolling_mape), _fmt(status.coverage, 4), "", "")
     table.caption = (
-        f"{status.devices} devices, {status.batches_running} batches running, up {status.uptime_s:.0f} s"
+        f"{status.devices} devices, {status.batches_running} batches running, up {status.uptime_s:.0f} s; "
+        f"refused: {status.observations_outliers} outliers, {status.observations_rate_limited} over rate"
     )
+    if status.log is not None:
+        log = status.log
+        table.caption += (
+            f"; log fsync {log.fsync}: #{log.last_sequence} appended, #{log.synced_sequence} synced, "
+            f"#{log.snapshot_sequence} in the snapshot"
+        )
     return table
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``predictor query``."""
+    import grpc
     from rich.console import Console
 
-    from predictor.rpc.client import InterferenceClient
+    from predictor.rpc.commands import client_from_args
     from predictor.service.errors import ServiceError
 
     console = Console()
-    with InterferenceClient(args.target, timeout=args.timeout) as client:
+    with client_from_args(args) as client:
         try:
             if args.what == "status":
                 console.print(status_table(client.status()))
@@ -187,6 +195,9 @@ def run(args: argparse.Namespace) -> int:
                 _print_ranking(console, client, args)
         except ServiceError as exc:
             console.print(f"[red]{type(exc).__name__}[/red]: {exc}")
+            return 1
+        except grpc.RpcError as exc:  # e.g. UNAUTHENTICATED, PERMISSION_DENIED
+            console.print(f"[red]{exc.code().name}[/red]: {exc.details()}")
             return 1
     return 0
 

@@ -1,19 +1,28 @@
 """``predictor serve``: run the prediction service until SIGINT or SIGTERM.
 
 Start-up order: the server starts at once with health ``NOT_SERVING``; the
-state is restored from ``--state`` (or learned from ``--warm-start``); then
+state is restored from ``--state`` (its snapshot, then the observation log
+after it; or, for an empty state folder, learned from ``--warm-start``); then
 health turns ``SERVING``. On a signal, health turns ``NOT_SERVING``, in-flight
 RPCs get ``--grace`` seconds, and a final snapshot is written.
+
+Security (``--tls-cert``/``--tls-key``, ``--tls-client-ca`` for mutual TLS,
+``--auth-token-file``, ``--allowed-client``, ``--protect-reads``) is described
+in :mod:`predictor.rpc.security`; durability (``--fsync``) in
+:mod:`predictor.service.wal`.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from predictor.service.config import ServiceConfig
 
@@ -32,6 +41,14 @@ class ServeOptions:
     grace_s: float = 5.0
     max_workers: int = 8
     max_message_bytes: int = 4 * 1024 * 1024
+    max_concurrent_rpcs: int | None = None
+    port_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    auth_token_file: str | None = None
+    allowed_clients: tuple[str, ...] = ()
+    protect_reads: bool = False
 
 
 def config_from_args(args: argparse.Namespace) -> ServiceConfig:
@@ -40,6 +57,16 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
         snapshot_every_s=args.snapshot_every,
         max_candidates=args.max_candidates,
         default_confidence=args.confidence,
+        max_stream_records=args.max_stream_records,
+        observation_log=not args.no_observation_log,
+        fsync=args.fsync,
+        fsync_interval_s=args.fsync_interval,
+        outlier_gate=not args.no_outlier_gate,
+        outlier_k=args.outlier_k,
+        outlier_min_ratio=args.outlier_min_ratio,
+        rate_limit=args.rate_limit,
+        rate_burst=args.rate_burst,
+        rate_limit_by=args.rate_limit_by,
     )
 
 
@@ -53,7 +80,43 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         grace_s=args.grace,
         max_workers=args.max_workers,
         max_message_bytes=args.max_message_bytes,
+        max_concurrent_rpcs=args.max_concurrent_rpcs,
+        port_file=args.port_file,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        auth_token_file=args.auth_token_file,
+        allowed_clients=tuple(args.allowed_client or ()),
+        protect_reads=args.protect_reads,
     )
+
+
+def security_from_options(options: ServeOptions) -> tuple[Any, Any]:
+    """``(server credentials or None, AuthPolicy)`` from the options; ``ValueError`` when inconsistent."""
+    from predictor.rpc.security import AuthPolicy, load_tokens, server_credentials
+
+    if (options.tls_cert is None) != (options.tls_key is None):
+        raise ValueError("give both --tls-cert and --tls-key, or neither")
+    if options.tls_client_ca is not None and options.tls_cert is None:
+        raise ValueError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key")
+    credentials = None
+    if options.tls_cert is not None and options.tls_key is not None:
+        credentials = server_credentials(options.tls_cert, options.tls_key, options.tls_client_ca)
+    tokens = load_tokens(options.auth_token_file) if options.auth_token_file else {}
+    policy = AuthPolicy.from_tokens(
+        tokens,
+        mutual_tls=options.tls_client_ca is not None,
+        allowed_clients=frozenset(options.allowed_clients),
+        protect_reads=options.protect_reads,
+    )
+    return credentials, policy
+
+
+def _write_port_file(path: str, port: int) -> None:
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(f"{port}\n")
+    os.replace(tmp, target)
 
 
 def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | None = None) -> int:
@@ -64,6 +127,11 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
     from predictor.service.snapshot import SnapshotError
 
     stop = stop or threading.Event()
+    try:
+        credentials, policy = security_from_options(options)
+    except ValueError as exc:
+        print(f"predictor serve: error: {exc}", file=sys.stderr)
+        return 2
     service = Service(config)
     metrics = ServerMetrics(service)
     server, port = create_server(
@@ -71,10 +139,24 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         service,
         max_workers=options.max_workers,
         max_message_bytes=options.max_message_bytes,
+        max_concurrent_rpcs=options.max_concurrent_rpcs,
         metrics=metrics,
+        credentials=credentials,
+        auth=policy,
     )
     server.start()
-    print(f"predictor serve: listening on {options.host}:{port} (NOT_SERVING until ready)", flush=True)
+    transport = "mutual TLS" if options.tls_client_ca else "TLS" if credentials is not None else "plaintext"
+    print(
+        f"predictor serve: listening on {options.host}:{port} ({transport}; NOT_SERVING until ready)",
+        flush=True,
+    )
+    print(f"predictor serve: {policy.describe()}", flush=True)
+    if policy.token_digests and credentials is None:
+        log.warning(
+            "bearer tokens over a plaintext port can be read off the network: use --tls-cert/--tls-key"
+        )
+    if options.port_file:
+        _write_port_file(options.port_file, port)
     if options.metrics_port:
         metrics_port = metrics.serve(options.metrics_port, options.host)
         print(
@@ -88,7 +170,14 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         server.stop(0).wait()
         metrics.stop()
         return 2
-    print(f"predictor serve: {said}; predictor {config.predictor}; SERVING", flush=True)
+    durability = (
+        f"observation log fsync {config.fsync}"
+        if service.obs_log is not None
+        else "no observation log (no --state)"
+        if options.state_dir is None
+        else "observation log off"
+    )
+    print(f"predictor serve: {said}; predictor {config.predictor}; {durability}; SERVING", flush=True)
     stop.wait()
     print(f"predictor serve: stopping (grace {options.grace_s:g} s)", flush=True)
     stop_server(server, service, options.grace_s)

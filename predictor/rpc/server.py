@@ -21,8 +21,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from predictor.rpc.decoding import DecodeErrorsInterceptor
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.protos import SERVICE_NAME, load
+from predictor.rpc.security import AuthInterceptor, AuthPolicy
 from predictor.rpc.servicer import InterferenceServicer
 from predictor.service.core import Service
 
@@ -40,6 +42,8 @@ def create_server(
     max_concurrent_rpcs: int | None = None,
     metrics: ServerMetrics | None = None,
     interceptors: Sequence[grpc.ServerInterceptor] = (),
+    credentials: grpc.ServerCredentials | None = None,
+    auth: AuthPolicy | None = None,
 ) -> tuple[grpc.Server, int]:
     """Build (not start) a server for ``service`` bound to ``address``; returns it and its port.
 
@@ -59,9 +63,19 @@ def create_server(
         Prometheus metrics to record RPCs into (none recorded when omitted).
     interceptors
         Further server interceptors.
+    credentials
+        TLS (or mutual TLS) credentials (:func:`~predictor.rpc.security.server_credentials`);
+        omitted: a plaintext port.
+    auth
+        Who may call what (:class:`~predictor.rpc.security.AuthPolicy`; default: everyone).
+        Undecodable requests are answered ``INVALID_ARGUMENT`` in any case.
     """
     pb2, pb2_grpc = load()
-    all_interceptors = ([metrics.interceptor()] if metrics is not None else []) + list(interceptors)
+    all_interceptors = (
+        ([metrics.interceptor()] if metrics is not None else [])
+        + [AuthInterceptor(auth or AuthPolicy()), DecodeErrorsInterceptor()]
+        + list(interceptors)
+    )
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         interceptors=all_interceptors,
@@ -92,7 +106,10 @@ def create_server(
         reflection.SERVICE_NAME,
     )
     reflection.enable_server_reflection(names, server)
-    port = server.add_insecure_port(address)
+    if credentials is not None:
+        port = server.add_secure_port(address, credentials)
+    else:
+        port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot bind the gRPC server to {address}")
     return server, port

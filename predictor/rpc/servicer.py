@@ -5,15 +5,15 @@ Every handler is a few lines; errors are mapped by :func:`~predictor.rpc.errors.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from typing import Any
 
 import grpc
 
-from predictor.rpc import convert
+from predictor.rpc import columns, convert
 from predictor.rpc.errors import grpc_errors
 from predictor.rpc.protos import pb2
+from predictor.rpc.security import current_caller
 from predictor.service.core import Service
 
 
@@ -41,19 +41,23 @@ class InterferenceServicer:
 
     @grpc_errors
     def RankPlacements(self, request: Any, context: grpc.ServicerContext) -> Any:
-        ranking = self.service.rank_placements(
+        candidates = columns.candidate_columns_from_pb(request.candidates)
+        ranking = self.service.rank_columns(
             convert.batch_from_pb(request.batch),
-            [convert.candidate_from_pb(c) for c in request.candidates],
+            candidates[0],
             convert.deadline_from_pb(request),
             convert.confidence_from_pb(request.confidence),
             request.solo_latency_ms if request.HasField("solo_latency_ms") else None,
         )
-        return convert.ranking_to_pb(ranking)
+        return columns.ranking_columns_to_pb(ranking, candidates)
 
     @grpc_errors
     def ReportObservations(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
-        items = ((functools.partial(convert.record_from_pb, m.record), m.batch_id) for m in request_iterator)
-        return convert.observation_report_to_pb(self.service.report_observations(items))
+        caller = current_caller(context)
+        report = self.service.report_observations(
+            convert.observations_from_pb(request_iterator), client=caller.identity, peer=caller.peer
+        )
+        return convert.observation_report_to_pb(report)
 
     @grpc_errors
     def ReportBatchStart(self, request: Any, context: grpc.ServicerContext) -> Any:

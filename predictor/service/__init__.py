@@ -6,7 +6,15 @@ re-exports the names a caller needs.
 
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
-from predictor.service.errors import InvalidArgument, NotFound, ResourceExhausted, ServiceError, Unavailable
+from predictor.service.errors import (
+    InvalidArgument,
+    NotFound,
+    OutlierRejected,
+    RateLimited,
+    ResourceExhausted,
+    ServiceError,
+    Unavailable,
+)
 from predictor.service.snapshot import SnapshotError
 from predictor.service.types import (
     Candidate,
@@ -28,11 +36,13 @@ __all__ = [
     "DeadlineAnswer",
     "InvalidArgument",
     "NotFound",
+    "OutlierRejected",
     "PlacementAnswer",
     "PlannedCoRunner",
     "Prediction",
     "Query",
     "Ranking",
+    "RateLimited",
     "ResourceExhausted",
     "Service",
     "ServiceConfig",

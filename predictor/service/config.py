@@ -58,6 +58,28 @@ class ServiceConfig:
         Fixed-point iterations between predicted latency and co-runner overlap.
     snapshot_every_s
         Period of snapshots when a state directory is given (0 disables periodic ones).
+    observation_log
+        With a state directory, append every observation to a write-ahead log before learning it
+        and acknowledge a stream only once its records are logged (see :mod:`predictor.service.wal`).
+    fsync, fsync_interval_s
+        When the log is fsynced: ``always`` (before each acknowledgement; survives a machine
+        crash), ``batch`` (every ``fsync_interval_s``) or ``never`` (both survive a process kill).
+    outlier_gate
+        Refuse to learn observations whose latency is absurdly far from the prediction
+        (:class:`~predictor.robust.OutlierGate`, one per device kind).
+    outlier_k, outlier_min_ratio, outlier_warmup
+        The gate's threshold in MADs, the factor within which nothing is refused (4: above the
+        slowdowns co-location causes, so a predictor that misses a co-runner is still taught),
+        and the observations admitted (per device kind) before it closes. Observations whose solo
+        latency is neither given nor profiled are not gated: their prediction is a guess.
+    rate_limit, rate_burst, rate_limit_by
+        Observations per second (0: unlimited) and burst allowed per client identity
+        (``"client"``; the record's ``source`` when there is none) or per ``source``.
+    max_device_kinds
+        Device kinds with their own outlier gate.
+    max_value
+        Largest magnitude of a number (latency, attribute, signal) in an observation learned
+        from; latencies must also be at least ``1 / max_value`` ms (:mod:`predictor.service.limits`).
     """
 
     predictor: str = "rls"
@@ -78,6 +100,18 @@ class ServiceConfig:
     overrun_remaining_fraction: float = 0.1
     overlap_iterations: int = 3
     snapshot_every_s: float = 60.0
+    observation_log: bool = True
+    fsync: str = "always"
+    fsync_interval_s: float = 1.0
+    outlier_gate: bool = True
+    outlier_k: float = 8.0
+    outlier_min_ratio: float = 4.0
+    outlier_warmup: int = 50
+    rate_limit: float = 0.0
+    rate_burst: int = 1000
+    rate_limit_by: str = "client"
+    max_device_kinds: int = 256
+    max_value: float = 1e9
 
     def __post_init__(self) -> None:
         check_confidence(self.default_confidence)
@@ -92,6 +126,8 @@ class ServiceConfig:
             "max_devices",
             "max_running_per_device",
             "overlap_iterations",
+            "rate_burst",
+            "max_device_kinds",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -108,5 +144,21 @@ class ServiceConfig:
             )
         if not (math.isfinite(self.snapshot_every_s) and self.snapshot_every_s >= 0):
             raise ValueError(f"snapshot_every_s must be >= 0, got {self.snapshot_every_s!r}")
+        if self.fsync not in ("always", "batch", "never"):
+            raise ValueError(f"fsync must be always, batch or never, got {self.fsync!r}")
+        if not (math.isfinite(self.fsync_interval_s) and self.fsync_interval_s > 0):
+            raise ValueError(f"fsync_interval_s must be > 0, got {self.fsync_interval_s!r}")
+        if not (math.isfinite(self.rate_limit) and self.rate_limit >= 0):
+            raise ValueError(f"rate_limit must be >= 0 (0: unlimited), got {self.rate_limit!r}")
+        if self.rate_limit_by not in ("client", "source"):
+            raise ValueError(f"rate_limit_by must be client or source, got {self.rate_limit_by!r}")
+        if not (math.isfinite(self.outlier_k) and self.outlier_k > 0):
+            raise ValueError(f"outlier_k must be > 0, got {self.outlier_k!r}")
+        if not (math.isfinite(self.outlier_min_ratio) and self.outlier_min_ratio > 1):
+            raise ValueError(f"outlier_min_ratio must be > 1, got {self.outlier_min_ratio!r}")
+        if not isinstance(self.outlier_warmup, int) or self.outlier_warmup < 0:
+            raise ValueError(f"outlier_warmup must be >= 0, got {self.outlier_warmup!r}")
+        if not (math.isfinite(self.max_value) and self.max_value > 1):
+            raise ValueError(f"max_value must be finite and > 1, got {self.max_value!r}")
         if not 0.0 <= self.adapt < 1.0:
             raise ValueError(f"adapt must lie in [0, 1), got {self.adapt!r}")

@@ -35,22 +35,35 @@ from typing import Any
 import numpy as np
 
 from predictor.calibration import BoundSource, ConformalCalibrator, check_confidence
+from predictor.colocations import CoLocations
 from predictor.logio import ReadReport, iter_records
 from predictor.predictors import LatencyPredictor, create
-from predictor.records import SCHEMA, BatchSpec, CoRunner, Record, RecordError, parse_record
-from predictor.service import snapshot
+from predictor.records import MAX_NAME_LENGTH, SCHEMA, BatchSpec, CoRunner, Record, RecordError, parse_record
+from predictor.service import snapshot, wal
 from predictor.service.config import ServiceConfig
-from predictor.service.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
+from predictor.service.errors import (
+    InvalidArgument,
+    NotFound,
+    OutlierRejected,
+    RateLimited,
+    ResourceExhausted,
+    ServiceError,
+    Unavailable,
+)
+from predictor.service.gates import OutlierGates
+from predictor.service.limits import check_magnitudes
 from predictor.service.liveview import LiveView
 from predictor.service.monitor import ErrorMonitor
+from predictor.service.placements import CandidateColumns, RankingColumns, rows_of, valid_columns
+from predictor.service.ratelimit import RateLimiter
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,
     Deadline,
     DeadlineAnswer,
     KindStatus,
+    LogStatus,
     ObservationReport,
-    PlacementAnswer,
     Prediction,
     Query,
     Ranking,
@@ -113,6 +126,23 @@ class Service:
         self.snapshot_failures = 0
         self._stop = threading.Event()
         self._snapshotter: threading.Thread | None = None
+        # robustness: outlier gates (learned state, snapshotted) and per-client rate limits
+        self._gates = self._new_gates()
+        self.rate_limiter = (
+            RateLimiter(config.rate_limit, config.rate_burst) if config.rate_limit > 0 else None
+        )
+        self.n_outliers = 0
+        self.n_rate_limited = 0
+        # durability: the observation log (write-ahead) of a service with a state folder
+        self.obs_log: wal.ObservationLog | None = None
+        self.snapshot_sequence = 0
+        self.replay_report: wal.ReplayReport | None = None
+
+    def _new_gates(self) -> OutlierGates | None:
+        c = self.config
+        if not c.outlier_gate:
+            return None
+        return OutlierGates(c.outlier_k, c.outlier_min_ratio, c.outlier_warmup, c.max_device_kinds)
 
     def _new_calibrator(self) -> ConformalCalibrator:
         c = self.config
@@ -158,6 +188,7 @@ class Service:
         for a snapshot that exists but cannot be used (nothing is loaded then).
         """
         said = "cold start: nothing learned yet"
+        next_seq = 0
         if state_dir is not None:
             self.state_dir = Path(state_dir)
             self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -166,9 +197,22 @@ class Service:
                 header = self.restore_snapshot(path)
                 said = f"restored {header['observations']} observations from {path}"
                 warm_start = None
+            if self.config.observation_log:
+                replayed = self._replay_log()
+                next_seq = replayed.last_seq + 1
+                if replayed.replayed or replayed.skipped:
+                    said = (said if path.exists() else "cold start") + f"; {replayed.summary()}"
+                if replayed.replayed:
+                    warm_start = None  # what the state folder holds wins
+        warmed = False
         if warm_start is not None:
-            report = self.warm_start(warm_start)
+            report = self.warm_start(warm_start)  # before the log opens: the snapshot below covers it
             said = f"warm start from {warm_start}: {report.summary()}"
+            warmed = True
+        if self.obs_log is not None:
+            self.obs_log.open(next_seq)
+        if warmed and self.state_dir is not None:
+            self.save_snapshot()
         if self.state_dir is not None and self.config.snapshot_every_s > 0:
             self._snapshotter = threading.Thread(target=self._snapshot_loop, name="snapshots", daemon=True)
             self._snapshotter.start()
@@ -184,6 +228,29 @@ class Service:
             self._snapshotter = None
         if self.state_dir is not None and self._changes:
             self.save_snapshot()
+        if self.obs_log is not None:
+            self.obs_log.close()
+
+    def _replay_log(self) -> wal.ReplayReport:
+        """Learn again what the observation log holds after the restored snapshot."""
+        assert self.state_dir is not None
+        self.obs_log = wal.ObservationLog(
+            self.state_dir / wal.DIR_NAME,
+            fsync=self.config.fsync,
+            fsync_interval_s=self.config.fsync_interval_s,
+        )
+        report = wal.ReplayReport()
+        for entry in self.obs_log.replay(after=self.snapshot_sequence, report=report):
+            try:
+                self.observe(entry.record, client=entry.client)
+            except OutlierRejected:
+                pass  # refused again, as it was when it arrived
+            except ServiceError as exc:
+                report.add_error(f"sequence {entry.seq}: {exc}")
+        self.replay_report = report
+        if report.skipped:
+            log.warning("observation log replay: %s", report.summary())
+        return report
 
     def _snapshot_loop(self) -> None:
         while not self._stop.wait(self.config.snapshot_every_s):
@@ -202,23 +269,49 @@ class Service:
             if self.state_dir is None:
                 raise ValueError("no state folder configured and no snapshot path given")
             path = self.state_dir / snapshot.FILE_NAME
+        own = self.state_dir is not None and Path(path) == self.state_dir / snapshot.FILE_NAME
+        with self._lock:
+            payload = self.state_payload()
+            observations = self._predictor.n_learned
+            changes, self._changes = self._changes, 0
+            covered, rotated = self.snapshot_sequence, False
+            if self.obs_log is not None and self.obs_log.is_open:
+                covered = self.obs_log.last_seq
+                if own:  # entries after `covered` go to a new segment; older ones go once this is durable
+                    try:
+                        self.obs_log.rotate()
+                        rotated = True
+                    except wal.LogError as exc:
+                        log.error("observation log: %s", exc)
+        try:
+            snapshot.write_payload(
+                path,
+                payload,
+                predictor=self.config.predictor,
+                observations=observations,
+                extra={"log_sequence": covered},
+            )
+        except BaseException:
+            self._changes += changes
+            raise
+        self.last_snapshot_time = time.time()
+        if own:
+            self.snapshot_sequence = covered
+            if rotated and self.obs_log is not None:
+                self.obs_log.discard_through(covered)
+        return Path(path)
+
+    def state_payload(self) -> bytes:
+        """The learned state as snapshot payload bytes (equal bytes: equal state)."""
         with self._lock:
             state = {
                 "predictor": self._predictor,
                 "calibrator": self._calibrator,
                 "monitor": self._monitor,
                 "devices": self.live.devices(),
+                "gates": self._gates,
             }
-            payload = snapshot.dump_state(state)
-            observations = self._predictor.n_learned
-            changes, self._changes = self._changes, 0
-        try:
-            snapshot.write_payload(path, payload, predictor=self.config.predictor, observations=observations)
-        except BaseException:
-            self._changes += changes
-            raise
-        self.last_snapshot_time = time.time()
-        return Path(path)
+            return snapshot.dump_state(state)
 
     def restore_snapshot(self, path: str | Path) -> dict:
         """Replace the learned state by the snapshot at ``path``, whole or not at all."""
@@ -237,11 +330,18 @@ class Service:
                 f"but the service is configured for {expected!r}; use a matching --predictor "
                 "or another state folder"
             )
+        gates = state.get("gates", self._new_gates())
+        if gates is not None and not isinstance(gates, OutlierGates):
+            raise snapshot.SnapshotError(f"{path}: payload holds no outlier gates")
+        if (gates is None) != (not self.config.outlier_gate):
+            gates = self._new_gates()
         with self._lock:
             self._predictor = predictor
             self._calibrator = calibrator
             self._monitor = monitor
+            self._gates = gates
             self._changes = 0
+            self.snapshot_sequence = int(header.get("log_sequence", 0))
         self.live.restore_devices(dict(state.get("devices", {})))
         self.last_snapshot_time = float(header.get("created", time.time()))
         return header
@@ -250,47 +350,86 @@ class Service:
         """Learn from a ``coloc/v1`` log, prequentially, as if it had been streamed."""
         report = ReadReport()
         for record in iter_records(path, tolerant=tolerant, report=report):
-            self.observe(record)
+            try:
+                self.observe(record)
+            except OutlierRejected:
+                pass  # counted in n_outliers
         return report
 
     # ------------------------------------------------------------------ learning
-    def observe(self, record: Record, batch_id: str = "") -> float:
+    def observe(self, record: Record, batch_id: str = "", *, client: str = "") -> float:
         """Learn from one observed record: score it (prequentially), then update the model.
 
-        Returns the latency predicted for it before learning.
+        Returns the latency predicted for it before learning. With an observation log, the record
+        is logged first (:class:`Unavailable` when it cannot be: then it is not learned). Raises
+        :class:`OutlierRejected` when the outlier gate refuses it (``client``, else the record's
+        source, is who reported it).
         """
         if record.latency_ms is None:
             raise InvalidArgument("record.latency_ms", "required in an observation")
+        if len(batch_id) > MAX_NAME_LENGTH:
+            raise InvalidArgument("batch_id", f"longer than {MAX_NAME_LENGTH} characters")
+        check_magnitudes(record, self.config.max_value)
         kind = record.device_kind or self.live.kind_of(record.device)
         if kind != record.device_kind:
             record = dataclasses.replace(record, device_kind=kind)
-        actual = record.latency_ms
         self.live.touch(record.device, kind)
-        with self._lock:
-            # One prequential step: the prediction is made before the model learns the record,
-            # and the bound from the residuals before this one.
-            predicted = self._predictor.predict_learn_one(record)
-            bound = self._calibrator.upper_bound(predicted, kind, self.config.coverage_confidence)
-            self._calibrator.add(kind, actual, predicted)
-            self._monitor.update(
-                kind,
-                actual=actual,
-                predicted=predicted,
-                covered=actual <= bound.upper_ms,
-                calibrated=bound.source is not BoundSource.FALLBACK,
-            )
-            self._changes += 1
-        if batch_id:
-            self.live.end(record.device, batch_id, required=False)
+        try:
+            with self._lock:
+                if self.obs_log is not None and self.obs_log.is_open:
+                    try:
+                        self.obs_log.append(record, client, batch_id)
+                    except wal.LogError as exc:
+                        raise Unavailable(f"observation not logged, so not learned: {exc}") from None
+                predicted = self._learn(record, kind, client or record.source)
+        finally:
+            if batch_id:
+                self.live.end(record.device, batch_id, required=False)
         return predicted
 
-    def report_observations(self, items: Iterable[tuple[RecordLike, str]]) -> ObservationReport:
+    def _learn(self, record: Record, kind: str, source: str) -> float:
+        """One prequential step, under the lock, of a record already logged.
+
+        The prediction is made before the model learns the record, and the bound from the
+        residuals before this one. An outlier is neither learned, nor calibrated, nor scored.
+        """
+        actual = record.latency_ms
+        assert actual is not None
+        if self._gates is None or not self._predictor.knows_solo(record):
+            # Without a solo latency to stand on, the prediction is a guess: nothing to gate against.
+            predicted = self._predictor.predict_learn_one(record)
+        else:
+            predicted = self._predictor.predict_one(record)
+            reason = self._gates.check(kind, predicted, actual, source)
+            if reason is not None:
+                self._changes += 1  # the gate's own state moved
+                self.n_outliers += 1
+                raise OutlierRejected(reason)
+            self._predictor.learn_one(record)
+        bound = self._calibrator.upper_bound(predicted, kind, self.config.coverage_confidence)
+        self._calibrator.add(kind, actual, predicted)
+        self._monitor.update(
+            kind,
+            actual=actual,
+            predicted=predicted,
+            covered=actual <= bound.upper_ms,
+            calibrated=bound.source is not BoundSource.FALLBACK,
+        )
+        self._changes += 1
+        return predicted
+
+    def report_observations(
+        self, items: Iterable[tuple[RecordLike, str]], *, client: str = "", peer: str = ""
+    ) -> ObservationReport:
         """Learn from a stream of ``(record, batch_id)``.
 
         A record may be a :class:`Record`, a decoded ``coloc/v1`` object, or a callable
         returning a :class:`Record` (or raising :class:`RecordError`).
 
-        A bad record is rejected with the path of its field (``record.<field>``), the rest learned.
+        A bad record is rejected with the path of its field (``record.<field>``), the rest learned;
+        so are records refused by the outlier gate or beyond the caller's rate. ``client`` is the
+        caller's authenticated identity ("" when none), ``peer`` its address. The answer comes
+        once the learned records are in the observation log (synced per the fsync policy).
         """
         self._require_ready()
         report = ObservationReport()
@@ -307,15 +446,41 @@ class Service:
                     record = item()
                 else:
                     record = parse_record(item)
-                self.observe(record, batch_id)
+                self._rate_limit(record, client or (f"peer:{peer}" if peer else ""))
+                self.observe(record, batch_id, client=client)
             except RecordError as exc:
                 self._reject(report, Rejection(index, f"record.{exc.field}", exc.message))
+            except RateLimited as exc:
+                report.rate_limited += 1
+                self._reject(report, Rejection(index, exc.field, exc.message))
+            except OutlierRejected as exc:
+                report.outliers += 1
+                self._reject(report, Rejection(index, exc.field, exc.message))
             except InvalidArgument as exc:
                 self._reject(report, Rejection(index, exc.field, exc.message))
             else:
                 report.accepted += 1
         report.observations_learned = self._predictor.n_learned
+        if self.obs_log is not None and self.obs_log.is_open:
+            report.log_sequence = self.obs_log.last_seq
+            try:
+                self.obs_log.sync(report.log_sequence)  # the answer is the acknowledgement
+            except wal.LogError as exc:
+                raise Unavailable(f"observations learned but not synced to the log: {exc}") from None
         return report
+
+    def _rate_limit(self, record: Record, client: str) -> None:
+        limiter = self.rate_limiter
+        if limiter is None:
+            return
+        key = client if client and self.config.rate_limit_by == "client" else f"source:{record.source}"
+        if not limiter.allow(key):
+            with self._lock:
+                self.n_rate_limited += 1
+            raise RateLimited(
+                f"{key} sends more than {limiter.rate:g} observations/s (burst {limiter.burst}); "
+                "not learned, send it again later"
+            )
 
     def _reject(self, report: ObservationReport, rejection: Rejection) -> None:
         report.rejected += 1
@@ -339,6 +504,8 @@ class Service:
             raise InvalidArgument("elapsed_ms", f"must be finite and >= 0, got {elapsed_ms!r}")
         if not batch_id:
             raise InvalidArgument("batch_id", "must be a non-empty string")
+        if len(batch_id) > MAX_NAME_LENGTH:
+            raise InvalidArgument("batch_id", f"longer than {MAX_NAME_LENGTH} characters")
         # An unknown device is idle; a known one is predicted from its live view.
         source = CoRunnerSource.AUTO if self.live.knows(device) else CoRunnerSource.EXPLICIT
         query = Query(device, batch, device_kind=device_kind, co_runner_source=source)
@@ -382,42 +549,147 @@ class Service:
     def rank_placements(
         self,
         batch: BatchSpec,
-        candidates: list[Candidate],
+        candidates: list[Candidate] | CandidateColumns,
         deadline: Deadline,
         confidence: float | None = None,
         solo_latency_ms: float | None = None,
     ) -> Ranking:
         """Answers for one batch on many candidate devices, most slack first."""
+        if not isinstance(candidates, CandidateColumns):
+            candidates = CandidateColumns.from_candidates(candidates)
+        return self.rank_columns(batch, candidates, deadline, confidence, solo_latency_ms).to_ranking()
+
+    def rank_columns(
+        self,
+        batch: BatchSpec,
+        candidates: CandidateColumns,
+        deadline: Deadline,
+        confidence: float | None = None,
+        solo_latency_ms: float | None = None,
+    ) -> RankingColumns:
+        """:meth:`rank_placements`, answered column-wise: features and predictions of all
+        candidates at once (what the RPC layer turns into its response)."""
         self._require_ready()
         confidence = self._confidence(confidence)
-        if not candidates:
+        if not len(candidates):
             raise InvalidArgument("candidates", "give at least one candidate device")
         if len(candidates) > self.config.max_candidates:
             raise ResourceExhausted(
                 "candidates", f"{len(candidates)} candidates, at most {self.config.max_candidates} allowed"
             )
         deadline_ms = deadline.relative_ms()
-        planned = []
-        for i, candidate in enumerate(candidates):
-            query = Query.for_candidate(batch, candidate, solo_latency_ms)
-            planned.append(self._plan(query, f"candidates[{i}].", batch_prefix=""))
-        limits = np.full(len(planned), deadline_ms)
-        predictions, probabilities = self._answer(planned, confidence, limits)
-        slack = deadline_ms - np.array([p.upper_bound_ms for p in predictions])
-        order = sorted(range(len(planned)), key=lambda i: (-slack[i], i))
-        placements = tuple(
-            PlacementAnswer(
-                device=candidates[i].device,
-                rank=rank,
-                feasible=bool(slack[i] >= 0),
-                slack_ms=float(slack[i]),
-                probability=float(probabilities[i]),
-                prediction=predictions[i],
-                candidate_index=i,
+        rows, remaining = self._plan_columns(batch, candidates, solo_latency_ms)
+        ranking = self._answer_columns(rows, remaining, confidence, deadline_ms)
+        # The rows hold the candidates' own co-runners exactly when they were built on the same
+        # columns (no live view, no per-candidate path).
+        return dataclasses.replace(ranking, runners_as_given=rows.models is candidates.models)
+
+    def _plan_columns(
+        self, batch: BatchSpec, candidates: CandidateColumns, solo_latency_ms: float | None
+    ) -> tuple[CoLocations, np.ndarray]:
+        """Validated rows and each co-runner's remaining time (NaN: given by overlap).
+
+        All candidates are checked at once; where that cannot vouch for every one, each goes
+        through :meth:`_plan`, which raises for the first offending field as it always did.
+        """
+        live = candidates.uses_live_view()
+        if (
+            valid_columns(candidates, batch, solo_latency_ms)
+            and self._valid_batch(batch)
+            and all(self.live.knows(candidates.devices[i]) for i in live)
+        ):
+            devices = candidates.devices
+            kinds = [k or self.live.kind_of(d) for k, d in zip(candidates.device_kinds, devices, strict=True)]
+            overlaps = np.where(candidates.has_overlap, candidates.overlaps, 1.0)
+            remaining = np.where(candidates.has_remaining, candidates.remaining, math.nan)
+            rows = CoLocations(batch, devices, kinds, candidates.signals, candidates.offsets, candidates.models,
+                               candidates.batch_sizes, candidates.attrs, overlaps, solo_latency_ms)
+            if not live:
+                return rows, remaining
+            running = {i: self.live.running(devices[i]) for i in live}
+            runners = [
+                [(CoRunner(r.batch.model, r.batch.batch_size, r.batch.attrs), ms) for r, ms in running[i]]
+                if i in running
+                else [(c, float(ms)) for c, ms in zip(rows.co_runners(i), remaining[rows.offsets[i]:rows.offsets[i + 1]],
+                                                      strict=True)]
+                for i in range(len(rows))
+            ]
+        else:
+            planned = [
+                self._plan(Query.for_candidate(batch, candidates.candidate(i), solo_latency_ms),
+                           f"candidates[{i}].", batch_prefix="")
+                for i in range(len(candidates))
+            ]
+            first = planned[0].record
+            batch, solo_latency_ms, kinds = first.batch, first.solo_latency_ms, [p.record.device_kind for p in planned]
+            runners = [
+                [(c, math.nan if ms is None else ms) for c, ms in zip(p.record.co_runners, p.remaining_ms, strict=True)]
+                for p in planned
+            ]
+            devices, signals = [p.record.device for p in planned], [p.record.signals for p in planned]
+            candidates = dataclasses.replace(candidates, signals=signals)
+        rows = rows_of(batch, solo_latency_ms, devices, kinds, candidates.signals,
+                       [[c for c, _ in row] for row in runners])
+        return rows, np.array([ms for row in runners for _, ms in row], dtype=float)
+
+    def _valid_batch(self, batch: BatchSpec) -> bool:
+        try:
+            parsed = parse_record(
+                {"schema": SCHEMA, "device": "-", "batch": {"model": batch.model, "batch_size": batch.batch_size,
+                                                             "attrs": dict(batch.attrs)}},
+                require_latency=False,
             )
-            for rank, i in enumerate(order, start=1)
+        except RecordError:
+            return False
+        return parsed.batch == batch
+
+    def _answer_columns(
+        self, rows: CoLocations, remaining: np.ndarray, confidence: float, deadline_ms: float
+    ) -> RankingColumns:
+        """Predictions, bounds and slack of every row, ranked; co-runners given by remaining time
+        get their overlap from the predicted window, as in :meth:`_answer`."""
+        n = len(rows)
+        given = np.flatnonzero(~np.isnan(remaining))
+        with self._lock:
+            predictor = self._predictor
+            solo = predictor.solo_latency(rows.record(0))
+            if not given.size:
+                latencies = predictor.predict_colocations(rows)
+            else:
+                # Every row is predicted at each step; rows without such co-runners get the same answer each time.
+                row_of, left = rows.rows_of_runners()[given], remaining[given]
+                window = np.full(n, solo)
+                for _ in range(self.config.overlap_iterations):
+                    w = window[row_of]
+                    overlaps = rows.overlaps.copy()
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        overlaps[given] = np.where(w <= 0, 1.0, np.minimum(1.0, left / w))
+                    rows = rows.with_overlaps(overlaps)
+                    window = predictor.predict_colocations(rows)
+                latencies = window
+            kinds = rows.device_kinds
+            bounds = self._calibrator.bound_factors(kinds, confidence)
+            if len(bounds) == 1:
+                uppers = latencies * next(iter(bounds.values())).upper_ms
+            else:
+                uppers = latencies * np.array([bounds[k].upper_ms for k in kinds])
+            probabilities = self._calibrator.probabilities_within(latencies, np.full(n, deadline_ms), kinds, confidence)
+            learned = predictor.n_learned
+        slack = deadline_ms - uppers
+        return RankingColumns(
+            rows=rows,
+            order=np.argsort(-slack, kind="stable"),
+            latency_ms=latencies,
+            solo_latency_ms=np.full(n, solo),
+            upper_bound_ms=uppers,
+            slack_ms=slack,
+            probability=probabilities,
+            bounds=bounds,
+            confidence=confidence,
+            predictor=self.config.predictor,
+            observations_learned=learned,
+            deadline_ms=deadline_ms,
         )
-        return Ranking(placements, deadline_ms)
 
     def _confidence(self, confidence: float | None) -> float:
         if confidence is None or confidence == 0:
@@ -543,6 +815,19 @@ class Service:
         return predictions, probabilities
 
     # ------------------------------------------------------------------ status
+    def _log_status(self) -> LogStatus | None:
+        wal_log, replay = self.obs_log, self.replay_report
+        if wal_log is None:
+            return None
+        return LogStatus(
+            fsync=wal_log.fsync,
+            last_sequence=wal_log.last_seq,
+            synced_sequence=wal_log.synced_seq,
+            snapshot_sequence=self.snapshot_sequence,
+            replayed=replay.replayed if replay else 0,
+            replay_skipped=replay.skipped if replay else 0,
+        )
+
     def status(self) -> Status:
         """Observations learned, rolling error, coverage and drift alarms, per device kind."""
         with self._lock:
@@ -572,6 +857,9 @@ class Service:
                 batches_running=self.live.running_count(),
                 uptime_s=time.time() - self.started,
                 last_snapshot_time=self.last_snapshot_time,
+                observations_outliers=self.n_outliers,
+                observations_rate_limited=self.n_rate_limited,
+                log=self._log_status(),
             )
         return status
 

@@ -44,3 +44,17 @@ class ResourceExhausted(ServiceError):
 
     def __init__(self, field: str, message: str):
         super().__init__(message, field)
+
+
+class OutlierRejected(InvalidArgument):
+    """An observation's latency is absurdly far from the prediction; it was not learned."""
+
+    def __init__(self, message: str):
+        super().__init__("record.latency_ms", message)
+
+
+class RateLimited(ResourceExhausted):
+    """A client (or a source) sent observations faster than its configured rate."""
+
+    def __init__(self, message: str):
+        super().__init__("record", message)

@@ -6,8 +6,10 @@ File layout::
     {"format": ..., "version": 1, ...}\\n   JSON header (one line)
     <payload>                               pickle of the state, ``payload_bytes`` long
 
-The header records the payload's length and SHA-256, the predictor spec and
-the number of observations learned. A write goes to a temporary file in the
+The header records the payload's length and SHA-256, the predictor spec,
+the number of observations learned and, for a service with an observation
+log, ``log_sequence``: the last log entry the state covers (the restart
+replays the entries after it, see :mod:`predictor.service.wal`). A write goes to a temporary file in the
 same folder, is flushed and fsynced, then renamed over the previous snapshot
 and the folder fsynced, so a crash leaves either the old or the new snapshot.
 A read checks the magic, the header, the version, the length and the digest
@@ -65,8 +67,19 @@ def write_snapshot(path: str | os.PathLike, state: Any, *, predictor: str, obser
     return write_payload(path, dump_state(state), predictor=predictor, observations=observations)
 
 
-def write_payload(path: str | os.PathLike, payload: bytes, *, predictor: str, observations: int) -> dict:
-    """Atomically write a payload from :func:`dump_state` to ``path``; returns the header written."""
+def write_payload(
+    path: str | os.PathLike,
+    payload: bytes,
+    *,
+    predictor: str,
+    observations: int,
+    extra: dict[str, Any] | None = None,
+) -> dict:
+    """Atomically write a payload from :func:`dump_state` to ``path``; returns the header written.
+
+    ``extra`` adds JSON fields to the header (e.g. ``log_sequence``, the last observation log
+    entry the state covers).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = {
@@ -79,6 +92,7 @@ def write_payload(path: str | os.PathLike, payload: bytes, *, predictor: str, ob
         "payload_sha256": hashlib.sha256(payload).hexdigest(),
         "python": platform.python_version(),
     }
+    header.update(extra or {})
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as out:

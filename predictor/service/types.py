@@ -159,6 +159,9 @@ class ObservationReport:
     rejected: int = 0
     rejections: list[Rejection] = field(default_factory=list)
     observations_learned: int = 0
+    outliers: int = 0  # of the rejected: refused by the outlier gate
+    rate_limited: int = 0  # of the rejected: beyond the client's rate
+    log_sequence: int = 0  # observation log position covering this stream (0: no log)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +187,18 @@ class DriftAlarm:
 
 
 @dataclass(frozen=True, slots=True)
+class LogStatus:
+    """The observation log (write-ahead) of a service with a state folder."""
+
+    fsync: str
+    last_sequence: int  # last entry appended
+    synced_sequence: int  # last entry known fsynced
+    snapshot_sequence: int  # last entry covered by the latest snapshot
+    replayed: int  # entries replayed at start
+    replay_skipped: int  # bad lines skipped at start (torn or corrupt)
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """What ``GetStatus`` reports."""
 
@@ -200,3 +215,6 @@ class Status:
     batches_running: int
     uptime_s: float
     last_snapshot_time: float | None  # Unix seconds
+    observations_outliers: int = 0
+    observations_rate_limited: int = 0
+    log: LogStatus | None = None

@@ -1,0 +1,396 @@
+"""RPC performance: the real service over gRPC against a bare echo service on the same stack.
+
+Starts, each in its own process, the real service (as ``predictor serve``
+builds it, warmed up on ``warm_records`` synthetic observations) and an echo
+service (:mod:`predictor.rpc.echo`) that decodes the same requests and
+answers canned responses of the same sizes; drives both from separate client
+processes (:mod:`experiments.rpc_load`), interleaved, ``repeats`` times:
+
+* ``PredictLatency`` and ``CheckDeadline`` (queries with 0 to 2 explicit
+  co-runners, given by overlap or by remaining time):
+  - one sequential client: the single-call latency, and its ratio to the echo
+    (the single-call overhead);
+  - an open loop at ``rate`` requests/s in all from ``clients`` processes:
+    p50/p99 latency (from the actual send, and corrected for coordinated
+    omission from the scheduled send);
+  - a closed loop from ``clients`` processes: the maximum throughput;
+* ``RankPlacements`` with ``candidates`` candidates per call: candidate evaluations/s;
+* ``ReportObservations``: ``ingest_records`` records in one client stream,
+  one record per message and ``ingest_batch`` records per message: records/s.
+
+Also the server's CPU time per call (from ``/proc``), which the noise of a
+shared machine disturbs less than wall-clock latency. Figures are medians
+over the repeats; ratios are taken within each repeat, then the median.
+``servers`` selects the thread-pool server, ``grpc.aio``, or both.
+
+Run: ``.venv/bin/python -m experiments.bench_rpc`` (``--servers thread,aio --repeats 3``)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any
+
+import numpy as np
+
+from experiments.common import finish, start
+from experiments.rpc_load import ClientPool
+from experiments.rpc_servers import ServerProcess, echo_main, service_main
+from predictor.records import BatchSpec
+from predictor.rpc import convert
+from predictor.rpc.echo import method_path
+from predictor.rpc.protos import SERVICE_NAME, pb2
+from predictor.service.synthetic import MODELS, synthetic_records
+from predictor.service.types import Candidate, CoRunnerSource, PlannedCoRunner, Query
+
+TARGETS = {"p99_ms": 1.0, "overhead_ratio": 1.5, "rank_evals_per_s": 200_000, "ingest_records_per_s": 20_000}
+UNARY = ("PredictLatency", "CheckDeadline")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    predictor: str = "rls"
+    servers: tuple[str, ...] = ("thread",)
+    phases: tuple[str, ...] = ("unary", "rank", "ingest")
+    warm_records: int = 3000
+    n_queries: int = 64
+    clients: int = 4
+    rate: float = 2000.0
+    single_s: float = 3.0
+    open_s: float = 5.0
+    closed_s: float = 3.0
+    candidates: int = 500
+    rank_s: float = 4.0
+    ingest_records: int = 20_000
+    ingest_batch: int = 100
+    repeats: int = 2
+    max_workers: int = 8
+    metrics: bool = True
+    seed: int = 0
+
+
+# ----------------------------------------------------------------------------- the workload
+
+DEVICES = tuple(f"sim{i}" for i in range(16))
+
+
+def _runners(rng: np.random.Generator) -> tuple[PlannedCoRunner, ...]:
+    names = sorted(MODELS)
+    runners = []
+    for _ in range(int(rng.integers(0, 3))):
+        other = names[rng.integers(len(names))]
+        l2, dram, _ = MODELS[other]
+        attrs = {"l2_util": l2, "dram_util": dram}
+        if rng.random() < 0.5:
+            runners.append(PlannedCoRunner(other, int(rng.integers(1, 9)), attrs, overlap=float(rng.uniform(0.1, 1))))
+        else:
+            runners.append(
+                PlannedCoRunner(other, int(rng.integers(1, 9)), attrs, remaining_ms=float(rng.uniform(1, 20)))
+            )
+    return tuple(runners)
+
+
+def _batch(rng: np.random.Generator) -> BatchSpec:
+    names = sorted(MODELS)
+    model = names[rng.integers(len(names))]
+    l2, dram, _ = MODELS[model]
+    return BatchSpec(model, int(rng.integers(1, 9)), {"l2_util": l2, "dram_util": dram})
+
+
+def build_requests(config: Config) -> dict[str, list[bytes]]:
+    """Serialised requests of every method (a pool of ``n_queries`` for the unary scheduler calls)."""
+    messages = pb2()
+    rng = np.random.default_rng(config.seed)
+    queries = [
+        Query(DEVICES[i % len(DEVICES)], _batch(rng), device_kind="SimGPU", co_runners=_runners(rng),
+              co_runner_source=CoRunnerSource.EXPLICIT)
+        for i in range(config.n_queries)
+    ]
+    requests: dict[str, list[bytes]] = {
+        "PredictLatency": [
+            messages.PredictLatencyRequest(query=convert.query_to_pb(q), confidence=0.99).SerializeToString()
+            for q in queries
+        ],
+        "CheckDeadline": [
+            messages.CheckDeadlineRequest(query=convert.query_to_pb(q), deadline_ms=30.0, confidence=0.99)
+            .SerializeToString()
+            for q in queries
+        ],
+    }
+    ranks = []
+    for _ in range(4):
+        candidates = [
+            Candidate(DEVICES[i % len(DEVICES)], "SimGPU", _runners(rng), CoRunnerSource.EXPLICIT)
+            for i in range(config.candidates)
+        ]
+        ranks.append(
+            messages.RankPlacementsRequest(
+                batch=convert.batch_to_pb(_batch(rng)),
+                candidates=[convert.candidate_to_pb(c) for c in candidates],
+                deadline_ms=30.0,
+                confidence=0.99,
+            ).SerializeToString()
+        )
+    requests["RankPlacements"] = ranks
+    records = [convert.record_to_pb(r) for r in synthetic_records(config.ingest_records, seed=config.seed + 1,
+                                                                   devices=DEVICES)]
+    requests["ReportObservations"] = [
+        messages.ReportObservationsRequest(record=r).SerializeToString() for r in records
+    ]
+    batched = _batched_requests(records, config.ingest_batch)
+    if batched is not None:
+        requests["ReportObservations (batched)"] = batched
+    return requests
+
+
+def _batched_requests(records: list[Any], size: int) -> list[bytes] | None:
+    """Messages of ``size`` records each, when the contract has the repeated ``records`` field."""
+    messages = pb2()
+    if "records" not in messages.ReportObservationsRequest.DESCRIPTOR.fields_by_name:
+        return None
+    return [
+        messages.ReportObservationsRequest(records=records[i : i + size]).SerializeToString()
+        for i in range(0, len(records), size)
+    ]
+
+
+RESPONSE_TYPES = {
+    "PredictLatency": ("PredictLatencyRequest", "PredictLatencyResponse"),
+    "CheckDeadline": ("CheckDeadlineRequest", "CheckDeadlineResponse"),
+    "RankPlacements": ("RankPlacementsRequest", "RankPlacementsResponse"),
+    "ReportObservations": ("ReportObservationsRequest", "ReportObservationsResponse"),
+}
+
+
+def canned_responses(target: str, requests: dict[str, list[bytes]]) -> dict[str, tuple[str, str, bytes]]:
+    """One real answer of each method, checked, to be replayed by the echo."""
+    import grpc
+
+    messages = pb2()
+    canned = {}
+    with grpc.insecure_channel(target) as channel:
+        for name, (request, response) in RESPONSE_TYPES.items():
+            path = f"/{SERVICE_NAME}/{name}"
+            if name == "ReportObservations":
+                payload = channel.stream_unary(path)(iter(requests[name][:10]))
+                assert getattr(messages, response).FromString(payload).accepted == 10
+            else:
+                payload = channel.unary_unary(path)(requests[name][0])
+                getattr(messages, response).FromString(payload)
+            canned[name] = (request, response, payload)
+    return canned
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+def _summary(results: list[dict], cpu_s: float) -> dict[str, float]:
+    latency = np.concatenate([r["latency"] for r in results]) if "latency" in results[0] else np.zeros(0)
+    calls = sum(r["calls"] for r in results)
+    elapsed = max(r["elapsed"] for r in results)
+    out = {"calls": calls, "errors": sum(r["errors"] for r in results), "per_s": calls / elapsed,
+           "server_cpu_us_per_call": 1e6 * cpu_s / calls}
+    if latency.size:
+        out |= {"p50_ms": 1e3 * float(np.percentile(latency, 50)), "p99_ms": 1e3 * float(np.percentile(latency, 99)),
+                "mean_ms": 1e3 * float(latency.mean())}
+    if "corrected" in results[0]:
+        corrected = np.concatenate([r["corrected"] for r in results])
+        out["p99_corrected_ms"] = 1e3 * float(np.percentile(corrected, 99))
+    return out
+
+
+def measure(pool: ClientPool, server: ServerProcess, tasks: list[dict]) -> dict[str, float]:
+    before = server.cpu_seconds()
+    results = pool.run([{**t, "target": server.target} for t in tasks])
+    return _summary(results, server.cpu_seconds() - before)
+
+
+def unary_phases(config: Config, pool: ClientPool, server: ServerProcess, path: str, requests: list[bytes]) -> dict:
+    each = config.rate / config.clients
+    return {
+        "single": measure(pool, server, [{"kind": "closed", "path": path, "requests": requests,
+                                          "duration_s": config.single_s}]),
+        "open": measure(pool, server, [
+            {"kind": "open", "path": path, "requests": requests[i::config.clients] or requests, "rate": each,
+             "duration_s": config.open_s, "offset_s": i / config.rate}
+            for i in range(config.clients)
+        ]),
+        "closed": measure(pool, server, [
+            {"kind": "closed", "path": path, "requests": requests[i::config.clients] or requests,
+             "duration_s": config.closed_s}
+            for i in range(config.clients)
+        ]),
+    }
+
+
+def _pair(service: ServerProcess, echo: ServerProcess, name: str) -> tuple[tuple[str, ServerProcess, str], ...]:
+    return (("echo", echo, method_path(name)), ("service", service, f"/{SERVICE_NAME}/{name}"))
+
+
+def run_repeat(config: Config, pool: ClientPool, service: ServerProcess, echo: ServerProcess,
+               requests: dict[str, list[bytes]]) -> dict:
+    out: dict[str, Any] = {}
+    if "unary" in config.phases:
+        for name in UNARY:
+            out[name] = {label: unary_phases(config, pool, server, path, requests[name])
+                         for label, server, path in _pair(service, echo, name)}
+    if "rank" in config.phases:
+        rank = {}
+        for label, server, path in _pair(service, echo, "RankPlacements"):
+            rank[label] = measure(pool, server, [{"kind": "closed", "path": path,
+                                                  "requests": requests["RankPlacements"], "duration_s": config.rank_s}])
+            rank[label]["evals_per_s"] = rank[label]["per_s"] * config.candidates
+        out["RankPlacements"] = rank
+    for stream in ("ReportObservations", "ReportObservations (batched)"):
+        if stream not in requests or "ingest" not in config.phases:
+            continue
+        ingest = {}
+        for label, server, path in _pair(service, echo, "ReportObservations"):
+            result = measure(pool, server, [{"kind": "stream", "path": path, "messages": requests[stream]}])
+            ingest[label] = {"records_per_s": config.ingest_records * result["per_s"],
+                             "server_cpu_us_per_record": result["server_cpu_us_per_call"] / config.ingest_records,
+                             "messages": len(requests[stream])}
+        out[stream] = ingest
+    return out
+
+
+def median_of(repeats: list[dict]) -> dict:
+    """The element-wise median of nested dicts of numbers."""
+    first = repeats[0]
+    if isinstance(first, dict):
+        return {k: median_of([r[k] for r in repeats]) for k in first}
+    return statistics.median(repeats)
+
+
+def ratios(repeat: dict) -> dict[str, float]:
+    """Service over echo, within one repeat."""
+    out = {}
+    for name in UNARY:
+        if name not in repeat:
+            continue
+        svc, echo = repeat[name]["service"], repeat[name]["echo"]
+        out[f"{name} single p50"] = svc["single"]["p50_ms"] / echo["single"]["p50_ms"]
+        out[f"{name} single mean"] = svc["single"]["mean_ms"] / echo["single"]["mean_ms"]
+        out[f"{name} open p99"] = svc["open"]["p99_ms"] / echo["open"]["p99_ms"]
+        out[f"{name} closed throughput"] = svc["closed"]["per_s"] / echo["closed"]["per_s"]
+        out[f"{name} server cpu"] = svc["single"]["server_cpu_us_per_call"] / echo["single"]["server_cpu_us_per_call"]
+    if "RankPlacements" in repeat:
+        rank = repeat["RankPlacements"]
+        out["RankPlacements throughput"] = rank["service"]["per_s"] / rank["echo"]["per_s"]
+    for stream in ("ReportObservations", "ReportObservations (batched)"):
+        if stream in repeat:
+            out[f"{stream} throughput"] = (repeat[stream]["service"]["records_per_s"]
+                                           / repeat[stream]["echo"]["records_per_s"])
+    return out
+
+
+def run_server_kind(config: Config, kind: str, pool: ClientPool, requests: dict[str, list[bytes]]) -> dict:
+    spec = {"predictor": config.predictor, "warm_records": config.warm_records, "seed": config.seed,
+            "devices": DEVICES, "server": kind, "max_workers": config.max_workers, "metrics": config.metrics,
+            "max_candidates": config.candidates}
+    service = ServerProcess(service_main, spec)
+    try:
+        canned = canned_responses(service.target, requests)
+        echo = ServerProcess(echo_main, {"server": kind, "max_workers": config.max_workers,
+                                         "unary": {k: v for k, v in canned.items() if k != "ReportObservations"},
+                                         "streams": {"ReportObservations": canned["ReportObservations"]}})
+        try:
+            repeats = []
+            for i in range(config.repeats):
+                print(f"[{kind}] repeat {i + 1} of {config.repeats} ...", flush=True)
+                repeats.append(run_repeat(config, pool, service, echo, requests))
+        finally:
+            echo.stop()
+    finally:
+        service.stop()
+    per_repeat = [ratios(r) for r in repeats]
+    return {"median": median_of(repeats), "ratios": median_of(per_repeat), "ratios_per_repeat": per_repeat,
+            "repeats": repeats}
+
+
+def main() -> None:
+    config, out = start("bench_rpc", Config(), __doc__.splitlines()[0])
+    requests = build_requests(config)
+    sizes = {k: int(np.mean([len(b) for b in v])) for k, v in requests.items()}
+    pool = ClientPool(config.clients)
+    results: dict[str, Any] = {"targets": TARGETS, "request_bytes": sizes, "servers": {}}
+    try:
+        for kind in config.servers:
+            results["servers"][kind] = run_server_kind(config, kind, pool, requests)
+    finally:
+        pool.close()
+    print_tables(config, results)
+    finish(out, results)
+
+
+# ----------------------------------------------------------------------------- reporting
+
+
+def _met(ok: bool) -> str:
+    return "[green]met[/]" if ok else "[red]missed[/]"
+
+
+def print_tables(config: Config, results: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 200))
+    for kind, res in results["servers"].items():
+        m, r = res["median"], res["ratios"]
+        table = Table(title=f"{kind} server, predictor {config.predictor}: service vs echo on the same stack "
+                            f"(median of {config.repeats}; ratios within each run)")
+        for column in ("RPC / load", "service p50 ms", "p99 ms", "calls/s", "server CPU µs/call",
+                       "echo p50 ms", "echo p99 ms", "echo calls/s", "service/echo", "target"):
+            table.add_column(column, justify="left" if column in ("RPC / load", "target") else "right")
+        for name in UNARY:
+            if name not in m:
+                continue
+            svc, echo = m[name]["service"], m[name]["echo"]
+            single_ratio = r[f"{name} single p50"]
+            table.add_row(f"{name}, 1 sequential client", f"{svc['single']['p50_ms']:.3f}",
+                          f"{svc['single']['p99_ms']:.3f}", f"{svc['single']['per_s']:,.0f}",
+                          f"{svc['single']['server_cpu_us_per_call']:.0f}", f"{echo['single']['p50_ms']:.3f}",
+                          f"{echo['single']['p99_ms']:.3f}", f"{echo['single']['per_s']:,.0f}",
+                          f"{single_ratio:.2f} (p50)",
+                          f"≤ {TARGETS['overhead_ratio']}× {_met(single_ratio <= TARGETS['overhead_ratio'])}")
+            o, eo = svc["open"], echo["open"]
+            table.add_row(f"{name}, open loop {config.rate:,.0f}/s, {config.clients} clients",
+                          f"{o['p50_ms']:.3f}", f"{o['p99_ms']:.3f} ({o['p99_corrected_ms']:.2f} CO)",
+                          f"{o['per_s']:,.0f}", f"{o['server_cpu_us_per_call']:.0f}", f"{eo['p50_ms']:.3f}",
+                          f"{eo['p99_ms']:.3f} ({eo['p99_corrected_ms']:.2f} CO)", f"{eo['per_s']:,.0f}",
+                          f"{r[f'{name} open p99']:.2f} (p99)",
+                          f"p99 ≤ {TARGETS['p99_ms']} ms {_met(o['p99_ms'] <= TARGETS['p99_ms'])}")
+            c, ec = svc["closed"], echo["closed"]
+            table.add_row(f"{name}, closed loop, {config.clients} clients", f"{c['p50_ms']:.3f}",
+                          f"{c['p99_ms']:.3f}", f"{c['per_s']:,.0f}", f"{c['server_cpu_us_per_call']:.0f}",
+                          f"{ec['p50_ms']:.3f}", f"{ec['p99_ms']:.3f}", f"{ec['per_s']:,.0f}",
+                          f"{r[f'{name} closed throughput']:.2f} (calls/s)", "")
+        rank = m.get("RankPlacements")
+        ok = rank is not None and rank["service"]["evals_per_s"] >= TARGETS["rank_evals_per_s"]
+        if rank is not None:
+            service, echo = rank["service"], rank["echo"]
+            table.add_row(f"RankPlacements, {config.candidates} candidates", f"{service['p50_ms']:.2f}",
+                          f"{service['p99_ms']:.2f}", f"{service['evals_per_s']:,.0f} evals",
+                          f"{service['server_cpu_us_per_call'] / config.candidates:.1f} /eval",
+                          f"{echo['p50_ms']:.2f}", f"{echo['p99_ms']:.2f}", f"{echo['evals_per_s']:,.0f} evals",
+                          f"{r['RankPlacements throughput']:.2f} (evals/s)",
+                          f"≥ {TARGETS['rank_evals_per_s']:,} evals/s {_met(ok)}")
+        for stream in ("ReportObservations", "ReportObservations (batched)"):
+            if stream not in m:
+                continue
+            ingest = m[stream]
+            per = 1 if stream == "ReportObservations" else config.ingest_batch
+            ok = ingest["service"]["records_per_s"] >= TARGETS["ingest_records_per_s"]
+            table.add_row(f"{stream}, {per} record(s)/message", "", "",
+                          f"{ingest['service']['records_per_s']:,.0f} rec",
+                          f"{ingest['service']['server_cpu_us_per_record']:.1f} /rec", "", "",
+                          f"{ingest['echo']['records_per_s']:,.0f} rec", f"{r[f'{stream} throughput']:.2f} (rec/s)",
+                          f"≥ {TARGETS['ingest_records_per_s']:,} rec/s {_met(ok)}")
+        console.print(table)
+    console.print("CO: p99 corrected for coordinated omission (from the scheduled send). "
+                  f"Request sizes (bytes): {results['request_bytes']}")
+
+
+if __name__ == "__main__":
+    main()

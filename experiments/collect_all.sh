@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Re-record every CPU collection the studies use, one at a time (never two at
+# once: on a small machine two collections would interfere with each other and
+# with the interference they are measuring). About 17 minutes of load plus the
+# solo profiling at the start of each run.
+#
+#   experiments/collect_all.sh            # all of them
+#   experiments/collect_all.sh cpu-drift  # only the named ones
+#
+# Output: experiments/data/<name>.jsonl.gz (coloc/v1), documented in
+# experiments/data/README.md. cpu-workers-2 is not recorded separately: it is
+# the same command as cpu-load-medium (rate 40, all six models, 2 workers,
+# seed 0), so the studies read cpu-load-medium for it (a symlink-free copy is
+# made at the end).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PREDICTOR=${PREDICTOR:-.venv/bin/predictor}
+DATA=experiments/data
+ALL_MODELS=resnet,vgg,mobilenet,bert,gpt2,mlp
+mkdir -p "$DATA"
+
+collect() {  # name, then predictor collect arguments
+    local name=$1; shift
+    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
+    echo "== $name: $PREDICTOR collect $* -o $DATA/$name.jsonl.gz ($(date -u +%FT%TZ))"
+    "$PREDICTOR" collect "$@" --quiet -o "$DATA/$name.jsonl.gz"
+}
+ONLY="$*"
+
+# Load levels (study 1): all six models, 2 workers.
+collect cpu-load-low     --duration 120 --models $ALL_MODELS --rate 15 --workers 2 --seed 0
+collect cpu-load-medium  --duration 120 --models $ALL_MODELS --rate 40 --workers 2 --seed 0
+collect cpu-load-high    --duration 120 --models $ALL_MODELS --rate 90 --workers 2 --seed 0
+# Two model sets (study 1).
+collect cpu-models-vision   --duration 90 --models resnet,vgg,mobilenet --rate 40 --workers 2 --seed 1
+collect cpu-models-language --duration 90 --models bert,gpt2,mlp        --rate 40 --workers 2 --seed 2
+# Drift (study 2): model mix and rate change at 60 s and 120 s.
+collect cpu-drift --duration 180 --models $ALL_MODELS --workers 2 --seed 3 \
+    --schedule "0:resnet,mobilenet@30;60:bert,gpt2,vgg@70;120:mlp,resnet,gpt2@40"
+# Concurrency (study 3): same mix and rate, 3 and 4 workers (2 = cpu-load-medium).
+collect cpu-workers-3 --duration 120 --models $ALL_MODELS --rate 40 --workers 3 --seed 0
+collect cpu-workers-4 --duration 120 --models $ALL_MODELS --rate 40 --workers 4 --seed 0
+
+if [ -z "$ONLY" ] || [[ " $ONLY " == *" cpu-workers-2 "* ]] || [[ " $ONLY " == *" cpu-load-medium "* ]]; then
+    cp "$DATA/cpu-load-medium.jsonl.gz" "$DATA/cpu-workers-2.jsonl.gz"
+    echo "== cpu-workers-2: copy of cpu-load-medium"
+fi

@@ -1,0 +1,133 @@
+"""Server processes of the RPC benchmark: the real service and its echo floor, each in its own process.
+
+:class:`ServerProcess` spawns one and waits for its port. The service is
+built as ``predictor serve`` builds it (the predictor, Prometheus metrics
+interceptor, health and reflection), warmed up prequentially on synthetic
+records so that answers come from a learned model with calibrated bounds.
+The echo (:mod:`predictor.rpc.echo`) answers canned responses of the same
+sizes as the service's. ``server`` picks the thread-pool server
+(``"thread"``) or ``grpc.aio`` (``"aio"``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import time
+from typing import Any
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _build_service(spec: dict) -> Any:
+    from predictor.service import Service, ServiceConfig
+    from predictor.service.synthetic import synthetic_records
+
+    service = Service(
+        ServiceConfig(
+            predictor=spec["predictor"],
+            max_candidates=max(1024, spec["max_candidates"]),
+            max_stream_records=10_000_000,
+            snapshot_every_s=0,
+        )
+    )
+    service.open()
+    for record in synthetic_records(spec["warm_records"], seed=spec["seed"], devices=spec["devices"]):
+        service.observe(record)
+    return service
+
+
+def service_main(conn: Any, spec: dict) -> None:
+    """Serve the real service on ``127.0.0.1:0``; send the port, stop when told."""
+    from predictor.rpc.metrics import ServerMetrics
+
+    service = _build_service(spec)
+    metrics = ServerMetrics(service) if spec["metrics"] else None
+    if spec["server"] == "aio":
+        from predictor.rpc.aio_server import create_aio_server, stop_aio_server
+
+        async def main() -> None:
+            server, port = create_aio_server("127.0.0.1:0", service, metrics=metrics)
+            await server.start()
+            conn.send(port)
+            await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+            await stop_aio_server(server, service, grace=0.5)
+
+        asyncio.run(main())
+        return
+    from predictor.rpc.server import create_server, stop_server
+
+    server, port = create_server("127.0.0.1:0", service, metrics=metrics, max_workers=spec["max_workers"])
+    server.start()
+    conn.send(port)
+    conn.recv()
+    stop_server(server, service, grace=0.5)
+
+
+def _echo_methods(spec: dict) -> tuple[dict, dict]:
+    from predictor.rpc.protos import pb2
+
+    messages = pb2()
+
+    def build(methods: dict) -> dict:
+        return {
+            name: (getattr(messages, request), getattr(messages, response).FromString(payload))
+            for name, (request, response, payload) in methods.items()
+        }
+
+    return build(spec["unary"]), build(spec["streams"])
+
+
+def echo_main(conn: Any, spec: dict) -> None:
+    """Serve the echo floor on ``127.0.0.1:0``; send the port, stop when told."""
+    from predictor.rpc.echo import create_echo_aio_server, create_echo_server
+
+    unary, streams = _echo_methods(spec)
+    if spec["server"] == "aio":
+
+        async def main() -> None:
+            server, port = create_echo_aio_server("127.0.0.1:0", unary, streams)
+            await server.start()
+            conn.send(port)
+            await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+            await server.stop(0.5)
+
+        asyncio.run(main())
+        return
+    server, port = create_echo_server("127.0.0.1:0", unary, streams, max_workers=spec["max_workers"])
+    server.start()
+    conn.send(port)
+    conn.recv()
+    server.stop(0.5).wait()
+
+
+class ServerProcess:
+    """One server in a spawned process; ``target`` is ``127.0.0.1:port`` once it listens."""
+
+    def __init__(self, main: Any, spec: dict, timeout_s: float = 300.0):
+        context = mp.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self.process = context.Process(target=main, args=(child, spec), daemon=True)
+        self.process.start()
+        end = time.monotonic() + timeout_s
+        while not self._conn.poll(0.1):
+            if not self.process.is_alive():
+                raise RuntimeError(f"the server process died on start (exit code {self.process.exitcode})")
+            if time.monotonic() > end:
+                self.process.kill()
+                raise RuntimeError(f"the server process did not start within {timeout_s} s")
+        self.port = int(self._conn.recv())
+        self.target = f"127.0.0.1:{self.port}"
+
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time of the server process so far (all its threads)."""
+        with open(f"/proc/{self.process.pid}/stat", encoding="ascii") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+    def stop(self) -> None:
+        self._conn.send("stop")
+        self.process.join(timeout=10)
+        if self.process.is_alive():
+            self.process.kill()

@@ -1,0 +1,249 @@
+"""Candidates and rankings column-wise: ``RankPlacements`` without an object per candidate.
+
+:class:`CandidateColumns` holds the candidate devices of one ranking as
+columns (their co-runners flattened, candidate ``i`` owning
+``offsets[i]:offsets[i + 1]``), built straight from the protobuf request or
+from :class:`~predictor.service.types.Candidate` objects.
+:func:`valid_columns` checks them all at once against the rules the
+per-candidate path enforces (:meth:`~predictor.service.core.Service._plan`
+and ``coloc/v1``); where it cannot vouch for every candidate, the service
+falls back to that path, which names the first offending field as before.
+:class:`RankingColumns` is the answer, column-wise; :meth:`RankingColumns.to_ranking`
+gives the :class:`~predictor.service.types.Ranking` of domain objects.
+
+Examples
+--------
+>>> from predictor.service.types import Candidate, PlannedCoRunner
+>>> columns = CandidateColumns.from_candidates(
+...     [Candidate("gpu0", co_runners=(PlannedCoRunner("mlp", 2, remaining_ms=3.0),)), Candidate("gpu1")])
+>>> len(columns), columns.offsets.tolist(), columns.remaining.tolist()
+(2, [0, 1, 1], [3.0])
+>>> columns.candidate(0) == Candidate("gpu0", co_runners=(PlannedCoRunner("mlp", 2, remaining_ms=3.0),))
+True
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from predictor.calibration import Bound
+from predictor.colocations import CoLocations
+from predictor.records import MAX_CO_RUNNERS, MAX_NAME_LENGTH, MAX_NUMERIC_KEYS, BatchSpec, CoRunner
+from predictor.service.types import (
+    Candidate,
+    CoRunnerSource,
+    PlacementAnswer,
+    PlannedCoRunner,
+    Prediction,
+    Ranking,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class CandidateColumns:
+    """Candidate devices of one ranking, column-wise.
+
+    Parameters
+    ----------
+    devices, device_kinds, sources, signals
+        Per candidate.
+    offsets
+        ``n + 1`` non-decreasing integers from 0 delimiting each candidate's co-runners.
+    models, batch_sizes, attrs
+        Per co-runner.
+    overlaps, remaining
+        Per co-runner, meaningful where ``has_overlap`` / ``has_remaining``.
+    has_overlap, has_remaining
+        Per co-runner: whether it was given by overlap, by remaining time (or neither: overlap 1).
+    typed
+        Whether every name is a ``str``, every batch size an ``int`` and every number a
+        ``float`` (true from protobuf); only then are the columns checked at once.
+    """
+
+    devices: Sequence[str]
+    device_kinds: Sequence[str]
+    sources: Sequence[CoRunnerSource]
+    signals: Sequence[Mapping[str, float]]
+    offsets: np.ndarray
+    models: Sequence[str]
+    batch_sizes: Sequence[int]
+    attrs: Sequence[Mapping[str, float]]
+    overlaps: np.ndarray
+    remaining: np.ndarray
+    has_overlap: np.ndarray
+    has_remaining: np.ndarray
+    typed: bool = False
+
+    @classmethod
+    def from_candidates(cls, candidates: Sequence[Candidate]) -> CandidateColumns:
+        runners = [r for c in candidates for r in c.co_runners]
+        return cls(
+            devices=[c.device for c in candidates],
+            device_kinds=[c.device_kind for c in candidates],
+            sources=[c.co_runner_source for c in candidates],
+            signals=[c.signals for c in candidates],
+            offsets=np.cumsum([0] + [len(c.co_runners) for c in candidates], dtype=np.int64),
+            models=[r.model for r in runners],
+            batch_sizes=[r.batch_size for r in runners],
+            attrs=[r.attrs for r in runners],
+            overlaps=np.array([0.0 if r.overlap is None else r.overlap for r in runners], dtype=float),
+            remaining=np.array([0.0 if r.remaining_ms is None else r.remaining_ms for r in runners], dtype=float),
+            has_overlap=np.array([r.overlap is not None for r in runners], dtype=bool),
+            has_remaining=np.array([r.remaining_ms is not None for r in runners], dtype=bool),
+        )
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def candidate(self, i: int) -> Candidate:
+        """Candidate ``i`` as a domain object (for the per-candidate path)."""
+        runners = tuple(
+            PlannedCoRunner(
+                self.models[j],
+                self.batch_sizes[j],
+                self.attrs[j],
+                overlap=float(self.overlaps[j]) if self.has_overlap[j] else None,
+                remaining_ms=float(self.remaining[j]) if self.has_remaining[j] else None,
+            )
+            for j in range(int(self.offsets[i]), int(self.offsets[i + 1]))
+        )
+        return Candidate(self.devices[i], self.device_kinds[i], runners, self.sources[i], self.signals[i])
+
+    def uses_live_view(self) -> list[int]:
+        """Candidates whose co-runners come from the live view."""
+        sources = self.sources
+        live = CoRunnerSource.LIVE_VIEW in sources
+        if not live and CoRunnerSource.AUTO not in sources:
+            return []
+        counts = np.diff(self.offsets).tolist()
+        return [
+            i
+            for i, source in enumerate(sources)
+            if source is CoRunnerSource.LIVE_VIEW or (source is CoRunnerSource.AUTO and not counts[i])
+        ]
+
+
+_VALUES = operator.methodcaller("values")
+
+
+def _names_ok(names: Iterable[str], *, required: bool) -> bool:
+    names = names if isinstance(names, (list, tuple, set)) else list(names)
+    if not names:
+        return True
+    return max(map(len, names)) <= MAX_NAME_LENGTH and not (required and "" in names)
+
+
+def _maps_ok(maps: Sequence[Mapping[str, float]]) -> bool:
+    if not maps or max(map(len, maps)) > MAX_NUMERIC_KEYS:
+        return not maps
+    keys = set(itertools.chain.from_iterable(map(tuple, set(map(tuple, maps)))))
+    values = np.fromiter(itertools.chain.from_iterable(map(_VALUES, maps)), dtype=float)
+    return all(isinstance(k, str) for k in keys) and _names_ok(keys, required=True) and bool(np.isfinite(values).all())
+
+
+def valid_columns(columns: CandidateColumns, batch: BatchSpec, solo_latency_ms: float | None) -> bool:
+    """Whether every candidate passes what the per-candidate path checks (``False``: let it say why).
+
+    Does not check the batch itself, nor whether live-view devices are known.
+    """
+    if not columns.typed:
+        return False
+    if solo_latency_ms is not None and not (math.isfinite(solo_latency_ms) and solo_latency_ms > 0):
+        return False
+    counts = np.diff(columns.offsets)
+    if counts.size and counts.max() > MAX_CO_RUNNERS:
+        return False
+    if not (_names_ok(columns.devices, required=True) and _names_ok(columns.device_kinds, required=False)):
+        return False
+    if not (_names_ok(columns.models, required=True) and _maps_ok(columns.attrs) and _maps_ok(columns.signals)):
+        return False
+    if columns.batch_sizes and min(columns.batch_sizes) < 1:
+        return False
+    overlaps = columns.overlaps[columns.has_overlap]
+    if not (np.isfinite(overlaps).all() and (overlaps >= 0).all() and (overlaps <= 1).all()):
+        return False
+    remaining = columns.remaining[columns.has_remaining]
+    if not (np.isfinite(remaining).all() and (remaining >= 0).all()):
+        return False
+    if (columns.has_overlap & columns.has_remaining).any():
+        return False
+    if CoRunnerSource.LIVE_VIEW not in columns.sources:
+        return True
+    return not any(s is CoRunnerSource.LIVE_VIEW and n for s, n in zip(columns.sources, counts.tolist(), strict=True))
+
+
+@dataclass(frozen=True, eq=False)
+class RankingColumns:
+    """A ranking, column-wise: per-candidate arrays in candidate order, and the ranking ``order``.
+
+    ``rows`` holds the planned co-locations as predicted (co-runners with their effective
+    overlaps); ``bounds`` the calibration of each distinct device kind (``Bound.upper_ms`` is
+    the factor on the latency); ``order[r]`` the candidate ranked ``r + 1``.
+    """
+
+    rows: CoLocations
+    order: np.ndarray
+    latency_ms: np.ndarray
+    solo_latency_ms: np.ndarray
+    upper_bound_ms: np.ndarray
+    slack_ms: np.ndarray
+    probability: np.ndarray
+    bounds: Mapping[str, Bound]
+    confidence: float
+    predictor: str
+    observations_learned: int
+    deadline_ms: float
+    runners_as_given: bool = False
+    """Whether every row's co-runners are its candidate's, in order (none from the live view)."""
+
+    def prediction(self, i: int) -> Prediction:
+        kind = self.rows.device_kinds[i]
+        bound = self.bounds[kind]
+        latency, solo = float(self.latency_ms[i]), float(self.solo_latency_ms[i])
+        return Prediction(
+            latency_ms=latency,
+            solo_latency_ms=solo,
+            slowdown=latency / solo,
+            upper_bound_ms=float(self.upper_bound_ms[i]),
+            confidence=self.confidence,
+            bound_source=bound.source,
+            residuals=bound.n,
+            predictor=self.predictor,
+            observations_learned=self.observations_learned,
+            co_runners=self.rows.co_runners(i),
+            device_kind=kind,
+        )
+
+    def to_ranking(self) -> Ranking:
+        placements = tuple(
+            PlacementAnswer(
+                device=self.rows.devices[i],
+                rank=rank,
+                feasible=bool(self.slack_ms[i] >= 0),
+                slack_ms=float(self.slack_ms[i]),
+                probability=float(self.probability[i]),
+                prediction=self.prediction(i),
+                candidate_index=i,
+            )
+            for rank, i in enumerate(self.order.tolist(), start=1)
+        )
+        return Ranking(placements, self.deadline_ms)
+
+
+def rows_of(batch: BatchSpec, solo_latency_ms: float | None, devices: Sequence[str], kinds: Sequence[str],
+            signals: Sequence[Mapping[str, float]], runners: Sequence[Sequence[CoRunner]]) -> CoLocations:
+    """:class:`CoLocations` from per-row co-runner objects (the per-candidate path's records)."""
+    return CoLocations.build(
+        batch,
+        devices,
+        [[(r.model, r.batch_size, r.attrs, r.overlap) for r in row] for row in runners],
+        device_kinds=kinds,
+        signals=signals,
+        solo_latency_ms=solo_latency_ms,
+    )

@@ -1,0 +1,86 @@
+"""``predictor serve`` as a real child process, for tests that kill it, soak it or read its logs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class ServeProcess:
+    """A running ``predictor serve`` and where to reach it."""
+
+    proc: subprocess.Popen
+    port: int
+    log_path: Path
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL: no handler runs, no final snapshot, nothing flushed by the process."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self, timeout: float = 20) -> int:
+        """SIGTERM and wait: the graceful path (final snapshot)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+
+def start_server(folder: Path, *args: str, name: str = "serve", timeout: float = 60) -> ServeProcess:
+    """Start ``predictor serve --port 0`` with ``args``; return once it listens (``--port-file``).
+
+    stdout and stderr go to ``folder/<name>.log``.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    port_file = folder / f"{name}.port"
+    port_file.unlink(missing_ok=True)
+    log_path = folder / f"{name}.log"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "predictor.cli",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--metrics-port",
+                "0",
+                "--port-file",
+                str(port_file),
+                "--grace",
+                "0.5",
+                *args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+        )
+    deadline = time.monotonic() + timeout
+    while not port_file.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"predictor serve exited with {proc.returncode}:\n{log_path.read_text()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise TimeoutError(f"predictor serve did not listen within {timeout} s:\n{log_path.read_text()}")
+        time.sleep(0.02)
+    return ServeProcess(proc, int(port_file.read_text()), log_path)
