@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Re-record every CPU collection the studies use, one at a time (never two at
 # once: on a small machine two collections would interfere with each other and
-# with the interference they are measuring). About 17 minutes of load plus the
-# solo profiling at the start of each run.
+# with the interference they are measuring). 16 minutes of load plus about 30 s
+# of start-up and solo profiling per collection: about 20 minutes in all.
 #
 #   experiments/collect_all.sh            # all of them
 #   experiments/collect_all.sh cpu-drift  # only the named ones
 #
 # Output: experiments/data/<name>.jsonl.gz (coloc/v1), documented in
-# experiments/data/README.md. cpu-workers-2 is not recorded separately: it is
-# the same command as cpu-load-medium (rate 40, all six models, 2 workers,
-# seed 0), so the studies read cpu-load-medium for it (a symlink-free copy is
-# made at the end).
+# experiments/data/README.md; a collection recorded with a schedule also gets
+# <name>.schedule holding the schedule text (the drift study reads it). There
+# is no separate cpu-workers-2: it would be the very command of cpu-load-medium
+# (rate 40, all six models, 2 workers, seed 0), which the concurrency study
+# reads as its 2-worker point.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREDICTOR=${PREDICTOR:-.venv/bin/predictor}
@@ -35,13 +36,10 @@ collect cpu-load-high    --duration 120 --models $ALL_MODELS --rate 90 --workers
 collect cpu-models-vision   --duration 90 --models resnet,vgg,mobilenet --rate 40 --workers 2 --seed 1
 collect cpu-models-language --duration 90 --models bert,gpt2,mlp        --rate 40 --workers 2 --seed 2
 # Drift (study 2): model mix and rate change at 60 s and 120 s.
-collect cpu-drift --duration 180 --models $ALL_MODELS --workers 2 --seed 3 \
-    --schedule "0:resnet,mobilenet@30;60:bert,gpt2,vgg@70;120:mlp,resnet,gpt2@40"
-# Concurrency (study 3): same mix and rate, 3 and 4 workers (2 = cpu-load-medium).
+DRIFT_SCHEDULE="0:resnet,mobilenet@30;60:bert,gpt2,vgg@70;120:mlp,resnet,gpt2@40"
+collect cpu-drift --duration 180 --models $ALL_MODELS --workers 2 --seed 3 --schedule "$DRIFT_SCHEDULE" \
+    && echo "$DRIFT_SCHEDULE" > "$DATA/cpu-drift.schedule"
+# Concurrency (study 3): same mix and rate, 3 and 4 workers (2 workers: cpu-load-medium).
 collect cpu-workers-3 --duration 120 --models $ALL_MODELS --rate 40 --workers 3 --seed 0
 collect cpu-workers-4 --duration 120 --models $ALL_MODELS --rate 40 --workers 4 --seed 0
 
-if [ -z "$ONLY" ] || [[ " $ONLY " == *" cpu-workers-2 "* ]] || [[ " $ONLY " == *" cpu-load-medium "* ]]; then
-    cp "$DATA/cpu-load-medium.jsonl.gz" "$DATA/cpu-workers-2.jsonl.gz"
-    echo "== cpu-workers-2: copy of cpu-load-medium"
-fi
