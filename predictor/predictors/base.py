@@ -36,6 +36,7 @@ class LatencyPredictor(ABC):
         self.seed = seed
         self._solo = SoloProfile()
         self._slowdown_range = (MIN_SLOWDOWN, MAX_SLOWDOWN)
+        self._range_seen = (1.0, 1.0)
         self.n_learned = 0
 
     # -- what subclasses provide ---------------------------------------------
@@ -95,16 +96,17 @@ class LatencyPredictor(ABC):
         """Book-keeping after learning: solo profile, count, plausible slowdown range.
 
         Predictions are kept within half the smallest and twice the largest
-        slowdown observed so far, so an extrapolating model cannot answer
-        something no observation ever came near.
+        slowdown observed so far (1 always included), so an extrapolating
+        model cannot answer something no observation came near. Only
+        slowdowns over a known solo latency (given or profiled, not guessed)
+        widen the range.
         """
+        if self._solo.knows(record):
+            low, high = self._range_seen
+            self._range_seen = (min(low, slowdown), max(high, slowdown))
+            low, high = self._range_seen
+            self._slowdown_range = (max(low / 2, MIN_SLOWDOWN), min(high * 2, MAX_SLOWDOWN))
         self._solo.learn(record)
-        if self.n_learned == 0:
-            low, high = slowdown, slowdown
-        else:
-            low, high = self._slowdown_range[0] * 2, self._slowdown_range[1] / 2
-        low, high = min(low, slowdown), max(high, slowdown)
-        self._slowdown_range = (max(low / 2, MIN_SLOWDOWN), min(high * 2, MAX_SLOWDOWN))
         self.n_learned += 1
 
     def predict_learn_one(self, record: Record) -> float:
