@@ -14,6 +14,11 @@ the service demo call it). It
    :class:`~collectors.tracker.Tracker` whose records go to ``sink``;
 5. drains the batches in flight, emits the last records and stops everything.
 
+An optional ``admit`` callback sees each closed batch *before* it is
+dispatched (with the batches in flight, its would-be co-runners) and may
+refuse it: that is where a scheduler asks the service whether the batch can
+meet its deadline. Refused batches are counted, never run.
+
 Dispatch keeps at most two batches per worker queued; beyond a backlog of
 ``4 x workers`` closed batches the oldest are dropped (and counted), so an
 overloaded run stays a bounded, honest measurement instead of an ever-growing
@@ -22,22 +27,20 @@ queue.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from collectors.batching import Batch, DynamicBatcher, PoissonArrivals
 from collectors.cpu_sampler import CpuSampler
 from collectors.nvml_sampler import NvmlSampler
+from collectors.pool import WorkerPool
 from collectors.sampler import Sampler
 from collectors.schedule import Phase, constant_schedule, phase_at, schedule_models, validate_phases
-from collectors.slot import RunningSlot
 from collectors.tracker import Sink, Tracker
-from collectors.worker import WorkerConfig, worker_main
+from collectors.worker import WorkerConfig
 
 START_TIMEOUT_S = 180.0
 TOKEN_SEQ_LEN = 64
@@ -135,9 +138,31 @@ class CollectionResult:
     sampler_cpu_s: float
     parent_cpu_s: float
     tracker_stats: dict[str, int]
+    refused_batches: int = 0
+    refused_requests: int = 0
 
 
 Progress = Callable[[CollectionStatus], None]
+
+
+@dataclass(frozen=True)
+class PlannedBatch:
+    """A closed batch about to be dispatched, as an admission callback sees it.
+
+    ``in_flight`` holds ``(model, batch_size, attrs)`` of the batches running or
+    queued on the workers now: the co-runners this batch would meet.
+    """
+
+    model: str
+    batch_size: int
+    attrs: dict[str, float]
+    solo_latency_ms: float | None
+    device: str
+    device_kind: str
+    in_flight: tuple[tuple[str, int, dict[str, float]], ...]
+
+
+Admit = Callable[[PlannedBatch], bool]
 
 
 def _attrs(model: str, figures: dict[str, float]) -> dict[str, float]:
@@ -145,88 +170,6 @@ def _attrs(model: str, figures: dict[str, float]) -> dict[str, float]:
     if model in ("bert", "gpt2"):
         attrs["seq_len"] = float(TOKEN_SEQ_LEN)
     return attrs
-
-
-class _Workers:
-    """The worker processes, the shared job queue, one report pipe and one running slot per worker."""
-
-    def __init__(self, config: CollectionConfig) -> None:
-        ctx = mp.get_context("spawn")
-        self.jobs = ctx.Queue()
-        wconfig = WorkerConfig(config.models, config.max_batch, config.device)
-        self.readers: list[Connection] = []
-        self.slots = [RunningSlot(ctx) for _ in range(config.workers)]
-        self.procs = []
-        for i in range(config.workers):
-            reader, writer = ctx.Pipe(duplex=False)
-            proc = ctx.Process(
-                target=worker_main,
-                args=(i, wconfig, self.jobs, writer, self.slots[i]),
-                daemon=True,
-                name=f"worker-{i}",
-            )
-            proc.start()
-            writer.close()  # the worker holds the writing end; EOF here means it died
-            self.readers.append(reader)
-            self.procs.append(proc)
-        self._inbox: deque[tuple[Any, ...]] = deque()
-
-    def get(self, timeout: float) -> tuple[Any, ...] | None:
-        """The next report, waiting up to ``timeout`` seconds; ``None`` if there is none."""
-        if not self._inbox:
-            for reader in wait(self.readers, max(0.0, timeout)):
-                try:
-                    while reader.poll():
-                        self._inbox.append(reader.recv())
-                except EOFError:
-                    self.check_alive()
-                    raise RuntimeError("a worker closed its report pipe") from None
-        if not self._inbox:
-            return None
-        message = self._inbox.popleft()
-        if message[0] == "error":
-            raise RuntimeError(f"worker {message[1]} failed:\n{message[2]}")
-        return message
-
-    def check_alive(self) -> None:
-        dead = [p.name for p in self.procs if not p.is_alive()]
-        if dead:
-            raise RuntimeError(f"worker process(es) exited early: {', '.join(dead)}")
-
-    def wait_for(self, kind: str, count: int, timeout: float) -> list[tuple[Any, ...]]:
-        got: list[tuple[Any, ...]] = []
-        deadline = time.monotonic() + timeout
-        while len(got) < count:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise RuntimeError(f"timed out waiting for {count} worker {kind!r} message(s)")
-            self.check_alive()
-            message = self.get(min(remaining, 0.5))
-            if message is not None and message[0] == kind:
-                got.append(message)
-        return got
-
-    def stop(self) -> None:
-        for _ in self.procs:
-            self.jobs.put(("stop",))
-        deadline = time.monotonic() + 10.0
-        for proc in self.procs:
-            while proc.is_alive() and time.monotonic() < deadline:
-                for reader in self.readers:  # keep the pipes flowing so no worker blocks on a send
-                    try:
-                        while reader.poll():
-                            reader.recv()
-                    except (EOFError, OSError):
-                        pass
-                proc.join(0.05)
-        for proc in self.procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(2.0)
-        for reader in self.readers:
-            reader.close()
-        self.jobs.cancel_join_thread()
-        self.jobs.close()
 
 
 def _samplers(config: CollectionConfig, devices: set[str]) -> list[Sampler]:
@@ -247,7 +190,7 @@ def _window(samplers: Sequence[Sampler]) -> Callable[[str, float, float], dict[s
 
 
 def run_collection(
-    config: CollectionConfig, sink: Sink, progress: Progress | None = None
+    config: CollectionConfig, sink: Sink, progress: Progress | None = None, admit: Admit | None = None
 ) -> CollectionResult:
     """Run the workload of ``config`` and send one record per executed batch to ``sink``.
 
@@ -260,6 +203,9 @@ def run_collection(
         :class:`~predictor.logio.RecordWriter`'s ``write``, a gRPC stream's ``send``).
     progress
         Called about five times a second with a :class:`CollectionStatus`.
+    admit
+        Called with a :class:`PlannedBatch` before each dispatch; ``False``
+        refuses the batch (counted in the result, never run).
 
     Notes
     -----
@@ -269,7 +215,7 @@ def run_collection(
     notify = progress or (lambda status: None)
     wall0 = time.monotonic()
     notify(CollectionStatus("starting", duration_s=config.duration_s))
-    workers = _Workers(config)
+    workers = WorkerPool(config.workers, WorkerConfig(config.models, config.max_batch, config.device))
     samplers: list[Sampler] = []
     try:
         ready = workers.wait_for("ready", config.workers, START_TIMEOUT_S)
@@ -281,7 +227,7 @@ def run_collection(
         time.sleep(max(3.0 / config.sample_hz, 0.1))  # a first interval before the first batch
         source = "gpu" if any(d.startswith("gpu") for d, _ in devices.values()) else "cpu"
         tracker = Tracker(sink, signals=_window(samplers), source=source, lag_s=config.lag_s)
-        loop = _Loop(config, workers, tracker, devices, profile, notify)
+        loop = _Loop(config, workers, tracker, devices, profile, notify, admit)
         cpu0 = time.process_time()
         loop.run()
         parent_cpu_s = time.process_time() - cpu0
@@ -299,6 +245,8 @@ def run_collection(
             sampler_reads=sum(s.reads for s in samplers),
             sampler_cpu_s=sum(s.cpu_time_s for s in samplers),
             parent_cpu_s=parent_cpu_s,
+            refused_batches=loop.refused_batches,
+            refused_requests=loop.refused_requests,
             tracker_stats={
                 "emitted": tracker.emitted,
                 "unknown_ends": tracker.unknown_ends,
@@ -319,13 +267,17 @@ class _Loop:
     def __init__(
         self,
         config: CollectionConfig,
-        workers: _Workers,
+        workers: WorkerPool,
         tracker: Tracker,
         devices: dict[int, tuple[str, str]],
         profile: dict[tuple[str, int], dict[str, float]],
         notify: Progress,
+        admit: Admit | None = None,
     ) -> None:
         self.config = config
+        self.admit = admit
+        self.refused_batches = 0
+        self.refused_requests = 0
         self.workers = workers
         self.tracker = tracker
         self.devices = devices
@@ -407,10 +359,27 @@ class _Loop:
     def _dispatch(self) -> None:
         while self.backlog and self.in_flight < 2 * self.config.workers:
             batch = self.backlog.popleft()
+            if self.admit is not None and not self.admit(self._planned(batch)):
+                self.refused_batches += 1
+                self.refused_requests += batch.batch_size
+                continue
             job_id = self.next_job
             self.next_job += 1
             self.jobs[job_id] = (batch.model, batch.batch_size)
             self.workers.jobs.put(("run", job_id, batch.model, batch.batch_size))
+
+    def _planned(self, batch: Batch) -> PlannedBatch:
+        key = (batch.model, batch.batch_size)
+        device, device_kind = self.devices[0]
+        return PlannedBatch(
+            model=batch.model,
+            batch_size=batch.batch_size,
+            attrs=self.attrs.get(key, {}),
+            solo_latency_ms=self.solo.get(key),
+            device=device,
+            device_kind=device_kind,
+            in_flight=tuple((m, b, self.attrs.get((m, b), {})) for m, b in self.jobs.values()),
+        )
 
     def _poll(self) -> None:
         """Register the batches running now, then let the tracker emit what is due.
