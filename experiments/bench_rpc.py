@@ -1,29 +1,32 @@
 """RPC performance: the real service over gRPC against a bare echo service on the same stack.
 
 Starts, each in its own process, the real service (as ``predictor serve``
-builds it, warmed up on ``warm_records`` synthetic observations) and an echo
-service (:mod:`predictor.rpc.echo`) that decodes the same requests and
-answers canned responses of the same sizes; drives both from separate client
-processes (:mod:`experiments.rpc_load`), interleaved, ``repeats`` times:
+builds it: thread-pool server, Prometheus metrics, auth and decoding
+interceptors, health, reflection; warmed up on ``warm_records`` synthetic
+observations) and an echo service (:mod:`predictor.rpc.echo`) that decodes the
+same requests and answers canned responses of the same sizes, taken from the
+service in the same run. Separate client processes (:mod:`experiments.rpc_load`)
+drive both, interleaved, ``repeats`` times:
 
-* ``PredictLatency`` and ``CheckDeadline`` (queries with 0 to 2 explicit
-  co-runners, given by overlap or by remaining time):
-  - one sequential client: the single-call latency, and its ratio to the echo
+* ``PredictLatency`` and ``CheckDeadline`` (a pool of queries with 0 to 2
+  explicit co-runners, given by overlap or by remaining time):
+  - one sequential client: the single-call latency and its ratio to the echo
     (the single-call overhead);
   - an open loop at ``rate`` requests/s in all from ``clients`` processes:
-    p50/p99 latency (from the actual send, and corrected for coordinated
-    omission from the scheduled send);
+    p50/p99 from the actual send, and p99 corrected for coordinated omission
+    (from the scheduled send);
   - a closed loop from ``clients`` processes: the maximum throughput;
 * ``RankPlacements`` with ``candidates`` candidates per call: candidate evaluations/s;
-* ``ReportObservations``: ``ingest_records`` records in one client stream,
-  one record per message and ``ingest_batch`` records per message: records/s.
+* ``ReportObservations``: ``ingest_records`` records in one client stream, one
+  record per message and ``ingest_batch`` records per message: records/s;
+* with ``aio_floor``, the echo on ``grpc.aio`` against the echo on the thread
+  pool: what the asyncio server would give the service at best.
 
-Also the server's CPU time per call (from ``/proc``), which the noise of a
-shared machine disturbs less than wall-clock latency. Figures are medians
-over the repeats; ratios are taken within each repeat, then the median.
-``servers`` selects the thread-pool server, ``grpc.aio``, or both.
+Also the server's CPU time per call (from ``/proc``), which a shared machine
+disturbs less than wall-clock latency. Figures are medians over the repeats;
+ratios are taken within each repeat, then the median.
 
-Run: ``.venv/bin/python -m experiments.bench_rpc`` (``--servers thread,aio --repeats 3``)
+Run: ``.venv/bin/python -m experiments.bench_rpc`` (``--repeats 3``, ``--phases unary,rank,ingest``)
 """
 
 from __future__ import annotations
@@ -46,13 +49,13 @@ from predictor.service.types import Candidate, CoRunnerSource, PlannedCoRunner, 
 
 TARGETS = {"p99_ms": 1.0, "overhead_ratio": 1.5, "rank_evals_per_s": 200_000, "ingest_records_per_s": 20_000}
 UNARY = ("PredictLatency", "CheckDeadline")
+STREAMS = ("ReportObservations", "ReportObservations (batched)")
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     predictor: str = "rls"
-    servers: tuple[str, ...] = ("thread",)
-    phases: tuple[str, ...] = ("unary", "rank", "ingest")
+    outlier_gate: bool = True
     warm_records: int = 3000
     n_queries: int = 64
     clients: int = 4
@@ -64,9 +67,11 @@ class Config:
     rank_s: float = 4.0
     ingest_records: int = 20_000
     ingest_batch: int = 100
-    repeats: int = 2
+    repeats: int = 3
     max_workers: int = 8
     metrics: bool = True
+    aio_floor: bool = True
+    phases: tuple[str, ...] = ("unary", "rank", "ingest")
     seed: int = 0
 
 
@@ -229,7 +234,8 @@ def _pair(service: ServerProcess, echo: ServerProcess, name: str) -> tuple[tuple
 
 
 def run_repeat(config: Config, pool: ClientPool, service: ServerProcess, echo: ServerProcess,
-               requests: dict[str, list[bytes]]) -> dict:
+               echo_aio: ServerProcess | None, requests: dict[str, list[bytes]]) -> dict:
+    """One round of every phase, each on the echo then on the service."""
     out: dict[str, Any] = {}
     if "unary" in config.phases:
         for name in UNARY:
@@ -242,7 +248,7 @@ def run_repeat(config: Config, pool: ClientPool, service: ServerProcess, echo: S
                                                   "requests": requests["RankPlacements"], "duration_s": config.rank_s}])
             rank[label]["evals_per_s"] = rank[label]["per_s"] * config.candidates
         out["RankPlacements"] = rank
-    for stream in ("ReportObservations", "ReportObservations (batched)"):
+    for stream in STREAMS:
         if stream not in requests or "ingest" not in config.phases:
             continue
         ingest = {}
@@ -252,10 +258,29 @@ def run_repeat(config: Config, pool: ClientPool, service: ServerProcess, echo: S
                              "server_cpu_us_per_record": result["server_cpu_us_per_call"] / config.ingest_records,
                              "messages": len(requests[stream])}
         out[stream] = ingest
+    if echo_aio is not None:
+        out["aio floor"] = aio_floor(config, pool, echo, echo_aio, requests)
     return out
 
 
-def median_of(repeats: list[dict]) -> dict:
+def aio_floor(config: Config, pool: ClientPool, echo: ServerProcess, echo_aio: ServerProcess,
+              requests: dict[str, list[bytes]]) -> dict:
+    """The echo on the thread pool and on ``grpc.aio``: one client, many clients, a stream."""
+    path = method_path("CheckDeadline")
+    out = {}
+    for label, server in (("thread", echo), ("aio", echo_aio)):
+        single = measure(pool, server, [{"kind": "closed", "path": path, "requests": requests["CheckDeadline"],
+                                         "duration_s": config.single_s}])
+        closed = measure(pool, server, [{"kind": "closed", "path": path, "requests": requests["CheckDeadline"],
+                                         "duration_s": config.closed_s}] * config.clients)
+        stream = measure(pool, server, [{"kind": "stream", "path": method_path("ReportObservations"),
+                                         "messages": requests["ReportObservations"]}])
+        out[label] = {"single": single, "closed": closed,
+                      "stream_messages_per_s": len(requests["ReportObservations"]) * stream["per_s"]}
+    return out
+
+
+def median_of(repeats: list[Any]) -> Any:
     """The element-wise median of nested dicts of numbers."""
     first = repeats[0]
     if isinstance(first, dict):
@@ -264,7 +289,7 @@ def median_of(repeats: list[dict]) -> dict:
 
 
 def ratios(repeat: dict) -> dict[str, float]:
-    """Service over echo, within one repeat."""
+    """Service over echo (and aio echo over thread echo), within one repeat."""
     out = {}
     for name in UNARY:
         if name not in repeat:
@@ -278,48 +303,50 @@ def ratios(repeat: dict) -> dict[str, float]:
     if "RankPlacements" in repeat:
         rank = repeat["RankPlacements"]
         out["RankPlacements throughput"] = rank["service"]["per_s"] / rank["echo"]["per_s"]
-    for stream in ("ReportObservations", "ReportObservations (batched)"):
+    for stream in STREAMS:
         if stream in repeat:
             out[f"{stream} throughput"] = (repeat[stream]["service"]["records_per_s"]
                                            / repeat[stream]["echo"]["records_per_s"])
+    if "aio floor" in repeat:
+        aio, thread = repeat["aio floor"]["aio"], repeat["aio floor"]["thread"]
+        out["aio/thread single p50"] = aio["single"]["p50_ms"] / thread["single"]["p50_ms"]
+        out["aio/thread closed throughput"] = aio["closed"]["per_s"] / thread["closed"]["per_s"]
+        out["aio/thread stream"] = aio["stream_messages_per_s"] / thread["stream_messages_per_s"]
     return out
-
-
-def run_server_kind(config: Config, kind: str, pool: ClientPool, requests: dict[str, list[bytes]]) -> dict:
-    spec = {"predictor": config.predictor, "warm_records": config.warm_records, "seed": config.seed,
-            "devices": DEVICES, "server": kind, "max_workers": config.max_workers, "metrics": config.metrics,
-            "max_candidates": config.candidates}
-    service = ServerProcess(service_main, spec)
-    try:
-        canned = canned_responses(service.target, requests)
-        echo = ServerProcess(echo_main, {"server": kind, "max_workers": config.max_workers,
-                                         "unary": {k: v for k, v in canned.items() if k != "ReportObservations"},
-                                         "streams": {"ReportObservations": canned["ReportObservations"]}})
-        try:
-            repeats = []
-            for i in range(config.repeats):
-                print(f"[{kind}] repeat {i + 1} of {config.repeats} ...", flush=True)
-                repeats.append(run_repeat(config, pool, service, echo, requests))
-        finally:
-            echo.stop()
-    finally:
-        service.stop()
-    per_repeat = [ratios(r) for r in repeats]
-    return {"median": median_of(repeats), "ratios": median_of(per_repeat), "ratios_per_repeat": per_repeat,
-            "repeats": repeats}
 
 
 def main() -> None:
     config, out = start("bench_rpc", Config(), __doc__.splitlines()[0])
     requests = build_requests(config)
     sizes = {k: int(np.mean([len(b) for b in v])) for k, v in requests.items()}
+    spec = {"predictor": config.predictor, "outlier_gate": config.outlier_gate, "warm_records": config.warm_records,
+            "seed": config.seed, "devices": DEVICES, "server": "thread", "max_workers": config.max_workers,
+            "metrics": config.metrics, "max_candidates": config.candidates}
+    servers: list[ServerProcess] = []
     pool = ClientPool(config.clients)
-    results: dict[str, Any] = {"targets": TARGETS, "request_bytes": sizes, "servers": {}}
     try:
-        for kind in config.servers:
-            results["servers"][kind] = run_server_kind(config, kind, pool, requests)
+        service = ServerProcess(service_main, spec)
+        servers.append(service)
+        canned = canned_responses(service.target, requests)
+        echo_spec = {"max_workers": config.max_workers,
+                     "unary": {k: v for k, v in canned.items() if k != "ReportObservations"},
+                     "streams": {"ReportObservations": canned["ReportObservations"]}}
+        echo = ServerProcess(echo_main, {**echo_spec, "server": "thread"})
+        servers.append(echo)
+        echo_aio = ServerProcess(echo_main, {**echo_spec, "server": "aio"}) if config.aio_floor else None
+        if echo_aio is not None:
+            servers.append(echo_aio)
+        repeats = []
+        for i in range(config.repeats):
+            print(f"repeat {i + 1} of {config.repeats} ...", flush=True)
+            repeats.append(run_repeat(config, pool, service, echo, echo_aio, requests))
     finally:
+        for server in servers:
+            server.stop()
         pool.close()
+    per_repeat = [ratios(r) for r in repeats]
+    results = {"targets": TARGETS, "request_bytes": sizes, "median": median_of(repeats),
+               "ratios": median_of(per_repeat), "ratios_per_repeat": per_repeat, "repeats": repeats}
     print_tables(config, results)
     finish(out, results)
 
@@ -336,58 +363,71 @@ def print_tables(config: Config, results: dict) -> None:
     from rich.table import Table
 
     console = Console(width=max(Console().width, 200))
-    for kind, res in results["servers"].items():
-        m, r = res["median"], res["ratios"]
-        table = Table(title=f"{kind} server, predictor {config.predictor}: service vs echo on the same stack "
-                            f"(median of {config.repeats}; ratios within each run)")
-        for column in ("RPC / load", "service p50 ms", "p99 ms", "calls/s", "server CPU µs/call",
-                       "echo p50 ms", "echo p99 ms", "echo calls/s", "service/echo", "target"):
-            table.add_column(column, justify="left" if column in ("RPC / load", "target") else "right")
-        for name in UNARY:
-            if name not in m:
-                continue
-            svc, echo = m[name]["service"], m[name]["echo"]
-            single_ratio = r[f"{name} single p50"]
-            table.add_row(f"{name}, 1 sequential client", f"{svc['single']['p50_ms']:.3f}",
-                          f"{svc['single']['p99_ms']:.3f}", f"{svc['single']['per_s']:,.0f}",
-                          f"{svc['single']['server_cpu_us_per_call']:.0f}", f"{echo['single']['p50_ms']:.3f}",
-                          f"{echo['single']['p99_ms']:.3f}", f"{echo['single']['per_s']:,.0f}",
-                          f"{single_ratio:.2f} (p50)",
-                          f"≤ {TARGETS['overhead_ratio']}× {_met(single_ratio <= TARGETS['overhead_ratio'])}")
-            o, eo = svc["open"], echo["open"]
-            table.add_row(f"{name}, open loop {config.rate:,.0f}/s, {config.clients} clients",
-                          f"{o['p50_ms']:.3f}", f"{o['p99_ms']:.3f} ({o['p99_corrected_ms']:.2f} CO)",
-                          f"{o['per_s']:,.0f}", f"{o['server_cpu_us_per_call']:.0f}", f"{eo['p50_ms']:.3f}",
-                          f"{eo['p99_ms']:.3f} ({eo['p99_corrected_ms']:.2f} CO)", f"{eo['per_s']:,.0f}",
-                          f"{r[f'{name} open p99']:.2f} (p99)",
-                          f"p99 ≤ {TARGETS['p99_ms']} ms {_met(o['p99_ms'] <= TARGETS['p99_ms'])}")
-            c, ec = svc["closed"], echo["closed"]
-            table.add_row(f"{name}, closed loop, {config.clients} clients", f"{c['p50_ms']:.3f}",
-                          f"{c['p99_ms']:.3f}", f"{c['per_s']:,.0f}", f"{c['server_cpu_us_per_call']:.0f}",
-                          f"{ec['p50_ms']:.3f}", f"{ec['p99_ms']:.3f}", f"{ec['per_s']:,.0f}",
-                          f"{r[f'{name} closed throughput']:.2f} (calls/s)", "")
-        rank = m.get("RankPlacements")
-        ok = rank is not None and rank["service"]["evals_per_s"] >= TARGETS["rank_evals_per_s"]
-        if rank is not None:
-            service, echo = rank["service"], rank["echo"]
-            table.add_row(f"RankPlacements, {config.candidates} candidates", f"{service['p50_ms']:.2f}",
-                          f"{service['p99_ms']:.2f}", f"{service['evals_per_s']:,.0f} evals",
-                          f"{service['server_cpu_us_per_call'] / config.candidates:.1f} /eval",
-                          f"{echo['p50_ms']:.2f}", f"{echo['p99_ms']:.2f}", f"{echo['evals_per_s']:,.0f} evals",
-                          f"{r['RankPlacements throughput']:.2f} (evals/s)",
-                          f"≥ {TARGETS['rank_evals_per_s']:,} evals/s {_met(ok)}")
-        for stream in ("ReportObservations", "ReportObservations (batched)"):
-            if stream not in m:
-                continue
-            ingest = m[stream]
-            per = 1 if stream == "ReportObservations" else config.ingest_batch
-            ok = ingest["service"]["records_per_s"] >= TARGETS["ingest_records_per_s"]
-            table.add_row(f"{stream}, {per} record(s)/message", "", "",
-                          f"{ingest['service']['records_per_s']:,.0f} rec",
-                          f"{ingest['service']['server_cpu_us_per_record']:.1f} /rec", "", "",
-                          f"{ingest['echo']['records_per_s']:,.0f} rec", f"{r[f'{stream} throughput']:.2f} (rec/s)",
-                          f"≥ {TARGETS['ingest_records_per_s']:,} rec/s {_met(ok)}")
-        console.print(table)
+    m, r = results["median"], results["ratios"]
+    table = Table(title=f"predictor {config.predictor}, thread-pool server ({config.max_workers} workers): "
+                        f"service vs echo on the same stack (median of {config.repeats}; ratios within each run)")
+    for column in ("RPC / load", "service p50 ms", "p99 ms", "calls/s", "server CPU µs/call",
+                   "echo p50 ms", "echo p99 ms", "echo calls/s", "service/echo", "target"):
+        table.add_column(column, justify="left" if column in ("RPC / load", "target") else "right")
+    for name in UNARY:
+        if name not in m:
+            continue
+        svc, echo = m[name]["service"], m[name]["echo"]
+        single_ratio = r[f"{name} single p50"]
+        table.add_row(f"{name}, 1 sequential client", f"{svc['single']['p50_ms']:.3f}",
+                      f"{svc['single']['p99_ms']:.3f}", f"{svc['single']['per_s']:,.0f}",
+                      f"{svc['single']['server_cpu_us_per_call']:.0f}", f"{echo['single']['p50_ms']:.3f}",
+                      f"{echo['single']['p99_ms']:.3f}", f"{echo['single']['per_s']:,.0f}",
+                      f"{single_ratio:.2f} (p50)",
+                      f"≤ {TARGETS['overhead_ratio']}× {_met(single_ratio <= TARGETS['overhead_ratio'])}")
+        o, eo = svc["open"], echo["open"]
+        table.add_row(f"{name}, open loop {config.rate:,.0f}/s, {config.clients} clients",
+                      f"{o['p50_ms']:.3f}", f"{o['p99_ms']:.3f} ({o['p99_corrected_ms']:.1f} CO)",
+                      f"{o['per_s']:,.0f}", f"{o['server_cpu_us_per_call']:.0f}", f"{eo['p50_ms']:.3f}",
+                      f"{eo['p99_ms']:.3f} ({eo['p99_corrected_ms']:.1f} CO)", f"{eo['per_s']:,.0f}",
+                      f"{r[f'{name} open p99']:.2f} (p99)",
+                      f"p99 ≤ {TARGETS['p99_ms']} ms {_met(o['p99_ms'] <= TARGETS['p99_ms'])}")
+        c, ec = svc["closed"], echo["closed"]
+        table.add_row(f"{name}, closed loop, {config.clients} clients", f"{c['p50_ms']:.3f}",
+                      f"{c['p99_ms']:.3f}", f"{c['per_s']:,.0f}", f"{c['server_cpu_us_per_call']:.0f}",
+                      f"{ec['p50_ms']:.3f}", f"{ec['p99_ms']:.3f}", f"{ec['per_s']:,.0f}",
+                      f"{r[f'{name} closed throughput']:.2f} (calls/s)", "")
+    rank = m.get("RankPlacements")
+    if rank is not None:
+        service, echo = rank["service"], rank["echo"]
+        ok = service["evals_per_s"] >= TARGETS["rank_evals_per_s"]
+        table.add_row(f"RankPlacements, {config.candidates} candidates", f"{service['p50_ms']:.2f}",
+                      f"{service['p99_ms']:.2f}", f"{service['evals_per_s']:,.0f} evals",
+                      f"{service['server_cpu_us_per_call'] / config.candidates:.1f} /eval",
+                      f"{echo['p50_ms']:.2f}", f"{echo['p99_ms']:.2f}", f"{echo['evals_per_s']:,.0f} evals",
+                      f"{r['RankPlacements throughput']:.2f} (evals/s)",
+                      f"≥ {TARGETS['rank_evals_per_s']:,} evals/s {_met(ok)}")
+    for stream in STREAMS:
+        if stream not in m:
+            continue
+        ingest = m[stream]
+        per = 1 if stream == "ReportObservations" else config.ingest_batch
+        ok = ingest["service"]["records_per_s"] >= TARGETS["ingest_records_per_s"]
+        table.add_row(f"{stream}, {per} record(s)/message", "", "",
+                      f"{ingest['service']['records_per_s']:,.0f} rec",
+                      f"{ingest['service']['server_cpu_us_per_record']:.1f} /rec", "", "",
+                      f"{ingest['echo']['records_per_s']:,.0f} rec", f"{r[f'{stream} throughput']:.2f} (rec/s)",
+                      f"≥ {TARGETS['ingest_records_per_s']:,} rec/s {_met(ok)}")
+    console.print(table)
+    if "aio floor" in m:
+        floor = m["aio floor"]
+        aio_table = Table(title="the stack floor: echo on grpc.aio vs echo on the thread pool (same run)")
+        for column in ("server", "1 client p50 ms", "p99 ms", "server CPU µs/call",
+                       f"{config.clients} clients calls/s", "stream msgs/s"):
+            aio_table.add_column(column, justify="left" if column == "server" else "right")
+        for label in ("thread", "aio"):
+            f = floor[label]
+            aio_table.add_row(label, f"{f['single']['p50_ms']:.3f}", f"{f['single']['p99_ms']:.3f}",
+                              f"{f['single']['server_cpu_us_per_call']:.0f}", f"{f['closed']['per_s']:,.0f}",
+                              f"{f['stream_messages_per_s']:,.0f}")
+        aio_table.add_row("aio / thread", f"{r['aio/thread single p50']:.2f}", "", "",
+                          f"{r['aio/thread closed throughput']:.2f}", f"{r['aio/thread stream']:.2f}")
+        console.print(aio_table)
     console.print("CO: p99 corrected for coordinated omission (from the scheduled send). "
                   f"Request sizes (bytes): {results['request_bytes']}")
 

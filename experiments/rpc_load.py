@@ -71,6 +71,49 @@ def _open(call: Any, task: dict) -> dict:
             "errors": errors}
 
 
+def _open_async(task: dict) -> dict:
+    """The open loop from one process with ``grpc.aio``: each call is sent at its scheduled time
+    whether or not earlier ones have answered (so concurrency is whatever the latency makes it)."""
+    import asyncio
+
+    import grpc
+
+    async def run() -> dict:
+        requests: Sequence[bytes] = task["requests"]
+        rate, n = task["rate"], int(task["rate"] * task["duration_s"])
+        latency = np.empty(n)
+        corrected = np.empty(n)
+        errors = 0
+        async with grpc.aio.insecure_channel(task["target"]) as channel:
+            call = channel.unary_unary(task["path"])
+            for i in range(min(WARMUP_CALLS, 5 * len(requests))):
+                await call(requests[i % len(requests)])
+            start = _perf_at(task["start_at"])
+
+            async def one(i: int, scheduled: float) -> None:
+                nonlocal errors
+                t0 = time.perf_counter()
+                try:
+                    await call(requests[i % len(requests)])
+                except grpc.RpcError:
+                    errors += 1
+                t1 = time.perf_counter()
+                latency[i], corrected[i] = t1 - t0, t1 - scheduled
+
+            tasks = []
+            for i in range(n):
+                scheduled = start + i / rate
+                delay = scheduled - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.ensure_future(one(i, scheduled)))
+            await asyncio.gather(*tasks)
+            elapsed = time.perf_counter() - start
+        return {"latency": latency, "corrected": corrected, "elapsed": elapsed, "calls": n, "errors": errors}
+
+    return asyncio.run(run())
+
+
 def _closed(call: Any, task: dict) -> dict:
     requests: Sequence[bytes] = task["requests"]
     start = _perf_at(task["start_at"])
@@ -109,6 +152,11 @@ def client_main(conn: Any) -> None:
         if task is None:
             break
         try:
+            if task["kind"] == "open_async":
+                conn.send("ready")
+                task["start_at"] = conn.recv()
+                conn.send(_open_async(task))
+                continue
             channel = _channel(channels, task["target"])
             call = None
             if task["kind"] != "stream":

@@ -1,12 +1,13 @@
 """Server processes of the RPC benchmark: the real service and its echo floor, each in its own process.
 
 :class:`ServerProcess` spawns one and waits for its port. The service is
-built as ``predictor serve`` builds it (the predictor, Prometheus metrics
-interceptor, health and reflection), warmed up prequentially on synthetic
+built as ``predictor serve`` builds it (:func:`~predictor.rpc.server.create_server`:
+the thread-pool server with the Prometheus metrics, auth and decoding
+interceptors, health and reflection), warmed up prequentially on synthetic
 records so that answers come from a learned model with calibrated bounds.
 The echo (:mod:`predictor.rpc.echo`) answers canned responses of the same
-sizes as the service's. ``server`` picks the thread-pool server
-(``"thread"``) or ``grpc.aio`` (``"aio"``).
+sizes as the service's, on the thread-pool server (``server="thread"``) or
+on ``grpc.aio`` (``"aio"``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import os
+import sys
 import time
 from typing import Any
 
@@ -30,6 +32,7 @@ def _build_service(spec: dict) -> Any:
             max_candidates=max(1024, spec["max_candidates"]),
             max_stream_records=10_000_000,
             snapshot_every_s=0,
+            outlier_gate=spec.get("outlier_gate", True),
         )
     )
     service.open()
@@ -42,20 +45,11 @@ def service_main(conn: Any, spec: dict) -> None:
     """Serve the real service on ``127.0.0.1:0``; send the port, stop when told."""
     from predictor.rpc.metrics import ServerMetrics
 
+    if spec.get("switch_interval_s"):
+        sys.setswitchinterval(spec["switch_interval_s"])
+
     service = _build_service(spec)
     metrics = ServerMetrics(service) if spec["metrics"] else None
-    if spec["server"] == "aio":
-        from predictor.rpc.aio_server import create_aio_server, stop_aio_server
-
-        async def main() -> None:
-            server, port = create_aio_server("127.0.0.1:0", service, metrics=metrics)
-            await server.start()
-            conn.send(port)
-            await asyncio.get_running_loop().run_in_executor(None, conn.recv)
-            await stop_aio_server(server, service, grace=0.5)
-
-        asyncio.run(main())
-        return
     from predictor.rpc.server import create_server, stop_server
 
     server, port = create_server("127.0.0.1:0", service, metrics=metrics, max_workers=spec["max_workers"])
@@ -81,6 +75,8 @@ def _echo_methods(spec: dict) -> tuple[dict, dict]:
 
 def echo_main(conn: Any, spec: dict) -> None:
     """Serve the echo floor on ``127.0.0.1:0``; send the port, stop when told."""
+    if spec.get("switch_interval_s"):
+        sys.setswitchinterval(spec["switch_interval_s"])
     from predictor.rpc.echo import create_echo_aio_server, create_echo_server
 
     unary, streams = _echo_methods(spec)

@@ -114,27 +114,6 @@ class CoLocations:
         """The row of each co-runner."""
         return np.repeat(np.arange(len(self.devices)), np.diff(self.offsets))
 
-    def take(self, rows: np.ndarray) -> tuple[CoLocations, np.ndarray]:
-        """The given rows (in that order), and the positions of their co-runners in ``self``."""
-        starts, stops = self.offsets[rows], self.offsets[rows + 1]
-        counts = stops - starts
-        runners = (np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())).astype(np.int64)
-        picked = runners.tolist()
-        index = rows.tolist()
-        taken = CoLocations(
-            batch=self.batch,
-            devices=[self.devices[i] for i in index],
-            device_kinds=[self.device_kinds[i] for i in index],
-            signals=[self.signals[i] for i in index],
-            offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-            models=[self.models[j] for j in picked],
-            batch_sizes=[self.batch_sizes[j] for j in picked],
-            attrs=[self.attrs[j] for j in picked],
-            overlaps=self.overlaps[runners],
-            solo_latency_ms=self.solo_latency_ms,
-        )
-        return taken, runners
-
     def with_overlaps(self, overlaps: np.ndarray) -> CoLocations:
         """The same rows with other co-runner overlaps (and the same :attr:`cache`)."""
         return dataclasses.replace(self, overlaps=overlaps, cache=self.cache)

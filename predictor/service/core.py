@@ -2,10 +2,11 @@
 
 It owns the online predictor, the conformal calibrator, the error monitor and
 the live view. Observations are scored prequentially (predict, bound, then
-learn) under one lock, so answers never see a half-updated model. Every
-answer for a planned batch goes through :meth:`Service._answer`, which handles
-a whole list of planned batches at once, so ranking hundreds of candidate
-devices costs one pass.
+learn) under one lock, so answers never see a half-updated model. A planned
+batch is answered by :meth:`Service._answer`; a ranking of hundreds of
+candidate devices by :meth:`Service._answer_columns`, which computes the
+features and predictions of all candidates at once (column-wise, see
+:mod:`predictor.service.placements`) and answers the same numbers.
 
 Examples
 --------

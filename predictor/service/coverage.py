@@ -20,6 +20,7 @@ from pathlib import Path
 
 from predictor.logio import iter_records
 from predictor.service.config import ServiceConfig
+from predictor.service.errors import OutlierRejected
 from predictor.service.core import Service
 
 
@@ -44,7 +45,10 @@ def measure(path: str | Path, config: ServiceConfig) -> CoverageResult:
     errors = 0.0
     count = 0
     for record in iter_records(path):
-        predicted = service.observe(record)
+        try:
+            predicted = service.observe(record)
+        except OutlierRejected:  # only with the gate on: neither learned nor scored
+            continue
         errors += abs(record.latency_ms - predicted) / record.latency_ms  # type: ignore[operator]
         count += 1
     seconds = time.perf_counter() - start
@@ -73,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         "--window", type=int, default=ServiceConfig.calibration_window, help="residual window"
     )
     parser.add_argument("--adapt", type=float, default=ServiceConfig.adapt, help="adaptive-conformal step")
+    parser.add_argument(
+        "--outlier-gate",
+        action="store_true",
+        help="keep the service's outlier gate on (off by default here: every measured record is clean "
+        "data and must count in the coverage; a gated record would be neither learned nor scored)",
+    )
     args = parser.parse_args(argv)
     config = ServiceConfig(
         predictor=args.predictor,
@@ -80,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         calibration_window=args.window,
         adapt=args.adapt,
         snapshot_every_s=0,
+        outlier_gate=args.outlier_gate,
     )
     print(
         f"predictor {args.predictor}, bound at {args.confidence:g}, window {args.window}, adapt {args.adapt:g}"
