@@ -44,7 +44,7 @@ import numpy as np
 from collectors.schedule import parse_schedule
 from experiments.common import finish, start
 from experiments.datasets import COLLECTED, load
-from predictor.evaluation import run_prequential, rolling_mean, summarize
+from predictor.evaluation import rolling_mean, run_prequential, summarize
 from predictor.predictors import create
 from predictor.records import Record
 

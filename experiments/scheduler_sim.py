@@ -90,7 +90,7 @@ from experiments.common import finish, start
 from experiments.datasets import load
 from predictor.logio import write_records
 from predictor.predictors import create
-from predictor.records import BatchSpec, CoRunner, Record
+from predictor.records import CoRunner, Record
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import Service

@@ -14,7 +14,7 @@ Errors are relative: ``|predicted - measured| / measured``.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np

@@ -11,7 +11,6 @@ from strategies import learnable_records
 from predictor.predictors import available, create
 from predictor.snapshot import SnapshotError, restore_predictor, snapshot_predictor
 
-
 VARIANTS = ["rls:drift_reset=True,clip=6.0,split_by='model'", "rls:features='fine',log_target=False",
             "sgd:log_target=False", "ensemble:experts='rls,static'"]
 

@@ -32,7 +32,7 @@ Examples
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 from scipy.linalg.blas import dsymv, dsyr

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from predictor.logio import iter_records
 from predictor.service.config import ServiceConfig
-from predictor.service.errors import OutlierRejected
 from predictor.service.core import Service
+from predictor.service.errors import OutlierRejected
 
 
 @dataclass(frozen=True)
