@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Re-record every CPU collection the studies use, one at a time (never two at
 # once: on a small machine two collections would interfere with each other and
-# with the interference they are measuring). 16 minutes of load plus about 30 s
-# of start-up and solo profiling per collection: about 20 minutes in all.
+# with the interference they are measuring). 19 minutes of load plus about 30 s
+# of start-up and solo profiling per collection: about 24 minutes in all.
 #
 #   experiments/collect_all.sh            # all of them
 #   experiments/collect_all.sh cpu-drift  # only the named ones
@@ -42,4 +42,8 @@ collect cpu-drift --duration 180 --models $ALL_MODELS --workers 2 --seed 3 --sch
 # Concurrency (study 3): same mix and rate, 3 and 4 workers (2 workers: cpu-load-medium).
 collect cpu-workers-3 --duration 120 --models $ALL_MODELS --rate 40 --workers 3 --seed 0
 collect cpu-workers-4 --duration 120 --models $ALL_MODELS --rate 40 --workers 4 --seed 0
+# At 40 requests/s three or four workers are seldom all busy; at 90/s they are
+# (2 workers at 90/s: cpu-load-high).
+collect cpu-workers-3-r90 --duration 90 --models $ALL_MODELS --rate 90 --workers 3 --seed 0
+collect cpu-workers-4-r90 --duration 90 --models $ALL_MODELS --rate 90 --workers 4 --seed 0
 

@@ -1,12 +1,17 @@
 """Study 3: concurrency beyond two. Each predictor's error as 2, 3 and 4 batches run at once.
 
 The paper stops at two concurrent batches. Here the same workload (all six
-models, 40 requests/s, same seed) was recorded with 2, 3 and 4 worker
-processes (``collect_all.sh``; the 2-worker run is ``cpu-load-medium``, the
-very same command). Every predictor is scored on each, under the 75/25 split
-and prequentially. Also reported per collection: the mean number of co-runners
-and the mean slowdown over solo latency, which say how much more interference
-there is to predict.
+models, same seed) was recorded with 2, 3 and 4 worker processes, in two
+series (``collect_all.sh``): at 40 requests/s (the 2-worker run is
+``cpu-load-medium``, the very same command) and at 90 requests/s (2 workers:
+``cpu-load-high``), where every worker stays busy so that more workers really
+means more co-runners. Every predictor is scored on each collection, under the
+75/25 split and prequentially. Also reported per collection: the mean number
+of co-runners, the fraction of co-located batches and the slowdown over solo
+latency, which say how much interference there is to predict.
+
+A series is ``label=dataset+dataset+...``, one dataset per entry of
+``workers``.
 
 Run: ``.venv/bin/python -m experiments.concurrency``
 """
@@ -30,7 +35,8 @@ PREDICTORS = ("solo", "static", "ewma:alpha=0.3", "sgd", "rls", "forest", "ensem
 @dataclasses.dataclass(frozen=True)
 class Config:
     workers: tuple[int, ...] = (2, 3, 4)
-    datasets: tuple[str, ...] = ("cpu-load-medium", "cpu-workers-3", "cpu-workers-4")  # one per workers entry
+    series: tuple[str, ...] = ("40/s=cpu-load-medium+cpu-workers-3+cpu-workers-4",
+                               "90/s=cpu-load-high+cpu-workers-3-r90+cpu-workers-4-r90")
     predictors: tuple[str, ...] = PREDICTORS
     split: float = 0.75
     seed: int = 0
@@ -51,31 +57,35 @@ def plot(results: dict, predictors: tuple[str, ...], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    workers = [int(w) for w in results["workers"]]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
-    for ax, protocol in zip(axes, ("split", "prequential"), strict=True):
-        for spec in predictors:
-            ax.plot(workers, [100 * results["workers"][str(w)][protocol][spec]["mape"] for w in workers],
-                    marker="o", label=spec)
-        ax.set_title(f"{protocol}")
-        ax.set_xlabel("concurrent workers")
-        ax.set_xticks(workers)
-        ax.set_yscale("log")
-        ax.grid(alpha=0.3, which="both")
-    axes[0].set_ylabel("MAPE (%)")
-    axes[1].legend(fontsize=7)
-    fig.suptitle("Relative error as concurrency grows (CPU, 6 models, 40 req/s)", fontsize=10)
+    series = list(results["series"])
+    fig, axes = plt.subplots(len(series), 2, figsize=(10, 3.4 * len(series)), sharey="row", squeeze=False)
+    for row, label in zip(axes, series, strict=True):
+        points = results["series"][label]
+        workers = [int(w) for w in points]
+        for ax, protocol in zip(row, ("split", "prequential"), strict=True):
+            for spec in predictors:
+                ax.plot(workers, [100 * points[str(w)][protocol][spec]["mape"] for w in workers],
+                        marker="o", label=spec)
+            ax.set_title(f"{label}, {protocol}", fontsize=10)
+            ax.set_xlabel("concurrent workers")
+            ax.set_xticks(workers)
+            ax.set_yscale("log")
+            ax.grid(alpha=0.3, which="both")
+        row[0].set_ylabel("MAPE (%)")
+    axes[0][1].legend(fontsize=7)
+    fig.suptitle("Relative error as concurrency grows (CPU, all six models)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
-def markdown(results: dict, predictors: tuple[str, ...]) -> str:
-    workers = list(results["workers"])
-    lines = ["| workers | dataset | batches | mean co-runners | co-located | mean slowdown | p95 slowdown |",
+def markdown(label: str, points: dict, predictors: tuple[str, ...]) -> str:
+    workers = list(points)
+    lines = [f"## {label}", "",
+             "| workers | dataset | batches | mean co-runners | co-located | mean slowdown | p95 slowdown |",
              "|---:|---|---:|---:|---:|---:|---:|"]
     for w in workers:
-        d = results["workers"][w]
+        d = points[w]
         s = d["data"]
         lines.append(f"| {w} | {d['dataset']} | {s['records']} | {s['mean_co_runners']:.2f} | "
                      f"{s['co_located_fraction']:.0%} | {s['mean_slowdown']:.2f} | {s['p95_slowdown']:.2f} |")
@@ -83,11 +93,11 @@ def markdown(results: dict, predictors: tuple[str, ...]) -> str:
         lines += ["", f"MAPE ({protocol}; p95 of the relative error in brackets):", "",
                   "| predictor | " + " | ".join(f"{w} workers" for w in workers) + " |",
                   "|---|" + "---:|" * len(workers)]
-        best = {w: min(results["workers"][w][protocol][p]["mape"] for p in predictors) for w in workers}
+        best = {w: min(points[w][protocol][p]["mape"] for p in predictors) for w in workers}
         for spec in predictors:
             cells = []
             for w in workers:
-                s = results["workers"][w][protocol][spec]
+                s = points[w][protocol][spec]
                 cell = f"{100 * s['mape']:.1f}% ({100 * s['p95']:.0f}%)"
                 cells.append(f"**{cell}**" if s["mape"] == best[w] else cell)
             lines.append(f"| {spec} | " + " | ".join(cells) + " |")
@@ -96,27 +106,35 @@ def markdown(results: dict, predictors: tuple[str, ...]) -> str:
 
 def main() -> None:
     config, out = start("concurrency", Config(), __doc__.splitlines()[0])
-    if len(config.workers) != len(config.datasets):
-        raise SystemExit("give one dataset per workers entry")
-    loaded = load(list(config.datasets))
-    results: dict = {"workers": {}}
-    for workers, name in zip(config.workers, config.datasets, strict=True):
-        if name not in loaded:
-            continue
-        records = loaded[name]
-        entry: dict = {"dataset": name, "data": describe(records)}
-        for protocol in ("split", "prequential"):
-            entry[protocol] = {}
-            for spec in config.predictors:
-                predictor = create(spec, seed=config.seed)
-                scored = (run_split(predictor, records, split=config.split, seed=config.seed) if protocol == "split"
-                          else run_prequential(predictor, records))
-                entry[protocol][spec] = summarize(scored)
-                print(f"{workers} workers ({name}) {protocol} {spec}: MAPE {100 * entry[protocol][spec]['mape']:.1f}%")
-        results["workers"][str(workers)] = entry
-    text = "# Concurrency: error per predictor with 2, 3 and 4 workers\n\n" + markdown(results, config.predictors)
-    print(text)
-    (out / "results.md").write_text(text + "\n")
+    results: dict = {"series": {}}
+    text = ["# Concurrency: error per predictor with 2, 3 and 4 workers", ""]
+    for entry in config.series:
+        label, _, names = entry.partition("=")
+        names = names.split("+")
+        if len(names) != len(config.workers):
+            raise SystemExit(f"series {label}: give one dataset per workers entry ({len(config.workers)})")
+        loaded = load(names)
+        points: dict = {}
+        for workers, name in zip(config.workers, names, strict=True):
+            if name not in loaded:
+                continue
+            records = loaded[name]
+            point: dict = {"dataset": name, "data": describe(records)}
+            for protocol in ("split", "prequential"):
+                point[protocol] = {}
+                for spec in config.predictors:
+                    predictor = create(spec, seed=config.seed)
+                    scored = (run_split(predictor, records, split=config.split, seed=config.seed)
+                              if protocol == "split" else run_prequential(predictor, records))
+                    point[protocol][spec] = summarize(scored)
+                    print(f"{label} {workers} workers ({name}) {protocol} {spec}: "
+                          f"MAPE {100 * point[protocol][spec]['mape']:.1f}%")
+            points[str(workers)] = point
+        if points:
+            results["series"][label] = points
+            text += [markdown(label, points, config.predictors), ""]
+    print("\n".join(text))
+    (out / "results.md").write_text("\n".join(text) + "\n")
     plot(results, config.predictors, out / "mape-vs-workers.png")
     finish(out, results)
 

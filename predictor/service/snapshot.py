@@ -46,6 +46,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from predictor.service.durable import fsync_dir
+
 MAGIC = b"INTERFERENCE-PREDICTOR-SNAPSHOT\n"
 FORMAT = "interference-predictor/service-state"
 VERSION = 1
@@ -105,21 +107,8 @@ def write_payload(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return header
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def read_header(path: str | os.PathLike) -> tuple[dict, int]:

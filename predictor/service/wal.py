@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from predictor.records import Record, RecordError, parse_record, record_to_dict
+from predictor.service.durable import fsync_dir
 
 FSYNC_POLICIES = ("always", "batch", "never")
 DIR_NAME = "wal"
@@ -273,7 +274,7 @@ class ObservationLog:
         # at most a torn line, already reported by the replay; start it afresh.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         if self.fsync != "never":
-            _fsync_dir(self.folder)
+            fsync_dir(self.folder)
         self._fd, self._path, self._broken = fd, path, False
 
     @property
@@ -401,16 +402,3 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
