@@ -3,7 +3,9 @@
 Feeds the same stream of feature dicts (the ``interactions`` features of a
 real log, target ``log(slowdown)``) to:
 
-* ``RLS`` (ours), forgetting 1 and the default 0.998;
+* ``RLS`` (ours), forgetting 1 with raw features (the configuration that
+  solves the same ridge problem as the peer) and forgetting 0.998 with its
+  default per-column scaling;
 * river ``BayesianLinearRegression`` (alpha, beta), the closest RLS-like peer;
 * river ``StandardScaler | LinearRegression`` (SGD).
 
@@ -69,7 +71,8 @@ def main() -> None:
     with_intercept = [({**x, "intercept": 1.0}, y) for x, y in stream]
     delta = config.beta / config.alpha
     peers = {
-        "rls (forgetting 1)": (lambda: RLS(forgetting=1.0, delta=delta, max_trace=1e300), stream),
+        "rls (forgetting 1)": (
+            lambda: RLS(forgetting=1.0, delta=delta, max_trace=1e300, scale_features=False), stream),
         "rls (forgetting 0.998)": (lambda: RLS(forgetting=0.998, delta=delta), stream),
         "river BayesianLinearRegression": (
             lambda: linear_model.BayesianLinearRegression(alpha=config.alpha, beta=config.beta), with_intercept),

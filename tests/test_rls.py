@@ -101,3 +101,20 @@ def test_non_finite_update_is_refused():
 def test_bad_hyperparameters_are_rejected(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         RLS(**kwargs)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    data=arrays(np.float64, st.tuples(st.integers(1, 30), st.integers(1, 4)), elements=values),
+    delta=st.sampled_from([0.1, 1.0, 10.0]),
+)
+def test_unscaled_no_forgetting_equals_plain_ridge(data, delta):
+    """Without feature scaling, the penalty is 1/delta on every weight (river's BayesianLinearRegression)."""
+    n, d = data.shape
+    target = data.sum(axis=1) + 0.5
+    rls = RLS(forgetting=1.0, delta=delta, max_trace=1e300, scale_features=False)
+    feed(rls, data, target)
+    design = np.hstack([np.ones((n, 1)), data])
+    reference = np.linalg.solve(design.T @ design + np.eye(d + 1) / delta, design.T @ target)
+    learned = np.array([rls.weights["intercept"]] + [rls.weights.get(f"x{i}", 0.0) for i in range(d)])
+    np.testing.assert_allclose(learned, reference, rtol=1e-5, atol=1e-5 * (1 + np.abs(reference).max()))

@@ -58,6 +58,10 @@ class RLS:
         ``None`` (the default) bounds it by the prior, ``delta`` per column.
     max_features
         Cap on distinct feature names (memory bound).
+    scale_features
+        Divide each feature by its first non-zero magnitude (see
+        :meth:`_set_column_scales`); ``False`` uses raw features, so the
+        prior is a plain ridge penalty ``1 / delta`` on every weight.
     """
 
     def __init__(
@@ -66,6 +70,7 @@ class RLS:
         delta: float = 100.0,
         max_trace: float | None = None,
         max_features: int = 256,
+        scale_features: bool = True,
     ):
         if not 0.0 < forgetting <= 1.0:
             raise ValueError(f"forgetting must lie in (0, 1], got {forgetting!r}")
@@ -76,6 +81,7 @@ class RLS:
         self.forgetting = forgetting
         self.delta = delta
         self.max_trace = max_trace
+        self.scale_features = scale_features
         self.index = FeatureIndex(max_features)
         self._weights = np.zeros(1)
         self._column_scale = np.ones(1)
@@ -134,6 +140,10 @@ class RLS:
         on the raw weight of column k it is a ridge penalty ``s_k^2 / delta``.
         Scales never change afterwards, so learning stays exact RLS.
         """
+        if not self.__dict__.get("scale_features", True):
+            self._column_scale[: vector.size][self._column_scale[: vector.size] == 0] = 1.0
+            self._all_scaled = bool((self._column_scale > 0).all())
+            return
         fresh = (self._column_scale[: vector.size] == 0) & (vector != 0)
         if fresh.any():
             self._column_scale[: vector.size][fresh] = np.maximum(np.abs(vector[fresh]), SCALE_FLOOR)
