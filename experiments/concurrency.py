@@ -10,6 +10,11 @@ means more co-runners. Every predictor is scored on each collection, under the
 of co-runners, the fraction of co-located batches and the slowdown over solo
 latency, which say how much interference there is to predict.
 
+Since the realised concurrency of a run depends on how busy its workers are
+(not only on how many there are), the prequential errors of every collection of
+a series are also pooled and grouped by the number of co-runners each batch
+actually had (0, 1, 2, 3 or more): the error as realised concurrency grows.
+
 A series is ``label=dataset+dataset+...``, one dataset per entry of
 ``workers``.
 
@@ -29,6 +34,7 @@ from predictor.evaluation import run_prequential, run_split, summarize
 from predictor.predictors import create
 from predictor.records import Record
 
+COUNT_BUCKETS = ("0", "1", "2", "3+")
 PREDICTORS = ("solo", "static", "ewma:alpha=0.3", "sgd", "rls", "forest", "ensemble")
 
 
@@ -104,6 +110,17 @@ def markdown(label: str, points: dict, predictors: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
+def by_count_markdown(counts: dict) -> str:
+    buckets = [b for b in COUNT_BUCKETS if b in next(iter(counts.values()))]
+    first = next(iter(counts.values()))
+    lines = ["Prequential MAPE by the number of co-runners a batch had (all collections of the series pooled):", "",
+             "| predictor | " + " | ".join(f"{b} co-runners (n = {first[b]['n']})" for b in buckets) + " |",
+             "|---|" + "---:|" * len(buckets)]
+    for spec, by in counts.items():
+        lines.append(f"| {spec} | " + " | ".join(f"{100 * by[b]['mape']:.1f}%" for b in buckets) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     config, out = start("concurrency", Config(), __doc__.splitlines()[0])
     results: dict = {"series": {}}
@@ -115,6 +132,7 @@ def main() -> None:
             raise SystemExit(f"series {label}: give one dataset per workers entry ({len(config.workers)})")
         loaded = load(names)
         points: dict = {}
+        by_count: dict = {spec: {} for spec in config.predictors}
         for workers, name in zip(config.workers, names, strict=True):
             if name not in loaded:
                 continue
@@ -127,12 +145,19 @@ def main() -> None:
                     scored = (run_split(predictor, records, split=config.split, seed=config.seed)
                               if protocol == "split" else run_prequential(predictor, records))
                     point[protocol][spec] = summarize(scored)
+                    if protocol == "prequential":
+                        for record, error in zip(records, scored.relative_errors(), strict=True):
+                            bucket = COUNT_BUCKETS[min(len(record.co_runners), len(COUNT_BUCKETS) - 1)]
+                            by_count[spec].setdefault(bucket, []).append(float(error))
                     print(f"{label} {workers} workers ({name}) {protocol} {spec}: "
                           f"MAPE {100 * point[protocol][spec]['mape']:.1f}%")
             points[str(workers)] = point
         if points:
             results["series"][label] = points
-            text += [markdown(label, points, config.predictors), ""]
+            counts = {spec: {b: {"mape": float(np.mean(e)), "n": len(e)} for b, e in sorted(buckets.items())}
+                      for spec, buckets in by_count.items()}
+            results.setdefault("by_co_runners", {})[label] = counts
+            text += [markdown(label, points, config.predictors), "", by_count_markdown(counts), ""]
     print("\n".join(text))
     (out / "results.md").write_text("\n".join(text) + "\n")
     plot(results, config.predictors, out / "mape-vs-workers.png")
