@@ -85,6 +85,28 @@ def plot(results: dict, predictors: tuple[str, ...], path: Path) -> None:
     plt.close(fig)
 
 
+def plot_by_count(counts: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(counts), figsize=(5 * len(counts), 3.6), sharey=True, squeeze=False)
+    for ax, (label, by_spec) in zip(axes[0], counts.items(), strict=True):
+        for spec, by in by_spec.items():
+            buckets = [b for b in COUNT_BUCKETS if b in by]
+            ax.plot(buckets, [100 * by[b]["mape"] for b in buckets], marker="o", label=spec)
+        ax.set_title(f"{label}: all worker counts pooled, prequential", fontsize=10)
+        ax.set_xlabel("co-runners of the batch")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel("MAPE (%)")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
 def markdown(label: str, points: dict, predictors: tuple[str, ...]) -> str:
     workers = list(points)
     lines = [f"## {label}", "",
@@ -161,6 +183,8 @@ def main() -> None:
     print("\n".join(text))
     (out / "results.md").write_text("\n".join(text) + "\n")
     plot(results, config.predictors, out / "mape-vs-workers.png")
+    if results.get("by_co_runners"):
+        plot_by_count(results["by_co_runners"], out / "mape-by-co-runners.png")
     finish(out, results)
 
 

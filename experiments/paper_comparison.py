@@ -35,6 +35,18 @@ class Config:
     seed: int = 0
 
 
+def overview(datasets: dict, protocol: str) -> str:
+    """MAPE (%) of every predictor on every dataset under ``protocol``; the best per dataset in bold."""
+    specs = list(next(iter(datasets.values()))[protocol])
+    lines = [f"MAPE (%), {protocol}:", "", "| dataset | " + " | ".join(specs) + " |", "|---|" + "---:|" * len(specs)]
+    for name, result in datasets.items():
+        mapes = [result[protocol][spec]["mape"] for spec in specs]
+        best = min(mapes)
+        lines.append(f"| {name} | " + " | ".join(f"**{100 * m:.1f}**" if m == best else f"{100 * m:.1f}"
+                                                  for m in mapes) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     config, out = start("paper_comparison", Config(), __doc__.splitlines()[0])
     names = list(config.datasets) + (collected_names() if config.include_collected else [])
@@ -57,6 +69,7 @@ def main() -> None:
             lines += [f"## {name}, {protocol} (n = {next(iter(summaries.values()))['n']})", "",
                       markdown_table(summaries), ""]
             print("\n".join(lines[-4:]))
+    lines[2:2] = [overview(results["datasets"], protocol) + "\n" for protocol in ("split", "prequential")]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     finish(out, results)
 
