@@ -97,8 +97,12 @@ def test_kill_9_mid_stream_loses_no_acknowledged_record(tmp_path, fsync):
         # zero acknowledged records lost; the open stream's records were logged before they were learned
         assert learned >= acknowledged
         assert learned == acknowledged + 10
-        assert status.log is not None and status.log.replay_skipped == 0 and status.log.replayed > 0
-        assert "replayed" in restarted.output()
+        assert status.log is not None and status.log.replay_skipped == 0
+        # recovery = last snapshot + the log after it; a periodic snapshot (every 0.3 s) may
+        # have covered every record before the kill, and then nothing is left to replay
+        assert status.log.snapshot_sequence + status.log.replayed == learned
+        if status.log.replayed:
+            assert "replayed" in restarted.output()
         restored = answers_of(client.predict)
         client.close()
     finally:
