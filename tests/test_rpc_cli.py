@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import re
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
+from serve_process import start_server
 
 from predictor.cli import main
 from predictor.logio import write_records
 from predictor.rpc import codegen
+from predictor.rpc.client import InterferenceClient
 from predictor.service.synthetic import synthetic_records
 
 
@@ -21,52 +20,18 @@ def server(tmp_path):
     log = tmp_path / "warm.jsonl"
     write_records(log, synthetic_records(300, seed=2, devices=("cpu0",)))
     state = tmp_path / "state"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "predictor.cli",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--state",
-            str(state),
-            "--warm-start",
-            str(log),
-            "--grace",
-            "0.5",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines = []
-    port = None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        match = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
-        port = int(match.group(1)) if match else port
-        if "SERVING" in line and "NOT_SERVING" not in line:
-            break
-    assert port, "".join(lines)
-    yield proc, port, state, lines
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    served = start_server(tmp_path, "--state", str(state), "--warm-start", str(log))
+    with InterferenceClient(served.target) as client:
+        client.wait_ready(30)
+    yield served, state
+    served.kill()
 
 
 def test_serve_query_and_stop(server, capsys):
-    proc, port, state, lines = server
+    served, state = server
+    lines = served.output().splitlines()
     assert any("warm start" in line and "300 records read" in line for line in lines), lines
-    target = ["--target", f"127.0.0.1:{port}"]
+    target = ["--target", served.target]
     assert main(["query", *target, "status"]) == 0
     out = capsys.readouterr().out
     assert "300 observations learned" in out and "SimGPU" in out
@@ -132,9 +97,9 @@ def test_serve_query_and_stop(server, capsys):
     assert "cpu0" in capsys.readouterr().out
     assert main(["query", *target, "predict", "--device", "gpu7", "--model", "m", "--batch-size", "1"]) == 1
     assert "NotFound" in capsys.readouterr().out
-    proc.send_signal(signal.SIGTERM)
-    output, _ = proc.communicate(timeout=20)
-    assert proc.returncode == 0, output
+    returncode = served.stop()  # SIGTERM
+    output = served.output()
+    assert returncode == 0, output
     assert "state saved" in output
     assert (state / "service.snapshot").exists()
 
