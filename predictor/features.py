@@ -191,7 +191,3 @@ class EwmaCoLocation:
         self._state[record.device] = smoothed
         return features
 
-
-def merge_keys(features: Mapping[str, float], prefix: str) -> Features:
-    """Prefix every key (used to keep models of different views apart)."""
-    return {f"{prefix}{k}": v for k, v in features.items()}
