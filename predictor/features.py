@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
 
 import numpy as np
 
