@@ -1,7 +1,8 @@
 """The ``coloc/v1`` record: one executed batch with its co-runners and device signals.
 
 Every path in the system (live collection, JSONL logs, imported third-party
-data, the service's observation stream, tests) speaks this one format.
+data, the service's observation stream, tests) speaks this one format; the
+rule of every field is defined once, in :mod:`predictor.rules`.
 
 Examples
 --------
@@ -15,45 +16,31 @@ Examples
 ...               "latency_ms": 1.0})
 Traceback (most recent call last):
 ...
-predictor.records.RecordError: batch.batch_size: must be an integer >= 1, got 0
+predictor.rules.RecordError: batch.batch_size: must be an integer >= 1, got 0
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA = "coloc/v1"
-MAX_NAME_LENGTH = 256
-MAX_CO_RUNNERS = 64
-MAX_NUMERIC_KEYS = 64
+from predictor import rules
+from predictor.rules import MAX_CO_RUNNERS, MAX_NAME_LENGTH, MAX_NUMERIC_KEYS, SCHEMA, RecordError
 
-
-class RecordError(ValueError):
-    """A record that does not follow ``coloc/v1``.
-
-    Parameters
-    ----------
-    field
-        Dotted path of the offending field, e.g. ``co_runners[1].overlap``.
-    message
-        What is wrong with it.
-    line
-        1-based line number in the file it came from, when known.
-    """
-
-    def __init__(self, field: str, message: str, line: int | None = None):
-        self.field = field
-        self.message = message
-        self.line = line
-        where = f"line {line}: " if line is not None else ""
-        super().__init__(f"{where}{field}: {message}")
-
-    def at_line(self, line: int) -> RecordError:
-        """Return the same error located at ``line``."""
-        return RecordError(self.field, self.message, line)
+__all__ = [
+    "MAX_CO_RUNNERS",
+    "MAX_NAME_LENGTH",
+    "MAX_NUMERIC_KEYS",
+    "SCHEMA",
+    "BatchSpec",
+    "CoRunner",
+    "Record",
+    "RecordError",
+    "parse_record",
+    "record_numbers",
+    "record_to_dict",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,77 +87,15 @@ class Record:
 # --------------------------------------------------------------------- parsing
 
 
-def _require_mapping(value: Any, path: str) -> Mapping[str, Any]:
-    if value is None:
-        raise RecordError(path, "is required")
-    if not isinstance(value, Mapping):
-        raise RecordError(path, f"must be an object, got {type(value).__name__}")
-    return value
-
-
-def _name(value: Any, path: str, *, required: bool = True) -> str:
-    if value is None and not required:
-        return ""
-    if value is None:
-        raise RecordError(path, "is required")
-    if not isinstance(value, str) or (required and not value):
-        raise RecordError(path, f"must be a non-empty string, got {value!r}")
-    if len(value) > MAX_NAME_LENGTH:
-        raise RecordError(path, f"longer than {MAX_NAME_LENGTH} characters")
-    return value
-
-
-def _finite(value: Any, path: str) -> float:
-    if value is None:
-        raise RecordError(path, "is required")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RecordError(path, f"must be a number, got {value!r}")
-    number = float(value)
-    if not math.isfinite(number):
-        raise RecordError(path, f"must be finite, got {value!r}")
-    return number
-
-
-def _positive(value: Any, path: str) -> float:
-    number = _finite(value, path)
-    if number <= 0:
-        raise RecordError(path, f"must be > 0, got {value!r}")
-    return number
-
-
-def _batch_size(value: Any, path: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        if isinstance(value, float) and value.is_integer() and value >= 1:
-            return int(value)
-        raise RecordError(path, f"must be an integer >= 1, got {value!r}")
-    return value
-
-
-def _numeric_map(value: Any, path: str) -> dict[str, float]:
-    if value is None:
-        return {}
-    mapping = _require_mapping(value, path)
-    if len(mapping) > MAX_NUMERIC_KEYS:
-        raise RecordError(path, f"more than {MAX_NUMERIC_KEYS} keys")
-    out: dict[str, float] = {}
-    for key, item in mapping.items():
-        key_path = f"{path}.{key}"
-        _name(key, key_path)
-        out[key] = _finite(item, key_path)
-    return out
-
-
 def _co_runner(value: Any, path: str) -> CoRunner:
-    obj = _require_mapping(value, path)
+    obj = rules.require_mapping(value, path)
     overlap = 1.0
     if obj.get("overlap") is not None:
-        overlap = _finite(obj["overlap"], f"{path}.overlap")
-        if not 0.0 <= overlap <= 1.0:
-            raise RecordError(f"{path}.overlap", f"must lie in [0, 1], got {overlap!r}")
+        overlap = rules.overlap(obj["overlap"], f"{path}.overlap")
     return CoRunner(
-        model=_name(obj.get("model"), f"{path}.model"),
-        batch_size=_batch_size(obj.get("batch_size"), f"{path}.batch_size"),
-        attrs=_numeric_map(obj.get("attrs"), f"{path}.attrs"),
+        model=rules.name(obj.get("model"), f"{path}.model"),
+        batch_size=rules.batch_size(obj.get("batch_size"), f"{path}.batch_size"),
+        attrs=rules.numeric_map(obj.get("attrs"), f"{path}.attrs"),
         overlap=overlap,
     )
 
@@ -190,39 +115,57 @@ def parse_record(obj: Any, *, require_latency: bool = True) -> Record:
     RecordError
         Naming the first offending field.
     """
-    obj = _require_mapping(obj, "record")
+    obj = rules.require_mapping(obj, "record")
     if obj.get("schema") != SCHEMA:
         raise RecordError("schema", f"must be {SCHEMA!r}, got {obj.get('schema')!r}")
-    batch = _require_mapping(obj.get("batch"), "batch")
+    batch = rules.require_mapping(obj.get("batch"), "batch")
     latency = obj.get("latency_ms")
     if latency is not None or require_latency:
-        latency = _positive(latency, "latency_ms")
+        latency = rules.positive(latency, "latency_ms")
     solo = obj.get("solo_latency_ms")
     if solo is not None:
-        solo = _positive(solo, "solo_latency_ms")
+        solo = rules.positive(solo, "solo_latency_ms")
     start = obj.get("start_s")
     if start is not None:
-        start = _finite(start, "start_s")
+        start = rules.number(start, "start_s")
     runners = obj.get("co_runners") or []
     if not isinstance(runners, list):
         raise RecordError("co_runners", "must be a list")
-    if len(runners) > MAX_CO_RUNNERS:
-        raise RecordError("co_runners", f"more than {MAX_CO_RUNNERS} co-runners")
+    rules.co_runner_count(len(runners))
     return Record(
-        device=_name(obj.get("device"), "device"),
-        device_kind=_name(obj.get("device_kind"), "device_kind", required=False),
+        device=rules.name(obj.get("device"), "device"),
+        device_kind=rules.name(obj.get("device_kind"), "device_kind", required=False),
         batch=BatchSpec(
-            model=_name(batch.get("model"), "batch.model"),
-            batch_size=_batch_size(batch.get("batch_size"), "batch.batch_size"),
-            attrs=_numeric_map(batch.get("attrs"), "batch.attrs"),
+            model=rules.name(batch.get("model"), "batch.model"),
+            batch_size=rules.batch_size(batch.get("batch_size"), "batch.batch_size"),
+            attrs=rules.numeric_map(batch.get("attrs"), "batch.attrs"),
         ),
         start_s=start,
         latency_ms=latency,
         solo_latency_ms=solo,
         co_runners=tuple(_co_runner(r, f"co_runners[{i}]") for i, r in enumerate(runners)),
-        signals=_numeric_map(obj.get("signals"), "signals"),
-        source=_name(obj.get("source"), "source", required=False),
+        signals=rules.numeric_map(obj.get("signals"), "signals"),
+        source=rules.name(obj.get("source"), "source", required=False),
     )
+
+
+def record_numbers(record: Record) -> Iterator[tuple[str, float]]:
+    """Every number of ``record`` that the magnitude limit applies to, with its field path, in order:
+    latencies, then ``batch.attrs``, ``signals`` and each co-runner's ``attrs``
+    (see :func:`predictor.rules.check_magnitudes`)."""
+    if record.latency_ms is not None:
+        yield "latency_ms", record.latency_ms
+    if record.solo_latency_ms is not None:
+        yield "solo_latency_ms", record.solo_latency_ms
+    yield from _keyed("batch.attrs", record.batch.attrs)
+    yield from _keyed("signals", record.signals)
+    for i, runner in enumerate(record.co_runners):
+        yield from _keyed(f"co_runners[{i}].attrs", runner.attrs)
+
+
+def _keyed(path: str, values: Mapping[str, float]) -> Iterator[tuple[str, float]]:
+    for key, value in values.items():
+        yield f"{path}.{key}", value
 
 
 def record_to_dict(record: Record) -> dict[str, Any]:

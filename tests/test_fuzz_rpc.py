@@ -640,7 +640,7 @@ def test_any_numbers_in_observations_never_break_the_model(served, data):
 
 def model_bytes(service: Service) -> bytes:
     """The predictor, calibrator and monitor alone (not the outlier gates)."""
-    return dump_state([service._predictor, service._calibrator, service._monitor])
+    return dump_state([service.state.predictor, service.state.calibrator, service.state.monitor])
 
 
 def unary_ok(served: Served, method: str, message: object) -> bytes:

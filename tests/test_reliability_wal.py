@@ -196,8 +196,8 @@ def test_concurrent_streams_and_snapshots_restore_the_exact_live_model(tmp_path,
     time.sleep(0.05)
     assert live.obs_log.synced_seq == live.obs_log.last_seq == 300  # the batch fsync caught up
     assert live.snapshot_sequence > 0
-    live._stop.set()  # stop the snapshot thread, then crash
-    live._snapshotter.join()
+    live.state.stop.set()  # stop the snapshot thread, then crash
+    live.state.snapshotter.join()
     crash(live)
     restored = new_service()
     restored.open(state)

@@ -253,11 +253,11 @@ def test_observations_are_prequential(records):
     for record in records[:100]:
         svc.observe(record)
     record = records[100]
-    before = svc._predictor.predict_one(record)
+    before = svc.state.predictor.predict_one(record)
     svc.observe(record)
-    residual = svc._calibrator.residuals("SimGPU")[-1]
+    residual = svc.state.calibrator.residuals("SimGPU")[-1]
     assert residual == pytest.approx(math.log(record.latency_ms / before))
-    assert svc._predictor.predict_one(record) != before  # it learned afterwards
+    assert svc.state.predictor.predict_one(record) != before  # it learned afterwards
 
 
 def test_report_observations_counts_and_names_rejections(service, records):
@@ -315,7 +315,7 @@ def test_learning_improves_predictions(records):
     actual = np.array([r.latency_ms for r in test])
 
     def mape() -> float:
-        predicted = np.array([svc._predictor.predict_one(r) for r in test])
+        predicted = np.array([svc.state.predictor.predict_one(r) for r in test])
         return float(np.mean(np.abs(predicted - actual) / actual))
 
     before = mape()

@@ -355,7 +355,8 @@ def test_batched_observation_messages():
     ]
     items = list(convert.observations_from_pb(stream))
     assert [batch_id for _, batch_id in items] == ["a", "b", "", "c", "", "d", "", ""]
-    assert [item() for item, _ in items[:7]] == [convert.record_from_pb(r) for r in records]
+    assert [item for item, _ in items[:7]] == [convert.record_from_pb(r) for r in records]
+    assert isinstance(items[7][0], RecordError)  # converted by the transport layer, reported by the service
     service = Service(ServiceConfig())
     service.open()
     report = service.report_observations(convert.observations_from_pb(stream))

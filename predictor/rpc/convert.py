@@ -1,28 +1,22 @@
-"""Protobuf messages to domain objects and back; no validation and no logic here.
+"""Protobuf messages to domain objects and back; no logic here.
 
-Validation belongs to :mod:`predictor.service`, which names offending fields
-with the same paths the messages use (``query.batch.batch_size``).
+Queries and candidates are converted as given: the service validates them and
+names offending fields with the same paths the messages use
+(``query.batch.batch_size``). An observed ``Record`` message is converted to a
+:class:`~predictor.records.Record` by the ``coloc/v1`` rules of
+:mod:`predictor.rules`, as a log line is; one that breaks them becomes the
+:class:`~predictor.rules.RecordError` saying why, for the service to report.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
+from predictor import rules
 from predictor.calibration import BoundSource
-from predictor.records import (
-    MAX_CO_RUNNERS,
-    MAX_NAME_LENGTH,
-    MAX_NUMERIC_KEYS,
-    SCHEMA,
-    BatchSpec,
-    CoRunner,
-    Record,
-    RecordError,
-    parse_record,
-)
+from predictor.records import SCHEMA, BatchSpec, CoRunner, Record, RecordError, parse_record
 from predictor.rpc.protos import pb2
 from predictor.service.types import (
     Candidate,
@@ -111,57 +105,42 @@ def confidence_from_pb(value: float) -> float | None:
     return None if value == 0 else value
 
 
-def _valid_numbers(values: dict[str, float]) -> bool:
-    """Whether a decoded attrs or signals map passes ``coloc/v1`` as it is (names and finite values)."""
-    if not values:
-        return True
-    return (
-        len(values) <= MAX_NUMERIC_KEYS
-        and "" not in values
-        and max(map(len, values)) <= MAX_NAME_LENGTH
-        and all(map(math.isfinite, values.values()))
-    )
-
-
-def _valid_name(name: str) -> bool:
-    return 0 < len(name) <= MAX_NAME_LENGTH
-
-
 def _record_as_given(message: Any) -> Record | None:
     """The ``Record`` message as a :class:`Record` when it is valid ``coloc/v1`` as it stands;
     ``None`` otherwise (then :func:`record_from_pb` validates it field by field and says why).
 
     Builds the record straight from the message, which costs a third of going through
-    :func:`~predictor.records.parse_record`; the checks are the same.
+    :func:`~predictor.records.parse_record`; the checks are the same rules
+    (:mod:`predictor.rules` predicates on the typed fields).
     """
     if (message.schema and message.schema != SCHEMA) or not message.HasField("latency_ms"):
         return None
     latency = message.latency_ms
     solo = message.solo_latency_ms if message.HasField("solo_latency_ms") else None
     start = message.start_s if message.HasField("start_s") else None
-    if not (latency > 0 and math.isfinite(latency)) or (solo is not None and not (solo > 0 and math.isfinite(solo))):
+    if not rules.positive_ok(latency) or (solo is not None and not rules.positive_ok(solo)):
         return None
-    if start is not None and not math.isfinite(start):
+    if start is not None and not rules.finite_ok(start):
         return None
     device, kind, source = message.device, message.device_kind, message.source
-    if not _valid_name(device) or len(kind) > MAX_NAME_LENGTH or len(source) > MAX_NAME_LENGTH:
+    if not (rules.name_ok(device) and rules.name_ok(kind, required=False) and rules.name_ok(source, required=False)):
         return None
     batch = message.batch
     attrs = dict(batch.attrs)
-    if not (_valid_name(batch.model) and batch.batch_size >= 1 and _valid_numbers(attrs)):
+    if not (rules.name_ok(batch.model) and rules.batch_size_ok(batch.batch_size) and rules.numbers_ok(attrs)):
         return None
     signals = dict(message.signals)
-    if not _valid_numbers(signals) or len(message.co_runners) > MAX_CO_RUNNERS:
+    if not rules.numbers_ok(signals) or not rules.co_runner_count_ok(len(message.co_runners)):
         return None
     runners = []
     for runner in message.co_runners:
         runner_attrs = dict(runner.attrs)
         if runner.HasField("remaining_ms") or not (
-            _valid_name(runner.model) and runner.batch_size >= 1 and _valid_numbers(runner_attrs)
+            rules.name_ok(runner.model) and rules.batch_size_ok(runner.batch_size) and rules.numbers_ok(runner_attrs)
         ):
             return None
         overlap = runner.overlap if runner.HasField("overlap") else 1.0
-        if not 0.0 <= overlap <= 1.0:
+        if not rules.overlap_ok(overlap):
             return None
         runners.append(CoRunner(runner.model, runner.batch_size, runner_attrs, overlap))
     return Record(
@@ -213,18 +192,28 @@ def record_from_pb(message: Any) -> Record:
     return parse_record(obj)
 
 
-def observations_from_pb(messages: Iterable[Any]) -> Iterator[tuple[Callable[[], Record], str]]:
+def observed_from_pb(message: Any) -> Record | RecordError:
+    """An observed ``Record`` message as a :class:`Record`, or the :class:`RecordError` saying why
+    it is not ``coloc/v1`` (an item of the stream the service reports as rejected)."""
+    try:
+        return record_from_pb(message)
+    except RecordError as exc:
+        return exc
+
+
+def observations_from_pb(messages: Iterable[Any]) -> Iterator[tuple[Record | RecordError, str]]:
     """The ``(record, batch_id)`` items of a ``ReportObservations`` stream, in order: each message's
-    ``record`` (when set, or when the message has no ``records``), then its ``records``. A record
-    comes as a deferred conversion, so that its errors are the service's to report."""
+    ``record`` (when set, or when the message has no ``records``), then its ``records``. Each record
+    is converted as its item is drawn (:func:`observed_from_pb`): one that breaks ``coloc/v1``
+    comes as its :class:`RecordError`, for the service to report at its index."""
     for message in messages:
         batch = message.records
         if not batch or message.HasField("record"):
-            yield functools.partial(record_from_pb, message.record), message.batch_id
+            yield observed_from_pb(message.record), message.batch_id
         if batch:
             ids = message.batch_ids
             for i, record in enumerate(batch):
-                yield functools.partial(record_from_pb, record), ids[i] if i < len(ids) else ""
+                yield observed_from_pb(record), ids[i] if i < len(ids) else ""
 
 
 # --------------------------------------------------------------------- domain -> messages

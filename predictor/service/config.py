@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from predictor.calibration import check_confidence
+from predictor.rules import MAX_MAGNITUDE
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,8 @@ class ServiceConfig:
         Device kinds with their own outlier gate.
     max_value
         Largest magnitude of a number (latency, attribute, signal) in an observation learned
-        from; latencies must also be at least ``1 / max_value`` ms (:mod:`predictor.service.limits`).
+        from or a query answered; latencies must also be at least ``1 / max_value`` ms
+        (:func:`predictor.rules.check_magnitudes`).
     """
 
     predictor: str = "rls"
@@ -111,7 +113,7 @@ class ServiceConfig:
     rate_burst: int = 1000
     rate_limit_by: str = "client"
     max_device_kinds: int = 256
-    max_value: float = 1e9
+    max_value: float = MAX_MAGNITUDE
 
     def __post_init__(self) -> None:
         check_confidence(self.default_confidence)

@@ -52,7 +52,7 @@ def measure(path: str | Path, config: ServiceConfig) -> CoverageResult:
         errors += abs(record.latency_ms - predicted) / record.latency_ms  # type: ignore[operator]
         count += 1
     seconds = time.perf_counter() - start
-    monitor = service._monitor
+    monitor = service.state.monitor
     return CoverageResult(
         log=str(path),
         records=monitor.observations(),

@@ -5,9 +5,10 @@ columns (their co-runners flattened, candidate ``i`` owning
 ``offsets[i]:offsets[i + 1]``), built straight from the protobuf request or
 from :class:`~predictor.service.types.Candidate` objects.
 :func:`valid_columns` checks them all at once against the rules the
-per-candidate path enforces (:meth:`~predictor.service.core.Service._plan`
-and ``coloc/v1``); where it cannot vouch for every candidate, the service
-falls back to that path, which names the first offending field as before.
+per-candidate path enforces (the column predicates of :mod:`predictor.rules`);
+where it cannot vouch for every candidate, the service falls back to that path
+(:func:`~predictor.service.answering.plan_query`), which names the first
+offending field.
 :class:`RankingColumns` is the answer, column-wise; :meth:`RankingColumns.to_ranking`
 gives the :class:`~predictor.service.types.Ranking` of domain objects.
 
@@ -24,17 +25,15 @@ True
 
 from __future__ import annotations
 
-import itertools
-import math
-import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from predictor import rules
 from predictor.calibration import Bound
 from predictor.colocations import CoLocations
-from predictor.records import MAX_CO_RUNNERS, MAX_NAME_LENGTH, MAX_NUMERIC_KEYS, BatchSpec, CoRunner
+from predictor.records import BatchSpec, CoRunner
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,
@@ -129,47 +128,36 @@ class CandidateColumns:
         ]
 
 
-_VALUES = operator.methodcaller("values")
-
-
-def _names_ok(names: Iterable[str], *, required: bool) -> bool:
-    names = names if isinstance(names, (list, tuple, set)) else list(names)
-    if not names:
-        return True
-    return max(map(len, names)) <= MAX_NAME_LENGTH and not (required and "" in names)
-
-
-def _maps_ok(maps: Sequence[Mapping[str, float]]) -> bool:
-    if not maps or max(map(len, maps)) > MAX_NUMERIC_KEYS:
-        return not maps
-    keys = set(itertools.chain.from_iterable(map(tuple, set(map(tuple, maps)))))
-    values = np.fromiter(itertools.chain.from_iterable(map(_VALUES, maps)), dtype=float)
-    return all(isinstance(k, str) for k in keys) and _names_ok(keys, required=True) and bool(np.isfinite(values).all())
-
-
-def valid_columns(columns: CandidateColumns, batch: BatchSpec, solo_latency_ms: float | None) -> bool:
+def valid_columns(
+    columns: CandidateColumns, batch: BatchSpec, solo_latency_ms: float | None, limit: float = rules.MAX_MAGNITUDE
+) -> bool:
     """Whether every candidate passes what the per-candidate path checks (``False``: let it say why).
 
-    Does not check the batch itself, nor whether live-view devices are known.
+    The same rules (:mod:`predictor.rules`), column-wise, with ``limit`` the magnitude limit on
+    numbers. Does not check the batch itself, nor whether live-view devices are known.
     """
     if not columns.typed:
         return False
-    if solo_latency_ms is not None and not (math.isfinite(solo_latency_ms) and solo_latency_ms > 0):
+    if solo_latency_ms is not None and not (
+        rules.positive_ok(solo_latency_ms) and rules.latency_ok(solo_latency_ms, limit)
+    ):
         return False
     counts = np.diff(columns.offsets)
-    if counts.size and counts.max() > MAX_CO_RUNNERS:
+    if counts.size and not rules.co_runner_count_ok(int(counts.max())):
         return False
-    if not (_names_ok(columns.devices, required=True) and _names_ok(columns.device_kinds, required=False)):
+    if not (rules.names_ok(columns.devices, required=True) and rules.names_ok(columns.device_kinds, required=False)):
         return False
-    if not (_names_ok(columns.models, required=True) and _maps_ok(columns.attrs) and _maps_ok(columns.signals)):
+    if not (
+        rules.names_ok(columns.models, required=True)
+        and rules.maps_ok(columns.attrs, limit)
+        and rules.maps_ok(columns.signals, limit)
+    ):
         return False
-    if columns.batch_sizes and min(columns.batch_sizes) < 1:
+    if columns.batch_sizes and not rules.batch_size_ok(min(columns.batch_sizes)):
         return False
-    overlaps = columns.overlaps[columns.has_overlap]
-    if not (np.isfinite(overlaps).all() and (overlaps >= 0).all() and (overlaps <= 1).all()):
+    if not rules.overlaps_ok(columns.overlaps[columns.has_overlap]):
         return False
-    remaining = columns.remaining[columns.has_remaining]
-    if not (np.isfinite(remaining).all() and (remaining >= 0).all()):
+    if not rules.non_negatives_ok(columns.remaining[columns.has_remaining]):
         return False
     if (columns.has_overlap & columns.has_remaining).any():
         return False

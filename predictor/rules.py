@@ -1,0 +1,281 @@
+"""The ``coloc/v1`` rule set: one definition of every field's rule.
+
+Every path that takes a record or a query in (a JSONL log line, the
+observation stream, a query, the candidates of a ranking) checks its fields
+with these rules, so that a limit cannot differ between a log line and an RPC:
+
+* **checks** (:func:`name`, :func:`number`, :func:`positive`, :func:`batch_size`,
+  :func:`overlap`, :func:`non_negative`, :func:`numeric_map`, :func:`co_runner_count`)
+  take a decoded value and its field path, and return the value or raise
+  :class:`RecordError` naming the field;
+* **predicates** (``*_ok``) say whether an already typed value (from protobuf)
+  passes the same rule, without building an error; the checks use them, so the
+  two cannot drift apart;
+* **column predicates** (:func:`names_ok`, :func:`maps_ok`, :func:`overlaps_ok`,
+  :func:`non_negatives_ok`) vouch for many values at once (ranking candidates);
+* **magnitudes** (:func:`check_magnitudes`): numbers the service learns from or answers
+  about must not exceed a configured magnitude (``1e300`` is finite, its square is not),
+  and latencies must be at least its inverse.
+
+Examples
+--------
+>>> batch_size(4, "batch.batch_size"), name_ok("gpu0"), name_ok("", required=False)
+(4, True, True)
+>>> overlap(1.5, "co_runners[0].overlap")
+Traceback (most recent call last):
+...
+predictor.rules.RecordError: co_runners[0].overlap: must lie in [0, 1], got 1.5
+>>> check_magnitudes({"solo_latency_ms": 1e10}.items(), 1e9)
+Traceback (most recent call last):
+...
+predictor.rules.RecordError: solo_latency_ms: magnitude 1e+10 is beyond the limit of 1e+09
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+SCHEMA = "coloc/v1"
+MAX_NAME_LENGTH = 256
+MAX_CO_RUNNERS = 64
+MAX_NUMERIC_KEYS = 64
+MAX_MAGNITUDE = 1e9
+"""Default magnitude limit (``ServiceConfig.max_value``) on numbers learned from or asked about."""
+
+LATENCIES = frozenset({"latency_ms", "solo_latency_ms"})
+"""Fields holding a latency: besides the magnitude limit, at least its inverse."""
+
+
+class RecordError(ValueError):
+    """A record (or query) field that does not follow ``coloc/v1``.
+
+    Parameters
+    ----------
+    field
+        Dotted path of the offending field, e.g. ``co_runners[1].overlap``.
+    message
+        What is wrong with it.
+    line
+        1-based line number in the file it came from, when known.
+    """
+
+    def __init__(self, field: str, message: str, line: int | None = None):
+        self.field = field
+        self.message = message
+        self.line = line
+        where = f"line {line}: " if line is not None else ""
+        super().__init__(f"{where}{field}: {message}")
+
+    def at_line(self, line: int) -> RecordError:
+        """Return the same error located at ``line``."""
+        return RecordError(self.field, self.message, line)
+
+
+# --------------------------------------------------------------------- predicates (typed values)
+
+
+def name_ok(value: str, *, required: bool = True) -> bool:
+    """Whether a string passes the name rule: non-empty when ``required``, at most :data:`MAX_NAME_LENGTH`."""
+    return len(value) <= MAX_NAME_LENGTH and not (required and not value)
+
+
+def finite_ok(value: float) -> bool:
+    """Whether a number is finite."""
+    return math.isfinite(value)
+
+
+def positive_ok(value: float) -> bool:
+    """Whether a number is finite and > 0 (a latency)."""
+    return value > 0 and math.isfinite(value)
+
+
+def non_negative_ok(value: float) -> bool:
+    """Whether a number is finite and >= 0 (a remaining or elapsed time)."""
+    return value >= 0 and math.isfinite(value)
+
+
+def batch_size_ok(value: int) -> bool:
+    """Whether an integer is a batch size (>= 1)."""
+    return value >= 1
+
+
+def overlap_ok(value: float) -> bool:
+    """Whether a number is an overlap fraction, in [0, 1]."""
+    return 0.0 <= value <= 1.0
+
+
+def co_runner_count_ok(count: int) -> bool:
+    """Whether a record may have ``count`` co-runners."""
+    return count <= MAX_CO_RUNNERS
+
+
+def numbers_ok(values: Mapping[str, float]) -> bool:
+    """Whether a typed ``attrs`` or ``signals`` map passes :func:`numeric_map` as it is."""
+    if not values:
+        return True
+    return (
+        len(values) <= MAX_NUMERIC_KEYS
+        and all(name_ok(key) for key in values)
+        and all(map(finite_ok, values.values()))
+    )
+
+
+# --------------------------------------------------------------------- checks (decoded values)
+
+
+def require_mapping(value: Any, path: str) -> Mapping[str, Any]:
+    """``value`` when it is a mapping; raises :class:`RecordError` otherwise (or when missing)."""
+    if value is None:
+        raise RecordError(path, "is required")
+    if not isinstance(value, Mapping):
+        raise RecordError(path, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def name(value: Any, path: str, *, required: bool = True) -> str:
+    """A name (device, model, kind, source, key): a string, non-empty when ``required``, bounded."""
+    if value is None and not required:
+        return ""
+    if value is None:
+        raise RecordError(path, "is required")
+    if not isinstance(value, str) or (required and not value):
+        raise RecordError(path, f"must be a non-empty string, got {value!r}")
+    if not name_ok(value, required=required):
+        raise RecordError(path, f"longer than {MAX_NAME_LENGTH} characters")
+    return value
+
+
+def number(value: Any, path: str) -> float:
+    """A finite number (not a bool)."""
+    if value is None:
+        raise RecordError(path, "is required")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RecordError(path, f"must be a number, got {value!r}")
+    result = float(value)
+    if not finite_ok(result):
+        raise RecordError(path, f"must be finite, got {value!r}")
+    return result
+
+
+def positive(value: Any, path: str) -> float:
+    """A finite number > 0 (a latency)."""
+    result = number(value, path)
+    if not positive_ok(result):
+        raise RecordError(path, f"must be > 0, got {value!r}")
+    return result
+
+
+def non_negative(value: float, path: str) -> float:
+    """A finite number >= 0 (a co-runner's remaining time, a batch's elapsed time)."""
+    if not non_negative_ok(value):
+        raise RecordError(path, f"must be finite and >= 0, got {value!r}")
+    return value
+
+
+def batch_size(value: Any, path: str) -> int:
+    """An integer >= 1 (an integral float is accepted)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not batch_size_ok(value):
+        if isinstance(value, float) and value.is_integer() and batch_size_ok(int(value)):
+            return int(value)
+        raise RecordError(path, f"must be an integer >= 1, got {value!r}")
+    return value
+
+
+def overlap(value: Any, path: str) -> float:
+    """An overlap fraction: finite, in [0, 1]."""
+    result = number(value, path)
+    if not overlap_ok(result):
+        raise RecordError(path, f"must lie in [0, 1], got {result!r}")
+    return result
+
+
+def numeric_map(value: Any, path: str) -> dict[str, float]:
+    """An ``attrs`` or ``signals`` map: at most :data:`MAX_NUMERIC_KEYS` names, finite numbers."""
+    if value is None:
+        return {}
+    mapping = require_mapping(value, path)
+    if len(mapping) > MAX_NUMERIC_KEYS:
+        raise RecordError(path, f"more than {MAX_NUMERIC_KEYS} keys")
+    out: dict[str, float] = {}
+    for key, item in mapping.items():
+        key_path = f"{path}.{key}"
+        name(key, key_path)
+        out[key] = number(item, key_path)
+    return out
+
+
+def co_runner_count(count: int, path: str = "co_runners") -> None:
+    """Raise when a record has more than :data:`MAX_CO_RUNNERS` co-runners."""
+    if not co_runner_count_ok(count):
+        raise RecordError(path, f"more than {MAX_CO_RUNNERS} co-runners")
+
+
+# --------------------------------------------------------------------- column predicates (candidates)
+
+_VALUES = operator.methodcaller("values")
+
+
+def names_ok(names: Iterable[str], *, required: bool) -> bool:
+    """:func:`name_ok` of every name at once."""
+    names = names if isinstance(names, (list, tuple, set)) else list(names)
+    if not names:
+        return True
+    return max(map(len, names)) <= MAX_NAME_LENGTH and not (required and "" in names)
+
+
+def maps_ok(maps: Sequence[Mapping[str, float]], limit: float = math.inf) -> bool:
+    """:func:`numbers_ok` of every map at once, and every value within ``limit`` in magnitude."""
+    if not maps or max(map(len, maps)) > MAX_NUMERIC_KEYS:
+        return not maps
+    keys = set(itertools.chain.from_iterable(map(tuple, set(map(tuple, maps)))))
+    values = np.fromiter(itertools.chain.from_iterable(map(_VALUES, maps)), dtype=float)
+    return (
+        all(isinstance(k, str) for k in keys)
+        and names_ok(keys, required=True)
+        and bool(np.isfinite(values).all())
+        and magnitudes_ok(values, limit)
+    )
+
+
+def overlaps_ok(values: np.ndarray) -> bool:
+    """:func:`overlap_ok` of every value at once (NaN fails)."""
+    return bool(((values >= 0) & (values <= 1)).all())
+
+
+def non_negatives_ok(values: np.ndarray) -> bool:
+    """:func:`non_negative_ok` of every value at once."""
+    return bool((np.isfinite(values) & (values >= 0)).all())
+
+
+# --------------------------------------------------------------------- magnitudes
+
+
+def magnitudes_ok(values: np.ndarray, limit: float) -> bool:
+    """Whether every value is within ``limit`` in magnitude (NaN fails)."""
+    return bool((np.abs(values) <= limit).all()) if values.size else True
+
+
+def latency_ok(value: float, limit: float) -> bool:
+    """Whether a latency lies within ``[1 / limit, limit]``."""
+    return 1.0 / limit <= value <= limit
+
+
+def check_magnitudes(numbers: Iterable[tuple[str, float]], limit: float) -> None:
+    """Raise :class:`RecordError` naming the first of ``(path, value)`` beyond ``limit`` in magnitude.
+
+    Then, latencies (paths in :data:`LATENCIES`) must also be at least ``1 / limit``
+    (a latency of ``5e-324`` ms is no measurement).
+    """
+    numbers = list(numbers)
+    for path, value in numbers:
+        if abs(value) > limit:
+            raise RecordError(path, f"magnitude {value:g} is beyond the limit of {limit:g}")
+    for path, value in numbers:
+        if path in LATENCIES and value < 1.0 / limit:
+            raise RecordError(path, f"{value:g} is below the smallest latency, {1.0 / limit:g} ms")

@@ -1,0 +1,189 @@
+"""One observed record into the models, the calibrator, the gates and the observation log.
+
+:class:`Ingest` learns from domain records only (a :class:`~predictor.records.Record`,
+a decoded ``coloc/v1`` object, or the :class:`~predictor.rules.RecordError` of a record
+that could not be converted, which is reported at its place in the stream); the
+transport layer converts its messages before they get here. Each record is
+scored prequentially (predict, bound, then learn) under the state's lock, so
+answers never see a half-updated model; it is refused when it breaks the
+magnitude limits, comes faster than its sender's rate, or is an outlier.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from predictor import rules
+from predictor.calibration import BoundSource
+from predictor.logio import ReadReport, iter_records
+from predictor.records import Record, RecordError, parse_record, record_numbers
+from predictor.service import wal
+from predictor.service.errors import (
+    InvalidArgument,
+    OutlierRejected,
+    RateLimited,
+    ResourceExhausted,
+    Unavailable,
+)
+from predictor.service.ratelimit import RateLimiter
+from predictor.service.state import ServiceState
+from predictor.service.types import ObservationReport, Rejection
+
+Observed = Record | Mapping[str, Any] | RecordError
+"""An item of an observation stream: a record, a decoded ``coloc/v1`` object, or the error of a
+record that could not be converted (reported as rejected, never learned)."""
+
+
+class Ingest:
+    """The learning path of the service, over its :class:`~predictor.service.state.ServiceState`."""
+
+    def __init__(self, state: ServiceState):
+        self.state = state
+        config = state.config
+        self.rate_limiter = RateLimiter(config.rate_limit, config.rate_burst) if config.rate_limit > 0 else None
+
+    def observe(self, record: Record, batch_id: str = "", *, client: str = "") -> float:
+        """Learn from one observed record: score it (prequentially), then update the model.
+
+        Returns the latency predicted for it before learning. With an observation log, the record
+        is logged first (:class:`Unavailable` when it cannot be: then it is not learned). Raises
+        :class:`OutlierRejected` when the outlier gate refuses it (``client``, else the record's
+        source, is who reported it).
+        """
+        state = self.state
+        if record.latency_ms is None:
+            raise InvalidArgument("record.latency_ms", "required in an observation")
+        if not rules.name_ok(batch_id, required=False):
+            raise InvalidArgument("batch_id", f"longer than {rules.MAX_NAME_LENGTH} characters")
+        try:
+            rules.check_magnitudes(record_numbers(record), state.config.max_value)
+        except RecordError as exc:
+            raise InvalidArgument(f"record.{exc.field}", exc.message) from None
+        kind = record.device_kind or state.live.kind_of(record.device)
+        if kind != record.device_kind:
+            record = dataclasses.replace(record, device_kind=kind)
+        state.live.touch(record.device, kind)
+        try:
+            with state.lock:
+                if state.obs_log is not None and state.obs_log.is_open:
+                    try:
+                        state.obs_log.append(record, client, batch_id)
+                    except wal.LogError as exc:
+                        raise Unavailable(f"observation not logged, so not learned: {exc}") from None
+                predicted = self._learn(record, kind, client or record.source)
+        finally:
+            if batch_id:
+                state.live.end(record.device, batch_id, required=False)
+        return predicted
+
+    def _learn(self, record: Record, kind: str, source: str) -> float:
+        """One prequential step, under the lock, of a record already logged.
+
+        The prediction is made before the model learns the record, and the bound from the
+        residuals before this one. An outlier is neither learned, nor calibrated, nor scored.
+        """
+        state = self.state
+        actual = record.latency_ms
+        assert actual is not None
+        predictor = state.predictor
+        if state.gates is None or not predictor.knows_solo(record):
+            # Without a solo latency to stand on, the prediction is a guess: nothing to gate against.
+            predicted = predictor.predict_learn_one(record)
+        else:
+            predicted = predictor.predict_one(record)
+            reason = state.gates.check(kind, predicted, actual, source)
+            if reason is not None:
+                state.changes += 1  # the gate's own state moved
+                state.n_outliers += 1
+                raise OutlierRejected(reason)
+            predictor.learn_one(record)
+        bound = state.calibrator.upper_bound(predicted, kind, state.config.coverage_confidence)
+        state.calibrator.add(kind, actual, predicted)
+        state.monitor.update(
+            kind,
+            actual=actual,
+            predicted=predicted,
+            covered=actual <= bound.upper_ms,
+            calibrated=bound.source is not BoundSource.FALLBACK,
+        )
+        state.changes += 1
+        return predicted
+
+    def report_observations(
+        self, items: Iterable[tuple[Observed, str]], *, client: str = "", peer: str = ""
+    ) -> ObservationReport:
+        """Learn from a stream of ``(record, batch_id)`` (see :data:`Observed`).
+
+        A bad record is rejected with the path of its field (``record.<field>``), the rest learned;
+        so are records refused by the outlier gate or beyond the caller's rate. ``client`` is the
+        caller's authenticated identity ("" when none), ``peer`` its address. The answer comes
+        once the learned records are in the observation log (synced per the fsync policy).
+        """
+        state = self.state
+        state.require_ready()
+        report = ObservationReport()
+        limit = state.config.max_stream_records
+        for index, (item, batch_id) in enumerate(items):
+            if index >= limit:
+                raise ResourceExhausted(
+                    "records", f"a stream may carry at most {limit} records; the first {limit} were processed"
+                )
+            try:
+                if isinstance(item, RecordError):  # not converted: nothing of it goes further
+                    raise item
+                record = item if isinstance(item, Record) else parse_record(item)
+                self._rate_limit(record, client or (f"peer:{peer}" if peer else ""))
+                self.observe(record, batch_id, client=client)
+            except RecordError as exc:
+                self._reject(report, Rejection(index, f"record.{exc.field}", exc.message))
+            except RateLimited as exc:
+                report.rate_limited += 1
+                self._reject(report, Rejection(index, exc.field, exc.message))
+            except OutlierRejected as exc:
+                report.outliers += 1
+                self._reject(report, Rejection(index, exc.field, exc.message))
+            except InvalidArgument as exc:
+                self._reject(report, Rejection(index, exc.field, exc.message))
+            else:
+                report.accepted += 1
+        report.observations_learned = state.predictor.n_learned
+        if state.obs_log is not None and state.obs_log.is_open:
+            report.log_sequence = state.obs_log.last_seq
+            try:
+                state.obs_log.sync(report.log_sequence)  # the answer is the acknowledgement
+            except wal.LogError as exc:
+                raise Unavailable(f"observations learned but not synced to the log: {exc}") from None
+        return report
+
+    def warm_start(self, path: str | Path, *, tolerant: bool = True) -> ReadReport:
+        """Learn from a ``coloc/v1`` log, prequentially, as if it had been streamed."""
+        report = ReadReport()
+        for record in iter_records(path, tolerant=tolerant, report=report):
+            try:
+                self.observe(record)
+            except OutlierRejected:
+                pass  # counted in n_outliers
+        return report
+
+    def _rate_limit(self, record: Record, client: str) -> None:
+        limiter = self.rate_limiter
+        if limiter is None:
+            return
+        key = client if client and self.state.config.rate_limit_by == "client" else f"source:{record.source}"
+        if not limiter.allow(key):
+            with self.state.lock:
+                self.state.n_rate_limited += 1
+            raise RateLimited(
+                f"{key} sends more than {limiter.rate:g} observations/s (burst {limiter.burst}); "
+                "not learned, send it again later"
+            )
+
+    def _reject(self, report: ObservationReport, rejection: Rejection) -> None:
+        report.rejected += 1
+        with self.state.lock:
+            self.state.n_rejected += 1
+        if len(report.rejections) < self.state.config.max_rejections_reported:
+            report.rejections.append(rejection)

@@ -1,0 +1,342 @@
+"""What the service knows, and how it is kept across restarts.
+
+:class:`ServiceState` holds the online predictor, the conformal calibrator, the
+error monitor, the outlier gates, the live view, readiness and the counters,
+behind one lock; it writes and restores its snapshot, replays the observation
+log (write-ahead) after it, and reports :meth:`ServiceState.status`. Learning
+(:mod:`predictor.service.ingest`) and answering
+(:mod:`predictor.service.answering`) both work on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from predictor.calibration import ConformalCalibrator
+from predictor.logio import ReadReport
+from predictor.predictors import LatencyPredictor, create
+from predictor.records import Record
+from predictor.service import snapshot, wal
+from predictor.service.config import ServiceConfig
+from predictor.service.errors import OutlierRejected, ServiceError, Unavailable
+from predictor.service.gates import OutlierGates
+from predictor.service.liveview import LiveView
+from predictor.service.monitor import ErrorMonitor
+from predictor.service.types import KindStatus, LogStatus, Status
+
+log = logging.getLogger("predictor.service")
+
+
+class Learner(Protocol):
+    """What :meth:`ServiceState.open` learns through (the ingest path)."""
+
+    def observe(self, record: Record, batch_id: str = "", *, client: str = "") -> float: ...
+
+    def warm_start(self, path: str | Path, *, tolerant: bool = True) -> ReadReport: ...
+
+
+class ServiceState:
+    """The learned state of the service, its readiness and counters, and their persistence.
+
+    Parameters
+    ----------
+    config
+        The service's configuration.
+    predictor
+        An already built predictor (default: built from ``config.predictor``).
+    clock
+        Monotonic clock of the live view, in seconds.
+    """
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        predictor: LatencyPredictor | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.config = config
+        self.predictor = predictor if predictor is not None else create(config.predictor)
+        self.calibrator = self.new_calibrator()
+        self.monitor = ErrorMonitor(config.error_window, config.coverage_window)
+        self.gates = self.new_gates()
+        self.live = LiveView(
+            clock,
+            stale_after_s=config.stale_after_s,
+            overrun_fraction=config.overrun_remaining_fraction,
+            max_devices=config.max_devices,
+            max_running_per_device=config.max_running_per_device,
+        )
+        self.lock = threading.RLock()
+        self._ready = False
+        self._listeners: list[Callable[[bool], None]] = []
+        self.started = time.time()
+        # counters
+        self.changes = 0  # observations (and gate moves) since the last snapshot
+        self.n_rejected = 0
+        self.n_outliers = 0
+        self.n_rate_limited = 0
+        # persistence: the state folder, its snapshots and the observation log (write-ahead)
+        self.state_dir: Path | None = None
+        self.last_snapshot_time: float | None = None
+        self.snapshot_failures = 0
+        self.snapshot_sequence = 0
+        self.obs_log: wal.ObservationLog | None = None
+        self.replay_report: wal.ReplayReport | None = None
+        self.stop = threading.Event()
+        self.snapshotter: threading.Thread | None = None
+
+    def new_gates(self) -> OutlierGates | None:
+        """Fresh outlier gates as configured (``None``: no gate)."""
+        c = self.config
+        if not c.outlier_gate:
+            return None
+        return OutlierGates(c.outlier_k, c.outlier_min_ratio, c.outlier_warmup, c.max_device_kinds)
+
+    def new_calibrator(self) -> ConformalCalibrator:
+        """A fresh conformal calibrator as configured."""
+        c = self.config
+        return ConformalCalibrator(
+            c.calibration_window, c.min_residuals, c.fallback_sigma, c.adapt, c.coverage_confidence
+        )
+
+    # ------------------------------------------------------------------ readiness
+    @property
+    def ready(self) -> bool:
+        """Whether the service answers (opened, not closing)."""
+        return self._ready
+
+    def add_ready_listener(self, listener: Callable[[bool], None]) -> None:
+        """Call ``listener(ready)`` now and whenever readiness changes."""
+        self._listeners.append(listener)
+        listener(self._ready)
+
+    def set_ready(self, ready: bool) -> None:
+        """Change readiness and tell the listeners."""
+        self._ready = ready
+        for listener in list(self._listeners):
+            listener(ready)
+
+    def require_ready(self) -> None:
+        """Raise :class:`Unavailable` unless the service is ready."""
+        if not self._ready:
+            raise Unavailable("the service is not ready (starting, restoring state, or stopping)")
+
+    # ------------------------------------------------------------------ start, stop
+    def open(self, learner: Learner, state_dir: str | Path | None = None, warm_start: str | Path | None = None) -> str:
+        """Restore the snapshot in ``state_dir`` and replay the log after it, else warm-start from a
+        log (both through ``learner``); then become ready. Returns what was done, in words.
+
+        Raises :class:`~predictor.service.snapshot.SnapshotError` for a snapshot that exists but
+        cannot be used (nothing is loaded then).
+        """
+        said = "cold start: nothing learned yet"
+        next_seq = 0
+        if state_dir is not None:
+            self.state_dir = Path(state_dir)
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            path = self.state_dir / snapshot.FILE_NAME
+            if path.exists():
+                header = self.restore_snapshot(path)
+                said = f"restored {header['observations']} observations from {path}"
+                warm_start = None
+            if self.config.observation_log:
+                replayed = self.replay_log(learner)
+                next_seq = replayed.last_seq + 1
+                if replayed.replayed or replayed.skipped:
+                    said = (said if path.exists() else "cold start") + f"; {replayed.summary()}"
+                if replayed.replayed:
+                    warm_start = None  # what the state folder holds wins
+        warmed = False
+        if warm_start is not None:
+            report = learner.warm_start(warm_start)  # before the log opens: the snapshot below covers it
+            said = f"warm start from {warm_start}: {report.summary()}"
+            warmed = True
+        if self.obs_log is not None:
+            self.obs_log.open(next_seq)
+        if warmed and self.state_dir is not None:
+            self.save_snapshot()
+        if self.state_dir is not None and self.config.snapshot_every_s > 0:
+            self.snapshotter = threading.Thread(target=self._snapshot_loop, name="snapshots", daemon=True)
+            self.snapshotter.start()
+        self.set_ready(True)
+        return said
+
+    def close(self) -> None:
+        """Stop answering, stop periodic snapshots and write a final one (when a state folder is set)."""
+        self.set_ready(False)
+        self.stop.set()
+        if self.snapshotter is not None:
+            self.snapshotter.join(timeout=30)
+            self.snapshotter = None
+        if self.state_dir is not None and self.changes:
+            self.save_snapshot()
+        if self.obs_log is not None:
+            self.obs_log.close()
+
+    def replay_log(self, learner: Learner) -> wal.ReplayReport:
+        """Learn again, through ``learner``, what the observation log holds after the restored snapshot."""
+        assert self.state_dir is not None
+        self.obs_log = wal.ObservationLog(
+            self.state_dir / wal.DIR_NAME,
+            fsync=self.config.fsync,
+            fsync_interval_s=self.config.fsync_interval_s,
+        )
+        report = wal.ReplayReport()
+        for entry in self.obs_log.replay(after=self.snapshot_sequence, report=report):
+            try:
+                learner.observe(entry.record, client=entry.client)
+            except OutlierRejected:
+                pass  # refused again, as it was when it arrived
+            except ServiceError as exc:
+                report.add_error(f"sequence {entry.seq}: {exc}")
+        self.replay_report = report
+        if report.skipped:
+            log.warning("observation log replay: %s", report.summary())
+        return report
+
+    def _snapshot_loop(self) -> None:
+        while not self.stop.wait(self.config.snapshot_every_s):
+            if not self.changes:
+                continue
+            try:
+                self.save_snapshot()
+            except OSError as exc:
+                self.snapshot_failures += 1
+                log.error("snapshot failed: %s", exc)
+
+    # ------------------------------------------------------------------ snapshots
+    def save_snapshot(self, path: str | Path | None = None) -> Path:
+        """Write the learned state atomically (default: ``state_dir/service.snapshot``)."""
+        if path is None:
+            if self.state_dir is None:
+                raise ValueError("no state folder configured and no snapshot path given")
+            path = self.state_dir / snapshot.FILE_NAME
+        own = self.state_dir is not None and Path(path) == self.state_dir / snapshot.FILE_NAME
+        with self.lock:
+            payload = self.state_payload()
+            observations = self.predictor.n_learned
+            changes, self.changes = self.changes, 0
+            covered, rotated = self.snapshot_sequence, False
+            if self.obs_log is not None and self.obs_log.is_open:
+                covered = self.obs_log.last_seq
+                if own:  # entries after `covered` go to a new segment; older ones go once this is durable
+                    try:
+                        self.obs_log.rotate()
+                        rotated = True
+                    except wal.LogError as exc:
+                        log.error("observation log: %s", exc)
+        try:
+            snapshot.write_payload(
+                path,
+                payload,
+                predictor=self.config.predictor,
+                observations=observations,
+                extra={"log_sequence": covered},
+            )
+        except BaseException:
+            self.changes += changes
+            raise
+        self.last_snapshot_time = time.time()
+        if own:
+            self.snapshot_sequence = covered
+            if rotated and self.obs_log is not None:
+                self.obs_log.discard_through(covered)
+        return Path(path)
+
+    def state_payload(self) -> bytes:
+        """The learned state as snapshot payload bytes (equal bytes: equal state)."""
+        with self.lock:
+            state = {
+                "predictor": self.predictor,
+                "calibrator": self.calibrator,
+                "monitor": self.monitor,
+                "devices": self.live.devices(),
+                "gates": self.gates,
+            }
+            return snapshot.dump_state(state)
+
+    def restore_snapshot(self, path: str | Path) -> dict:
+        """Replace the learned state by the snapshot at ``path``, whole or not at all."""
+        state, header = snapshot.read_snapshot(path)
+        if not isinstance(state, dict) or not {"predictor", "calibrator", "monitor"} <= state.keys():
+            raise snapshot.SnapshotError(f"{path}: payload is not a service state")
+        predictor, calibrator, monitor = state["predictor"], state["calibrator"], state["monitor"]
+        if not isinstance(predictor, LatencyPredictor):
+            raise snapshot.SnapshotError(f"{path}: payload holds no predictor")
+        if not isinstance(calibrator, ConformalCalibrator) or not isinstance(monitor, ErrorMonitor):
+            raise snapshot.SnapshotError(f"{path}: payload holds no calibrator or monitor")
+        expected = create(self.config.predictor)
+        if type(predictor) is not type(expected) or predictor.params() != expected.params():
+            raise snapshot.SnapshotError(
+                f"{path}: snapshot holds predictor {predictor!r} (spec {header['predictor']!r}), "
+                f"but the service is configured for {expected!r}; use a matching --predictor "
+                "or another state folder"
+            )
+        gates = state.get("gates", self.new_gates())
+        if gates is not None and not isinstance(gates, OutlierGates):
+            raise snapshot.SnapshotError(f"{path}: payload holds no outlier gates")
+        if (gates is None) != (not self.config.outlier_gate):
+            gates = self.new_gates()
+        with self.lock:
+            self.predictor = predictor
+            self.calibrator = calibrator
+            self.monitor = monitor
+            self.gates = gates
+            self.changes = 0
+            self.snapshot_sequence = int(header.get("log_sequence", 0))
+        self.live.restore_devices(dict(state.get("devices", {})))
+        self.last_snapshot_time = float(header.get("created", time.time()))
+        return header
+
+    # ------------------------------------------------------------------ status
+    def _log_status(self) -> LogStatus | None:
+        wal_log, replay = self.obs_log, self.replay_report
+        if wal_log is None:
+            return None
+        return LogStatus(
+            fsync=wal_log.fsync,
+            last_sequence=wal_log.last_seq,
+            synced_sequence=wal_log.synced_seq,
+            snapshot_sequence=self.snapshot_sequence,
+            replayed=replay.replayed if replay else 0,
+            replay_skipped=replay.skipped if replay else 0,
+        )
+
+    def status(self) -> Status:
+        """Observations learned, rolling error, coverage and drift alarms, per device kind."""
+        with self.lock:
+            monitor, calibrator = self.monitor, self.calibrator
+            kinds = tuple(
+                KindStatus(
+                    device_kind=k,
+                    observations=monitor.observations(k),
+                    rolling_mape=monitor.mape(k),
+                    coverage=monitor.coverage(k),
+                    residuals=calibrator.n_residuals(k),
+                    drift_alarms=monitor.alarm_count(k),
+                )
+                for k in monitor.kinds()
+            )
+            return Status(
+                ready=self._ready,
+                predictor=self.config.predictor,
+                observations_learned=self.predictor.n_learned,
+                observations_rejected=self.n_rejected,
+                rolling_mape=monitor.mape(),
+                coverage=monitor.coverage(),
+                coverage_confidence=self.config.coverage_confidence,
+                device_kinds=kinds,
+                drift_alarms=tuple(monitor.alarms),
+                devices=len(self.live.devices()),
+                batches_running=self.live.running_count(),
+                uptime_s=time.time() - self.started,
+                last_snapshot_time=self.last_snapshot_time,
+                observations_outliers=self.n_outliers,
+                observations_rate_limited=self.n_rate_limited,
+                log=self._log_status(),
+            )
