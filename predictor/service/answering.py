@@ -20,8 +20,9 @@ A single query is the one-row case: :meth:`Answering.predict` and
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -29,10 +30,11 @@ import numpy as np
 from predictor import rules
 from predictor.calibration import check_confidence
 from predictor.colocations import CoLocations
+from predictor.predictors import LatencyPredictor
 from predictor.records import SCHEMA, BatchSpec, CoRunner, Record, RecordError, parse_record, record_numbers
 from predictor.service.errors import InvalidArgument, NotFound, ResourceExhausted
 from predictor.service.liveview import RunningBatch
-from predictor.service.placements import CandidateColumns, RankingColumns, rows_of, valid_columns
+from predictor.service.placements import CandidateColumns, RankingColumns, valid_columns
 from predictor.service.state import ServiceState
 from predictor.service.types import (
     Candidate,
@@ -45,6 +47,7 @@ from predictor.service.types import (
 )
 
 T = TypeVar("T")
+_NONE = np.zeros(0, dtype=np.intp)
 
 
 @dataclasses.dataclass
@@ -57,16 +60,22 @@ class Planned:
 
 @dataclasses.dataclass
 class Plan:
-    """Rows to predict, and each co-runner's remaining time (NaN: its overlap is given)."""
+    """Rows to predict, and each co-runner's remaining time (NaN: its overlap is given).
+
+    ``given`` indexes the co-runners given by remaining time; ``first`` is row 0 as a planned
+    record when one is at hand (a single query), which spares building it again.
+    """
 
     rows: CoLocations
     remaining: np.ndarray
+    given: np.ndarray
+    first: Record | None = None
 
     @classmethod
     def of(cls, planned: list[Planned]) -> Plan:
         """The rows of planned batches that share one batch and solo latency."""
         first = planned[0].record
-        return cls.from_runners(
+        plan = cls.from_runners(
             first.batch,
             first.solo_latency_ms,
             [p.record.device for p in planned],
@@ -77,20 +86,37 @@ class Plan:
                 for p in planned
             ],
         )
+        if len(planned) == 1:
+            plan.first = first
+        return plan
 
     @classmethod
     def from_runners(
         cls,
         batch: BatchSpec,
         solo_latency_ms: float | None,
-        devices: list[str],
-        kinds: list[str],
-        signals: Any,
-        runners: list[list[tuple[CoRunner, float]]],
+        devices: Sequence[str],
+        kinds: Sequence[str],
+        signals: Sequence[Mapping[str, float]],
+        runners: Sequence[Sequence[tuple[CoRunner, float]]],
     ) -> Plan:
         """From per-row lists of ``(co-runner, remaining ms or NaN)``."""
-        rows = rows_of(batch, solo_latency_ms, devices, kinds, signals, [[c for c, _ in row] for row in runners])
-        return cls(rows, np.array([ms for row in runners for _, ms in row], dtype=float))
+        flat = [runner for row in runners for runner, _ in row]
+        remaining = [ms for row in runners for _, ms in row]
+        rows = CoLocations(
+            batch,
+            list(devices),
+            list(kinds),
+            list(signals),
+            np.fromiter(itertools.accumulate(map(len, runners), initial=0), dtype=np.int64, count=len(runners) + 1),
+            [r.model for r in flat],
+            [r.batch_size for r in flat],
+            [r.attrs for r in flat],
+            np.array([r.overlap for r in flat], dtype=float),
+            solo_latency_ms,
+        )
+        given = [j for j, ms in enumerate(remaining) if not math.isnan(ms)]
+        return cls(rows, np.array(remaining, dtype=float), np.array(given, dtype=np.intp) if given else _NONE)
 
 
 class Answering:
@@ -245,7 +271,7 @@ class Answering:
         rows = CoLocations(batch, devices, kinds, candidates.signals, candidates.offsets, candidates.models,
                            candidates.batch_sizes, candidates.attrs, overlaps, solo_latency_ms)
         if not live:
-            return Plan(rows, remaining)
+            return Plan(rows, remaining, np.flatnonzero(candidates.has_remaining))
         running = {i: live_view.running(devices[i]) for i in live}
         runners = [
             [(_runner_of(r), ms) for r, ms in running[i]]
@@ -278,25 +304,25 @@ class Answering:
         ``overlap_iterations`` times.
         """
         state = self.state
-        rows, remaining = plan.rows, plan.remaining
+        rows, remaining, given = plan.rows, plan.remaining, plan.given
         n = len(rows)
-        given = np.flatnonzero(~np.isnan(remaining))
         with state.lock:
             predictor = state.predictor
-            solo = predictor.solo_latency(rows.record(0))
+            first = plan.first or rows.record(0)
+            solo = predictor.solo_latency(first)
             if not given.size:
-                latencies = predictor.predict_colocations(rows)
+                latencies = _predict(predictor, rows, first)
             else:
                 # Every row is predicted at each step; rows without such co-runners get the same answer each time.
                 row_of, left = rows.rows_of_runners()[given], remaining[given]
                 window = np.full(n, solo)
                 for _ in range(state.config.overlap_iterations):
                     w = window[row_of]
+                    idle = w <= 0
                     overlaps = rows.overlaps.copy()
-                    with np.errstate(divide="ignore", invalid="ignore"):
-                        overlaps[given] = np.where(w <= 0, 1.0, np.minimum(1.0, left / w))
+                    overlaps[given] = np.where(idle, 1.0, np.minimum(1.0, left / np.where(idle, 1.0, w)))
                     rows = rows.with_overlaps(overlaps)
-                    window = predictor.predict_colocations(rows)
+                    window = _predict(predictor, rows)
                 latencies = window
             kinds = rows.device_kinds
             bounds = state.calibrator.bound_factors(kinds, confidence)
@@ -311,10 +337,14 @@ class Answering:
                     latencies, np.full(n, deadline_ms), kinds, confidence
                 )
             learned = predictor.n_learned
-        slack = (math.nan if deadline_ms is None else deadline_ms) - uppers
+        if deadline_ms is None:
+            deadline_ms, slack, order = math.nan, np.full(n, math.nan), np.arange(n)
+        else:
+            slack = deadline_ms - uppers
+            order = np.argsort(-slack, kind="stable")
         return RankingColumns(
             rows=rows,
-            order=np.argsort(-slack, kind="stable"),
+            order=order,
             latency_ms=latencies,
             solo_latency_ms=np.full(n, solo),
             upper_bound_ms=uppers,
@@ -324,8 +354,17 @@ class Answering:
             confidence=confidence,
             predictor=state.config.predictor,
             observations_learned=learned,
-            deadline_ms=math.nan if deadline_ms is None else deadline_ms,
+            deadline_ms=deadline_ms,
         )
+
+
+def _predict(predictor: LatencyPredictor, rows: CoLocations, first: Record | None = None) -> np.ndarray:
+    """Predicted latencies of the rows: all at once, or, for a single row (a query), by the
+    per-record path, which costs less than building a feature matrix for it (``first``: the
+    row as a record, when already built)."""
+    if len(rows) == 1:
+        return np.asarray(predictor.predict_many([first or rows.record(0)]), dtype=float)
+    return predictor.predict_colocations(rows)
 
 
 def _runner_of(running: RunningBatch) -> CoRunner:

@@ -33,7 +33,7 @@ import numpy as np
 from predictor import rules
 from predictor.calibration import Bound
 from predictor.colocations import CoLocations
-from predictor.records import BatchSpec, CoRunner
+from predictor.records import BatchSpec
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,
@@ -166,7 +166,7 @@ def valid_columns(
     return not any(s is CoRunnerSource.LIVE_VIEW and n for s, n in zip(columns.sources, counts.tolist(), strict=True))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, slots=True)
 class RankingColumns:
     """A ranking, column-wise: per-candidate arrays in candidate order, and the ranking ``order``.
 
@@ -222,16 +222,3 @@ class RankingColumns:
             for rank, i in enumerate(self.order.tolist(), start=1)
         )
         return Ranking(placements, self.deadline_ms)
-
-
-def rows_of(batch: BatchSpec, solo_latency_ms: float | None, devices: Sequence[str], kinds: Sequence[str],
-            signals: Sequence[Mapping[str, float]], runners: Sequence[Sequence[CoRunner]]) -> CoLocations:
-    """:class:`CoLocations` from per-row co-runner objects (the per-candidate path's records)."""
-    return CoLocations.build(
-        batch,
-        devices,
-        [[(r.model, r.batch_size, r.attrs, r.overlap) for r in row] for row in runners],
-        device_kinds=kinds,
-        signals=signals,
-        solo_latency_ms=solo_latency_ms,
-    )
