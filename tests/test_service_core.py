@@ -151,6 +151,50 @@ def test_bad_queries_name_the_field(service, query, field):
     assert str(info.value).startswith(field + ": ")
 
 
+@pytest.mark.parametrize(
+    "query, field",
+    [
+        (Query("sim0", BATCH, solo_latency_ms=1e10), "query.solo_latency_ms"),
+        (Query("sim0", BATCH, solo_latency_ms=1e308), "query.solo_latency_ms"),
+        (Query("sim0", BATCH, solo_latency_ms=5e-324), "query.solo_latency_ms"),
+        (Query("sim0", BatchSpec("bert", 1, {"x": 1e300})), "query.batch.attrs.x"),
+        (Query("sim0", BATCH, signals={"s": -1e10}), "query.signals.s"),
+        (explicit(PlannedCoRunner("mlp", 1, {"a": 1e300})), "query.co_runners[0].attrs.a"),
+    ],
+)
+def test_queries_get_the_magnitude_limits_of_records(service, query, field):
+    """One rule set: what a record may not carry, a query may not either (named, INVALID_ARGUMENT)."""
+    with pytest.raises(InvalidArgument) as info:
+        service.predict(query)
+    assert info.value.field == field
+    with pytest.raises(InvalidArgument) as info:
+        service.check_deadline(query, Deadline(ms=10.0))
+    assert info.value.field == field
+    record = {**record_to_dict(synthetic_records(1)[0]), "device": "sim0"}
+    rejected = service.report_observations([(
+        {**record, "solo_latency_ms": query.solo_latency_ms or 1.0,
+         "batch": {"model": "bert", "batch_size": 1, "attrs": dict(query.batch.attrs)},
+         "signals": dict(query.signals),
+         "co_runners": [{"model": c.model, "batch_size": c.batch_size, "attrs": dict(c.attrs)}
+                        for c in query.co_runners]},
+        "",
+    )])
+    assert [r.field for r in rejected.rejections] == ["record." + field.removeprefix("query.")]
+
+
+def test_rankings_get_the_magnitude_limits_of_records(service):
+    huge = Candidate("x", co_runner_source=CoRunnerSource.EXPLICIT, signals={"s": 1e300})
+    with pytest.raises(InvalidArgument) as info:
+        service.rank_placements(BATCH, [Candidate("sim0"), huge], Deadline(ms=10.0))
+    assert info.value.field == "candidates[1].signals.s"
+    with pytest.raises(InvalidArgument) as info:
+        service.rank_placements(BATCH, [Candidate("sim0")], Deadline(ms=10.0), solo_latency_ms=1e10)
+    assert info.value.field == "solo_latency_ms"
+    with pytest.raises(InvalidArgument) as info:
+        service.rank_placements(BatchSpec("m", 1, {"a": -1e300}), [Candidate("sim0")], Deadline(ms=10.0))
+    assert info.value.field == "batch.attrs.a"
+
+
 @pytest.mark.parametrize("confidence", [1.0, -0.5, math.nan, 2.0])
 def test_bad_confidence(service, confidence):
     with pytest.raises(InvalidArgument) as info:

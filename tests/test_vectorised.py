@@ -290,6 +290,19 @@ def test_rank_bad_batch_and_solo(service):
     with pytest.raises(InvalidArgument) as info:
         service.rank_columns(BATCH, given, Deadline(ms=40.0), solo_latency_ms=-1.0)
     assert info.value.field == "solo_latency_ms"
+    for solo in (1e10, 1e308):  # the magnitude limit of records, column-wise too
+        with pytest.raises(InvalidArgument) as info:
+            service.rank_columns(BATCH, given, Deadline(ms=40.0), solo_latency_ms=solo)
+        assert info.value.field == "solo_latency_ms"
+
+
+def test_rank_columns_magnitudes_name_the_candidate(service):
+    huge = Candidate("ok", co_runners=(PlannedCoRunner("mlp", 1, {"l2_util": 1e300}, overlap=0.5),),
+                     co_runner_source=CoRunnerSource.EXPLICIT)
+    given = columns.candidate_columns_from_pb(rank_request(BATCH, [Candidate("ok", co_runner_source=CoRunnerSource.EXPLICIT), huge]).candidates)[0]
+    with pytest.raises(InvalidArgument) as info:
+        service.rank_columns(BATCH, given, Deadline(ms=40.0))
+    assert info.value.field == "candidates[1].co_runners[0].attrs.l2_util"
 
 
 # --------------------------------------------------------------------------- observations

@@ -315,13 +315,14 @@ class Answering:
             else:
                 # Every row is predicted at each step; rows without such co-runners get the same answer each time.
                 row_of, left = rows.rows_of_runners()[given], remaining[given]
+                rows = rows.with_overlaps(rows.overlaps.copy())  # its own overlaps, updated in place below
+                overlaps, fraction = rows.overlaps, np.empty(given.size)
                 window = np.full(n, solo)
                 for _ in range(state.config.overlap_iterations):
                     w = window[row_of]
-                    idle = w <= 0
-                    overlaps = rows.overlaps.copy()
-                    overlaps[given] = np.where(idle, 1.0, np.minimum(1.0, left / np.where(idle, 1.0, w)))
-                    rows = rows.with_overlaps(overlaps)
+                    fraction.fill(1.0)  # an idle window (w <= 0) leaves an overlap of 1
+                    np.divide(left, w, out=fraction, where=~(w <= 0))
+                    overlaps[given] = np.minimum(fraction, 1.0)
                     window = _predict(predictor, rows)
                 latencies = window
             kinds = rows.device_kinds
