@@ -36,7 +36,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -163,12 +163,17 @@ def number(value: Any, path: str) -> float:
     return result
 
 
+def _number_where(value: Any, path: str, ok: Callable[[float], bool], must: str, *, as_given: bool) -> float:
+    """:func:`number`, then ``ok`` of it, else "must {must}, got ..." (the value as given, or as a float)."""
+    result = number(value, path)
+    if not ok(result):
+        raise RecordError(path, f"must {must}, got {value if as_given else result!r}")
+    return result
+
+
 def positive(value: Any, path: str) -> float:
     """A finite number > 0 (a latency)."""
-    result = number(value, path)
-    if not positive_ok(result):
-        raise RecordError(path, f"must be > 0, got {value!r}")
-    return result
+    return _number_where(value, path, positive_ok, "be > 0", as_given=True)
 
 
 def non_negative(value: float, path: str) -> float:
@@ -189,10 +194,7 @@ def batch_size(value: Any, path: str) -> int:
 
 def overlap(value: Any, path: str) -> float:
     """An overlap fraction: finite, in [0, 1]."""
-    result = number(value, path)
-    if not overlap_ok(result):
-        raise RecordError(path, f"must lie in [0, 1], got {result!r}")
-    return result
+    return _number_where(value, path, overlap_ok, "lie in [0, 1]", as_given=False)
 
 
 def numeric_map(value: Any, path: str) -> dict[str, float]:
