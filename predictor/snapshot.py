@@ -81,7 +81,9 @@ def dump_state(state: Any) -> bytes:
     return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _frame(payload: bytes, predictor: str, observations: int, extra: dict[str, Any] | None) -> tuple[bytes, dict]:
+def _frame(
+    payload: bytes, predictor: str, observations: int, extra: dict[str, Any] | None
+) -> tuple[bytes, dict]:
     """The snapshot bytes around ``payload``, and their header."""
     header = {
         "format": FORMAT,
