@@ -147,39 +147,39 @@ def check_deterministic(predictor: LatencyPredictor, records: list[Record]) -> N
     _require(first.predict_many(records) == second.predict_many(records), f"{predictor} is not deterministic")
 
 
-def check_pickle_round_trip(predictor: LatencyPredictor, records: list[Record]) -> None:
-    """An unpickled copy predicts, and goes on learning, exactly like the original."""
+def _check_copy(
+    predictor: LatencyPredictor,
+    records: list[Record],
+    copy_of: Callable[[LatencyPredictor], LatencyPredictor],
+    how: str,
+) -> None:
+    """A copy taken half-way through ``records`` predicts, and goes on learning, exactly like the original."""
     half = len(records) // 2
     _learn(predictor, records[:half])
-    copy_ = pickle.loads(pickle.dumps(predictor))
+    copy_ = copy_of(predictor)
     _require(
-        copy_.predict_many(records) == predictor.predict_many(records),
-        f"{predictor}: differs after unpickling",
+        type(copy_) is type(predictor) and copy_.params() == predictor.params(),
+        f"{predictor}: {copy_} after {how}",
+    )
+    _require(
+        copy_.predict_many(records) == predictor.predict_many(records), f"{predictor}: differs after {how}"
     )
     _learn(predictor, records[half:])
     _learn(copy_, records[half:])
     _require(
-        copy_.predict_many(records) == predictor.predict_many(records),
-        f"{predictor}: diverged after unpickling",
+        copy_.predict_many(records) == predictor.predict_many(records), f"{predictor}: diverged after {how}"
     )
+    _require(copy_.n_learned == predictor.n_learned, f"{predictor}: n_learned differs after {how}")
+
+
+def check_pickle_round_trip(predictor: LatencyPredictor, records: list[Record]) -> None:
+    """An unpickled copy predicts, and goes on learning, exactly like the original."""
+    _check_copy(predictor, records, lambda p: pickle.loads(pickle.dumps(p)), "unpickling")
 
 
 def check_snapshot_restore(predictor: LatencyPredictor, records: list[Record]) -> None:
     """A predictor restored from its snapshot (:mod:`predictor.snapshot`) is the same predictor."""
-    half = len(records) // 2
-    _learn(predictor, records[:half])
-    restored = restore_predictor(snapshot_predictor(predictor))
-    _require(
-        type(restored) is type(predictor) and restored.params() == predictor.params(),
-        f"{predictor}: restored as {restored}",
-    )
-    _learn(predictor, records[half:])
-    _learn(restored, records[half:])
-    _require(
-        restored.predict_many(records) == predictor.predict_many(records),
-        f"{predictor}: diverged after restoring",
-    )
-    _require(restored.n_learned == predictor.n_learned, f"{predictor}: n_learned differs after restoring")
+    _check_copy(predictor, records, lambda p: restore_predictor(snapshot_predictor(p)), "restoring")
 
 
 def check_unseen_features(predictor: LatencyPredictor, records: list[Record]) -> None:
