@@ -5,7 +5,7 @@ A ranking asks about one batch on hundreds of candidate devices. Building a
 it; :class:`CoLocations` keeps the candidates as columns instead (one row per
 device, the co-runners of all rows flattened, row ``i`` owning
 ``offsets[i]:offsets[i + 1]``), so that features and predictions are computed
-for all rows at once (:mod:`predictor.feature_matrix`,
+for all rows at once (:func:`predictor.features.feature_matrix`,
 :meth:`~predictor.predictors.base.LatencyPredictor.predict_colocations`).
 Row ``i`` stands for the planned record :meth:`CoLocations.record` builds.
 

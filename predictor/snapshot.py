@@ -1,65 +1,237 @@
-"""Snapshots of a predictor's learned state: a versioned header, then a pickle.
+"""Snapshots of learned state, a predictor's or a whole service's: one versioned format.
 
-A snapshot starts with a one-line JSON header (format, version, predictor
-name, parameters) so an incompatible or foreign file is refused with a clear
-message before anything is unpickled. Only load snapshots you wrote: the body
-is a pickle.
+Layout::
+
+    INTERFERENCE-PREDICTOR-SNAPSHOT\\n      magic line
+    {"format": ..., "version": 1, ...}\\n   JSON header (one line)
+    <payload>                               pickle of the state, ``payload_bytes`` long
+
+The header records the payload's length and SHA-256, the predictor (its
+name or spec), the number of observations learned, and any fields the writer
+adds (the service adds ``log_sequence``: the last observation log entry the
+state covers, see :mod:`predictor.service.wal`).
+
+* Bytes: :func:`dumps` and :func:`loads`.
+* Files: :func:`write_snapshot` and :func:`write_payload` write to a temporary
+  file in the same folder, flush and fsync it, rename it over the previous
+  snapshot and fsync the folder, so a crash leaves either the old or the new
+  snapshot; :func:`read_snapshot` and :func:`read_header` read them back.
+* Predictors: :func:`snapshot_predictor` and :func:`restore_predictor`.
+
+A read checks the magic, the header, the version, the length and the digest
+before unpickling anything; any failure raises :class:`SnapshotError` saying
+what and where, and nothing is loaded. Snapshots are pickles: restore only
+snapshots you wrote (a state folder is trusted like the code itself).
 
 Examples
 --------
+>>> import tempfile, pathlib
+>>> folder = pathlib.Path(tempfile.mkdtemp())
+>>> header = write_snapshot(folder / "s.snapshot", {"w": [1.0, 2.0]}, predictor="rls", observations=2)
+>>> state, header = read_snapshot(folder / "s.snapshot")
+>>> state, header["predictor"], header["observations"]
+({'w': [1.0, 2.0]}, 'rls', 2)
+>>> (folder / "bad.snapshot").write_bytes(b"hello")
+5
+>>> read_snapshot(folder / "bad.snapshot")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+predictor.snapshot.SnapshotError: ...bad.snapshot: not a predictor snapshot (bad magic at byte 0)
+
+A predictor round-trips through the same format:
+
 >>> from predictor.predictors import create
 >>> blob = snapshot_predictor(create("rls"))
->>> restore_predictor(blob).name
-'rls'
+>>> blob.startswith(MAGIC), restore_predictor(blob).name
+(True, 'rls')
 >>> restore_predictor(b"garbage")
 Traceback (most recent call last):
 ...
-predictor.snapshot.SnapshotError: snapshot: not a predictor snapshot (bad header)
+predictor.snapshot.SnapshotError: snapshot: not a predictor snapshot (bad magic at byte 0)
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import pickle
+import platform
+import time
+from pathlib import Path
+from typing import Any
 
+from predictor.durable import fsync_dir
 from predictor.predictors.base import LatencyPredictor
 
-FORMAT = "interference-predictor-snapshot"
+MAGIC = b"INTERFERENCE-PREDICTOR-SNAPSHOT\n"
+FORMAT = "interference-predictor/service-state"
 VERSION = 1
+MAX_HEADER_BYTES = 64 * 1024
+REQUIRED = ("payload_bytes", "payload_sha256", "predictor", "observations")
+"""Header fields every snapshot has (besides ``format`` and ``version``)."""
 
 
-class SnapshotError(ValueError):
-    """A snapshot that cannot be restored; nothing was loaded."""
+class SnapshotError(RuntimeError):
+    """A snapshot that cannot be read or does not fit its reader; nothing was loaded."""
+
+
+def dump_state(state: Any) -> bytes:
+    """The payload bytes for ``state`` (take them under the owner's lock, write them outside)."""
+    return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _frame(
+    payload: bytes, predictor: str, observations: int, extra: dict[str, Any] | None
+) -> tuple[bytes, dict]:
+    """The snapshot bytes around ``payload``, and their header."""
+    header = {
+        "format": FORMAT,
+        "version": VERSION,
+        "created": time.time(),
+        "predictor": predictor,
+        "observations": int(observations),
+        "payload_bytes": len(payload),
+        "payload_sha256": hashlib.sha256(payload).hexdigest(),
+        "python": platform.python_version(),
+    }
+    header.update(extra or {})
+    return MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload, header
+
+
+def dumps(state: Any, *, predictor: str, observations: int, extra: dict[str, Any] | None = None) -> bytes:
+    """A snapshot of ``state`` as bytes.
+
+    Parameters
+    ----------
+    state
+        Anything picklable.
+    predictor
+        The predictor's name or spec, recorded in the header.
+    observations
+        How many observations the state has learned.
+    extra
+        More JSON fields for the header.
+    """
+    return _frame(dump_state(state), predictor, observations, extra)[0]
+
+
+def parse_header(head: bytes, source: str = "snapshot") -> tuple[dict, int]:
+    """The validated header at the start of ``head`` and the byte offset of the payload.
+
+    ``head`` holds at least the first ``len(MAGIC) + MAX_HEADER_BYTES`` bytes of a snapshot
+    (or all of it); ``source`` names it in errors.
+    """
+    if head[: len(MAGIC)] != MAGIC:
+        raise SnapshotError(f"{source}: not a predictor snapshot (bad magic at byte 0)")
+    offset = len(MAGIC)
+    end = head.find(b"\n", offset, offset + MAX_HEADER_BYTES)
+    if end < 0:
+        raise SnapshotError(f"{source}: header truncated or too long at byte {offset}")
+    try:
+        header = json.loads(head[offset:end])
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SnapshotError(f"{source}: header at byte {offset} is not JSON ({exc})") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise SnapshotError(f"{source}: header at byte {offset} is not a {FORMAT} header")
+    if header.get("version") != VERSION:
+        raise SnapshotError(
+            f"{source}: snapshot format version {header.get('version')!r} is not supported "
+            f"(this code reads version {VERSION})"
+        )
+    for key in REQUIRED:
+        if key not in header:
+            raise SnapshotError(f"{source}: header at byte {offset} lacks {key!r}")
+    return header, end + 1
+
+
+def loads(blob: bytes, source: str = "snapshot") -> tuple[Any, dict]:
+    """Verify and load a snapshot from :func:`dumps`; returns ``(state, header)``.
+
+    Raises :class:`SnapshotError`, naming ``source`` and what is wrong where, for anything
+    but a whole, intact snapshot of this format version.
+    """
+    header, offset = parse_header(blob, source)
+    payload = blob[offset:]
+    expected = header["payload_bytes"]
+    if len(payload) != expected:
+        raise SnapshotError(
+            f"{source}: body unreadable: {len(payload)} bytes from byte {offset}, header says {expected} (truncated?)"
+        )
+    if hashlib.sha256(payload).hexdigest() != header["payload_sha256"]:
+        raise SnapshotError(
+            f"{source}: body unreadable: checksum mismatch (corrupted between bytes {offset} and {offset + expected})"
+        )
+    try:
+        state = pickle.loads(payload)
+    except Exception as exc:  # a class renamed or removed since the snapshot was written
+        raise SnapshotError(f"{source}: body unreadable by this version of the code ({exc})") from None
+    return state, header
+
+
+def write_snapshot(path: str | os.PathLike, state: Any, *, predictor: str, observations: int) -> dict:
+    """Atomically write a snapshot of ``state`` to ``path``; returns the header written."""
+    return write_payload(path, dump_state(state), predictor=predictor, observations=observations)
+
+
+def write_payload(
+    path: str | os.PathLike,
+    payload: bytes,
+    *,
+    predictor: str,
+    observations: int,
+    extra: dict[str, Any] | None = None,
+) -> dict:
+    """Atomically write a payload from :func:`dump_state` to ``path``; returns the header written.
+
+    ``extra`` adds JSON fields to the header (e.g. ``log_sequence``, the last observation log
+    entry the state covers).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data, header = _frame(payload, predictor, observations, extra)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+    return header
+
+
+def _read(path: Path, size: int = -1) -> bytes:
+    try:
+        with open(path, "rb") as stream:
+            return stream.read(size)
+    except OSError as exc:
+        raise SnapshotError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def read_header(path: str | os.PathLike) -> tuple[dict, int]:
+    """The header of the snapshot at ``path`` and the byte offset of its payload (the payload is not read)."""
+    path = Path(path)
+    return parse_header(_read(path, len(MAGIC) + MAX_HEADER_BYTES), str(path))
+
+
+def read_snapshot(path: str | os.PathLike) -> tuple[Any, dict]:
+    """Read and verify the snapshot at ``path``; returns ``(state, header)``."""
+    path = Path(path)
+    return loads(_read(path), str(path))
 
 
 def snapshot_predictor(predictor: LatencyPredictor) -> bytes:
-    """Serialise ``predictor`` (hyperparameters and learned state)."""
-    header = {"format": FORMAT, "version": VERSION, "name": predictor.name, "n_learned": predictor.n_learned}
-    return json.dumps(header).encode() + b"\n" + pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def read_header(blob: bytes) -> dict:
-    """The header of a snapshot, validated."""
-    line, sep, _ = blob.partition(b"\n")
-    try:
-        header = json.loads(line) if sep else None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        header = None
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise SnapshotError("snapshot: not a predictor snapshot (bad header)")
-    if header.get("version") != VERSION:
-        raise SnapshotError(f"snapshot: version {header.get('version')!r} is not supported (expected {VERSION})")
-    return header
+    """A snapshot of ``predictor`` (hyperparameters and learned state) as bytes."""
+    return dumps(predictor, predictor=predictor.name, observations=predictor.n_learned)
 
 
 def restore_predictor(blob: bytes) -> LatencyPredictor:
     """Rebuild a predictor from :func:`snapshot_predictor` output, or raise :class:`SnapshotError`."""
-    header = read_header(blob)
-    body = blob.partition(b"\n")[2]
-    try:
-        predictor = pickle.loads(body)
-    except Exception as exc:  # a truncated or corrupt pickle can raise almost anything
-        raise SnapshotError(f"snapshot: body unreadable ({type(exc).__name__}: {exc})") from None
-    if not isinstance(predictor, LatencyPredictor) or predictor.name != header.get("name"):
+    predictor, header = loads(blob)
+    if not isinstance(predictor, LatencyPredictor) or predictor.name != header["predictor"]:
         raise SnapshotError("snapshot: body does not match its header")
     return predictor

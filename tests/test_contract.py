@@ -1,15 +1,16 @@
-"""Every registered predictor passes the shared contract checks."""
+"""Every registered predictor passes the shared contract checks (:mod:`predictor.testing`)."""
 
 from __future__ import annotations
 
 import pytest
-from contract import CHECKS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import learnable_records
 
-from predictor.predictors import available, create
+from predictor.predictors import LatencyPredictor, available, create
+from predictor.records import Record
 from predictor.snapshot import SnapshotError, restore_predictor, snapshot_predictor
+from predictor.testing import CHECKS, check_predictor
 
 VARIANTS = ["rls:drift_reset=True,clip=6.0,split_by='model'", "rls:features='fine',log_target=False",
             "sgd:log_target=False", "ensemble:experts='rls,static'"]
@@ -26,6 +27,48 @@ def small_spec(name: str) -> str:
 @given(records=st.lists(learnable_records, min_size=2, max_size=24))
 def test_contract(name, check, records):
     check(create(small_spec(name)), records)
+
+
+@pytest.mark.parametrize("name", available() + VARIANTS)
+def test_check_predictor_on_default_records(name):
+    check_predictor(lambda: create(small_spec(name)))
+
+
+class MeanSlowdown(LatencyPredictor):
+    """The third-party predictor of :mod:`predictor.testing`'s docstring."""
+
+    name = "mean-slowdown"
+
+    def __init__(self, prior: float = 1.0, seed: int = 0):
+        super().__init__(seed=seed)
+        self.prior = prior
+        self._total, self._count = 0.0, 0
+
+    def predict_slowdown(self, record: Record) -> float:
+        return (self.prior + self._total) / (1 + self._count)
+
+    def learn_slowdown(self, record: Record, slowdown: float) -> None:
+        self._total += slowdown
+        self._count += 1
+
+
+def test_a_third_party_predictor_passes_the_checks():
+    check_predictor(MeanSlowdown)
+    check_predictor(MeanSlowdown(prior=2.0))
+
+
+class Forgetful(MeanSlowdown):
+    """Loses its learned state when pickled: the snapshot checks must say so."""
+
+    name = "forgetful"
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_total": 0.0, "_count": 0}
+
+
+def test_a_violation_names_the_check_and_the_predictor():
+    with pytest.raises(AssertionError, match=r"check_pickle_round_trip: Forgetful\(prior=1.0, seed=0\)"):
+        check_predictor(Forgetful)
 
 
 @pytest.mark.parametrize("name", available())

@@ -7,11 +7,14 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import records
+from strategies import batch_sizes, co_runners, names, numeric_maps, records
 
+from predictor.colocations import CoLocations
 from predictor.features import (
+    RESERVED,
     EwmaCoLocation,
     coarse_features,
+    feature_matrix,
     fine_features,
     interaction_features,
 )
@@ -89,3 +92,29 @@ def test_ewma_is_per_device_and_preview_does_not_commit():
 def test_ewma_rejects_bad_alpha():
     with pytest.raises(ValueError, match="alpha"):
         EwmaCoLocation(0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batch=st.builds(BatchSpec, model=names, batch_size=batch_sizes, attrs=numeric_maps),
+    rows=st.lists(st.tuples(st.lists(co_runners, max_size=4), numeric_maps), min_size=1, max_size=5),
+)
+def test_matrix_rows_equal_per_record_features(batch, rows):
+    """Both paths read one table of definitions: every matrix row is the per-record dict, exactly."""
+    colocations = CoLocations.build(
+        batch,
+        [f"d{i}" for i in range(len(rows))],
+        [[(c.model, c.batch_size, c.attrs, c.overlap) for c in runners] for runners, _ in rows],
+        signals=[signals for _, signals in rows],
+    )
+    for name, per_record in (("fine", fine_features), ("interactions", interaction_features)):
+        matrix = feature_matrix(colocations, name)
+        if matrix is None:  # declined only where a dict would merge two features
+            assert any(not RESERVED.isdisjoint(c.attrs) for runners, _ in rows for c in runners)
+            continue
+        assert len(set(matrix.names)) == len(matrix.names)
+        for i in range(len(colocations)):
+            expected = per_record(colocations.record(i))
+            row = dict(zip(matrix.names, matrix.values[i].tolist(), strict=True))
+            assert {k: v for k, v in row.items() if k in expected} == expected
+            assert all(v == 0 for k, v in row.items() if k not in expected)

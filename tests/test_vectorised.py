@@ -1,6 +1,6 @@
 """The fast paths equal the per-record ones they replace.
 
-* features and predictions of many co-locations at once (:mod:`predictor.feature_matrix`,
+* features and predictions of many co-locations at once (:func:`predictor.features.feature_matrix`,
   ``predict_colocations``) against the per-record features and ``predict_one``;
 * a column-wise ranking (``Service.rank_columns``) against ``check_deadline`` of each
   candidate, and the same errors for bad candidates;
@@ -22,8 +22,7 @@ from hypothesis import strategies as st
 
 from predictor.calibration import ResidualWindow
 from predictor.colocations import CoLocations
-from predictor.feature_matrix import feature_matrix
-from predictor.features import fine_features, interaction_features
+from predictor.features import feature_matrix, fine_features, interaction_features
 from predictor.predictors import create
 from predictor.records import BatchSpec, RecordError
 from predictor.regressors.rls import RLS

@@ -18,8 +18,7 @@ import numpy as np
 from river import drift
 
 from predictor.colocations import CoLocations
-from predictor.feature_matrix import feature_matrix
-from predictor.features import FEATURE_SETS
+from predictor.features import FEATURE_SETS, feature_matrix
 from predictor.predictors.base import LatencyPredictor
 from predictor.records import Record
 from predictor.regressors.rls import RLS

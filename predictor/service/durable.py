@@ -1,20 +1,5 @@
-"""Durability helpers shared by snapshots and the observation log."""
+"""Durability helpers shared by snapshots and the observation log: :mod:`predictor.durable`."""
 
-from __future__ import annotations
+from predictor.durable import fsync_dir
 
-import os
-from pathlib import Path
-
-
-def fsync_dir(folder: Path) -> None:
-    """Flush a folder's entries (a rename or a new file) to disk; best effort where unsupported."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+__all__ = ["fsync_dir"]
