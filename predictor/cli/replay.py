@@ -6,7 +6,9 @@ import argparse
 import json
 import time
 
-from predictor.commands.evaluate import add_protocol_arguments, protocol_label, results_table, score
+from rich.console import Console
+
+from predictor.cli.evaluate import add_protocol_arguments, protocol_label, results_table, score
 from predictor.evaluation import run_prequential, summarize
 from predictor.logio import ReadReport, iter_records, read_records
 from predictor.predictors import create
@@ -38,8 +40,6 @@ def run(args: argparse.Namespace) -> int:
     finished = time.perf_counter()
     count = report.accepted
     summary = summarize(scored)
-    from rich.console import Console
-
     console = Console()
     if report.skipped:
         console.print(f"[yellow]{report.summary()}[/]")
