@@ -21,11 +21,11 @@ def test_codegen_is_idempotent_and_checkable(tmp_path):
     assert codegen.generate(out=out) is False
 
 
-def test_check_fails_on_missing_or_stale_code(tmp_path, capsys):
+def test_check_fails_on_missing_or_stale_code(tmp_path, capsys, monkeypatch):
     protos = tmp_path / "protos"
     shutil.copytree(codegen.PROTO_ROOT, protos)
-    out = tmp_path / "generated"
-    paths = ["--protos", str(protos), "--out", str(out)]
+    monkeypatch.chdir(tmp_path)
+    paths = ["--protos", "protos", "--out", "generated"]  # relative, as setup.py's build folder
     assert codegen.main(["--check", *paths]) == 1  # missing
     assert codegen.main(paths) == 0
     assert codegen.main(["--check", *paths]) == 0

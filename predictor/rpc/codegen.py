@@ -105,11 +105,11 @@ def _run_protoc(root: Path, target: Path) -> None:
         raise CodegenError(f"no .proto files under {root}")
     args = [
         "grpc_tools.protoc",
-        f"-I{root}",
+        f"-I{root.resolve()}",
         f"-I{include}",
-        f"--python_out={target}",
-        f"--pyi_out={target}",
-        f"--grpc_python_out={target}",
+        f"--python_out={target.resolve()}",
+        f"--pyi_out={target.resolve()}",
+        f"--grpc_python_out={target.resolve()}",
         *files,
     ]
     # protoc resolves relative proto paths against the working directory.
