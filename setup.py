@@ -37,6 +37,7 @@ class BuildPyWithProtos(build_py):
     """``build_py``, then the gRPC code generated into what is being built."""
 
     def run(self) -> None:
+        """Build the modules, then generate the gRPC code beside them."""
         super().run()
         codegen = load_codegen()
         if getattr(self, "editable_mode", False):

@@ -135,6 +135,8 @@ def run_workload(
 
 @dataclass
 class Decision:
+    """One admission decision of the sample scheduler, and the latency the batch then had."""
+
     model: str
     batch_size: int
     predicted_ms: float
@@ -145,6 +147,7 @@ class Decision:
 
     @property
     def met(self) -> bool:
+        """Whether the batch ran within its deadline."""
         return self.actual_ms <= self.deadline_ms
 
 
@@ -163,6 +166,7 @@ class SchedulerStats:
     recent: deque = field(default_factory=lambda: deque(maxlen=8))
 
     def decided(self, d: Decision) -> None:
+        """Count a decision taken before dispatch."""
         self.decisions += 1
         if d.feasible:
             self.dispatched += 1
@@ -180,14 +184,17 @@ class SchedulerStats:
 
     @property
     def mape(self) -> float:
+        """Mean absolute percentage error of the admitted batches' predictions."""
         return self.abs_pct_error / self.executed if self.executed else math.nan
 
     @property
     def coverage(self) -> float:
+        """Fraction of admitted batches within their upper bound."""
         return self.covered / self.executed if self.executed else math.nan
 
     @property
     def met_rate(self) -> float:
+        """Fraction of admitted batches that met their deadline."""
         return self.dispatched_met / self.executed if self.executed else math.nan
 
 
@@ -343,6 +350,7 @@ def _live_table(stage: str, elapsed: float, options: DemoOptions, pipeline: _Pip
 
 
 def summary_table(options: DemoOptions, stats: SchedulerStats, status: Any, report: Any) -> Any:
+    """The final table of the demo: the scheduler's decisions and the service's learning."""
     table = Table(title="demo summary", show_header=False)
     table.add_column(style="bold")
     table.add_column(justify="right")

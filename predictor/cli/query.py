@@ -112,6 +112,7 @@ def client_from_args(args: argparse.Namespace) -> Any:
 
 
 def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options describing the batch (model, size, attributes, solo latency, confidence)."""
     parser.add_argument("--model", required=True, help="model of the batch")
     parser.add_argument("--batch-size", type=int, required=True, help="batch size")
     parser.add_argument("--attr", action="append", metavar="KEY=VALUE", help="batch attribute (repeatable)")
@@ -120,6 +121,7 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options describing where the batch goes (device, kind, co-runners)."""
     parser.add_argument("--device", required=True, help="device to place the batch on")
     parser.add_argument("--device-kind", default="", help="device kind (default: what the service knows)")
     parser.add_argument(
@@ -149,6 +151,7 @@ def _fmt(value: float, digits: int = 2) -> str:
 
 
 def prediction_rows(prediction: Any) -> list[tuple[str, str]]:
+    """``(label, value)`` rows describing a :class:`~predictor.service.types.Prediction`."""
     runners = (
         ", ".join(f"{c.model}×{c.batch_size} ({c.overlap:.2f})" for c in prediction.co_runners) or "none"
     )
@@ -174,6 +177,7 @@ def _table(title: str, rows: list[tuple[str, str]]) -> Table:
 
 
 def status_table(status: Any) -> Table:
+    """The service status as a table, one row per device kind."""
     table = Table(
         title=f"{status.predictor}: {status.observations_learned} observations learned, "
         f"{status.observations_rejected} rejected; ready={status.ready}",

@@ -16,6 +16,7 @@ from predictor.progress import progress_bar
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``replay`` sub-command."""
     parser = subparsers.add_parser("replay", help="stream a coloc/v1 log through one predictor")
     parser.add_argument("log", help="coloc/v1 log (.jsonl or .jsonl.gz)")
     parser.add_argument("--predictor", default="rls", help="name or name:key=value,... (default rls)")
@@ -25,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Entry of ``predictor replay``."""
     started = time.perf_counter()
     report = ReadReport()
     if args.prequential:  # a stream: never held in memory
