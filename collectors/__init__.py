@@ -7,7 +7,8 @@
 - :mod:`collectors.models`, :mod:`collectors.profiling`: the real models and their solo profiles.
 - :mod:`collectors.schedule`, :mod:`collectors.batching`, :mod:`collectors.worker`,
   :mod:`collectors.slot`, :mod:`collectors.workload`: the co-located workload (``run_collection``).
-- :mod:`collectors.summary`, :mod:`collectors.command`: ``predictor collect`` and its summary.
+- :mod:`collectors.summary`: the slowdown summary printed by ``predictor collect``
+  (the command itself is :mod:`predictor.cli.collect`).
 
 Importing the package is cheap: ``torch`` is imported by the worker processes and
 :mod:`collectors.models` only, ``pynvml`` by :mod:`collectors.nvml` on first use.

@@ -3,7 +3,7 @@
 Starts, each in its own process, the real service (as ``predictor serve``
 builds it: thread-pool server, Prometheus metrics, auth and decoding
 interceptors, health, reflection; warmed up on ``warm_records`` synthetic
-observations) and an echo service (:mod:`predictor.rpc.echo`) that decodes the
+observations) and an echo service (:mod:`experiments.echo_server`) that decodes the
 same requests and answers canned responses of the same sizes, taken from the
 service in the same run. Separate client processes (:mod:`experiments.rpc_load`)
 drive both, interleaved, ``repeats`` times:
@@ -38,11 +38,11 @@ from typing import Any
 import numpy as np
 
 from experiments.common import finish, start
+from experiments.echo_server import method_path
 from experiments.rpc_load import ClientPool
 from experiments.rpc_servers import ServerProcess, echo_main, service_main
 from predictor.records import BatchSpec
 from predictor.rpc import convert
-from predictor.rpc.echo import method_path
 from predictor.rpc.protos import SERVICE_NAME, pb2
 from predictor.service.synthetic import MODELS, synthetic_records
 from predictor.service.types import Candidate, CoRunnerSource, PlannedCoRunner, Query

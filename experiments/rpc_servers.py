@@ -5,7 +5,7 @@ built as ``predictor serve`` builds it (:func:`~predictor.rpc.server.create_serv
 the thread-pool server with the Prometheus metrics, auth and decoding
 interceptors, health and reflection), warmed up prequentially on synthetic
 records so that answers come from a learned model with calibrated bounds.
-The echo (:mod:`predictor.rpc.echo`) answers canned responses of the same
+The echo (:mod:`experiments.echo_server`) answers canned responses of the same
 sizes as the service's, on the thread-pool server (``server="thread"``) or
 on ``grpc.aio`` (``"aio"``).
 """
@@ -77,7 +77,7 @@ def echo_main(conn: Any, spec: dict) -> None:
     """Serve the echo floor on ``127.0.0.1:0``; send the port, stop when told."""
     if spec.get("switch_interval_s"):
         sys.setswitchinterval(spec["switch_interval_s"])
-    from predictor.rpc.echo import create_echo_aio_server, create_echo_server
+    from experiments.echo_server import create_echo_aio_server, create_echo_server
 
     unary, streams = _echo_methods(spec)
     if spec["server"] == "aio":

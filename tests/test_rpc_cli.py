@@ -10,7 +10,6 @@ from serve_process import start_server
 
 from predictor.cli import main
 from predictor.logio import write_records
-from predictor.rpc import codegen
 from predictor.rpc.client import InterferenceClient
 from predictor.service.synthetic import synthetic_records
 
@@ -128,14 +127,3 @@ def test_serve_refuses_a_corrupt_snapshot(tmp_path):
     assert result.returncode == 2
     assert "not a predictor snapshot" in result.stderr
 
-
-def test_codegen_is_idempotent_and_checkable(tmp_path):
-    assert codegen.is_up_to_date()
-    assert codegen.generate() is False  # up to date: nothing written
-    assert codegen.main(["--check"]) == 0
-    out = tmp_path / "generated"
-    assert codegen.generate(out=out) is True
-    assert (out / "interference" / "v1" / "interference_pb2.py").exists()
-    grpc_module = (out / "interference" / "v1" / "interference_pb2_grpc.py").read_text()
-    assert "from predictor.rpc.generated.interference.v1 import interference_pb2" in grpc_module
-    assert codegen.generate(out=out) is False

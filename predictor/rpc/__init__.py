@@ -1,5 +1,5 @@
 """The thin gRPC layer over :mod:`predictor.service`.
 
-Nothing here imports the generated code at import time; use
-:func:`predictor.rpc.protos.load` (which generates it when missing or stale).
+The generated code (``predictor.rpc.generated``) is produced at build time by
+:mod:`predictor.rpc.codegen` and imported statically by :mod:`predictor.rpc.protos`.
 """

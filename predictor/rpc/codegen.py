@@ -1,13 +1,17 @@
-"""Generate the Python gRPC code from ``protos/`` into ``predictor/rpc/generated/``.
+"""Generate the Python gRPC code from ``protos/`` into ``predictor/rpc/generated/``, at build time.
 
-Run ``python -m predictor.rpc.codegen`` (``--check`` only reports whether the
-code is up to date, exit status 1 if not; ``--force`` regenerates anyway).
+Run by the set-up (``make protos``, part of ``make setup``) and by the
+setuptools build (``setup.py``'s ``build_py`` step, so ``pip install .`` ships
+the code); never at run time: :mod:`predictor.rpc.protos` imports the result
+statically. ``python -m predictor.rpc.codegen`` generates, ``--check`` only
+reports whether the code is up to date (exit status 1 if not), ``--force``
+regenerates anyway.
 
 * Idempotent and fast when up to date: the generated package records a hash
   of the ``.proto`` sources and of the ``grpcio-tools`` version, and nothing
   is written when it matches.
 * Atomic: code is generated into a temporary folder and swapped into place,
-  under a lock file, so a concurrent import never sees a half-written package.
+  so an import never sees a half-written package.
 * Importable as ``predictor.rpc.generated.interference.v1``: protoc is run with
   ``-I protos`` so descriptors keep their canonical name
   (``interference/v1/interference.proto``, what reflection shows), and the one
@@ -18,15 +22,12 @@ code is up to date, exit status 1 if not; ``--force`` regenerates anyway).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import hashlib
 import os
 import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = "predictor.rpc.generated"
@@ -79,17 +80,6 @@ def is_up_to_date(root: Path = PROTO_ROOT, out: Path = GENERATED_DIR) -> bool:
     return stamp.read_text().strip() == source_hash(root)
 
 
-@contextlib.contextmanager
-def _locked(out: Path) -> Iterator[None]:
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".codegen.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def _fix_imports(path: Path) -> None:
     text = path.read_text()
     # protoc writes ``from interference.v1 import interference_pb2 as ...``.
@@ -115,11 +105,11 @@ def _run_protoc(root: Path, target: Path) -> None:
         raise CodegenError(f"no .proto files under {root}")
     args = [
         "grpc_tools.protoc",
-        f"-I{root}",
+        f"-I{root.resolve()}",
         f"-I{include}",
-        f"--python_out={target}",
-        f"--pyi_out={target}",
-        f"--grpc_python_out={target}",
+        f"--python_out={target.resolve()}",
+        f"--pyi_out={target.resolve()}",
+        f"--grpc_python_out={target.resolve()}",
         *files,
     ]
     # protoc resolves relative proto paths against the working directory.
@@ -139,48 +129,59 @@ def generate(root: Path = PROTO_ROOT, out: Path = GENERATED_DIR, *, force: bool 
         if is_up_to_date(root, out):
             return False
         raise CodegenError(f"proto sources not found at {root} and no generated code in {out}")
-    with _locked(out):
-        if not force and is_up_to_date(root, out):
-            return False
-        digest = source_hash(root)
-        with tempfile.TemporaryDirectory(dir=out, prefix=".codegen-") as tmp:
-            staging = Path(tmp)
-            _run_protoc(root, staging)
-            top = staging / PROTO_PACKAGE_DIR
-            for folder in [top, *(p for p in top.rglob("*") if p.is_dir())]:
-                (folder / "__init__.py").touch()
-            for path in top.rglob("*_pb2*.py"):
-                _fix_imports(path)
-            (top / STAMP_NAME).write_text(digest + "\n")
-            final = out / PROTO_PACKAGE_DIR
-            old = staging / "old"
-            if final.exists():
-                final.rename(old)
-            top.rename(final)
-            shutil.rmtree(old, ignore_errors=True)
-        _init = out / "__init__.py"
-        if not _init.exists():
-            _init.write_text('"""Generated gRPC code (``python -m predictor.rpc.codegen``)."""\n')
+    if not force and is_up_to_date(root, out):
+        return False
+    digest = source_hash(root)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out, prefix=".codegen-") as tmp:
+        staging = Path(tmp)
+        _run_protoc(root, staging)
+        top = staging / PROTO_PACKAGE_DIR
+        for folder in [top, *(p for p in top.rglob("*") if p.is_dir())]:
+            (folder / "__init__.py").touch()
+        for path in top.rglob("*_pb2*.py"):
+            _fix_imports(path)
+        (top / STAMP_NAME).write_text(digest + "\n")
+        final = out / PROTO_PACKAGE_DIR
+        old = staging / "old"
+        if final.exists():
+            final.rename(old)
+        top.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    _init = out / "__init__.py"
+    if not _init.exists():
+        _init.write_text('"""Generated gRPC code (``python -m predictor.rpc.codegen``)."""\n')
     return True
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line of ``python -m predictor.rpc.codegen``; returns the exit status.
+
+    0: generated or up to date; 1: ``--check`` found the code missing or stale;
+    2: the code could not be generated.
+    """
     parser = argparse.ArgumentParser(
         prog="python -m predictor.rpc.codegen", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--check", action="store_true", help="only report whether the code is up to date")
     parser.add_argument("--force", action="store_true", help="regenerate even when up to date")
+    parser.add_argument(
+        "--protos", type=Path, default=PROTO_ROOT, help=f"proto sources (default {PROTO_ROOT})"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=GENERATED_DIR, help=f"target package (default {GENERATED_DIR})"
+    )
     args = parser.parse_args(argv)
     if args.check:
-        fresh = is_up_to_date()
-        print("generated gRPC code is " + ("up to date" if fresh else "missing or stale"))
+        fresh = is_up_to_date(args.protos, args.out)
+        print("generated gRPC code is " + ("up to date" if fresh else "missing or stale: run `make protos`"))
         return 0 if fresh else 1
     try:
-        wrote = generate(force=args.force)
+        wrote = generate(args.protos, args.out, force=args.force)
     except CodegenError as exc:
         print(f"codegen: error: {exc}", file=sys.stderr)
         return 2
-    print(f"generated gRPC code in {GENERATED_DIR}" if wrote else "generated gRPC code is up to date")
+    print(f"generated gRPC code in {args.out}" if wrote else "generated gRPC code is up to date")
     return 0
 
 

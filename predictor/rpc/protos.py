@@ -1,43 +1,54 @@
-"""Lazy access to the generated protobuf and gRPC modules.
+"""The generated protobuf and gRPC modules, imported statically.
 
-The generated code is not kept in git; :func:`load` imports it, generating it
-first (:mod:`predictor.rpc.codegen`) when it is missing or older than the
-``.proto`` sources of a source checkout.
+The code is generated at build time (``make protos``, run by ``make setup``,
+or the ``build_py`` step of ``pip install``; see :mod:`predictor.rpc.codegen`),
+never at run time. When it is missing, importing this module raises an
+``ImportError`` that says how to generate it.
+
+Examples
+--------
+>>> from predictor.rpc.protos import SERVICE_NAME, pb2
+>>> pb2().Batch(model="mlp", batch_size=2).batch_size
+2
+>>> SERVICE_NAME
+'interference.v1.InterferenceService'
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
 from types import ModuleType
 
 MODULE = "predictor.rpc.generated.interference.v1"
-SERVICE_NAME = "interference.v1.InterferenceService"
+
+try:
+    from predictor.rpc.generated.interference.v1 import interference_pb2, interference_pb2_grpc
+except ModuleNotFoundError as exc:
+    if not (exc.name or "").startswith("predictor.rpc.generated"):
+        raise  # a missing dependency (grpcio, protobuf), not missing generated code
+    raise ImportError(
+        f"the generated gRPC code ({MODULE}) is missing: run `make protos` "
+        "(or `python -m predictor.rpc.codegen`) in the source checkout, or reinstall the package"
+    ) from exc
+
+SERVICE_NAME = interference_pb2.DESCRIPTOR.services_by_name["InterferenceService"].full_name
 
 
-@functools.cache
 def load() -> tuple[ModuleType, ModuleType]:
-    """``(interference_pb2, interference_pb2_grpc)``, generated on first use when needed."""
-    from predictor.rpc import codegen
+    """The generated modules.
 
-    if not codegen.is_up_to_date():
-        try:
-            codegen.generate()
-        except (codegen.CodegenError, OSError) as exc:
-            raise ImportError(
-                f"the gRPC code in {codegen.GENERATED_DIR} is missing or stale and could not be "
-                f"generated ({exc}); run `python -m predictor.rpc.codegen`"
-            ) from exc
-    pb2 = importlib.import_module(f"{MODULE}.interference_pb2")
-    pb2_grpc = importlib.import_module(f"{MODULE}.interference_pb2_grpc")
-    return pb2, pb2_grpc
+    Returns
+    -------
+    tuple of module
+        ``(interference_pb2, interference_pb2_grpc)``: the messages, and the stubs and servicer base.
+    """
+    return interference_pb2, interference_pb2_grpc
 
 
 def pb2() -> ModuleType:
-    """The message module."""
-    return load()[0]
+    """The message module, ``interference_pb2``."""
+    return interference_pb2
 
 
 def pb2_grpc() -> ModuleType:
-    """The service stubs and servicer base."""
-    return load()[1]
+    """The service stubs and servicer base, ``interference_pb2_grpc``."""
+    return interference_pb2_grpc

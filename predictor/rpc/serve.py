@@ -1,4 +1,4 @@
-"""``predictor serve``: run the prediction service until SIGINT or SIGTERM.
+"""Run the prediction service until stopped: the engine of ``predictor serve`` (:mod:`predictor.cli.serve`).
 
 Start-up order: the server starts at once with health ``NOT_SERVING``; the
 state is restored from ``--state`` (its snapshot, then the observation log
@@ -14,7 +14,6 @@ in :mod:`predictor.rpc.security`; durability (``--fsync``) in
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import signal
@@ -49,46 +48,6 @@ class ServeOptions:
     auth_token_file: str | None = None
     allowed_clients: tuple[str, ...] = ()
     protect_reads: bool = False
-
-
-def config_from_args(args: argparse.Namespace) -> ServiceConfig:
-    return ServiceConfig(
-        predictor=args.predictor,
-        snapshot_every_s=args.snapshot_every,
-        max_candidates=args.max_candidates,
-        default_confidence=args.confidence,
-        max_stream_records=args.max_stream_records,
-        observation_log=not args.no_observation_log,
-        fsync=args.fsync,
-        fsync_interval_s=args.fsync_interval,
-        outlier_gate=not args.no_outlier_gate,
-        outlier_k=args.outlier_k,
-        outlier_min_ratio=args.outlier_min_ratio,
-        rate_limit=args.rate_limit,
-        rate_burst=args.rate_burst,
-        rate_limit_by=args.rate_limit_by,
-    )
-
-
-def options_from_args(args: argparse.Namespace) -> ServeOptions:
-    return ServeOptions(
-        host=args.host,
-        port=args.port,
-        metrics_port=args.metrics_port,
-        state_dir=args.state,
-        warm_start=args.warm_start,
-        grace_s=args.grace,
-        max_workers=args.max_workers,
-        max_message_bytes=args.max_message_bytes,
-        max_concurrent_rpcs=args.max_concurrent_rpcs,
-        port_file=args.port_file,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tls_client_ca=args.tls_client_ca,
-        auth_token_file=args.auth_token_file,
-        allowed_clients=tuple(args.allowed_client or ()),
-        protect_reads=args.protect_reads,
-    )
 
 
 def security_from_options(options: ServeOptions) -> tuple[Any, Any]:
@@ -192,9 +151,3 @@ def _install_signal_handlers(stop: threading.Event) -> None:
         return
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-
-
-def run(args: argparse.Namespace) -> int:
-    """Entry of ``predictor serve``."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return serve(config_from_args(args), options_from_args(args))

@@ -16,7 +16,11 @@ import argparse
 import math
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 from predictor.records import BatchSpec
+from predictor.service import CoRunnerSource, PlannedCoRunner, Query, ServiceError
 
 
 def parse_key_values(items: list[str] | None, option: str) -> dict[str, float]:
@@ -33,10 +37,8 @@ def parse_key_values(items: list[str] | None, option: str) -> dict[str, float]:
     return out
 
 
-def parse_co_runner(text: str) -> Any:
+def parse_co_runner(text: str) -> PlannedCoRunner:
     """``MODEL:BATCH[:OVERLAP]`` or ``MODEL:BATCH:+REMAINING_MS`` to a planned co-runner."""
-    from predictor.service.types import PlannedCoRunner
-
     parts = text.split(":")
     try:
         if len(parts) not in (2, 3) or not parts[0]:
@@ -53,7 +55,64 @@ def parse_co_runner(text: str) -> Any:
         ) from None
 
 
+def register(subparsers: Any) -> None:
+    """Add the ``query`` sub-command and its ``predict``, ``deadline``, ``rank`` and ``status``."""
+    parser = subparsers.add_parser(
+        "query",
+        help="ask a running service: predict, deadline, rank, status",
+        description="Ask a running prediction service and print the answer.",
+    )
+    parser.add_argument("--target", default="localhost:50051", help="host:port (default localhost:50051)")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per call (default 10)")
+    add_client_security_arguments(parser)
+    what = parser.add_subparsers(dest="what", required=True, metavar="WHAT")
+    predict = what.add_parser("predict", help="predicted latency and upper bound of a batch on a device")
+    add_placement_arguments(predict)
+    add_batch_arguments(predict)
+    deadline = what.add_parser("deadline", help="whether a batch meets a deadline on a device")
+    add_placement_arguments(deadline)
+    add_batch_arguments(deadline)
+    deadline.add_argument("--deadline-ms", type=float, required=True, help="deadline, ms from now")
+    rank = what.add_parser("rank", help="rank candidate devices for a batch (live view of each)")
+    rank.add_argument("--devices", required=True, help="comma list of devices")
+    add_batch_arguments(rank)
+    rank.add_argument("--deadline-ms", type=float, required=True, help="deadline, ms from now")
+    what.add_parser("status", help="observations learned, rolling error, coverage, drift alarms")
+    parser.set_defaults(func=run)
+
+
+def add_client_security_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--tls-ca``, ``--tls-cert``, ``--tls-key``, ``--tls-server-name``, ``--auth-token-file``."""
+    group = parser.add_argument_group("security")
+    group.add_argument("--tls-ca", metavar="PEM", help="CA of the server's certificate: connect over TLS")
+    group.add_argument("--tls-cert", metavar="PEM", help="client certificate for mutual TLS")
+    group.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
+    group.add_argument(
+        "--tls-server-name", metavar="NAME", help="name to check the server certificate against"
+    )
+    group.add_argument("--auth-token-file", metavar="FILE", help="file holding the bearer token to send")
+
+
+def client_from_args(args: argparse.Namespace) -> Any:
+    """An :class:`~predictor.rpc.client.InterferenceClient` for the target and security arguments."""
+    from predictor.rpc.client import InterferenceClient
+    from predictor.rpc.security import channel_credentials, read_token
+
+    credentials = None
+    if args.tls_ca or args.tls_cert:
+        credentials = channel_credentials(args.tls_ca, args.tls_cert, args.tls_key)
+    token = read_token(args.auth_token_file) if args.auth_token_file else None
+    return InterferenceClient(
+        args.target,
+        timeout=args.timeout,
+        credentials=credentials,
+        token=token,
+        server_name=args.tls_server_name,
+    )
+
+
 def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options describing the batch (model, size, attributes, solo latency, confidence)."""
     parser.add_argument("--model", required=True, help="model of the batch")
     parser.add_argument("--batch-size", type=int, required=True, help="batch size")
     parser.add_argument("--attr", action="append", metavar="KEY=VALUE", help="batch attribute (repeatable)")
@@ -62,6 +121,7 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options describing where the batch goes (device, kind, co-runners)."""
     parser.add_argument("--device", required=True, help="device to place the batch on")
     parser.add_argument("--device-kind", default="", help="device kind (default: what the service knows)")
     parser.add_argument(
@@ -73,9 +133,7 @@ def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle", action="store_true", help="the device runs nothing else (no live view)")
 
 
-def _query(args: argparse.Namespace) -> Any:
-    from predictor.service.types import CoRunnerSource, Query
-
+def _query(args: argparse.Namespace) -> Query:
     runners = tuple(parse_co_runner(c) for c in args.co_runner or [])
     explicit = bool(runners) or args.idle
     return Query(
@@ -93,6 +151,7 @@ def _fmt(value: float, digits: int = 2) -> str:
 
 
 def prediction_rows(prediction: Any) -> list[tuple[str, str]]:
+    """``(label, value)`` rows describing a :class:`~predictor.service.types.Prediction`."""
     runners = (
         ", ".join(f"{c.model}×{c.batch_size} ({c.overlap:.2f})" for c in prediction.co_runners) or "none"
     )
@@ -108,9 +167,7 @@ def prediction_rows(prediction: Any) -> list[tuple[str, str]]:
     ]
 
 
-def _table(title: str, rows: list[tuple[str, str]]) -> Any:
-    from rich.table import Table
-
+def _table(title: str, rows: list[tuple[str, str]]) -> Table:
     table = Table(title=title, show_header=False)
     table.add_column(style="bold")
     table.add_column()
@@ -119,9 +176,8 @@ def _table(title: str, rows: list[tuple[str, str]]) -> Any:
     return table
 
 
-def status_table(status: Any) -> Any:
-    from rich.table import Table
-
+def status_table(status: Any) -> Table:
+    """The service status as a table, one row per device kind."""
     table = Table(
         title=f"{status.predictor}: {status.observations_learned} observations learned, "
         f"{status.observations_rejected} rejected; ready={status.ready}",
@@ -161,10 +217,6 @@ def status_table(status: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Entry of ``predictor query``."""
     import grpc
-    from rich.console import Console
-
-    from predictor.rpc.commands import client_from_args
-    from predictor.service.errors import ServiceError
 
     console = Console()
     with client_from_args(args) as client:
@@ -203,8 +255,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_ranking(console: Any, client: Any, args: argparse.Namespace) -> None:
-    from rich.table import Table
-
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     batch = BatchSpec(args.model, args.batch_size, parse_key_values(args.attr, "--attr"))
     ranking = client.rank_placements(

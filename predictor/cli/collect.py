@@ -1,7 +1,7 @@
 """``predictor collect``: run the real co-located workload and log one ``coloc/v1`` record per batch.
 
-Importing this module is cheap (no ``torch``, no ``numpy``): the work is imported
-when the command runs, and ``torch`` only in the worker processes.
+Importing this module is cheap (no ``torch``): ``torch`` is imported only in the
+worker processes that :func:`collectors.workload.run_collection` starts.
 """
 
 from __future__ import annotations
@@ -9,6 +9,16 @@ from __future__ import annotations
 import argparse
 import os
 from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from collectors.catalog import MODEL_NAMES
+from collectors.schedule import constant_schedule, parse_schedule, validate_phases
+from collectors.summary import SlowdownSummary
+from collectors.workload import CollectionConfig, CollectionStatus, run_collection
+from predictor.logio import RecordWriter
+from predictor.records import Record
 
 DEFAULT_MODELS = "resnet,vgg,mobilenet,bert,gpt2,mlp"
 
@@ -72,12 +82,8 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def build_config(args: argparse.Namespace) -> Any:
+def build_config(args: argparse.Namespace) -> CollectionConfig:
     """The :class:`~collectors.workload.CollectionConfig` of parsed arguments."""
-    from collectors.catalog import MODEL_NAMES
-    from collectors.schedule import constant_schedule, parse_schedule, validate_phases
-    from collectors.workload import CollectionConfig
-
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     validate_phases(constant_schedule(models, args.rate), MODEL_NAMES)
     if args.schedule:
@@ -101,19 +107,12 @@ def build_config(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``predictor collect``; returns the exit status."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from collectors.summary import SlowdownSummary
-    from collectors.workload import CollectionStatus, run_collection
-    from predictor.logio import RecordWriter
-
     config = build_config(args)
     console = Console(stderr=True)
     summary = SlowdownSummary()
     writer = RecordWriter(args.output, atomic=True)
 
-    def sink(record: Any) -> None:
+    def sink(record: Record) -> None:
         writer.write(record)
         summary.add(record)
 

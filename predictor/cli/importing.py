@@ -12,6 +12,7 @@ IMPORTERS = {"igniter": import_igniter, "gpulet": import_gpulet}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``import`` sub-command."""
     parser = subparsers.add_parser(
         "import",
         help="convert a third-party dataset to a coloc/v1 log",
@@ -24,6 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Entry of ``predictor import``."""
     count = write_records(args.output, IMPORTERS[args.format](args.source))
     print(f"wrote {count} records to {args.output}")
     return 0

@@ -25,6 +25,7 @@ def dataset_stem(path: str | Path) -> str:
 
 
 def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the evaluation protocol options (``--split``/``--prequential``, seed, tolerance)."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--split", type=float, default=0.75, help="train fraction (default 0.75)")
     group.add_argument("--prequential", action="store_true", help="predict each record, then learn it")
@@ -38,6 +39,7 @@ def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def protocol_label(args: argparse.Namespace) -> str:
+    """A one-line description of the protocol the arguments choose."""
     if args.prequential:
         return "prequential (predict, then learn, every record)"
     learning = "online predictors keep learning" if args.keep_learning else "no learning"
@@ -45,6 +47,7 @@ def protocol_label(args: argparse.Namespace) -> str:
 
 
 def score(spec: str, records: list, args: argparse.Namespace, advance) -> Scored:
+    """Score the predictor ``spec`` on ``records`` under the protocol of ``args``."""
     predictor = create(spec, seed=args.seed)
     if args.prequential:
         return run_prequential(predictor, records, progress=advance)
@@ -54,6 +57,7 @@ def score(spec: str, records: list, args: argparse.Namespace, advance) -> Scored
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``evaluate`` sub-command."""
     parser = subparsers.add_parser("evaluate", help="compare predictors on coloc/v1 logs")
     parser.add_argument("logs", nargs="+", help="coloc/v1 logs (.jsonl or .jsonl.gz)")
     parser.add_argument(
@@ -86,6 +90,7 @@ def split_predictor_list(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Entry of ``predictor evaluate``."""
     console = Console()
     specs = split_predictor_list(args.predictors)
     output: dict = {"protocol": protocol_label(args), "seed": args.seed, "datasets": {}}
@@ -114,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def results_table(stem: str, protocol: str, summaries: dict[str, dict]) -> Table:
+    """One row per predictor: MAPE, error percentiles, under-prediction rate; the best in green."""
     table = Table(title=f"{stem} — {protocol}", title_justify="left")
     table.add_column("predictor")
     for column in ("MAPE", "p50", "p90", "p95", "p99", "under", "n"):

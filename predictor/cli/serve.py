@@ -1,13 +1,18 @@
-"""CLI sub-commands of the service: ``serve``, ``query`` and ``demo``.
+"""``predictor serve``: run the prediction service until SIGINT or SIGTERM.
 
-Importing this module is cheap: gRPC, the generated code and the workload are
-imported when a command runs.
+The arguments map onto :class:`~predictor.service.config.ServiceConfig` (the
+model's options) and :class:`~predictor.rpc.serve.ServeOptions` (network,
+process and security); :func:`predictor.rpc.serve.serve` runs the server.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
+
+from predictor.rpc.serve import ServeOptions, serve
+from predictor.service import ServiceConfig
 
 SERVE_EPILOG = """\
 start-up: the server listens at once with health NOT_SERVING; the snapshot in
@@ -26,13 +31,7 @@ examples:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``serve``, ``query`` and ``demo``."""
-    _register_serve(subparsers)
-    _register_query(subparsers)
-    _register_demo(subparsers)
-
-
-def _register_serve(subparsers: Any) -> None:
+    """Add the ``serve`` sub-command."""
     parser = subparsers.add_parser(
         "serve",
         help="run the prediction service (gRPC, health, reflection, Prometheus metrics)",
@@ -151,101 +150,52 @@ def _register_serve(subparsers: Any) -> None:
         action="store_true",
         help="read-only RPCs need a token or a client certificate too (health and reflection stay open)",
     )
-    parser.set_defaults(func=_lazy("predictor.rpc.serve"))
+    parser.set_defaults(func=run)
 
 
-def _register_query(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "query",
-        help="ask a running service: predict, deadline, rank, status",
-        description="Ask a running prediction service and print the answer.",
-    )
-    parser.add_argument("--target", default="localhost:50051", help="host:port (default localhost:50051)")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per call (default 10)")
-    add_client_security_arguments(parser)
-    what = parser.add_subparsers(dest="what", required=True, metavar="WHAT")
-    from predictor.rpc.query import add_batch_arguments, add_placement_arguments
-
-    predict = what.add_parser("predict", help="predicted latency and upper bound of a batch on a device")
-    add_placement_arguments(predict)
-    add_batch_arguments(predict)
-    deadline = what.add_parser("deadline", help="whether a batch meets a deadline on a device")
-    add_placement_arguments(deadline)
-    add_batch_arguments(deadline)
-    deadline.add_argument("--deadline-ms", type=float, required=True, help="deadline, ms from now")
-    rank = what.add_parser("rank", help="rank candidate devices for a batch (live view of each)")
-    rank.add_argument("--devices", required=True, help="comma list of devices")
-    add_batch_arguments(rank)
-    rank.add_argument("--deadline-ms", type=float, required=True, help="deadline, ms from now")
-    what.add_parser("status", help="observations learned, rolling error, coverage, drift alarms")
-    parser.set_defaults(func=_lazy("predictor.rpc.query"))
-
-
-def _register_demo(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "demo",
-        help="the service, the real CPU workload and a sample scheduler, end to end",
-        description="Start the service in-process, run the real CPU workload streaming observations to it "
-        "while a sample scheduler checks each batch's deadline, then print a summary.",
-    )
-    parser.add_argument("--duration", type=float, help="seconds of workload (default 60, 8 with --short)")
-    parser.add_argument("--short", action="store_true", help="two small models, quick profiling (for tests)")
-    parser.add_argument("--predictor", default="rls", help="predictor spec (default rls)")
-    parser.add_argument(
-        "--warm-start",
-        metavar="LOG",
-        help="log to warm-start from (default: the embedded CPU dataset, when present)",
-    )
-    parser.add_argument(
-        "--slo", type=float, default=2.5, help="deadline as a multiple of solo latency (default 2.5)"
-    )
-    parser.add_argument(
-        "--confidence",
-        type=float,
-        default=0.95,
-        help="confidence a batch needs to be dispatched (default 0.95)",
-    )
-    parser.add_argument("--save", metavar="LOG", help="also write the records streamed to this log")
-    parser.add_argument("--no-live", action="store_true", help="no live table (plain output)")
-    parser.set_defaults(func=_lazy("predictor.rpc.demo"))
-
-
-def add_client_security_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--tls-ca``, ``--tls-cert``, ``--tls-key``, ``--tls-server-name``, ``--auth-token-file``."""
-    group = parser.add_argument_group("security")
-    group.add_argument("--tls-ca", metavar="PEM", help="CA of the server's certificate: connect over TLS")
-    group.add_argument("--tls-cert", metavar="PEM", help="client certificate for mutual TLS")
-    group.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
-    group.add_argument(
-        "--tls-server-name", metavar="NAME", help="name to check the server certificate against"
-    )
-    group.add_argument("--auth-token-file", metavar="FILE", help="file holding the bearer token to send")
-
-
-def client_from_args(args: argparse.Namespace) -> Any:
-    """An :class:`~predictor.rpc.client.InterferenceClient` for the target and security arguments."""
-    from predictor.rpc.client import InterferenceClient
-    from predictor.rpc.security import channel_credentials, read_token
-
-    credentials = None
-    if args.tls_ca or args.tls_cert:
-        credentials = channel_credentials(args.tls_ca, args.tls_cert, args.tls_key)
-    token = read_token(args.auth_token_file) if args.auth_token_file else None
-    return InterferenceClient(
-        args.target,
-        timeout=args.timeout,
-        credentials=credentials,
-        token=token,
-        server_name=args.tls_server_name,
+def config_from_args(args: argparse.Namespace) -> ServiceConfig:
+    """The :class:`ServiceConfig` of parsed ``serve`` arguments."""
+    return ServiceConfig(
+        predictor=args.predictor,
+        snapshot_every_s=args.snapshot_every,
+        max_candidates=args.max_candidates,
+        default_confidence=args.confidence,
+        max_stream_records=args.max_stream_records,
+        observation_log=not args.no_observation_log,
+        fsync=args.fsync,
+        fsync_interval_s=args.fsync_interval,
+        outlier_gate=not args.no_outlier_gate,
+        outlier_k=args.outlier_k,
+        outlier_min_ratio=args.outlier_min_ratio,
+        rate_limit=args.rate_limit,
+        rate_burst=args.rate_burst,
+        rate_limit_by=args.rate_limit_by,
     )
 
 
-def _lazy(module: str) -> Any:
-    """A ``func`` that imports ``module`` only when the command runs and calls its ``run(args)``."""
+def options_from_args(args: argparse.Namespace) -> ServeOptions:
+    """The :class:`ServeOptions` of parsed ``serve`` arguments."""
+    return ServeOptions(
+        host=args.host,
+        port=args.port,
+        metrics_port=args.metrics_port,
+        state_dir=args.state,
+        warm_start=args.warm_start,
+        grace_s=args.grace,
+        max_workers=args.max_workers,
+        max_message_bytes=args.max_message_bytes,
+        max_concurrent_rpcs=args.max_concurrent_rpcs,
+        port_file=args.port_file,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        auth_token_file=args.auth_token_file,
+        allowed_clients=tuple(args.allowed_client or ()),
+        protect_reads=args.protect_reads,
+    )
 
-    def func(args: argparse.Namespace) -> int:
-        import importlib
 
-        return int(importlib.import_module(module).run(args) or 0)
-
-    return func
+def run(args: argparse.Namespace) -> int:
+    """Entry of ``predictor serve``."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return serve(config_from_args(args), options_from_args(args))

@@ -35,7 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from predictor.records import Record
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from predictor.logio import RecordWriter
+from predictor.records import BatchSpec, Record
+from predictor.service import CoRunnerSource, PlannedCoRunner, Query, Service, ServiceConfig
 
 DEFAULT_DATASET = Path(__file__).resolve().parents[1] / "data" / "cpu-default.jsonl.gz"
 SHORT_MODELS = ("mlp", "mobilenet")
@@ -53,6 +59,36 @@ class DemoOptions:
     confidence: float = 0.95
     save: str | None = None  # a log of the records streamed
     live: bool | None = None  # None: when the console is a terminal
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``demo`` sub-command."""
+    parser = subparsers.add_parser(
+        "demo",
+        help="the service, the real CPU workload and a sample scheduler, end to end",
+        description="Start the service in-process, run the real CPU workload streaming observations to it "
+        "while a sample scheduler checks each batch's deadline, then print a summary.",
+    )
+    parser.add_argument("--duration", type=float, help="seconds of workload (default 60, 8 with --short)")
+    parser.add_argument("--short", action="store_true", help="two small models, quick profiling (for tests)")
+    parser.add_argument("--predictor", default="rls", help="predictor spec (default rls)")
+    parser.add_argument(
+        "--warm-start",
+        metavar="LOG",
+        help="log to warm-start from (default: the embedded CPU dataset, when present)",
+    )
+    parser.add_argument(
+        "--slo", type=float, default=2.5, help="deadline as a multiple of solo latency (default 2.5)"
+    )
+    parser.add_argument(
+        "--confidence",
+        type=float,
+        default=0.95,
+        help="confidence a batch needs to be dispatched (default 0.95)",
+    )
+    parser.add_argument("--save", metavar="LOG", help="also write the records streamed to this log")
+    parser.add_argument("--no-live", action="store_true", help="no live table (plain output)")
+    parser.set_defaults(func=run)
 
 
 # ----------------------------------------------------------------------------- the workload
@@ -99,6 +135,8 @@ def run_workload(
 
 @dataclass
 class Decision:
+    """One admission decision of the sample scheduler, and the latency the batch then had."""
+
     model: str
     batch_size: int
     predicted_ms: float
@@ -109,6 +147,7 @@ class Decision:
 
     @property
     def met(self) -> bool:
+        """Whether the batch ran within its deadline."""
         return self.actual_ms <= self.deadline_ms
 
 
@@ -127,6 +166,7 @@ class SchedulerStats:
     recent: deque = field(default_factory=lambda: deque(maxlen=8))
 
     def decided(self, d: Decision) -> None:
+        """Count a decision taken before dispatch."""
         self.decisions += 1
         if d.feasible:
             self.dispatched += 1
@@ -144,14 +184,17 @@ class SchedulerStats:
 
     @property
     def mape(self) -> float:
+        """Mean absolute percentage error of the admitted batches' predictions."""
         return self.abs_pct_error / self.executed if self.executed else math.nan
 
     @property
     def coverage(self) -> float:
+        """Fraction of admitted batches within their upper bound."""
         return self.covered / self.executed if self.executed else math.nan
 
     @property
     def met_rate(self) -> float:
+        """Fraction of admitted batches that met their deadline."""
         return self.dispatched_met / self.executed if self.executed else math.nan
 
 
@@ -178,9 +221,6 @@ class SampleScheduler:
 
     def admit(self, planned: Any) -> bool:
         """Decide for a :class:`collectors.workload.PlannedBatch`; ``False`` refuses it."""
-        from predictor.records import BatchSpec
-        from predictor.service.types import CoRunnerSource, PlannedCoRunner, Query
-
         share = 1.0 / len(planned.in_flight) if planned.in_flight else 0.0
         query = Query(
             device=planned.device,
@@ -228,8 +268,6 @@ class _Pipeline:
     """Workload records -> scheduler -> observation stream, on two threads."""
 
     def __init__(self, client: Any, scheduler: SampleScheduler, save: str | None = None):
-        from predictor.logio import RecordWriter
-
         self.client = client
         self.writer = RecordWriter(save, atomic=True) if save else None
         self.scheduler = scheduler
@@ -281,8 +319,6 @@ def _fmt(value: float, digits: int = 2, suffix: str = "") -> str:
 
 
 def _live_table(stage: str, elapsed: float, options: DemoOptions, pipeline: _Pipeline, status: Any) -> Any:
-    from rich.table import Table
-
     s = pipeline.scheduler.stats
     table = Table(
         title=f"interference demo: {stage} {elapsed:.0f}/{options.duration_s:.0f} s", show_header=False
@@ -310,14 +346,11 @@ def _live_table(stage: str, elapsed: float, options: DemoOptions, pipeline: _Pip
             _fmt(d.actual_ms, 1),
             verdict,
         )
-    from rich.console import Group
-
     return Group(table, recent)
 
 
 def summary_table(options: DemoOptions, stats: SchedulerStats, status: Any, report: Any) -> Any:
-    from rich.table import Table
-
+    """The final table of the demo: the scheduler's decisions and the service's learning."""
     table = Table(title="demo summary", show_header=False)
     table.add_column(style="bold")
     table.add_column(justify="right")
@@ -345,13 +378,8 @@ def summary_table(options: DemoOptions, stats: SchedulerStats, status: Any, repo
 
 def run_demo(options: DemoOptions, console: Any = None) -> int:
     """Run the demo; returns the exit status."""
-    from rich.console import Console
-    from rich.live import Live
-
     from predictor.rpc.client import InterferenceClient
     from predictor.rpc.server import create_server, stop_server
-    from predictor.service.config import ServiceConfig
-    from predictor.service.core import Service
 
     console = console or Console()
     warm = options.warm_start or (str(DEFAULT_DATASET) if DEFAULT_DATASET.exists() else None)
@@ -393,7 +421,9 @@ def run_demo(options: DemoOptions, console: Any = None) -> int:
                         options.duration_s, options.short, pipeline.sink, progress, scheduler.admit
                     )
             else:
-                described = run_workload(options.duration_s, options.short, pipeline.sink, progress, scheduler.admit)
+                described = run_workload(
+                    options.duration_s, options.short, pipeline.sink, progress, scheduler.admit
+                )
         except RuntimeError as exc:
             console.print(f"[red]demo: the workload failed: {exc}")
             return 1

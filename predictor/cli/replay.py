@@ -6,7 +6,9 @@ import argparse
 import json
 import time
 
-from predictor.commands.evaluate import add_protocol_arguments, protocol_label, results_table, score
+from rich.console import Console
+
+from predictor.cli.evaluate import add_protocol_arguments, protocol_label, results_table, score
 from predictor.evaluation import run_prequential, summarize
 from predictor.logio import ReadReport, iter_records, read_records
 from predictor.predictors import create
@@ -14,6 +16,7 @@ from predictor.progress import progress_bar
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``replay`` sub-command."""
     parser = subparsers.add_parser("replay", help="stream a coloc/v1 log through one predictor")
     parser.add_argument("log", help="coloc/v1 log (.jsonl or .jsonl.gz)")
     parser.add_argument("--predictor", default="rls", help="name or name:key=value,... (default rls)")
@@ -23,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Entry of ``predictor replay``."""
     started = time.perf_counter()
     report = ReadReport()
     if args.prequential:  # a stream: never held in memory
@@ -38,8 +42,6 @@ def run(args: argparse.Namespace) -> int:
     finished = time.perf_counter()
     count = report.accepted
     summary = summarize(scored)
-    from rich.console import Console
-
     console = Console()
     if report.skipped:
         console.print(f"[yellow]{report.summary()}[/]")

@@ -1,0 +1,68 @@
+"""Package boundaries: ``predictor.records`` is the light shared core, and only the CLI wing touches ``collectors``.
+
+``collectors/`` and ``predictor/`` both depend on :mod:`predictor.records`;
+nothing in ``predictor/`` outside :mod:`predictor.cli` imports ``collectors``
+(nor ``torch``, which only the workload's worker processes load).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import predictor
+
+PACKAGE_DIR = Path(predictor.__file__).resolve().parent
+CLI_WING = "predictor.cli"
+
+
+def _loaded_after(code: str) -> set[str]:
+    """Top-level names in ``sys.modules`` after running ``code`` in a fresh interpreter."""
+    script = f"import json, sys\n{code}\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return set(json.loads(result.stdout.splitlines()[-1]))
+
+
+def _core_modules() -> list[str]:
+    names = [m.name for m in pkgutil.walk_packages([str(PACKAGE_DIR)], prefix="predictor.")]
+    return sorted(n for n in names if n != CLI_WING and not n.startswith(CLI_WING + "."))
+
+
+def test_records_import_nothing_heavy():
+    loaded = _loaded_after("import predictor.records")
+    assert not loaded & {"grpc", "google", "river", "sklearn", "torch", "collectors"}, loaded
+
+
+def test_predictor_outside_the_cli_loads_neither_collectors_nor_torch():
+    modules = _core_modules()
+    assert "predictor.rpc.server" in modules and "predictor.service.core" in modules
+    loaded = _loaded_after("\n".join(f"import {name}" for name in modules))
+    assert "collectors" not in loaded
+    assert "torch" not in loaded
+
+
+def test_predictor_outside_the_cli_never_imports_collectors():
+    # Also the imports inside functions, which importing the modules does not run.
+    offenders = []
+    for path in PACKAGE_DIR.rglob("*.py"):
+        if path.relative_to(PACKAGE_DIR).parts[0] == "cli":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            offenders += [f"{path}:{node.lineno}" for n in names if n.split(".")[0] == "collectors"]
+    assert not offenders
+
+
+def test_the_command_line_parses_without_grpc_or_torch():
+    loaded = _loaded_after("from predictor.cli import build_parser\nbuild_parser()")
+    assert not loaded & {"grpc", "torch"}, loaded
