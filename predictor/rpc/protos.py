@@ -11,8 +11,9 @@ import functools
 import importlib
 from types import ModuleType
 
+from predictor.rpc.names import SERVICE_NAME  # noqa: F401  (re-exported)
+
 MODULE = "predictor.rpc.generated.interference.v1"
-SERVICE_NAME = "interference.v1.InterferenceService"
 
 
 @functools.cache
