@@ -42,6 +42,7 @@ def gpulet_folder() -> Path:
 
 @pytest.fixture(scope="session")
 def default_dataset() -> Path:
+    """The embedded CPU dataset shipped in ``predictor/data``."""
     if not DEFAULT_DATASET.exists():
         pytest.skip(f"embedded dataset not recorded yet at {DEFAULT_DATASET}")
     return DEFAULT_DATASET
