@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from experiments.common import DEFAULT_DATASET, finish, start
+from experiments.common import DEFAULT_DATASET, ROOT, finish, relative, start
 from predictor.logio import RecordWriter, iter_records, read_records
 
 
@@ -55,9 +55,9 @@ def main() -> None:
         summary = out / f"replay-{spec.split(':')[0]}-{len(results['replay'])}.json"
         begin = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "predictor.cli", "replay", str(log), "--predictor", spec, "--prequential",
-             "--json", str(summary)],
-            check=True, stdout=subprocess.DEVNULL,
+            [sys.executable, "-m", "predictor.cli", "replay", relative(log.resolve()), "--predictor", spec,
+             "--prequential", "--json", str(summary.resolve())],
+            check=True, stdout=subprocess.DEVNULL, cwd=ROOT,  # from the root: the summary names the log relatively
         )
         rate = n / (time.perf_counter() - begin)
         results["replay"][spec] = {"records_per_s": rate, "ratio_to_floor": rate / floor}

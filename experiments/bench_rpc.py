@@ -43,7 +43,8 @@ from experiments.rpc_load import ClientPool
 from experiments.rpc_servers import ServerProcess, echo_main, service_main
 from predictor.records import BatchSpec
 from predictor.rpc import convert
-from predictor.rpc.protos import SERVICE_NAME, pb2
+from predictor.rpc.names import METHOD_PREFIX
+from predictor.rpc.protos import pb2
 from predictor.service.synthetic import MODELS, synthetic_records
 from predictor.service.types import Candidate, CoRunnerSource, PlannedCoRunner, Query
 
@@ -176,7 +177,7 @@ def canned_responses(target: str, requests: dict[str, list[bytes]]) -> dict[str,
     canned = {}
     with grpc.insecure_channel(target) as channel:
         for name, (request, response) in RESPONSE_TYPES.items():
-            path = f"/{SERVICE_NAME}/{name}"
+            path = METHOD_PREFIX + name
             if name == "ReportObservations":
                 payload = channel.stream_unary(path)(iter(requests[name][:10]))
                 assert getattr(messages, response).FromString(payload).accepted == 10
@@ -230,7 +231,7 @@ def unary_phases(config: Config, pool: ClientPool, server: ServerProcess, path: 
 
 
 def _pair(service: ServerProcess, echo: ServerProcess, name: str) -> tuple[tuple[str, ServerProcess, str], ...]:
-    return (("echo", echo, method_path(name)), ("service", service, f"/{SERVICE_NAME}/{name}"))
+    return (("echo", echo, method_path(name)), ("service", service, METHOD_PREFIX + name))
 
 
 def run_repeat(config: Config, pool: ClientPool, service: ServerProcess, echo: ServerProcess,

@@ -39,6 +39,7 @@ from predictor.records import Record
 @dataclasses.dataclass(frozen=True)
 class Config:
     datasets: tuple[str, ...] = ("cpu-default", "igniter", "gpulet")
+    data: str = ""  # folder holding igniter-v100/ and gpulet-ampere/ (empty: $INTERFERENCE_DATA)
     include_collected: bool = True
     predictor: str = "rls"
     confidences: tuple[float, ...] = (0.9, 0.95, 0.99)
@@ -99,7 +100,7 @@ def markdown(results: dict, confidences: tuple[float, ...]) -> str:
 def main() -> None:
     config, out = start("calibration_decisions", Config(), __doc__.splitlines()[0])
     names = list(config.datasets) + (collected_names() if config.include_collected else [])
-    results = {name: replay(records, config) for name, records in load(list(dict.fromkeys(names))).items()}
+    results = {name: replay(records, config) for name, records in load(list(dict.fromkeys(names)), config.data).items()}
     text = markdown(results, config.confidences)
     print(text)
     (out / "results.md").write_text(text + "\n")

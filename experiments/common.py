@@ -3,7 +3,9 @@
 Every study is a small frozen dataclass config; :func:`start` parses
 ``--seed``/``--out`` (and any config field as ``--field value``), creates
 the output folder and writes the resolved configuration there; :func:`finish`
-writes the results JSON next to it.
+writes the results JSON next to it. Paths inside the repository are recorded
+relative to it (:func:`relative`), so that results do not name the machine
+that produced them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
-SHARED_DATA = ROOT.parent / "shared" / "data"
 DEFAULT_DATASET = ROOT / "predictor" / "data" / "cpu-default.jsonl.gz"
 
 Config = TypeVar("Config")
@@ -52,7 +53,7 @@ def start(name: str, config: Config, description: str) -> tuple[Config, Path]:
     np.random.seed(seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    resolved = {"study": name, "config": dataclasses.asdict(config), "machine": machine(),
+    resolved = {"study": name, "config": portable(dataclasses.asdict(config)), "machine": machine(),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}  # type: ignore[call-overload]
     (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
     return config, out
@@ -71,9 +72,41 @@ def parse_bool(text: str) -> bool:
 def finish(out: Path, results: dict[str, Any]) -> Path:
     """Write ``results.json`` into ``out`` and return its path."""
     path = out / "results.json"
-    path.write_text(json.dumps(results, indent=2, default=float) + "\n")
-    print(f"results written to {path}")
+    path.write_text(json.dumps(portable(results), indent=2, default=float) + "\n")
+    print(f"results written to {relative(path)}")
     return path
+
+
+def relative(path: str | Path) -> str:
+    """``path`` relative to the repository when it lies inside it, else as given.
+
+    >>> relative(ROOT / "predictor" / "data" / "cpu-default.jsonl.gz")
+    'predictor/data/cpu-default.jsonl.gz'
+    >>> relative("/elsewhere/data.jsonl"), relative("runs/a.jsonl")
+    ('/elsewhere/data.jsonl', 'runs/a.jsonl')
+    """
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        return str(path)
+    try:
+        return candidate.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def portable(value: Any) -> Any:
+    """``value`` with every absolute path string inside the repository made relative (recursively).
+
+    >>> portable({"log": str(ROOT / "experiments" / "data" / "x.jsonl.gz"), "n": [1, "/tmp/y"]})
+    {'log': 'experiments/data/x.jsonl.gz', 'n': [1, '/tmp/y']}
+    """
+    if isinstance(value, dict):
+        return {key: portable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(item) for item in value]
+    if isinstance(value, Path) or (isinstance(value, str) and value.startswith(str(ROOT) + "/")):
+        return relative(value)
+    return value
 
 
 def machine() -> dict[str, Any]:

@@ -3,52 +3,68 @@
 * ``cpu-default``: the embedded dataset shipped in ``predictor/data``;
 * ``cpu-*``: collections recorded for the studies, under ``experiments/data``
   (see ``experiments/collect_all.sh`` for the commands);
-* ``igniter`` and ``gpulet``: the shared third-party GPU datasets, imported on
-  first use into ``experiments/results/_imported`` (skipped when absent).
+* ``igniter`` and ``gpulet``: the third-party GPU datasets (``docs/datasets.md``),
+  not in the repository: found under the folder given as ``--data`` (else
+  ``$INTERFERENCE_DATA``), imported on first use into
+  ``experiments/results/_imported`` and skipped when absent.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.common import DEFAULT_DATASET, RESULTS, ROOT, SHARED_DATA
+from experiments.common import DEFAULT_DATASET, RESULTS, ROOT
 from predictor.importers.gpulet import import_gpulet
 from predictor.importers.igniter import import_igniter
+from predictor.importers.sources import find_source
 from predictor.logio import read_records, write_records
 from predictor.records import Record
 
 COLLECTED = ROOT / "experiments" / "data"
 IMPORTED = RESULTS / "_imported"
-SHARED = {
-    "igniter": (SHARED_DATA / "igniter-v100" / "gpulet.config", import_igniter),
-    "gpulet": (SHARED_DATA / "gpulet-ampere", import_gpulet),
-}
+THIRD_PARTY = {"igniter": import_igniter, "gpulet": import_gpulet}
 
 
-def path_of(name: str) -> Path | None:
-    """The log for dataset ``name``, importing shared data if needed; None when absent."""
+def locate(name: str, data: str | Path | None = None) -> tuple[Path | None, str]:
+    """The log for dataset ``name`` (importing third-party data if needed), else None and why.
+
+    Parameters
+    ----------
+    name
+        ``cpu-default``, a collection under ``experiments/data``, ``igniter`` or ``gpulet``.
+    data
+        The folder holding the third-party datasets (default: ``$INTERFERENCE_DATA``).
+    """
     if name == "cpu-default":
-        return DEFAULT_DATASET if DEFAULT_DATASET.exists() else None
-    if name in SHARED:
-        source, importer = SHARED[name]
-        if not source.exists():
-            return None
+        return (DEFAULT_DATASET, "") if DEFAULT_DATASET.exists() else (None, "not found")
+    if name in THIRD_PARTY:
+        source, reason = find_source(name, data)
+        if source is None:
+            return None, reason
         target = IMPORTED / f"{name}.jsonl.gz"
         if not target.exists():
             IMPORTED.mkdir(parents=True, exist_ok=True)
-            write_records(target, importer(source))
-        return target
+            write_records(target, THIRD_PARTY[name](source))
+        return target, ""
     candidate = COLLECTED / f"{name}.jsonl.gz"
-    return candidate if candidate.exists() else None
+    return (candidate, "") if candidate.exists() else (None, "not found")
 
 
-def load(names: tuple[str, ...] | list[str]) -> dict[str, list[Record]]:
-    """Records of every dataset in ``names`` that is present; says which are skipped."""
+def load(names: tuple[str, ...] | list[str], data: str | Path | None = None) -> dict[str, list[Record]]:
+    """Records of every dataset in ``names`` that is present; says which are skipped.
+
+    Parameters
+    ----------
+    names
+        Dataset names (see :func:`locate`).
+    data
+        The folder holding the third-party datasets (default: ``$INTERFERENCE_DATA``).
+    """
     loaded: dict[str, list[Record]] = {}
     for name in names:
-        path = path_of(name)
+        path, reason = locate(name, data)
         if path is None:
-            print(f"skipping dataset {name}: not found")
+            print(f"skipping dataset {name}: {reason}")
             continue
         loaded[name] = read_records(path)[0]
     return loaded

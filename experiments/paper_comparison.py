@@ -29,6 +29,7 @@ PREDICTORS = (
 @dataclasses.dataclass(frozen=True)
 class Config:
     datasets: tuple[str, ...] = ("cpu-default", "igniter", "gpulet")
+    data: str = ""  # folder holding igniter-v100/ and gpulet-ampere/ (empty: $INTERFERENCE_DATA)
     include_collected: bool = True
     predictors: tuple[str, ...] = PREDICTORS
     split: float = 0.75
@@ -50,7 +51,7 @@ def overview(datasets: dict, protocol: str) -> str:
 def main() -> None:
     config, out = start("paper_comparison", Config(), __doc__.splitlines()[0])
     names = list(config.datasets) + (collected_names() if config.include_collected else [])
-    datasets = load(list(dict.fromkeys(names)))
+    datasets = load(list(dict.fromkeys(names)), config.data)
     results: dict = {"datasets": {}}
     lines = ["# Paper comparison: relative error per predictor", ""]
     for name, records in datasets.items():

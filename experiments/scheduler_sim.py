@@ -105,6 +105,7 @@ OVERRUN_FRACTION = 0.1
 @dataclasses.dataclass(frozen=True)
 class Config:
     datasets: tuple[str, ...] = ("cpu-default", "cpu-load-high")
+    data: str = ""  # folder holding igniter-v100/ and gpulet-ampere/ (empty: $INTERFERENCE_DATA)
     warm_fraction: float = 0.5
     devices: int = 4
     slots: int = 2
@@ -416,7 +417,7 @@ def main() -> None:
     results: dict = {"datasets": {}}
     text = [f"# Scheduler simulation: {config.devices} devices x {config.slots} slots, deadline = "
             f"{config.slo_factor:g} x solo latency, confidence {config.confidence:g}", ""]
-    for name, records in load(list(config.datasets)).items():
+    for name, records in load(list(config.datasets), config.data).items():
         r = results["datasets"][name] = run(config, records)
         text += [f"## {name}", "",
                  f"Nominal capacity {r['nominal_capacity_per_s']:.0f} batches/s (mean solo {r['mean_solo_ms']:.1f} ms); "

@@ -1,4 +1,10 @@
-"""Shared fixtures: paths to the shared third-party data and the embedded dataset."""
+"""Fixtures: paths to the third-party data and the embedded dataset.
+
+The third-party data lives outside the repository: set ``INTERFERENCE_DATA``
+to the folder holding ``igniter-v100/`` and ``gpulet-ampere/`` (for example
+``INTERFERENCE_DATA=../shared/data`` on the team's machines); the tests that
+need it skip when it is unset or absent.
+"""
 
 from __future__ import annotations
 
@@ -7,31 +13,36 @@ from pathlib import Path
 
 import pytest
 
+from predictor.importers.sources import find_source
+
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
 DEFAULT_DATASET = ROOT / "predictor" / "data" / "cpu-default.jsonl.gz"
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+def _third_party(name: str) -> Path:
+    path, reason = find_source(name)
+    if path is None:
+        pytest.skip(reason)
+    return path
+
+
 @pytest.fixture(scope="session")
 def igniter_config() -> Path:
-    path = SHARED_DATA / "igniter-v100" / "gpulet.config"
-    if not path.exists():
-        pytest.skip(f"shared iGniter data not found at {path}")
-    return path
+    """iGniter's ``gpulet.config`` (V100 pairs); skips when ``$INTERFERENCE_DATA`` does not hold it."""
+    return _third_party("igniter")
 
 
 @pytest.fixture(scope="session")
 def gpulet_folder() -> Path:
-    path = SHARED_DATA / "gpulet-ampere"
-    if not (path / "interference.csv").exists():
-        pytest.skip(f"shared GPUlet Ampere data not found at {path}")
-    return path
+    """The GPUlet Ampere CSV folder; skips when ``$INTERFERENCE_DATA`` does not hold it."""
+    return _third_party("gpulet")
 
 
 @pytest.fixture(scope="session")
 def default_dataset() -> Path:
+    """The embedded CPU dataset shipped in ``predictor/data``."""
     if not DEFAULT_DATASET.exists():
         pytest.skip(f"embedded dataset not recorded yet at {DEFAULT_DATASET}")
     return DEFAULT_DATASET

@@ -22,8 +22,9 @@ def test_collect_command_writes_real_co_location_records(tmp_path, capsys) -> No
     status = main(
         [
             "collect",
-            "--duration", "5.5",
-            "--schedule", "0:resnet,mlp@200;2:bert,mlp@200;4:mlp@10",  # ends with a light, mostly solo phase
+            "--duration", "8.5",
+            # ends with a light, mostly solo phase, long enough to drain the backlog on a loaded machine
+            "--schedule", "0:resnet,mlp@200;2:bert,mlp@200;4:mlp@10",
             "--workers", "2",
             "--max-batch", "2",
             "--profile-repeats", "3",
@@ -50,8 +51,13 @@ def test_collect_command_writes_real_co_location_records(tmp_path, capsys) -> No
     co_located = [r for r in records if r.co_runners]
     assert co_located and any(not r.co_runners for r in records)
     assert all(0.0 < c.overlap <= 1.0 for r in co_located for c in r.co_runners), "overlaps"
-    slowdowns = [r.slowdown for r in co_located]
-    print("co-located slowdown: median", statistics.median(slowdowns), "max", max(slowdowns))
+    # Slowdowns relative to the batches that ran alone in this same run: the solo profile is taken
+    # at the start, and on a machine shared with other work the background load drifts after it;
+    # the batches that ran alone tell by how much (1.0 on a quiet machine).
+    background = statistics.median(r.slowdown for r in records if not r.co_runners)
+    slowdowns = [r.slowdown / background for r in co_located]
+    print("co-located slowdown: median", statistics.median(slowdowns), "max", max(slowdowns),
+          "background", background)
     assert sum(s > 1.0 for s in slowdowns) >= 0.3 * len(slowdowns)  # co-location slows batches down...
     assert max(slowdowns) > 1.2  # ...some visibly
 

@@ -25,14 +25,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from predictor.rpc.errors import FIELD_KEY, decode_field
+from predictor.rpc.names import METHOD_PREFIX
 from predictor.rpc.protos import load
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import Service, ServiceConfig
-from predictor.service.snapshot import dump_state
 from predictor.service.synthetic import synthetic_records
+from predictor.snapshot import dump_state
 
 pb2, pb2_grpc = load()
-PREFIX = "/interference.v1.InterferenceService/"
+PREFIX = METHOD_PREFIX
 MAX_CANDIDATES = 20
 MAX_STREAM = 40
 MAX_MESSAGE = 64 * 1024

@@ -1,4 +1,4 @@
-"""Importers of the shared third-party datasets (skipped when the data is absent)."""
+"""Importers of the third-party datasets (skipped unless ``$INTERFERENCE_DATA`` holds them)."""
 
 from __future__ import annotations
 

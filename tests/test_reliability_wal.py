@@ -8,9 +8,10 @@ import time
 
 import pytest
 
+from predictor import snapshot as snap
 from predictor.records import BatchSpec
 from predictor.service import CoRunnerSource, PlannedCoRunner, Query, Service, ServiceConfig, Unavailable
-from predictor.service import snapshot as snap
+from predictor.service.state import SNAPSHOT_FILE
 from predictor.service.synthetic import synthetic_records
 from predictor.service.wal import DIR_NAME, LogEntry, LogError, ObservationLog, ReplayReport, encode_entry
 
@@ -126,7 +127,7 @@ def test_restart_replays_the_log_after_the_snapshot(tmp_path, records):
     for record in records[:100]:
         live.observe(record)
     live.save_snapshot()
-    header, _ = snap.read_header(state / snap.FILE_NAME)
+    header, _ = snap.read_header(state / SNAPSHOT_FILE)
     assert header["log_sequence"] == 100
     assert [p.stat().st_size for p in sorted((state / DIR_NAME).iterdir())] == [0]  # covered segments gone
     for record in records[100:160]:
@@ -253,7 +254,7 @@ def test_a_warm_start_is_covered_by_an_immediate_snapshot(tmp_path, records):
     write_records(log, records[:50])
     service = new_service()
     assert "warm start" in service.open(tmp_path / "state", warm_start=log)
-    assert snap.read_header(tmp_path / "state" / snap.FILE_NAME)[0]["log_sequence"] == 0
+    assert snap.read_header(tmp_path / "state" / SNAPSHOT_FILE)[0]["log_sequence"] == 0
     service.observe(records[50])
     crash(service)
     restored = new_service()

@@ -56,7 +56,9 @@ def test_busy_core_raises_utilisation_in_its_window() -> None:
     quiet = sampler.window("cpu0", quiet0, quiet1)
     busy = sampler.window("cpu0", busy0, busy1)
     assert busy["cpu_util"] > 0.6
-    assert busy["cpu_util"] > quiet["cpu_util"] + 0.2
+    # The busy window reads 0.2 above the quiet one measured just before, or saturated when other
+    # work on a shared machine left the quiet window less than that headroom.
+    assert busy["cpu_util"] > min(quiet["cpu_util"] + 0.2, 0.95)
     assert busy["run_queue"] >= 1.0
 
 

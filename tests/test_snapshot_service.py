@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from predictor import snapshot as snap
 from predictor.records import BatchSpec
 from predictor.service import (
     CoRunnerSource,
@@ -17,7 +18,7 @@ from predictor.service import (
     ServiceConfig,
     SnapshotError,
 )
-from predictor.service import snapshot as snap
+from predictor.service.state import SNAPSHOT_FILE
 from predictor.service.synthetic import synthetic_records
 
 QUERIES = [
@@ -56,9 +57,9 @@ def trained(records, tmp_path):
 
 def test_restore_gives_identical_predictions(trained, records, tmp_path):
     path = trained.save_snapshot()
-    assert path == tmp_path / "state" / snap.FILE_NAME
+    assert path == tmp_path / "state" / SNAPSHOT_FILE
     # no temporary left (wal/ is the observation log)
-    assert not [p for p in path.parent.iterdir() if p.name not in (snap.FILE_NAME, "wal")]
+    assert not [p for p in path.parent.iterdir() if p.name not in (SNAPSHOT_FILE, "wal")]
     restored = Service(ServiceConfig(snapshot_every_s=0))
     said = restored.open(tmp_path / "state", warm_start="/nonexistent/ignored.jsonl")
     assert "restored 400 observations" in said
@@ -74,7 +75,7 @@ def test_restore_gives_identical_predictions(trained, records, tmp_path):
 
 def test_close_writes_a_final_snapshot(trained, tmp_path):
     trained.close()
-    header, _ = snap.read_header(tmp_path / "state" / snap.FILE_NAME)
+    header, _ = snap.read_header(tmp_path / "state" / SNAPSHOT_FILE)
     assert header["observations"] == 400 and header["predictor"] == "rls"
     assert not trained.ready
 
@@ -85,10 +86,10 @@ def test_periodic_snapshots(records, tmp_path):
     for record in records[:20]:
         service.observe(record)
     deadline = time.monotonic() + 5
-    while not (tmp_path / snap.FILE_NAME).exists() and time.monotonic() < deadline:
+    while not (tmp_path / SNAPSHOT_FILE).exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     service.close()
-    assert snap.read_header(tmp_path / snap.FILE_NAME)[0]["observations"] == 20
+    assert snap.read_header(tmp_path / SNAPSHOT_FILE)[0]["observations"] == 20
     assert service.status().last_snapshot_time is not None
 
 
@@ -149,6 +150,6 @@ def test_snapshot_of_another_predictor_is_incompatible(trained, tmp_path):
 
 
 def test_payload_that_is_not_a_service_state(tmp_path):
-    snap.write_snapshot(tmp_path / snap.FILE_NAME, {"predictor": 1}, predictor="rls", observations=0)
+    snap.write_snapshot(tmp_path / SNAPSHOT_FILE, {"predictor": 1}, predictor="rls", observations=0)
     with pytest.raises(SnapshotError, match="not a service state"):
         Service().open(tmp_path)

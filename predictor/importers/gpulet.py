@@ -1,6 +1,6 @@
 """Import the GPUlet re-implementation's Ampere pair measurements (``data/*.csv``).
 
-Reading of the data (see ``../shared/data/README.md``):
+Reading of the data (see ``docs/datasets.md``):
 
 * ``inference.csv`` gives the solo latency (seconds) per (model, batch,
   partition %); ``mem_util.csv`` the solo ``mem_util`` and ``l2_util``

@@ -1,6 +1,6 @@
 """Import iGniter's V100 pair measurements (``Profile/tools/gpulet.config``).
 
-Reading of the data (see ``../shared/data/README.md``):
+Reading of the data (see ``docs/datasets.md``):
 
 * the file is JSON Lines, each line one key; lines with the same key are merged;
 * ``profile[model][metric][batch][resource%]`` are solo measurements

@@ -16,26 +16,21 @@ from typing import Any
 
 import grpc
 
-from predictor.rpc.errors import FIELD_KEY, encode_field
+from predictor.rpc.errors import abort
+from predictor.rpc.names import METHOD_PREFIX
+from predictor.service.errors import InvalidArgument
 
-PREFIX = "/interference.v1.InterferenceService/"
+PREFIX = METHOD_PREFIX
 
 
-class _Undecodable(Exception):
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
+class _Undecodable(InvalidArgument):
+    """A request message whose bytes do not parse (``INVALID_ARGUMENT`` on its field)."""
 
 
 def _type_name(deserialize: Callable[[bytes], Any]) -> str:
     owner = getattr(deserialize, "__self__", None)
     descriptor = getattr(owner, "DESCRIPTOR", None)
     return getattr(descriptor, "full_name", "request")
-
-
-def _abort(context: grpc.ServicerContext, error: _Undecodable) -> None:
-    context.set_trailing_metadata(((FIELD_KEY, encode_field(error.field)),))
-    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{error.field}: {error}")
 
 
 def _decode(deserialize: Callable[[bytes], Any], raw: bytes, field: str) -> Any:
@@ -87,7 +82,7 @@ class DecodeErrorsInterceptor(grpc.ServerInterceptor):
             try:
                 request = _decode(deserialize, raw, "request")
             except _Undecodable as error:
-                _abort(context, error)
+                abort(context, error)
             return behaviour(request, context)
 
         return decoded
@@ -102,6 +97,6 @@ class DecodeErrorsInterceptor(grpc.ServerInterceptor):
             try:
                 return behaviour(requests(), context)
             except _Undecodable as error:
-                _abort(context, error)
+                abort(context, error)
 
         return decoded

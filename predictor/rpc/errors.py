@@ -7,6 +7,18 @@ offending field's path and the trailing metadata carries it under
 ``invalid-field`` (percent-encoded outside printable ASCII, as a map key sent
 by a client may hold anything). Anything else is left to gRPC (``UNKNOWN``)
 and logged.
+
+Every mapping goes through one table, :data:`STATUS_TABLE`: the servicer's
+domain errors, the undecodable requests (:mod:`predictor.rpc.decoding`) and
+the refused callers (:mod:`predictor.rpc.security`) on the server side, and
+:func:`from_rpc_error` on the client side (the rows marked ``client``).
+
+Examples
+--------
+>>> status_code(InvalidArgument("query.batch", "missing")).name, status_code(Unauthenticated("no token")).name
+('INVALID_ARGUMENT', 'UNAUTHENTICATED')
+>>> type(from_code(grpc.StatusCode.NOT_FOUND, "device", "unknown device 'gpu9'")).__name__
+'NotFound'
 """
 
 from __future__ import annotations
@@ -15,32 +27,62 @@ import functools
 import logging
 import urllib.parse
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
 from predictor.records import RecordError
 from predictor.service.errors import InvalidArgument, NotFound, ResourceExhausted, ServiceError, Unavailable
-from predictor.service.snapshot import SnapshotError
+from predictor.snapshot import SnapshotError
 
 FIELD_KEY = "invalid-field"
 _SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 log = logging.getLogger("predictor.rpc")
 
-STATUS_CODES: dict[type[Exception], grpc.StatusCode] = {
-    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
-    RecordError: grpc.StatusCode.INVALID_ARGUMENT,
-    NotFound: grpc.StatusCode.NOT_FOUND,
-    Unavailable: grpc.StatusCode.UNAVAILABLE,
-    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    SnapshotError: grpc.StatusCode.FAILED_PRECONDITION,
-}
 
-_ERRORS: dict[grpc.StatusCode, type[ServiceError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
-    grpc.StatusCode.NOT_FOUND: NotFound,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
-}
+
+class Unauthenticated(Exception):
+    """A caller without a valid credential called a protected RPC (``UNAUTHENTICATED``)."""
+
+
+class PermissionDenied(Exception):
+    """An authenticated caller is not allowed to call this RPC (``PERMISSION_DENIED``)."""
+
+
+@dataclass(frozen=True)
+class StatusRow:
+    """One row of the mapping: an error type, its status code, and whether the client raises it back.
+
+    Attributes
+    ----------
+    error
+        The exception type (its subclasses map alike unless they have a row of their own).
+    code
+        The gRPC status code a call that raised it ends with.
+    client
+        Whether :func:`from_rpc_error` turns that code back into ``error`` on the client side.
+    """
+
+    error: type[Exception]
+    code: grpc.StatusCode
+    client: bool = False
+
+
+STATUS_TABLE: tuple[StatusRow, ...] = (
+    StatusRow(InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT, client=True),
+    StatusRow(RecordError, grpc.StatusCode.INVALID_ARGUMENT),
+    StatusRow(NotFound, grpc.StatusCode.NOT_FOUND, client=True),
+    StatusRow(Unavailable, grpc.StatusCode.UNAVAILABLE, client=True),
+    StatusRow(ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED, client=True),
+    StatusRow(SnapshotError, grpc.StatusCode.FAILED_PRECONDITION),
+    StatusRow(Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    StatusRow(PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    StatusRow(ServiceError, grpc.StatusCode.INTERNAL),  # any other service error: the message, not UNKNOWN
+)
+STATUS_CODES: dict[type[Exception], grpc.StatusCode] = {row.error: row.code for row in STATUS_TABLE}
+_ERRORS: dict[grpc.StatusCode, type[Exception]] = {row.code: row.error for row in STATUS_TABLE if row.client}
+MAPPED: tuple[type[Exception], ...] = tuple(STATUS_CODES)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -67,6 +109,15 @@ def status_code(error: Exception) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+def abort(context: grpc.ServicerContext, error: Exception) -> NoReturn:
+    """End the call with ``error``'s status code; its field, if any, goes to the trailing metadata."""
+    field = getattr(error, "field", "") or ""
+    if field:
+        context.set_trailing_metadata(((FIELD_KEY, encode_field(field)),))
+    context.abort(status_code(error), str(error))
+    raise AssertionError("grpc's context.abort returned")  # pragma: no cover  (it always raises)
+
+
 def grpc_errors(method: F) -> F:
     """Decorate a servicer method: domain errors abort the call with their status code."""
 
@@ -74,13 +125,20 @@ def grpc_errors(method: F) -> F:
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             return method(self, request, context)
-        except (ServiceError, RecordError, SnapshotError) as exc:
-            field = getattr(exc, "field", "") or ""
-            if field:
-                context.set_trailing_metadata(((FIELD_KEY, encode_field(field)),))
-            context.abort(status_code(exc), str(exc))
+        except MAPPED as exc:
+            abort(context, exc)
 
     return wrapper  # type: ignore[return-value]
+
+
+def from_code(code: grpc.StatusCode | None, field: str, message: str) -> Exception | None:
+    """The client-side error for a status code, field and message (None when the code has no row)."""
+    klass = _ERRORS.get(code)  # type: ignore[arg-type]
+    if klass is None:
+        return None
+    error = klass.__new__(klass)
+    ServiceError.__init__(error, message, field)  # every client row is a ServiceError
+    return error
 
 
 def from_rpc_error(error: grpc.RpcError) -> Exception:
@@ -94,9 +152,4 @@ def from_rpc_error(error: grpc.RpcError) -> Exception:
     message = details or ""
     if field and message.startswith(f"{field}: "):
         message = message[len(field) + 2 :]
-    if code == grpc.StatusCode.UNAVAILABLE:
-        return Unavailable(message)
-    klass = _ERRORS.get(code)
-    if klass is None:
-        return error
-    return klass(field, message)
+    return from_code(code, field, message) or error

@@ -27,10 +27,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from predictor.rpc.names import method_name
 from predictor.service.core import Service
 
 LATENCY_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.5, 1.0, 5.0)
-_PREFIX = "/interference.v1.InterferenceService/"
 
 
 class _ServiceCollector(Collector):
@@ -138,7 +138,7 @@ class _MetricsInterceptor(grpc.ServerInterceptor):
         if handler is None:
             return None
         full = handler_call_details.method
-        method = full[len(_PREFIX) :] if full.startswith(_PREFIX) else full
+        method = method_name(full) or full
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._timed(handler.unary_unary, method),

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from predictor.rpc.names import SERVICE_NAME  # noqa: F401  (re-exported)
+
 MODULE = "predictor.rpc.generated.interference.v1"
 
 try:
@@ -30,7 +32,8 @@ except ModuleNotFoundError as exc:
         "(or `python -m predictor.rpc.codegen`) in the source checkout, or reinstall the package"
     ) from exc
 
-SERVICE_NAME = interference_pb2.DESCRIPTOR.services_by_name["InterferenceService"].full_name
+if interference_pb2.DESCRIPTOR.services_by_name["InterferenceService"].full_name != SERVICE_NAME:
+    raise ImportError(f"the generated gRPC code does not define {SERVICE_NAME}: run `make protos`")
 
 
 def load() -> tuple[ModuleType, ModuleType]:

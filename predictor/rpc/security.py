@@ -44,7 +44,10 @@ from typing import Any, NamedTuple
 
 import grpc
 
-PREFIX = "/interference.v1.InterferenceService/"
+from predictor.rpc.errors import PermissionDenied, Unauthenticated, abort
+from predictor.rpc.names import METHOD_PREFIX
+
+PREFIX = METHOD_PREFIX
 WRITE_METHODS = frozenset({"ReportObservations", "ReportBatchStart", "ReportBatchEnd"})
 AUTH_KEY = "authorization"
 _NAME = re.compile(r"^[A-Za-z0-9._@:+-]{1,64}$")
@@ -293,7 +296,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
             if len(headers) > 1 or scheme.lower() != "bearer" or not token.strip():
                 self._deny(
                     context,
-                    grpc.StatusCode.UNAUTHENTICATED,
+                    Unauthenticated,
                     name,
                     peer,
                     "malformed authorization metadata: send exactly one 'authorization: Bearer <token>'",
@@ -301,7 +304,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
             matched = self.policy.match(token.strip())
             if matched is None:
                 self._deny(
-                    context, grpc.StatusCode.UNAUTHENTICATED, name, peer, "the bearer token is not valid"
+                    context, Unauthenticated, name, peer, "the bearer token is not valid"
                 )
             identity = f"token:{matched}"
         elif self.policy.mutual_tls:
@@ -314,7 +317,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
                 ):
                     self._deny(
                         context,
-                        grpc.StatusCode.PERMISSION_DENIED,
+                        PermissionDenied,
                         name,
                         peer,
                         f"client certificate {common_name!r} is not allowed to call {name}",
@@ -324,7 +327,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
             what = "changes the model's state" if name in WRITE_METHODS else "is protected (--protect-reads)"
             self._deny(
                 context,
-                grpc.StatusCode.UNAUTHENTICATED,
+                Unauthenticated,
                 name,
                 peer,
                 f"{name} {what}: send 'authorization: Bearer <token>' metadata"
@@ -334,10 +337,14 @@ class AuthInterceptor(grpc.ServerInterceptor):
 
     @staticmethod
     def _deny(
-        context: grpc.ServicerContext, code: grpc.StatusCode, name: str, peer: str, message: str
+        context: grpc.ServicerContext,
+        refusal: type[Unauthenticated | PermissionDenied],
+        name: str,
+        peer: str,
+        message: str,
     ) -> None:
         log.warning("refused %s from %s: %s", name, peer, message)
-        context.abort(code, message)
+        abort(context, refusal(message))
 
 
 # --------------------------------------------------------------------------- client side

@@ -83,7 +83,7 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
     from predictor.rpc.metrics import ServerMetrics
     from predictor.rpc.server import create_server, stop_server
     from predictor.service.core import Service
-    from predictor.service.snapshot import SnapshotError
+    from predictor.snapshot import SnapshotError
 
     stop = stop or threading.Event()
     try:

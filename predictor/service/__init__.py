@@ -15,7 +15,6 @@ from predictor.service.errors import (
     ServiceError,
     Unavailable,
 )
-from predictor.service.snapshot import SnapshotError
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,
@@ -28,6 +27,7 @@ from predictor.service.types import (
     Ranking,
     Status,
 )
+from predictor.snapshot import SnapshotError
 
 __all__ = [
     "Candidate",

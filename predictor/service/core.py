@@ -146,7 +146,7 @@ class Service:
     def open(self, state_dir: str | Path | None = None, warm_start: str | Path | None = None) -> str:
         """Restore the snapshot in ``state_dir``, else warm-start from a log; then become ready.
 
-        Returns what was done, in words. Raises :class:`~predictor.service.snapshot.SnapshotError`
+        Returns what was done, in words. Raises :class:`~predictor.snapshot.SnapshotError`
         for a snapshot that exists but cannot be used (nothing is loaded then).
         """
         return self.state.open(self.ingest, state_dir, warm_start)

@@ -17,11 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from predictor import snapshot
 from predictor.calibration import ConformalCalibrator
 from predictor.logio import ReadReport
 from predictor.predictors import LatencyPredictor, create
 from predictor.records import Record
-from predictor.service import snapshot, wal
+from predictor.service import wal
 from predictor.service.config import ServiceConfig
 from predictor.service.errors import OutlierRejected, ServiceError, Unavailable
 from predictor.service.gates import OutlierGates
@@ -30,6 +31,9 @@ from predictor.service.monitor import ErrorMonitor
 from predictor.service.types import KindStatus, LogStatus, Status
 
 log = logging.getLogger("predictor.service")
+
+SNAPSHOT_FILE = "service.snapshot"
+"""The snapshot's file name in the service's state folder."""
 
 
 class Learner(Protocol):
@@ -131,7 +135,7 @@ class ServiceState:
         """Restore the snapshot in ``state_dir`` and replay the log after it, else warm-start from a
         log (both through ``learner``); then become ready. Returns what was done, in words.
 
-        Raises :class:`~predictor.service.snapshot.SnapshotError` for a snapshot that exists but
+        Raises :class:`~predictor.snapshot.SnapshotError` for a snapshot that exists but
         cannot be used (nothing is loaded then).
         """
         said = "cold start: nothing learned yet"
@@ -139,7 +143,7 @@ class ServiceState:
         if state_dir is not None:
             self.state_dir = Path(state_dir)
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            path = self.state_dir / snapshot.FILE_NAME
+            path = self.state_dir / SNAPSHOT_FILE
             if path.exists():
                 header = self.restore_snapshot(path)
                 said = f"restored {header['observations']} observations from {path}"
@@ -215,8 +219,8 @@ class ServiceState:
         if path is None:
             if self.state_dir is None:
                 raise ValueError("no state folder configured and no snapshot path given")
-            path = self.state_dir / snapshot.FILE_NAME
-        own = self.state_dir is not None and Path(path) == self.state_dir / snapshot.FILE_NAME
+            path = self.state_dir / SNAPSHOT_FILE
+        own = self.state_dir is not None and Path(path) == self.state_dir / SNAPSHOT_FILE
         with self.lock:
             payload = self.state_payload()
             observations = self.predictor.n_learned

@@ -65,8 +65,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from predictor.durable import fsync_dir
 from predictor.records import Record, RecordError, parse_record, record_to_dict
-from predictor.service.durable import fsync_dir
 
 FSYNC_POLICIES = ("always", "batch", "never")
 DIR_NAME = "wal"
