@@ -35,7 +35,7 @@ class EnsemblePredictor(LatencyPredictor):
     def __init__(self, experts: str = ",".join(DEFAULT_EXPERTS), decay: float = 0.97, eta: float = 50.0,
                  seed: int = 0):
         super().__init__(seed=seed)
-        from predictor.predictors.registry import create
+        from predictor.predictors.registry import create  # cycle: the registry imports this module
 
         names = [e.strip() for e in experts.split(",") if e.strip()]
         if not names or "ensemble" in names:
