@@ -1,3 +1,106 @@
-"""Online interference prediction for co-located ML inference batches."""
+"""Online interference prediction for co-located ML inference batches.
+
+The names a user needs are importable from the package itself; each is loaded
+on first use (:pep:`562`), so ``import predictor`` stays cheap and pulls in
+neither gRPC nor river, scikit-learn or torch until a name that needs them is
+asked for.
+
+- Records (``coloc/v1``): :class:`BatchSpec`, :class:`CoRunner`, :class:`Record`,
+  :class:`RecordError`, :func:`parse_record`, from :mod:`predictor.records`.
+- Logs: :func:`iter_records`, :func:`read_records`, :func:`write_records`,
+  :class:`RecordWriter`, :class:`ReadReport`, from :mod:`predictor.logio`.
+- Predictors: :func:`make_predictor` (the registry's
+  :func:`~predictor.predictors.registry.create`: a name or
+  ``name:key=value,...`` spec to a fresh predictor), :func:`available_predictors`
+  (its :func:`~predictor.predictors.registry.available`), :class:`LatencyPredictor`
+  (the base class of third-party predictors) and :func:`check_predictor`
+  (their contract checks, from :mod:`predictor.testing`).
+- Service: :class:`Service`, :class:`ServiceConfig` and :class:`Query`, from
+  :mod:`predictor.service`; :class:`InterferenceClient`, the gRPC client, from
+  :mod:`predictor.rpc.client`.
+
+Examples
+--------
+>>> from predictor import BatchSpec, InterferenceClient, Record, available_predictors, make_predictor
+>>> available_predictors()
+['ensemble', 'ewma', 'forest', 'rls', 'sgd', 'solo', 'static']
+>>> model = make_predictor("solo")
+>>> model.learn_one(Record("cpu0", BatchSpec("mlp", 2), latency_ms=4.0, solo_latency_ms=3.5))
+>>> model.predict_one(Record("cpu0", BatchSpec("mlp", 2), latency_ms=None))
+3.5
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Exported name -> (module, attribute in that module).
+_EXPORTS: dict[str, tuple[str, str]] = {
+    "BatchSpec": ("predictor.records", "BatchSpec"),
+    "CoRunner": ("predictor.records", "CoRunner"),
+    "Record": ("predictor.records", "Record"),
+    "RecordError": ("predictor.records", "RecordError"),
+    "parse_record": ("predictor.records", "parse_record"),
+    "ReadReport": ("predictor.logio", "ReadReport"),
+    "RecordWriter": ("predictor.logio", "RecordWriter"),
+    "iter_records": ("predictor.logio", "iter_records"),
+    "read_records": ("predictor.logio", "read_records"),
+    "write_records": ("predictor.logio", "write_records"),
+    "LatencyPredictor": ("predictor.predictors.base", "LatencyPredictor"),
+    "make_predictor": ("predictor.predictors.registry", "create"),
+    "available_predictors": ("predictor.predictors.registry", "available"),
+    "check_predictor": ("predictor.testing", "check_predictor"),
+    "Query": ("predictor.service", "Query"),
+    "Service": ("predictor.service", "Service"),
+    "ServiceConfig": ("predictor.service", "ServiceConfig"),
+    "InterferenceClient": ("predictor.rpc.client", "InterferenceClient"),
+}
+
+__all__ = [  # the keys of _EXPORTS, spelt out for linters and type checkers
+    "BatchSpec",
+    "CoRunner",
+    "InterferenceClient",
+    "LatencyPredictor",
+    "Query",
+    "ReadReport",
+    "Record",
+    "RecordError",
+    "RecordWriter",
+    "Service",
+    "ServiceConfig",
+    "available_predictors",
+    "check_predictor",
+    "iter_records",
+    "make_predictor",
+    "parse_record",
+    "read_records",
+    "write_records",
+]
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
+    from predictor.logio import ReadReport, RecordWriter, iter_records, read_records, write_records
+    from predictor.predictors.base import LatencyPredictor
+    from predictor.predictors.registry import available as available_predictors
+    from predictor.predictors.registry import create as make_predictor
+    from predictor.records import BatchSpec, CoRunner, Record, RecordError, parse_record
+    from predictor.rpc.client import InterferenceClient
+    from predictor.service import Query, Service, ServiceConfig
+    from predictor.testing import check_predictor
+
+
+def __getattr__(name: str) -> Any:
+    """Import an exported name's module on first access (:pep:`562`)."""
+    try:
+        module, attribute = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'predictor' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

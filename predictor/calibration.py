@@ -107,6 +107,7 @@ class ResidualWindow:
         return len(self._order)
 
     def add(self, residual: float) -> None:
+        """Append a residual, evicting the oldest when the window is full."""
         if len(self._order) == self.size:
             oldest = self._order.popleft()
             del self._sorted[bisect.bisect_left(self._sorted, oldest)]
@@ -121,6 +122,7 @@ class ResidualWindow:
         return self._sorted[k - 1] if k <= n else math.inf
 
     def supports(self, confidence: float) -> bool:
+        """Whether the window holds enough residuals for a finite quantile at ``confidence``."""
         n = len(self._sorted)
         return n > 0 and conformal_rank(n, confidence) <= n
 
@@ -129,6 +131,7 @@ class ResidualWindow:
         return bisect.bisect_right(self._sorted, x) / (len(self._sorted) + 1)
 
     def cdf_many(self, xs: np.ndarray) -> np.ndarray:
+        """Conformal ``P(r <= x)`` for each of ``xs`` (as :meth:`cdf`, vectorised)."""
         if self._array is None and len(xs) <= 16:
             # A few look-ups bisect the sorted list (the same counts) rather than build its array,
             # which the next residual would make stale again.
@@ -137,6 +140,7 @@ class ResidualWindow:
         return np.searchsorted(self.sorted_array(), xs, side="right") / (len(self._sorted) + 1)
 
     def sorted_array(self) -> np.ndarray:
+        """The residuals in ascending order as an array (cached until the next :meth:`add`)."""
         if self._array is None:
             self._array = np.asarray(self._sorted, dtype=float)
         return self._array
@@ -230,10 +234,12 @@ class ConformalCalibrator:
 
     # -------------------------------------------------------------- answering
     def n_residuals(self, kind: str) -> int:
+        """Residuals held for ``kind`` (at most ``window``; ``POOL`` for the pool)."""
         window = self._windows.get(kind)
         return len(window) if window is not None else 0
 
     def kinds(self) -> list[str]:
+        """Device kinds that have residuals, sorted (the pool left out)."""
         return sorted(k for k in self._windows if k != POOL)
 
     def miss_factor(self, kind: str) -> float:

@@ -139,4 +139,5 @@ class CoLocations:
         )
 
     def records(self) -> list[Record]:
+        """Every row as a planned record, in row order."""
         return [self.record(i) for i in range(len(self))]

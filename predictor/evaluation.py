@@ -33,10 +33,12 @@ class Scored:
     measured: list[float] = field(default_factory=list)
 
     def add(self, predicted: float, measured: float) -> None:
+        """Append one scored record."""
         self.predicted.append(predicted)
         self.measured.append(measured)
 
     def relative_errors(self) -> np.ndarray:
+        """``|predicted - measured| / measured`` per scored record."""
         predicted, measured = np.asarray(self.predicted), np.asarray(self.measured)
         return np.abs(predicted - measured) / measured
 

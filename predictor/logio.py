@@ -30,11 +30,13 @@ class ReadReport:
     errors: list[RecordError] = field(default_factory=list)
 
     def add_error(self, error: RecordError) -> None:
+        """Count a skipped line, keeping its error among the first 100."""
         self.skipped += 1
         if len(self.errors) < MAX_REPORTED_ERRORS:
             self.errors.append(error)
 
     def summary(self) -> str:
+        """One line: records read, lines skipped and the first error."""
         text = f"{self.accepted} records read, {self.skipped} bad lines skipped"
         if self.errors:
             text += "; first: " + str(self.errors[0])
@@ -145,15 +147,18 @@ class RecordWriter:
         self.count = 0
 
     def write(self, record: Record) -> None:
+        """Append one record as a JSON line."""
         self._stream.write(dumps_record(record) + "\n")
         self.count += 1
 
     def write_all(self, records: Iterable[Record]) -> int:
+        """Append every record; returns the total written by this writer so far."""
         for record in records:
             self.write(record)
         return self.count
 
     def close(self) -> None:
+        """Close the file (idempotent); an atomic writer then renames it into place."""
         if self._stream.closed:
             return
         self._stream.close()

@@ -10,10 +10,10 @@ from predictor.evaluation import Scored, rolling_mean
 
 
 def _pyplot():
-    import matplotlib
+    import matplotlib  # heavy: only the plotting commands need it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display
 
     return plt
 

@@ -28,6 +28,15 @@ Key = tuple[str, int]
 
 
 class SoloProfile:
+    """Solo latencies learnt online per (model, batch size), with the fallbacks above.
+
+    Parameters
+    ----------
+    max_keys
+        Most (model, batch size) keys remembered; records of further keys only
+        update the overall mean.
+    """
+
     def __init__(self, max_keys: int = 4096):
         self.max_keys = max_keys
         self._profiled: dict[Key, float] = {}

@@ -8,11 +8,14 @@ nothing in ``predictor/`` outside :mod:`predictor.cli` imports ``collectors``
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import pkgutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import predictor
 
@@ -66,3 +69,29 @@ def test_predictor_outside_the_cli_never_imports_collectors():
 def test_the_command_line_parses_without_grpc_or_torch():
     loaded = _loaded_after("from predictor.cli import build_parser\nbuild_parser()")
     assert not loaded & {"grpc", "torch"}, loaded
+
+
+def test_importing_the_package_alone_loads_nothing_heavy():
+    loaded = _loaded_after("import predictor\ndir(predictor)")
+    assert not loaded & {"grpc", "google", "river", "sklearn", "torch", "collectors"}, loaded
+
+
+def test_the_record_names_of_the_package_stay_light():
+    loaded = _loaded_after("from predictor import BatchSpec, CoRunner, Record, parse_record, iter_records")
+    assert not loaded & {"grpc", "google", "river", "sklearn", "torch", "collectors"}, loaded
+
+
+def test_every_exported_name_resolves_to_its_home():
+    assert sorted(predictor.__all__) == sorted(predictor._EXPORTS)
+    assert set(predictor.__all__) <= set(dir(predictor))
+    for name in predictor.__all__:
+        module, attribute = predictor._EXPORTS[name]
+        assert getattr(predictor, name) is getattr(importlib.import_module(module), attribute), name
+    from predictor import InterferenceClient, Record, make_predictor  # noqa: F401
+
+    assert make_predictor is importlib.import_module("predictor.predictors.registry").create
+
+
+def test_an_unknown_package_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no_such_name"):
+        predictor.no_such_name  # noqa: B018

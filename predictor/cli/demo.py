@@ -108,8 +108,8 @@ def run_workload(
     description of the run. Raises ``RuntimeError`` when the workload cannot run.
     """
     try:
-        from collectors.schedule import constant_schedule
-        from collectors.workload import CollectionConfig, run_collection
+        from collectors.schedule import constant_schedule  # heavy, optional: the workload needs torch
+        from collectors.workload import CollectionConfig, run_collection  # heavy, optional: torch
     except ImportError as exc:  # torch or the collectors missing from this installation
         raise RuntimeError(f"the CPU workload is not available here ({exc})") from exc
     if short:
@@ -378,8 +378,8 @@ def summary_table(options: DemoOptions, stats: SchedulerStats, status: Any, repo
 
 def run_demo(options: DemoOptions, console: Any = None) -> int:
     """Run the demo; returns the exit status."""
-    from predictor.rpc.client import InterferenceClient
-    from predictor.rpc.server import create_server, stop_server
+    from predictor.rpc.client import InterferenceClient  # heavy: grpc, not at CLI registration
+    from predictor.rpc.server import create_server, stop_server  # heavy: grpc
 
     console = console or Console()
     warm = options.warm_start or (str(DEFAULT_DATASET) if DEFAULT_DATASET.exists() else None)

@@ -95,8 +95,8 @@ def add_client_security_arguments(parser: argparse.ArgumentParser) -> None:
 
 def client_from_args(args: argparse.Namespace) -> Any:
     """An :class:`~predictor.rpc.client.InterferenceClient` for the target and security arguments."""
-    from predictor.rpc.client import InterferenceClient
-    from predictor.rpc.security import channel_credentials, read_token
+    from predictor.rpc.client import InterferenceClient  # heavy: grpc, not at CLI registration
+    from predictor.rpc.security import channel_credentials, read_token  # heavy: grpc
 
     credentials = None
     if args.tls_ca or args.tls_cert:
@@ -216,7 +216,7 @@ def status_table(status: Any) -> Table:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``predictor query``."""
-    import grpc
+    import grpc  # heavy: not at CLI registration
 
     console = Console()
     with client_from_args(args) as client:

@@ -8,6 +8,7 @@ Subclasses implement :meth:`predict_slowdown` and :meth:`learn_slowdown`.
 
 from __future__ import annotations
 
+import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
@@ -131,8 +132,6 @@ class LatencyPredictor(ABC):
 
     @classmethod
     def _param_names(cls) -> list[str]:
-        import inspect
-
         names: list[str] = []
         for klass in cls.__mro__:
             if issubclass(klass, LatencyPredictor) and "__init__" in vars(klass):

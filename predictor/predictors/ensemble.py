@@ -35,7 +35,7 @@ class EnsemblePredictor(LatencyPredictor):
     def __init__(self, experts: str = ",".join(DEFAULT_EXPERTS), decay: float = 0.97, eta: float = 50.0,
                  seed: int = 0):
         super().__init__(seed=seed)
-        from predictor.predictors.registry import create
+        from predictor.predictors.registry import create  # cycle: the registry imports this module
 
         names = [e.strip() for e in experts.split(",") if e.strip()]
         if not names or "ensemble" in names:
@@ -59,6 +59,7 @@ class EnsemblePredictor(LatencyPredictor):
         return {e.name: w / total for e, w in zip(self._experts, raw, strict=True)}
 
     def predict_slowdown(self, record: Record) -> float:
+        """Weighted geometric mean of the experts' latencies, over the solo latency."""
         solo = self.solo_latency(record)
         weights = self.weights.values()
         log_latency = sum(
@@ -67,6 +68,7 @@ class EnsemblePredictor(LatencyPredictor):
         return math.exp(log_latency) / solo
 
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
+        """Update each expert's decayed absolute log error (from its prediction before learning), then teach it."""
         actual = math.log(record.latency_ms)  # type: ignore[arg-type]
         for i, expert in enumerate(self._experts):
             error = abs(math.log(expert.predict_one(record)) - actual)

@@ -31,6 +31,7 @@ class EwmaPredictor(StaticPredictor):
         self._smoother = EwmaCoLocation(alpha)
 
     def features(self, record: Record, *, learning: bool) -> Features:
+        """Coarse features smoothed per device; ``learning`` advances the smoothing state."""
         if learning:
             return self._smoother.update(record)
         return self._smoother.features(record)

@@ -40,7 +40,9 @@ class ForestPredictor(LatencyPredictor):
         self._model = forest.ARFRegressor(n_models=n_models, max_depth=max_depth, seed=seed)
 
     def predict_slowdown(self, record: Record) -> float:
+        """``exp`` of the forest's log-slowdown (capped at ``e**10``)."""
         return math.exp(min(self._model.predict_one(fine_features(record)), 10.0))
 
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
+        """One forest update towards ``log(slowdown)``."""
         self._model.learn_one(fine_features(record), math.log(slowdown))

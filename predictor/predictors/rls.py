@@ -129,6 +129,7 @@ class RlsPredictor(LatencyPredictor):
         return state
 
     def predict_slowdown(self, record: Record) -> float:
+        """The key's model on ``record``'s features; 1 while that key has no model yet."""
         model = self._models.get(self._key(record))
         if model is None:
             return 1.0
@@ -164,6 +165,7 @@ class RlsPredictor(LatencyPredictor):
         return list(groups.items())
 
     def predict_learn_one(self, record: Record) -> float:
+        """Predict, then learn, extracting ``record``'s features once (see the base class)."""
         key = self._key(record)
         fresh = key not in self._models
         model = self._model(key)
@@ -176,6 +178,7 @@ class RlsPredictor(LatencyPredictor):
         return predicted
 
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
+        """One RLS update of the key's model (clipped and drift-checked as configured)."""
         key = self._key(record)
         model = self._model(key)
         self._learn_vector(record, key, model, model.vectorize(self._features(record), grow=True), slowdown)

@@ -55,8 +55,10 @@ class SgdPredictor(LatencyPredictor):
         )
 
     def predict_slowdown(self, record: Record) -> float:
+        """The linear model's slowdown (``exp`` of it, capped at ``e**10``, with ``log_target``)."""
         value = self._model.predict_one(fine_features(record))
         return math.exp(min(value, 10.0)) if self.log_target else value
 
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
+        """One SGD step towards the (log) slowdown."""
         self._model.learn_one(fine_features(record), math.log(slowdown) if self.log_target else slowdown)

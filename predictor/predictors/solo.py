@@ -12,7 +12,9 @@ class SoloPredictor(LatencyPredictor):
     name = "solo"
 
     def predict_slowdown(self, record: Record) -> float:
+        """Always 1: no interference."""
         return 1.0
 
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
+        """Nothing to learn beyond the solo profile the base class keeps."""
         return None

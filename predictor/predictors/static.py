@@ -47,6 +47,7 @@ class StaticPredictor(LatencyPredictor):
 
     @property
     def fitted(self) -> bool:
+        """Whether the weights have been fitted (and frozen)."""
         return self._weights is not None
 
     def features(self, record: Record, *, learning: bool) -> Features:
@@ -54,12 +55,14 @@ class StaticPredictor(LatencyPredictor):
         return coarse_features(record)
 
     def predict_slowdown(self, record: Record) -> float:
+        """The linear model on the coarse features; 1 before it is fitted."""
         if self._weights is None:
             return 1.0
         x = self._index.vector(self.features(record, learning=False), grow=False)
         return float(x @ self._weights)
 
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
+        """Collect the record until ``fit_after`` are pending, then fit once; afterwards only the features' state moves."""
         features = self.features(record, learning=True)
         if self._weights is not None:
             return

@@ -109,6 +109,7 @@ class RLS:
 
     @property
     def trace_bound(self) -> float:
+        """The most the covariance trace may reach: ``max_trace``, or ``delta`` per column."""
         return self.max_trace if self.max_trace is not None else self.delta * self._weights.size
 
     def _grow(self, size: int) -> None:
@@ -174,9 +175,11 @@ class RLS:
         return np.divide(vector, scale, out=np.zeros_like(vector), where=scale > 0)
 
     def predict_vector(self, vector: np.ndarray) -> float:
+        """Prediction for a scaled vector from :meth:`vectorize`."""
         return float(vector @ self._weights[: vector.size])
 
     def predict_one(self, x: Mapping[str, float]) -> float:
+        """Prediction for a feature dict (unseen names ignored)."""
         return self.predict_vector(self.vectorize(x, grow=False))
 
     def predict_many(self, xs: list[Mapping[str, float]]) -> np.ndarray:
@@ -199,6 +202,7 @@ class RLS:
         return values @ effective[positions] + effective[0]
 
     def learn_one(self, x: Mapping[str, float], y: float) -> None:
+        """One RLS step towards ``y`` on the features ``x`` (new names get columns)."""
         self.learn_vector(self.vectorize(x, grow=True), y)
 
     def learn_vector(self, vector: np.ndarray, y: float) -> None:
