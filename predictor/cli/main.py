@@ -13,6 +13,8 @@ import argparse
 import importlib
 import sys
 
+from predictor import threads
+
 COMMAND_MODULES = (
     "predictor.cli.importing",
     "predictor.cli.replay",
@@ -36,6 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="predictor",
         description="Online interference prediction for co-located ML inference batches.",
     )
+    parser.add_argument(
+        "--blas-threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"BLAS threads per process (default ${threads.ENV_VAR}, else {threads.DEFAULT_THREADS}; 0 = leave as is)",
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
@@ -57,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     try:
+        threads.pin_blas_threads(args.blas_threads)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130

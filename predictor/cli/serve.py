@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from predictor.rpc.serve import ServeOptions, serve
+from predictor.threads import blas_threads
 from predictor.service import ServiceConfig
 
 SERVE_EPILOG = """\
@@ -198,4 +199,6 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
 def run(args: argparse.Namespace) -> int:
     """Entry of ``predictor serve``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    counts = sorted(set(blas_threads().values()))
+    logging.getLogger("predictor.serve").info("BLAS threads: %s", ",".join(map(str, counts)) or "no BLAS loaded")
     return serve(config_from_args(args), options_from_args(args))
