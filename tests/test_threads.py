@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from serve_process import start_server
 
 from predictor import threads
-from serve_process import start_server
 
 
 def test_pin_limits_every_blas_library_and_restores() -> None:

@@ -12,8 +12,8 @@ import logging
 from typing import Any
 
 from predictor.rpc.serve import ServeOptions, serve
-from predictor.threads import blas_threads
 from predictor.service import ServiceConfig
+from predictor.threads import blas_threads
 
 SERVE_EPILOG = """\
 start-up: the server listens at once with health NOT_SERVING; the snapshot in
