@@ -82,7 +82,7 @@ class WorkerPool:
         return got
 
     def stop(self) -> None:
-        """Ask every worker to stop, drain their pipes, terminate those still alive after 10 s, close the queue."""
+        """Ask every worker to stop, drain the pipes, terminate those alive after 10 s, close the queue."""
         for _ in self.procs:
             self.jobs.put(("stop",))
         deadline = time.monotonic() + 10.0
