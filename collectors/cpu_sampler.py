@@ -157,6 +157,11 @@ class CpuSampler(Sampler):
         return counters
 
     def read(self) -> dict[str, float]:
+        """One reading: run queue and blocked tasks now, and rates since the previous read.
+
+        The rates (CPU and per-core utilisation, steal, context switches, page
+        faults, CPU and memory pressure) are missing on the first read.
+        """
         cur = self._counters()
         prev, self._prev = self._prev, cur
         out: dict[str, float] = {}
@@ -182,6 +187,7 @@ class CpuSampler(Sampler):
         return out
 
     def close(self) -> None:
+        """Close the open ``/proc`` files."""
         for f in (self._stat, self._vmstat, self._psi_cpu, self._psi_mem):
             f.close()
 

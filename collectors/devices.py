@@ -42,7 +42,7 @@ def worker_torch_device(device: str, worker: int) -> str:
     """The torch device of worker ``worker`` when the run asks for ``device`` (``cpu``, ``cuda``, ``auto``)."""
     if device == "cpu":
         return "cpu"
-    import torch
+    import torch  # heavy: torch only when a CUDA device is asked for
 
     if device in ("cuda", "auto") and torch.cuda.is_available():
         return f"cuda:{worker % torch.cuda.device_count()}"

@@ -78,6 +78,7 @@ class ResNetSmall(nn.Module):
         self.head = nn.Linear(cin, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Class logits ``(batch, classes)`` of images ``(batch, 3, 64, 64)``."""
         x = self.blocks(self.stem(x))
         return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
@@ -103,6 +104,7 @@ class VGGSmall(nn.Module):
         self.classifier = nn.Sequential(nn.Linear(cin * 16, 256), nn.ReLU(), nn.Linear(256, classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Class logits ``(batch, classes)`` of images ``(batch, *input_shape)``."""
         return self.classifier(torch.flatten(self.features(x), 1))
 
 
@@ -130,6 +132,7 @@ class MobileNetSmall(nn.Module):
         self.head = nn.Linear(256, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Class logits ``(batch, classes)`` of images ``(batch, *input_shape)``."""
         x = self.body(self.stem(x))
         return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
@@ -179,6 +182,7 @@ class BertSmall(nn.Module):
         self.cls = nn.Linear(dim, classes)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Class logits ``(batch, classes)`` of token ids ``(batch, seq_len)``, from the first token."""
         x = self.tok(ids) + self.pos.weight[: ids.shape[1]]
         x = self.blocks(x)
         return self.cls(torch.tanh(self.pool(x[:, 0])))
@@ -197,6 +201,7 @@ class GPT2Small(nn.Module):
         self.norm = nn.LayerNorm(dim)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Next-token logits ``(batch, seq_len, VOCAB)`` of token ids ``(batch, seq_len)``."""
         x = self.tok(ids) + self.pos.weight[: ids.shape[1]]
         x = self.norm(self.blocks(x))
         return x @ self.tok.weight.T
@@ -216,6 +221,7 @@ class WideMLP(nn.Module):
         self.head = nn.Linear(width, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Class logits ``(batch, classes)`` of vectors ``(batch, 1024)``."""
         return self.head(self.body(x))
 
 

@@ -39,6 +39,7 @@ class NvmlSampler(Sampler):
         self.nvml = nvml if isinstance(nvml, Nvml) else Nvml(nvml)
 
     def read(self) -> dict[str, float]:
+        """The NVML fields of every visible device, keyed ``"gpu<index>.<field>"``."""
         out: dict[str, float] = {}
         for index in self.nvml.devices():
             for key, value in self.nvml.read(index).items():
@@ -46,6 +47,7 @@ class NvmlSampler(Sampler):
         return out
 
     def close(self) -> None:
+        """Shut the NVML session down."""
         self.nvml.close()
 
     def window(self, device: str, t0: float, t1: float) -> dict[str, float]:

@@ -59,11 +59,16 @@ class WorkerPool:
         return message
 
     def check_alive(self) -> None:
+        """Raise ``RuntimeError`` naming the workers whose process has exited."""
         dead = [p.name for p in self.procs if not p.is_alive()]
         if dead:
             raise RuntimeError(f"worker process(es) exited early: {', '.join(dead)}")
 
     def wait_for(self, kind: str, count: int, timeout: float) -> list[tuple[Any, ...]]:
+        """The first ``count`` reports of ``kind`` (e.g. ``"ready"``), dropping other kinds.
+
+        Raises ``RuntimeError`` after ``timeout`` seconds, or as soon as a worker dies or reports an error.
+        """
         got: list[tuple[Any, ...]] = []
         deadline = time.monotonic() + timeout
         while len(got) < count:
@@ -77,6 +82,7 @@ class WorkerPool:
         return got
 
     def stop(self) -> None:
+        """Ask every worker to stop, drain the pipes, terminate those alive after 10 s, close the queue."""
         for _ in self.procs:
             self.jobs.put(("stop",))
         deadline = time.monotonic() + 10.0

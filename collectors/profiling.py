@@ -22,7 +22,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import FlopCounterMode
 
 from collectors.timers import Timer
 
@@ -30,8 +32,6 @@ from collectors.timers import Timer
 def count_gflops(model: torch.nn.Module, x: torch.Tensor) -> float | None:
     """GFLOPs of one forward pass, or ``None`` when they cannot be counted."""
     try:
-        from torch.utils.flop_counter import FlopCounterMode
-
         with torch.inference_mode(), FlopCounterMode(display=False) as counter:
             model(x)
         return counter.get_total_flops() / 1e9
@@ -41,10 +41,6 @@ def count_gflops(model: torch.nn.Module, x: torch.Tensor) -> float | None:
 
 def count_mbytes(model: torch.nn.Module, x: torch.Tensor) -> float | None:
     """MB read and written by the operators of one forward pass, or ``None``."""
-    try:
-        from torch.utils._python_dispatch import TorchDispatchMode
-    except ImportError:
-        return None
 
     class _Bytes(TorchDispatchMode):
         def __init__(self) -> None:

@@ -19,11 +19,13 @@ Examples
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from predictor.logio import iter_records
 from predictor.records import Record
 
 NO_CO_RUNNER = "-"
@@ -101,7 +103,7 @@ class SlowdownSummary:
 
     def table(self, title: str = "Slowdown per model pair") -> object:
         """The summary as a ``rich.table.Table`` (mean and p95 slowdown, mean overlap of the main co-runner)."""
-        from rich.table import Table
+        from rich.table import Table  # rich only when printing: predictor.cli imports this module
 
         table = Table(title=title)
         for name, justify in (
@@ -156,10 +158,6 @@ def summarize(records: Iterable[Record]) -> SlowdownSummary:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m collectors.summary LOG [--markdown]``: print a log's slowdown per model pair."""
-    import argparse
-
-    from predictor.logio import iter_records
-
     parser = argparse.ArgumentParser(prog="python -m collectors.summary", description=main.__doc__)
     parser.add_argument("log", help="a coloc/v1 JSONL log (.gz allowed)")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
@@ -168,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print(summary.markdown())
     else:
-        from rich.console import Console
+        from rich.console import Console  # rich only when printing: predictor.cli imports this module
 
         Console().print(summary.table(f"{os.path.basename(args.log)}: {summary.records} records"))
     return 0

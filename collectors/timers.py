@@ -64,14 +64,17 @@ class CpuSpan:
         self._t1: int | None = None
 
     def ready(self) -> bool:
+        """Whether the span has ended."""
         return self._t1 is not None
 
     def elapsed_ms(self) -> float:
+        """Wall time between begin and end in milliseconds; ``RuntimeError`` before the end."""
         if self._t1 is None:
             raise RuntimeError("span not ended")
         return (self._t1 - self._t0) / 1e6
 
     def end_s(self) -> float:
+        """End of the batch on the ``time.monotonic`` clock."""
         return self.start_s + self.elapsed_ms() / 1e3
 
 
@@ -81,9 +84,11 @@ class CpuTimer:
     kind = "cpu"
 
     def begin(self) -> CpuSpan:
+        """A span started now."""
         return CpuSpan()
 
     def end(self, span: CpuSpan) -> None:  # type: ignore[override]
+        """Stop ``span`` now."""
         span._t1 = time.perf_counter_ns()
 
 
@@ -99,9 +104,11 @@ class CudaSpan:
         self._ms: float | None = None
 
     def ready(self) -> bool:
+        """Whether the end event has completed on the device (a non-blocking query)."""
         return self._ms is not None or bool(self._end.query())
 
     def elapsed_ms(self) -> float:
+        """GPU time between the two events in milliseconds; waits for the end event the first time."""
         if self._ms is None:
             self._end.synchronize()
             self._ms = float(self._start.elapsed_time(self._end))
@@ -124,12 +131,13 @@ class CudaEventTimer:
     kind = "cuda"
 
     def __init__(self, device: str = "cuda") -> None:
-        import torch
+        import torch  # heavy: torch only for CUDA timers (in workers)
 
         self._torch = torch
         self.device = torch.device(device)
 
     def begin(self) -> CudaSpan:
+        """A span whose start event is recorded on the device's current stream."""
         cuda = self._torch.cuda
         start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
         span = CudaSpan(start, end)
@@ -137,6 +145,7 @@ class CudaEventTimer:
         return span
 
     def end(self, span: CudaSpan) -> None:  # type: ignore[override]
+        """Record ``span``'s end event on the current stream (does not wait)."""
         span._end.record(self._torch.cuda.current_stream(self.device))
 
 
@@ -149,7 +158,7 @@ def make_timer(device: str = "cpu") -> Timer:
         A torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
     """
     if device.startswith("cuda"):
-        import torch
+        import torch  # heavy: torch only for CUDA devices (in workers)
 
         if torch.cuda.is_available():
             return CudaEventTimer(device)

@@ -35,7 +35,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from collectors.devices import cpu_model_name, record_device, worker_torch_device
 from collectors.slot import RunningSlot
+from collectors.timers import make_timer
 
 
 @dataclass(frozen=True)
@@ -75,12 +77,10 @@ def worker_main(worker: int, config: WorkerConfig, jobs: Any, results: Any, slot
 
 def _serve(worker: int, config: WorkerConfig, jobs: Any, results: Any, slot: RunningSlot) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(config.threads))
-    import torch
+    import torch  # heavy: torch only in the worker process, after OMP_NUM_THREADS is set
 
-    from collectors.devices import cpu_model_name, record_device, worker_torch_device
-    from collectors.models import build, example_input
-    from collectors.profiling import profile_all
-    from collectors.timers import make_timer
+    from collectors.models import build, example_input  # heavy: imports torch
+    from collectors.profiling import profile_all  # heavy: imports torch
 
     torch.set_num_threads(config.threads)
     try:

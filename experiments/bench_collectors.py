@@ -29,11 +29,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from collectors.cpu_sampler import CpuSampler
+from collectors.slot import RunningSlot
+from collectors.timers import CpuTimer
+from collectors.tracker import Tracker
 from experiments.common import finish, start
+from predictor.logio import RecordWriter
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """The study's settings; each field is also a ``--field`` option."""
+
     micro_batches: int = 20_000
     ab_models: tuple[str, ...] = ("resnet", "bert")
     ab_batch_sizes: tuple[int, ...] = (1, 8)
@@ -46,10 +53,9 @@ class Config:
 
 def _worker(config: Config, results: Any, slot: Any) -> None:
     """A worker-like process: the hot path of :mod:`collectors.worker`, measured."""
-    import torch
+    import torch  # heavy: torch only in the spawned worker
 
-    from collectors.models import build, example_input
-    from collectors.timers import CpuTimer
+    from collectors.models import build, example_input  # heavy: imports torch
 
     torch.set_num_threads(1)
     timer = CpuTimer()
@@ -105,8 +111,6 @@ def _worker(config: Config, results: Any, slot: Any) -> None:
 
 
 def _sampler_cost(hz: float, seconds: float) -> dict[str, float]:
-    from collectors.cpu_sampler import CpuSampler
-
     sampler = CpuSampler(hz)
     wall0, proc0 = time.monotonic(), time.process_time()
     sampler.start()
@@ -123,11 +127,8 @@ def _sampler_cost(hz: float, seconds: float) -> dict[str, float]:
 
 
 def main() -> None:
+    """Measure (c) on an idle machine, then (a) and (b) with a spawned worker; print and write the results."""
     config, out = start("bench_collectors", Config(), __doc__.splitlines()[0])
-    from collectors.cpu_sampler import CpuSampler
-    from collectors.slot import RunningSlot
-    from collectors.tracker import Tracker
-    from predictor.logio import RecordWriter
 
     print(f"(c) CPU sampler at {config.sample_hz:g} Hz, idle machine, {config.sampler_seconds:g} s ...")
     idle = _sampler_cost(config.sample_hz, config.sampler_seconds)

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from rich.console import Console
+from rich.table import Table
 from river import linear_model, optim, preprocessing
 
 from experiments.common import DEFAULT_DATASET, finish, start
@@ -39,6 +41,8 @@ from predictor.regressors.rls import RLS
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """The study's settings; each field is also a ``--field`` option."""
+
     log: str = str(DEFAULT_DATASET)
     max_records: int = 3000
     repeats: int = 3
@@ -58,11 +62,13 @@ def timed_stream(model, stream: list[tuple[dict, float]]) -> tuple[float, np.nda
 
 
 def best_of(factory, stream, repeats: int) -> tuple[float, np.ndarray]:
+    """Seconds of the fastest of ``repeats`` runs of fresh ``factory()`` models, and the first run's predictions."""
     runs = [timed_stream(factory(), stream) for _ in range(repeats)]
     return min(r[0] for r in runs), runs[0][1]
 
 
 def main() -> None:
+    """Time every regressor and registered predictor on the log's stream; print and write the results."""
     config, out = start("bench_learning", Config(), __doc__.splitlines()[0])
     records, _ = read_records(config.log)
     records = records[: config.max_records]
@@ -107,9 +113,7 @@ def main() -> None:
 
 
 def print_table(results: dict, log: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
+    """Print the regressor throughput table, the RLS/Bayesian agreement and the record-level table."""
     table = Table(title=f"predict_one + learn_one on {results['n']} observations of {log} "
                         f"({results['n_features']} features)")
     for column in ("regressor", "obs/s", "µs/obs", "× BayesianLinearRegression"):

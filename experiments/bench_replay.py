@@ -27,6 +27,8 @@ from predictor.logio import RecordWriter, iter_records, read_records
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """The study's settings; each field is also a ``--field`` option."""
+
     source: str = str(DEFAULT_DATASET)
     n_records: int = 1_000_000
     predictors: tuple[str, ...] = ("rls", "rls:features='fine'", "sgd")
@@ -34,6 +36,7 @@ class Config:
 
 
 def resample(source: str, target, n: int, seed: int) -> None:
+    """Write ``n`` records drawn with replacement from ``source`` to ``target``, ``start_s`` 10 ms apart."""
     records, _ = read_records(source)
     rng = random.Random(seed)
     with RecordWriter(target) as writer:
@@ -42,6 +45,7 @@ def resample(source: str, target, n: int, seed: int) -> None:
 
 
 def main() -> None:
+    """Resample the log, time the read floor and each ``predictor replay``; print and write the results."""
     config, out = start("bench_replay", Config(), __doc__.splitlines()[0])
     log = out / f"resampled-{config.n_records}.jsonl.gz"
     if not log.exists():

@@ -35,7 +35,10 @@ import dataclasses
 import statistics
 from typing import Any
 
+import grpc
 import numpy as np
+from rich.console import Console
+from rich.table import Table
 
 from experiments.common import finish, start
 from experiments.echo_server import method_path
@@ -55,6 +58,8 @@ STREAMS = ("ReportObservations", "ReportObservations (batched)")
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """The study's settings; each field is also a ``--field`` option."""
+
     predictor: str = "rls"
     outlier_gate: bool = True
     warm_records: int = 3000
@@ -171,8 +176,6 @@ RESPONSE_TYPES = {
 
 def canned_responses(target: str, requests: dict[str, list[bytes]]) -> dict[str, tuple[str, str, bytes]]:
     """One real answer of each method, checked, to be replayed by the echo."""
-    import grpc
-
     messages = pb2()
     canned = {}
     with grpc.insecure_channel(target) as channel:
@@ -207,12 +210,14 @@ def _summary(results: list[dict], cpu_s: float) -> dict[str, float]:
 
 
 def measure(pool: ClientPool, server: ServerProcess, tasks: list[dict]) -> dict[str, float]:
+    """Run ``tasks`` (one per client) on ``server``: calls, errors, rate, latency percentiles, CPU per call."""
     before = server.cpu_seconds()
     results = pool.run([{**t, "target": server.target} for t in tasks])
     return _summary(results, server.cpu_seconds() - before)
 
 
 def unary_phases(config: Config, pool: ClientPool, server: ServerProcess, path: str, requests: list[bytes]) -> dict:
+    """The ``single``, ``open`` and ``closed`` loads of one unary method on ``server``."""
     each = config.rate / config.clients
     return {
         "single": measure(pool, server, [{"kind": "closed", "path": path, "requests": requests,
@@ -317,6 +322,7 @@ def ratios(repeat: dict) -> dict[str, float]:
 
 
 def main() -> None:
+    """Start the service and echo servers and the clients, run every repeat; print and write the results."""
     config, out = start("bench_rpc", Config(), __doc__.splitlines()[0])
     requests = build_requests(config)
     sizes = {k: int(np.mean([len(b) for b in v])) for k, v in requests.items()}
@@ -360,9 +366,7 @@ def _met(ok: bool) -> str:
 
 
 def print_tables(config: Config, results: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
+    """Print the service-against-echo table with each target met or missed, and the aio floor table."""
     console = Console(width=max(Console().width, 200))
     m, r = results["median"], results["ratios"]
     table = Table(title=f"predictor {config.predictor}, thread-pool server ({config.max_workers} workers): "

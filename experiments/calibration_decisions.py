@@ -38,6 +38,8 @@ from predictor.records import Record
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """The study's settings; each field is also a ``--field`` option."""
+
     datasets: tuple[str, ...] = ("cpu-default", "igniter", "gpulet")
     data: str = ""  # folder holding igniter-v100/ and gpulet-ampere/ (empty: $INTERFERENCE_DATA)
     include_collected: bool = True
@@ -50,6 +52,7 @@ class Config:
 
 
 def replay(records: list[Record], config: Config) -> dict:
+    """Coverage and decision rates of one dataset's replay, per confidence (as in the module docstring)."""
     rng = random.Random(config.seed)
     if not has_time_order(records):
         records = list(records)
@@ -87,6 +90,7 @@ def replay(records: list[Record], config: Config) -> dict:
 
 
 def markdown(results: dict, confidences: tuple[float, ...]) -> str:
+    """One table row per dataset and confidence."""
     lines = ["| dataset | confidence | coverage | accepted | false accepts (of accepted) | "
              "false rejects (of rejected) | n |", "|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
@@ -98,6 +102,7 @@ def markdown(results: dict, confidences: tuple[float, ...]) -> str:
 
 
 def main() -> None:
+    """Replay every dataset; print the table, write ``results.md`` and ``results.json``."""
     config, out = start("calibration_decisions", Config(), __doc__.splitlines()[0])
     names = list(config.datasets) + (collected_names() if config.include_collected else [])
     results = {name: replay(records, config) for name, records in load(list(dict.fromkeys(names)), config.data).items()}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import platform
 import random
 import time
@@ -111,8 +112,6 @@ def portable(value: Any) -> Any:
 
 def machine() -> dict[str, Any]:
     """What ran the study (for the record next to the figures)."""
-    import os
-
     cpu = "unknown"
     try:
         for line in open("/proc/cpuinfo", encoding="utf-8"):

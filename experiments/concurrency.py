@@ -40,6 +40,8 @@ PREDICTORS = ("solo", "static", "ewma:alpha=0.3", "sgd", "rls", "forest", "ensem
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """The study's settings; each field is also a ``--field`` option."""
+
     workers: tuple[int, ...] = (2, 3, 4)
     series: tuple[str, ...] = ("40/s=cpu-load-medium+cpu-workers-3+cpu-workers-4",
                                "90/s=cpu-load-high+cpu-workers-3-r90+cpu-workers-4-r90")
@@ -49,6 +51,7 @@ class Config:
 
 
 def describe(records: list[Record]) -> dict:
+    """How much interference a collection holds: co-runners, co-located fraction, slowdown."""
     slowdowns = np.array([r.slowdown for r in records if r.slowdown is not None])
     co = np.array([len(r.co_runners) for r in records])
     overlap = np.array([sum(c.overlap for c in r.co_runners) for r in records])
@@ -58,10 +61,11 @@ def describe(records: list[Record]) -> dict:
 
 
 def plot(results: dict, predictors: tuple[str, ...], path: Path) -> None:
-    import matplotlib
+    """MAPE against the number of workers, one row per series, split and prequential side by side."""
+    import matplotlib  # heavy: matplotlib only when plotting
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg")
 
     series = list(results["series"])
     fig, axes = plt.subplots(len(series), 2, figsize=(10, 3.4 * len(series)), sharey="row", squeeze=False)
@@ -86,10 +90,11 @@ def plot(results: dict, predictors: tuple[str, ...], path: Path) -> None:
 
 
 def plot_by_count(counts: dict, path: Path) -> None:
-    import matplotlib
+    """Prequential MAPE against the co-runners a batch actually had, one panel per series."""
+    import matplotlib  # heavy: matplotlib only when plotting
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg")
 
     fig, axes = plt.subplots(1, len(counts), figsize=(5 * len(counts), 3.6), sharey=True, squeeze=False)
     for ax, (label, by_spec) in zip(axes[0], counts.items(), strict=True):
@@ -108,6 +113,7 @@ def plot_by_count(counts: dict, path: Path) -> None:
 
 
 def markdown(label: str, points: dict, predictors: tuple[str, ...]) -> str:
+    """A series' collections, then its MAPE tables (split, prequential), the best per column in bold."""
     workers = list(points)
     lines = [f"## {label}", "",
              "| workers | dataset | batches | mean co-runners | co-located | mean slowdown | p95 slowdown |",
@@ -133,6 +139,7 @@ def markdown(label: str, points: dict, predictors: tuple[str, ...]) -> str:
 
 
 def by_count_markdown(counts: dict) -> str:
+    """Prequential MAPE per predictor and co-runner count, with the batches in each bucket."""
     buckets = [b for b in COUNT_BUCKETS if b in next(iter(counts.values()))]
     first = next(iter(counts.values()))
     lines = ["Prequential MAPE by the number of co-runners a batch had (all collections of the series pooled):", "",
@@ -144,6 +151,7 @@ def by_count_markdown(counts: dict) -> str:
 
 
 def main() -> None:
+    """Score every predictor on every series; print, plot, write ``results.md`` and ``results.json``."""
     config, out = start("concurrency", Config(), __doc__.splitlines()[0])
     results: dict = {"series": {}}
     text = ["# Concurrency: error per predictor with 2, 3 and 4 workers", ""]

@@ -54,6 +54,8 @@ PREDICTORS = ("static", "ewma:alpha=0.3", "sgd", "rls", "rls:drift_reset=True", 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """The study's settings; each field is also a ``--field`` option."""
+
     datasets: tuple[str, ...] = ()  # empty: every collection with a NAME.schedule file
     predictors: tuple[str, ...] = PREDICTORS
     window: int = 100
@@ -63,6 +65,7 @@ class Config:
 
 
 def scheduled_names() -> list[str]:
+    """The collections under ``experiments/data`` that have a ``NAME.schedule`` file."""
     return sorted(p.name.removesuffix(".schedule") for p in COLLECTED.glob("*.schedule")
                   if (COLLECTED / f"{p.name.removesuffix('.schedule')}.jsonl.gz").exists())
 
@@ -103,6 +106,7 @@ def recovery(curve: np.ndarray, change: int, end: int, tolerance: float) -> int 
 
 
 def study(name: str, records: list[Record], schedule_text: str, config: Config, out: Path) -> dict:
+    """Change points, and per predictor its phase errors, degradation and recovery; plots rolling errors."""
     points = change_points(records, schedule_text)
     bounds = [0] + [p["index"] for p in points] + [len(records)]
     t0 = records[0].start_s
@@ -137,10 +141,11 @@ def study(name: str, records: list[Record], schedule_text: str, config: Config, 
 
 
 def plot(name: str, times: np.ndarray, curves: dict, points: list[dict], config: Config, path: Path) -> None:
-    import matplotlib
+    """Rolling error of every predictor over time, with the change points dashed."""
+    import matplotlib  # heavy: matplotlib only when plotting
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg")
 
     fig, ax = plt.subplots(figsize=(8, 4.4))
     for spec, curve in curves.items():
@@ -161,10 +166,12 @@ def plot(name: str, times: np.ndarray, curves: dict, points: list[dict], config:
 
 
 def pct(value: float | None) -> str:
+    """``value`` as a percentage with one decimal; a dash for ``None`` or NaN."""
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}%"
 
 
 def markdown(name: str, result: dict, config: Config) -> str:
+    """A collection's change points and its table of phase errors, degradation and recovery."""
     points = result["change_points"]
     lines = [f"## {name} ({result['records']} batches; schedule `{result['schedule']}`)", "",
              "Change points: " + "; ".join(
@@ -188,6 +195,7 @@ def markdown(name: str, result: dict, config: Config) -> str:
 
 
 def main() -> None:
+    """Study every scheduled collection; print, plot, write ``results.md`` and ``results.json``."""
     config, out = start("drift", Config(), __doc__.splitlines()[0])
     names = list(config.datasets) or scheduled_names()
     if not names:

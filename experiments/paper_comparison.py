@@ -28,6 +28,8 @@ PREDICTORS = (
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """The study's settings; each field is also a ``--field`` option."""
+
     datasets: tuple[str, ...] = ("cpu-default", "igniter", "gpulet")
     data: str = ""  # folder holding igniter-v100/ and gpulet-ampere/ (empty: $INTERFERENCE_DATA)
     include_collected: bool = True
@@ -49,6 +51,7 @@ def overview(datasets: dict, protocol: str) -> str:
 
 
 def main() -> None:
+    """Score every predictor on every dataset under both protocols; write tables, CDF plots and results."""
     config, out = start("paper_comparison", Config(), __doc__.splitlines()[0])
     names = list(config.datasets) + (collected_names() if config.include_collected else [])
     datasets = load(list(dict.fromkeys(names)), config.data)

@@ -9,6 +9,7 @@ COLUMNS = (("mape", "MAPE"), ("p50", "p50"), ("p90", "p90"), ("p95", "p95"), ("p
 
 
 def percent(value: float) -> str:
+    """``value`` as a percentage with two decimals; a dash for ``None`` or NaN."""
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.2f}%"
 
 

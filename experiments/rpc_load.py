@@ -16,19 +16,19 @@ Tasks, sent to every client at once and started at a common wall-clock time:
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
 import time
 from collections.abc import Sequence
 from typing import Any
 
+import grpc
 import numpy as np
 
 WARMUP_CALLS = 50
 
 
 def _channel(channels: dict[str, Any], target: str) -> Any:
-    import grpc
-
     channel = channels.get(target)
     if channel is None:
         channel = channels[target] = grpc.insecure_channel(target)
@@ -74,9 +74,6 @@ def _open(call: Any, task: dict) -> dict:
 def _open_async(task: dict) -> dict:
     """The open loop from one process with ``grpc.aio``: each call is sent at its scheduled time
     whether or not earlier ones have answered (so concurrency is whatever the latency makes it)."""
-    import asyncio
-
-    import grpc
 
     async def run() -> dict:
         requests: Sequence[bytes] = task["requests"]
@@ -211,6 +208,7 @@ class ClientPool:
         return results
 
     def close(self) -> None:
+        """Tell every client to stop and wait up to 10 s for each."""
         for conn in self._conns:
             conn.send(None)
         for process in self._processes:

@@ -19,13 +19,17 @@ import sys
 import time
 from typing import Any
 
+from experiments.echo_server import create_echo_aio_server, create_echo_server
+from predictor.rpc.metrics import ServerMetrics
+from predictor.rpc.protos import pb2
+from predictor.rpc.server import create_server, stop_server
+from predictor.service import Service, ServiceConfig
+from predictor.service.synthetic import synthetic_records
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _build_service(spec: dict) -> Any:
-    from predictor.service import Service, ServiceConfig
-    from predictor.service.synthetic import synthetic_records
-
     service = Service(
         ServiceConfig(
             predictor=spec["predictor"],
@@ -43,15 +47,11 @@ def _build_service(spec: dict) -> Any:
 
 def service_main(conn: Any, spec: dict) -> None:
     """Serve the real service on ``127.0.0.1:0``; send the port, stop when told."""
-    from predictor.rpc.metrics import ServerMetrics
-
     if spec.get("switch_interval_s"):
         sys.setswitchinterval(spec["switch_interval_s"])
 
     service = _build_service(spec)
     metrics = ServerMetrics(service) if spec["metrics"] else None
-    from predictor.rpc.server import create_server, stop_server
-
     server, port = create_server("127.0.0.1:0", service, metrics=metrics, max_workers=spec["max_workers"])
     server.start()
     conn.send(port)
@@ -60,8 +60,6 @@ def service_main(conn: Any, spec: dict) -> None:
 
 
 def _echo_methods(spec: dict) -> tuple[dict, dict]:
-    from predictor.rpc.protos import pb2
-
     messages = pb2()
 
     def build(methods: dict) -> dict:
@@ -77,8 +75,6 @@ def echo_main(conn: Any, spec: dict) -> None:
     """Serve the echo floor on ``127.0.0.1:0``; send the port, stop when told."""
     if spec.get("switch_interval_s"):
         sys.setswitchinterval(spec["switch_interval_s"])
-    from experiments.echo_server import create_echo_aio_server, create_echo_server
-
     unary, streams = _echo_methods(spec)
     if spec["server"] == "aio":
 
@@ -123,6 +119,7 @@ class ServerProcess:
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
     def stop(self) -> None:
+        """Tell the server to stop; kill it if it has not exited within 10 s."""
         self._conn.send("stop")
         self.process.join(timeout=10)
         if self.process.is_alive():

@@ -104,6 +104,8 @@ OVERRUN_FRACTION = 0.1
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """The study's settings; each field is also a ``--field`` option."""
+
     datasets: tuple[str, ...] = ("cpu-default", "cpu-load-high")
     data: str = ""  # folder holding igniter-v100/ and gpulet-ampere/ (empty: $INTERFERENCE_DATA)
     warm_fraction: float = 0.5
@@ -119,6 +121,8 @@ class Config:
 
 @dataclasses.dataclass(frozen=True)
 class Dispatcher:
+    """A dispatcher: the service's predictor, how it decides (``point`` or ``bound``), whether it learns."""
+
     label: str
     predictor: str
     decision: str  # "point" or "bound"
@@ -126,6 +130,7 @@ class Dispatcher:
 
     @classmethod
     def parse(cls, text: str) -> Dispatcher:
+        """Parse ``label=predictor/point|bound[/learn]``; ``ValueError`` otherwise."""
         label, sep, rest = text.partition("=")
         parts = rest.split("/") if sep else []
         if len(parts) < 2 or parts[1] not in ("point", "bound") or any(p != "learn" for p in parts[2:]):
@@ -135,6 +140,7 @@ class Dispatcher:
 
 # ----------------------------------------------------------------------------- replayed latencies
 def co_models(record: Record) -> tuple[str, ...]:
+    """The sorted models of ``record``'s co-runners (a multiset key)."""
     return tuple(sorted(c.model for c in record.co_runners))
 
 
@@ -151,6 +157,10 @@ class LatencyPool:
         self.levels: Counter = Counter()
 
     def draw(self, model: str, batch_size: int, running: tuple[str, ...], rng: random.Random) -> float:
+        """A recorded latency of ``model`` at ``batch_size`` beside the ``running`` models.
+
+        The matching level used is counted in :attr:`levels`.
+        """
         exact = self.by_set.get((model, batch_size, tuple(sorted(running))))
         if exact:
             self.levels["same co-runner models"] += 1
@@ -168,6 +178,8 @@ class LatencyPool:
 # ----------------------------------------------------------------------------- the simulation
 @dataclasses.dataclass
 class Running:
+    """A placed batch: its arrival index, the record it replays, its simulated span, its predicted latency."""
+
     ident: int
     template: Record
     start_ms: float
@@ -176,6 +188,7 @@ class Running:
 
 
 def without_signals(record: Record) -> Record:
+    """``record`` with its device signals dropped."""
     return dataclasses.replace(record, signals={})
 
 
@@ -313,6 +326,7 @@ def simulate(dispatcher: Dispatcher, client: InterferenceClient, arrivals: list[
 
 
 def poisson_arrivals(pool: list[Record], rate_per_s: float, n: int, seed: int) -> list[tuple[float, Record]]:
+    """``n`` Poisson arrivals at ``rate_per_s``: (time in ms, a record of ``pool`` drawn uniformly)."""
     rng = random.Random(seed)
     t, out = 0.0, []
     for _ in range(n):
@@ -323,6 +337,7 @@ def poisson_arrivals(pool: list[Record], rate_per_s: float, n: int, seed: int) -
 
 # ----------------------------------------------------------------------------- report
 def markdown(results: dict) -> str:
+    """One table row per load and dispatcher."""
     lines = ["| load | rate (/s) | dispatcher | miss rate (placed) | rejected | goodput (/s) | utilisation | "
              "slot occupancy | placed |",
              "|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
@@ -335,10 +350,11 @@ def markdown(results: dict) -> str:
 
 
 def plot(results: dict, path: Path, title: str) -> None:
-    import matplotlib
+    """Miss rate, rejection rate, goodput and utilisation against offered load, a line per dispatcher."""
+    import matplotlib  # heavy: matplotlib only when plotting
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg")
 
     loads = [float(k) for k in results["loads"]]
     labels = list(next(iter(results["loads"].values()))["dispatchers"])
@@ -413,6 +429,7 @@ def run(config: Config, records: list[Record]) -> dict:
 
 
 def main() -> None:
+    """Simulate every dataset; print, plot, write ``results.md`` and ``results.json``."""
     config, out = start("scheduler_sim", Config(), __doc__.splitlines()[0])
     results: dict = {"datasets": {}}
     text = [f"# Scheduler simulation: {config.devices} devices x {config.slots} slots, deadline = "

@@ -31,6 +31,10 @@ from typing import Any
 import numpy as np
 
 from experiments.common import ROOT, finish, start
+from predictor.records import BatchSpec
+from predictor.rpc.client import InterferenceClient
+from predictor.service import Candidate, CoRunnerSource, PlannedCoRunner, Query
+from predictor.service.synthetic import synthetic_records
 
 OPS = ("predict", "deadline", "rank", "observe", "start_end")
 
@@ -91,11 +95,6 @@ def rss_mb(pid: int) -> float:
 
 
 def _client_thread(target: str, index: int, config: SoakConfig, stop_at: float, out: dict[str, Any]) -> None:
-    from predictor.records import BatchSpec
-    from predictor.rpc.client import InterferenceClient
-    from predictor.service import Candidate, CoRunnerSource, PlannedCoRunner, Query
-    from predictor.service.synthetic import synthetic_records
-
     rng = random.Random(config.seed * 1000 + index)
     records = synthetic_records(2000, seed=config.seed * 1000 + index)
     runner = PlannedCoRunner("mlp", 4, {"l2_util": 0.1, "dram_util": 0.6}, overlap=0.8)
@@ -184,9 +183,6 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 def run_soak(config: SoakConfig, folder: Path | None = None) -> dict[str, Any]:
     """Run the soak; returns the results (nothing written)."""
-    from predictor.rpc.client import InterferenceClient
-    from predictor.service.synthetic import synthetic_records
-
     folder = Path(folder or tempfile.mkdtemp(prefix="soak-"))
     folder.mkdir(parents=True, exist_ok=True)
     proc, port = start_server(folder, config)
@@ -228,6 +224,7 @@ def summarize(
     status: Any,
     rc: int | None,
 ) -> dict[str, Any]:
+    """The soak's results: calls, errors, throughput, latency per RPC, server memory, final status."""
     clients = [c for part in parts for c in part.values()]
     by_op: dict[str, list[float]] = defaultdict(list)
     errors: dict[str, int] = defaultdict(int)
@@ -277,6 +274,7 @@ def summarize(
 
 
 def main() -> None:
+    """Run the soak in a fresh folder; write the results and print a one-line summary."""
     config, out = start("soak", SoakConfig(), __doc__.splitlines()[0])
     results = run_soak(config, Path(tempfile.mkdtemp(prefix="soak-")))
     finish(out, results)

@@ -106,7 +106,7 @@ def test_batcher_bounds_its_queues() -> None:
 
 def test_every_model_runs_in_milliseconds_on_one_thread() -> None:
     torch = pytest.importorskip("torch")
-    from collectors.models import build, example_input, model_names
+    from collectors.models import build, example_input, model_names  # needs torch: after importorskip
 
     assert model_names() == MODEL_NAMES
     threads = torch.get_num_threads()
@@ -129,7 +129,7 @@ def test_every_model_runs_in_milliseconds_on_one_thread() -> None:
 
 def test_models_are_deterministic_and_unknown_names_rejected() -> None:
     torch = pytest.importorskip("torch")
-    from collectors.models import build
+    from collectors.models import build  # needs torch: after importorskip
 
     (m1, x1), (m2, x2) = build("bert", 2), build("bert", 2)
     with torch.inference_mode():
@@ -140,8 +140,8 @@ def test_models_are_deterministic_and_unknown_names_rejected() -> None:
 
 def test_profile_counts_work_and_bytes() -> None:
     torch = pytest.importorskip("torch")
-    from collectors.models import build
-    from collectors.profiling import count_gflops, count_mbytes
+    from collectors.models import build  # needs torch: after importorskip
+    from collectors.profiling import count_gflops, count_mbytes  # needs torch: after importorskip
 
     model, x = build("mlp", 4)
     linear_macs = sum(
