@@ -22,6 +22,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from predictor import threads
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 DEFAULT_DATASET = ROOT / "predictor" / "data" / "cpu-default.jsonl.gz"
@@ -33,12 +35,15 @@ def start(name: str, config: Config, description: str) -> tuple[Config, Path]:
     """Parse the command line into ``config``, seed everything, write ``config.json``."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", default=str(RESULTS / name), help="results folder")
+    parser.add_argument("--blas-threads", type=int, default=None, metavar="N",
+                        help=f"BLAS threads (default ${threads.ENV_VAR}, else 1; 0 = leave as is)")
     for field in dataclasses.fields(config):  # type: ignore[arg-type]
         value = getattr(config, field.name)
         kind = parse_bool if isinstance(value, bool) else type(value) if not isinstance(value, tuple) else str
         parser.add_argument(f"--{field.name.replace('_', '-')}", type=kind, default=None,
                             help=f"default {value!r}")
     args = parser.parse_args()
+    threads.pin_blas_threads(args.blas_threads)
     overrides = {}
     for field in dataclasses.fields(config):  # type: ignore[arg-type]
         raw = getattr(args, field.name)
@@ -120,4 +125,5 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
+    blas = sorted(set(threads.blas_threads().values()))
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "blas_threads": blas}

@@ -25,6 +25,7 @@ from predictor.rpc.protos import pb2
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import Service, ServiceConfig
 from predictor.service.synthetic import synthetic_records
+from predictor.threads import pin_blas_threads
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -47,6 +48,7 @@ def _build_service(spec: dict) -> Any:
 
 def service_main(conn: Any, spec: dict) -> None:
     """Serve the real service on ``127.0.0.1:0``; send the port, stop when told."""
+    pin_blas_threads(spec.get("blas_threads"))
     if spec.get("switch_interval_s"):
         sys.setswitchinterval(spec["switch_interval_s"])
 
@@ -73,6 +75,7 @@ def _echo_methods(spec: dict) -> tuple[dict, dict]:
 
 def echo_main(conn: Any, spec: dict) -> None:
     """Serve the echo floor on ``127.0.0.1:0``; send the port, stop when told."""
+    pin_blas_threads(spec.get("blas_threads"))
     if spec.get("switch_interval_s"):
         sys.setswitchinterval(spec["switch_interval_s"])
     unary, streams = _echo_methods(spec)
