@@ -258,7 +258,9 @@ class Answering:
         }
         try:
             record = parse_record(obj, require_latency=False)
-            rules.check_magnitudes(record_numbers(record), self.state.config.max_value)
+            limit = self.state.config.max_value
+            if not _within_limit(record, limit):
+                rules.check_magnitudes(record_numbers(record), limit)
         except RecordError as exc:
             where = batch_prefix if exc.field.startswith("batch") or exc.field == "solo_latency_ms" else prefix
             raise InvalidArgument(f"{where}{exc.field}", exc.message) from None
@@ -425,6 +427,18 @@ def _row_of(record: Record) -> CoLocations:
         np.array([r.overlap for r in runners], dtype=float),
         record.solo_latency_ms,
     )
+
+
+def _within_limit(record: Record, limit: float) -> bool:
+    """Whether a planned record passes :func:`~predictor.rules.check_magnitudes` (the cheap test
+    of every query; where it fails, ``check_magnitudes`` names the offending field)."""
+    solo = record.solo_latency_ms
+    if solo is not None and not rules.latency_ok(solo, limit):
+        return False
+    for values in (record.batch.attrs, record.signals, *(runner.attrs for runner in record.co_runners)):
+        if values and max(map(abs, values.values())) > limit:
+            return False
+    return True
 
 
 def _runner_of(running: RunningBatch) -> CoRunner:
