@@ -23,6 +23,7 @@ from predictor.service import (
     ServiceConfig,
     Unavailable,
 )
+from predictor.service.answering import Plan
 from predictor.service.synthetic import synthetic_records
 
 
@@ -90,6 +91,28 @@ def test_remaining_time_becomes_overlap(service):
     assert 0 < short.co_runners[0].overlap < 0.2
     assert short.co_runners[0].overlap == pytest.approx(0.5 / short.latency_ms, rel=0.05)
     assert short.latency_ms < long.latency_ms
+
+
+@pytest.mark.parametrize("deadline_ms", [None, 2.0, 50.0])
+def test_single_query_answer_equals_its_one_row_plan(service, clock, deadline_ms):
+    """A query's scalar one-row answer and the column answer of its one-row plan agree exactly."""
+    service.batch_start("sim1", "SimGPU", "job-9", BatchSpec("mlp", 8, {"dram_util": 0.6}))
+    queries = [
+        explicit(),
+        explicit(PlannedCoRunner("mlp", 4, {"dram_util": 0.6}, overlap=0.3),
+                 PlannedCoRunner("bert", 2, {"l2_util": 0.2}, remaining_ms=1.5),
+                 PlannedCoRunner("mlp", 2, {"dram_util": 0.1}, remaining_ms=0.0)),
+        explicit(PlannedCoRunner("mlp", 4, {"dram_util": 0.6}, remaining_ms=1e6), device="sim1"),
+        Query("sim1", BATCH),
+    ]
+    answers = service.answers
+    for query in queries:
+        planned = answers.plan_query(query, "query.")
+        one, columns = answers.answer(planned, 0.9, deadline_ms), answers.answer(Plan.of([planned]), 0.9, deadline_ms)
+        for name in ("latency_ms", "solo_latency_ms", "upper_bound_ms", "slack_ms", "probability", "order"):
+            np.testing.assert_array_equal(getattr(one, name), getattr(columns, name), err_msg=name)
+        assert one.prediction(0) == columns.prediction(0)
+        assert one.rows.overlaps.tolist() == columns.rows.overlaps.tolist()
 
 
 def test_live_view_supplies_co_runners(service, clock):

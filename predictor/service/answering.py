@@ -52,30 +52,52 @@ _NONE = np.zeros(0, dtype=np.intp)
 
 @dataclasses.dataclass
 class Planned:
-    """A validated planned batch: the record to predict and each co-runner's remaining time."""
+    """A validated planned batch: the record to predict and each co-runner's remaining time.
+
+    A single query is answered from it directly, as the one-row case of a :class:`Plan`
+    (see :meth:`Answering.answer`).
+    """
 
     record: Record
     remaining_ms: list[float | None]
+
+    @property
+    def moving(self) -> bool:
+        """Whether some co-runner is given by remaining time (its overlap follows the prediction)."""
+        return any(ms is not None for ms in self.remaining_ms)
+
+    def at_window(self, window_ms: float) -> Record:
+        """The record with each remaining-time co-runner's overlap for a predicted window of
+        ``window_ms``: ``min(remaining / window, 1)``, or 1 for an idle window (<= 0).
+
+        The scalar twin of :meth:`Plan.at_window`, with the same arithmetic.
+        """
+        record = self.record
+        runners = tuple(
+            runner if ms is None
+            else CoRunner(runner.model, runner.batch_size, runner.attrs,
+                          1.0 if window_ms <= 0 else min(ms / window_ms, 1.0))
+            for runner, ms in zip(record.co_runners, self.remaining_ms, strict=True)
+        )
+        return dataclasses.replace(record, co_runners=runners)
 
 
 @dataclasses.dataclass
 class Plan:
     """Rows to predict, and each co-runner's remaining time (NaN: its overlap is given).
 
-    ``given`` indexes the co-runners given by remaining time; ``first`` is row 0 as a planned
-    record when one is at hand (a single query), which spares building it again.
+    ``given`` indexes the co-runners given by remaining time.
     """
 
     rows: CoLocations
     remaining: np.ndarray
     given: np.ndarray
-    first: Record | None = None
 
     @classmethod
     def of(cls, planned: list[Planned]) -> Plan:
         """The rows of planned batches that share one batch and solo latency."""
         first = planned[0].record
-        plan = cls.from_runners(
+        return cls.from_runners(
             first.batch,
             first.solo_latency_ms,
             [p.record.device for p in planned],
@@ -86,9 +108,6 @@ class Plan:
                 for p in planned
             ],
         )
-        if len(planned) == 1:
-            plan.first = first
-        return plan
 
     @classmethod
     def from_runners(
@@ -118,6 +137,25 @@ class Plan:
         given = [j for j, ms in enumerate(remaining) if not math.isnan(ms)]
         return cls(rows, np.array(remaining, dtype=float), np.array(given, dtype=np.intp) if given else _NONE)
 
+    @property
+    def moving(self) -> bool:
+        """Whether some co-runner is given by remaining time (its overlap follows the prediction)."""
+        return bool(self.given.size)
+
+    def at_window(self, window: np.ndarray) -> CoLocations:
+        """The rows with each remaining-time co-runner's overlap for its row's predicted window
+        (``window``, per row): ``min(remaining / window, 1)``, or 1 for an idle window (<= 0).
+
+        The column twin of :meth:`Planned.at_window`, with the same arithmetic.
+        """
+        rows, given = self.rows, self.given
+        w = window[rows.rows_of_runners()[given]]
+        fraction = np.ones(given.size)
+        np.divide(self.remaining[given], w, out=fraction, where=~(w <= 0))
+        overlaps = rows.overlaps.copy()
+        overlaps[given] = np.minimum(fraction, 1.0)
+        return rows.with_overlaps(overlaps)
+
 
 class Answering:
     """Answers about planned batches from the service's :class:`~predictor.service.state.ServiceState`."""
@@ -130,16 +168,14 @@ class Answering:
         """Predicted latency and calibrated upper bound of a planned batch."""
         self.state.require_ready()
         confidence = self.confidence(confidence)
-        plan = Plan.of([self.plan_query(query, prefix)])
-        return self.answer(plan, confidence).prediction(0)
+        return self.answer(self.plan_query(query, prefix), confidence).prediction(0)
 
     def check_deadline(self, query: Query, deadline: Deadline, confidence: float | None = None) -> DeadlineAnswer:
         """Whether a planned batch finishes within ``deadline`` at ``confidence``."""
         self.state.require_ready()
         confidence = self.confidence(confidence)
         deadline_ms = deadline.relative_ms()
-        plan = Plan.of([self.plan_query(query, "query.")])
-        answer = self.answer(plan, confidence, deadline_ms)
+        answer = self.answer(self.plan_query(query, "query."), confidence, deadline_ms)
         slack = float(answer.slack_ms[0])
         return DeadlineAnswer(slack >= 0, slack, float(answer.probability[0]), deadline_ms, answer.prediction(0))
 
@@ -222,7 +258,9 @@ class Answering:
         }
         try:
             record = parse_record(obj, require_latency=False)
-            rules.check_magnitudes(record_numbers(record), self.state.config.max_value)
+            limit = self.state.config.max_value
+            if not _within_limit(record, limit):
+                rules.check_magnitudes(record_numbers(record), limit)
         except RecordError as exc:
             where = batch_prefix if exc.field.startswith("batch") or exc.field == "solo_latency_ms" else prefix
             raise InvalidArgument(f"{where}{exc.field}", exc.message) from None
@@ -296,35 +334,35 @@ class Answering:
         return parsed.batch == batch
 
     # ------------------------------------------------------------------ answering
-    def answer(self, plan: Plan, confidence: float, deadline_ms: float | None = None) -> RankingColumns:
+    def answer(self, plan: Plan | Planned, confidence: float, deadline_ms: float | None = None) -> RankingColumns:
         """Predictions, bounds (and, for a deadline, slack and probability) of every row, ranked.
 
         Co-runners given by remaining time get their overlap from the predicted window:
         ``min(1, remaining / window)``, starting from the solo latency, iterated
         ``overlap_iterations`` times.
+
+        A single query (a :class:`Planned`) is the one-row case, predicted from its record and
+        iterated in scalars (:meth:`Planned.at_window`), which costs less than columns for one
+        row; it gives the numbers its one-row :class:`Plan` would.
         """
         state = self.state
-        rows, remaining, given = plan.rows, plan.remaining, plan.given
-        n = len(rows)
+        one = isinstance(plan, Planned)
         with state.lock:
             predictor = state.predictor
-            first = plan.first or rows.record(0)
+            first = plan.record if one else plan.rows.record(0)
             solo = predictor.solo_latency(first)
-            if not given.size:
-                latencies = _predict(predictor, rows, first)
+            predicted: Record | CoLocations = first if one else plan.rows
+            if not plan.moving:
+                latencies = _predict(predictor, predicted)
             else:
                 # Every row is predicted at each step; rows without such co-runners get the same answer each time.
-                row_of, left = rows.rows_of_runners()[given], remaining[given]
-                rows = rows.with_overlaps(rows.overlaps.copy())  # its own overlaps, updated in place below
-                overlaps, fraction = rows.overlaps, np.empty(given.size)
-                window = np.full(n, solo)
+                window = _filled(1 if one else len(plan.rows), solo)
                 for _ in range(state.config.overlap_iterations):
-                    w = window[row_of]
-                    fraction.fill(1.0)  # an idle window (w <= 0) leaves an overlap of 1
-                    np.divide(left, w, out=fraction, where=~(w <= 0))
-                    overlaps[given] = np.minimum(fraction, 1.0)
-                    window = _predict(predictor, rows)
+                    predicted = plan.at_window(float(window[0]) if one else window)
+                    window = _predict(predictor, predicted)
                 latencies = window
+            rows = _row_of(predicted) if isinstance(predicted, Record) else predicted
+            n = len(rows)
             kinds = rows.device_kinds
             bounds = state.calibrator.bound_factors(kinds, confidence)
             if len(bounds) == 1:
@@ -332,22 +370,22 @@ class Answering:
             else:
                 uppers = latencies * np.array([bounds[k].upper_ms for k in kinds])
             if deadline_ms is None:
-                probabilities = np.full(n, math.nan)
+                probabilities = _filled(n, math.nan)
             else:
                 probabilities = state.calibrator.probabilities_within(
-                    latencies, np.full(n, deadline_ms), kinds, confidence
+                    latencies, _filled(n, deadline_ms), kinds, confidence
                 )
             learned = predictor.n_learned
         if deadline_ms is None:
-            deadline_ms, slack, order = math.nan, np.full(n, math.nan), np.arange(n)
+            deadline_ms, slack, order = math.nan, _filled(n, math.nan), np.arange(n)
         else:
             slack = deadline_ms - uppers
-            order = np.argsort(-slack, kind="stable")
+            order = np.argsort(-slack, kind="stable") if n > 1 else np.zeros(1, dtype=np.intp)
         return RankingColumns(
             rows=rows,
             order=order,
             latency_ms=latencies,
-            solo_latency_ms=np.full(n, solo),
+            solo_latency_ms=_filled(n, solo),
             upper_bound_ms=uppers,
             slack_ms=slack,
             probability=probabilities,
@@ -359,13 +397,48 @@ class Answering:
         )
 
 
-def _predict(predictor: LatencyPredictor, rows: CoLocations, first: Record | None = None) -> np.ndarray:
+def _predict(predictor: LatencyPredictor, rows: Record | CoLocations) -> np.ndarray:
     """Predicted latencies of the rows: all at once, or, for a single row (a query), by the
-    per-record path, which costs less than building a feature matrix for it (``first``: the
-    row as a record, when already built)."""
+    per-record path, which costs less than building a feature matrix for it."""
+    if isinstance(rows, Record):
+        return np.asarray(predictor.predict_many([rows]), dtype=float)
     if len(rows) == 1:
-        return np.asarray(predictor.predict_many([first or rows.record(0)]), dtype=float)
+        return np.asarray(predictor.predict_many([rows.record(0)]), dtype=float)
     return predictor.predict_colocations(rows)
+
+
+def _filled(n: int, value: float) -> np.ndarray:
+    """``np.full(n, value)``, for one value at a third of the cost."""
+    return np.array([value], dtype=float) if n == 1 else np.full(n, value, dtype=float)
+
+
+def _row_of(record: Record) -> CoLocations:
+    """A planned record as one row."""
+    runners = record.co_runners
+    return CoLocations(
+        record.batch,
+        [record.device],
+        [record.device_kind],
+        [record.signals],
+        np.array([0, len(runners)], dtype=np.int64),
+        [r.model for r in runners],
+        [r.batch_size for r in runners],
+        [r.attrs for r in runners],
+        np.array([r.overlap for r in runners], dtype=float),
+        record.solo_latency_ms,
+    )
+
+
+def _within_limit(record: Record, limit: float) -> bool:
+    """Whether a planned record passes :func:`~predictor.rules.check_magnitudes` (the cheap test
+    of every query; where it fails, ``check_magnitudes`` names the offending field)."""
+    solo = record.solo_latency_ms
+    if solo is not None and not rules.latency_ok(solo, limit):
+        return False
+    for values in (record.batch.attrs, record.signals, *(runner.attrs for runner in record.co_runners)):
+        if values and max(map(abs, values.values())) > limit:
+            return False
+    return True
 
 
 def _runner_of(running: RunningBatch) -> CoRunner:
