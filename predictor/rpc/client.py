@@ -82,6 +82,7 @@ class InterferenceClient:
         self.timeout = timeout
 
     def close(self) -> None:
+        """Close the channel, when the client opened it (a channel passed in stays open)."""
         if self._own_channel:
             self.channel.close()
 
@@ -211,4 +212,5 @@ class InterferenceClient:
         return response.found, response.running
 
     def status(self) -> Status:
+        """``GetStatus``: the service's learning, error and coverage summary."""
         return convert.status_from_pb(self._call(self.stub.GetStatus, self._pb2.GetStatusRequest()))
