@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from predictor.records import BatchSpec, Record
 from predictor.rpc import convert
@@ -101,8 +102,6 @@ class InterferenceClient:
     # ----------------------------------------------------------------- health
     def health(self, timeout: float = 2.0) -> str:
         """``SERVING``, ``NOT_SERVING`` or ``UNKNOWN`` (server unreachable)."""
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
-
         stub = health_pb2_grpc.HealthStub(self.channel)
         try:
             response = stub.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=timeout)
