@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from predictor.records import BatchSpec, Record
 from predictor.rpc import convert
@@ -82,6 +83,7 @@ class InterferenceClient:
         self.timeout = timeout
 
     def close(self) -> None:
+        """Close the channel, when the client opened it (a channel passed in stays open)."""
         if self._own_channel:
             self.channel.close()
 
@@ -100,8 +102,6 @@ class InterferenceClient:
     # ----------------------------------------------------------------- health
     def health(self, timeout: float = 2.0) -> str:
         """``SERVING``, ``NOT_SERVING`` or ``UNKNOWN`` (server unreachable)."""
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
-
         stub = health_pb2_grpc.HealthStub(self.channel)
         try:
             response = stub.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=timeout)
@@ -211,4 +211,5 @@ class InterferenceClient:
         return response.found, response.running
 
     def status(self) -> Status:
+        """``GetStatus``: the service's learning, error and coverage summary."""
         return convert.status_from_pb(self._call(self.stub.GetStatus, self._pb2.GetStatusRequest()))

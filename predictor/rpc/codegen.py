@@ -28,6 +28,7 @@ import re
 import shutil
 import sys
 import tempfile
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 PACKAGE = "predictor.rpc.generated"
@@ -48,7 +49,7 @@ def proto_files(root: Path = PROTO_ROOT) -> list[Path]:
 
 def source_hash(root: Path = PROTO_ROOT) -> str:
     """Hash of the proto sources and of the code generator's version."""
-    import grpc_tools
+    import grpc_tools  # heavy, build-time: protoc only when generating or checking
 
     digest = hashlib.sha256()
     digest.update(getattr(grpc_tools, "__version__", _tools_version()).encode())
@@ -58,8 +59,6 @@ def source_hash(root: Path = PROTO_ROOT) -> str:
 
 
 def _tools_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("grpcio-tools")
     except PackageNotFoundError:
@@ -96,8 +95,8 @@ def _fix_imports(path: Path) -> None:
 
 
 def _run_protoc(root: Path, target: Path) -> None:
-    import grpc_tools
-    from grpc_tools import protoc
+    import grpc_tools  # heavy, build-time: protoc only when generating
+    from grpc_tools import protoc  # heavy, build-time (as above)
 
     include = Path(grpc_tools.__file__).resolve().parent / "_proto"
     files = [str(p) for p in proto_files(root)]

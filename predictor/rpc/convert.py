@@ -50,10 +50,12 @@ def _optional(message: Any, name: str) -> float | None:
 
 
 def batch_from_pb(message: Any) -> BatchSpec:
+    """A ``Batch`` message as a :class:`BatchSpec`."""
     return BatchSpec(message.model, message.batch_size, dict(message.attrs))
 
 
 def co_runner_from_pb(message: Any) -> PlannedCoRunner:
+    """A ``CoRunner`` message as a :class:`PlannedCoRunner` (unset ``overlap``/``remaining_ms``: ``None``)."""
     return PlannedCoRunner(
         message.model,
         message.batch_size,
@@ -64,6 +66,7 @@ def co_runner_from_pb(message: Any) -> PlannedCoRunner:
 
 
 def co_runner_source_from_pb(value: int) -> CoRunnerSource:
+    """A ``CoRunnerSource`` enum value as :class:`CoRunnerSource` (unknown values: ``AUTO``)."""
     return _SOURCES.get(value, CoRunnerSource.AUTO)
 
 
@@ -81,6 +84,7 @@ def query_from_pb(message: Any) -> Query:
 
 
 def candidate_from_pb(message: Any) -> Candidate:
+    """A ``PlacementCandidate`` message as a :class:`Candidate`."""
     return Candidate(
         device=message.device,
         device_kind=message.device_kind,
@@ -226,6 +230,7 @@ def _set_time(field: Any, unix_s: float) -> None:
 
 
 def co_runner_to_pb(runner: CoRunner | PlannedCoRunner) -> Any:
+    """A co-runner as a ``CoRunner`` message (``overlap`` and ``remaining_ms`` set only when given)."""
     message = pb2().CoRunner(model=runner.model, batch_size=runner.batch_size, attrs=dict(runner.attrs))
     if runner.overlap is not None:
         message.overlap = runner.overlap
@@ -236,6 +241,7 @@ def co_runner_to_pb(runner: CoRunner | PlannedCoRunner) -> Any:
 
 
 def prediction_to_pb(prediction: Prediction) -> Any:
+    """A :class:`Prediction` as a ``Prediction`` message."""
     return pb2().Prediction(
         latency_ms=prediction.latency_ms,
         solo_latency_ms=prediction.solo_latency_ms,
@@ -252,6 +258,7 @@ def prediction_to_pb(prediction: Prediction) -> Any:
 
 
 def deadline_answer_to_pb(answer: DeadlineAnswer) -> Any:
+    """A :class:`DeadlineAnswer` as a ``CheckDeadlineResponse``."""
     return pb2().CheckDeadlineResponse(
         feasible=answer.feasible,
         slack_ms=answer.slack_ms,
@@ -262,6 +269,7 @@ def deadline_answer_to_pb(answer: DeadlineAnswer) -> Any:
 
 
 def ranking_to_pb(ranking: Ranking) -> Any:
+    """A :class:`Ranking` as a ``RankPlacementsResponse``, placements in rank order."""
     messages = pb2()
     return messages.RankPlacementsResponse(
         placements=[
@@ -281,6 +289,7 @@ def ranking_to_pb(ranking: Ranking) -> Any:
 
 
 def observation_report_to_pb(report: ObservationReport) -> Any:
+    """An :class:`ObservationReport` as a ``ReportObservationsResponse``."""
     messages = pb2()
     return messages.ReportObservationsResponse(
         accepted=report.accepted,
@@ -296,6 +305,7 @@ def observation_report_to_pb(report: ObservationReport) -> Any:
 
 
 def status_to_pb(status: Status) -> Any:
+    """A :class:`Status` as a ``GetStatusResponse``."""
     messages = pb2()
     response = messages.GetStatusResponse(
         ready=status.ready,
@@ -349,10 +359,12 @@ def status_to_pb(status: Status) -> Any:
 
 
 def batch_to_pb(batch: BatchSpec) -> Any:
+    """A :class:`BatchSpec` as a ``Batch`` message."""
     return pb2().Batch(model=batch.model, batch_size=batch.batch_size, attrs=dict(batch.attrs))
 
 
 def query_to_pb(query: Query) -> Any:
+    """A :class:`Query` as a ``BatchQuery`` message (the client side)."""
     message = pb2().BatchQuery(
         device=query.device,
         device_kind=query.device_kind,
@@ -367,6 +379,7 @@ def query_to_pb(query: Query) -> Any:
 
 
 def candidate_to_pb(candidate: Candidate) -> Any:
+    """A :class:`Candidate` as a ``PlacementCandidate`` message (the client side)."""
     return pb2().PlacementCandidate(
         device=candidate.device,
         device_kind=candidate.device_kind,
@@ -377,6 +390,7 @@ def candidate_to_pb(candidate: Candidate) -> Any:
 
 
 def set_deadline(message: Any, deadline_ms: float | None, deadline_time: float | None) -> None:
+    """Set a request's relative (``deadline_ms``) or absolute (``deadline_time``, Unix s) deadline."""
     if deadline_ms is not None:
         message.deadline_ms = deadline_ms
     if deadline_time is not None:
@@ -384,6 +398,7 @@ def set_deadline(message: Any, deadline_ms: float | None, deadline_time: float |
 
 
 def record_to_pb(record: Record) -> Any:
+    """A :class:`Record` as a ``Record`` message (the client side of ``ReportObservations``)."""
     messages = pb2()
     message = messages.Record(
         schema=SCHEMA,
@@ -409,6 +424,7 @@ def _time(field: Any) -> float:
 
 
 def prediction_from_pb(message: Any) -> Prediction:
+    """A ``Prediction`` message as a :class:`Prediction` (the client side)."""
     return Prediction(
         latency_ms=message.latency_ms,
         solo_latency_ms=message.solo_latency_ms,
@@ -428,6 +444,7 @@ def prediction_from_pb(message: Any) -> Prediction:
 
 
 def deadline_answer_from_pb(message: Any) -> DeadlineAnswer:
+    """A ``CheckDeadlineResponse`` as a :class:`DeadlineAnswer` (the client side)."""
     return DeadlineAnswer(
         feasible=message.feasible,
         slack_ms=message.slack_ms,
@@ -438,6 +455,7 @@ def deadline_answer_from_pb(message: Any) -> DeadlineAnswer:
 
 
 def ranking_from_pb(message: Any) -> Ranking:
+    """A ``RankPlacementsResponse`` as a :class:`Ranking` (the client side)."""
     return Ranking(
         placements=tuple(
             PlacementAnswer(
@@ -456,6 +474,7 @@ def ranking_from_pb(message: Any) -> Ranking:
 
 
 def observation_report_from_pb(message: Any) -> ObservationReport:
+    """A ``ReportObservationsResponse`` as an :class:`ObservationReport` (the client side)."""
     return ObservationReport(
         accepted=message.accepted,
         rejected=message.rejected,
@@ -468,6 +487,7 @@ def observation_report_from_pb(message: Any) -> ObservationReport:
 
 
 def status_from_pb(message: Any) -> Status:
+    """A ``GetStatusResponse`` as a :class:`Status` (the client side)."""
     return Status(
         ready=message.ready,
         predictor=message.predictor,

@@ -56,6 +56,7 @@ class DecodeErrorsInterceptor(grpc.ServerInterceptor):
         self.prefix = prefix
 
     def intercept_service(self, continuation: Callable, handler_call_details: Any) -> Any:
+        """Wrap the prediction service's handlers so that they decode their own requests."""
         handler = continuation(handler_call_details)
         if handler is None or not handler_call_details.method.startswith(self.prefix):
             return handler

@@ -110,9 +110,11 @@ class ServerMetrics:
         self._http: Any = None
 
     def interceptor(self) -> grpc.ServerInterceptor:
+        """A server interceptor counting and timing every RPC into these metrics."""
         return _MetricsInterceptor(self)
 
     def observe(self, method: str, code: grpc.StatusCode, seconds: float) -> None:
+        """Count one RPC of ``method`` ending with ``code`` and record its handling time."""
         self.requests.labels(method, code.name).inc()
         self.latency.labels(method).observe(seconds)
 
@@ -123,6 +125,7 @@ class ServerMetrics:
         return int(server.server_port)
 
     def stop(self) -> None:
+        """Stop the ``/metrics`` HTTP server, if serving."""
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()

@@ -165,6 +165,7 @@ class AuthPolicy:
 
     @classmethod
     def from_tokens(cls, tokens: Mapping[str, str], **kwargs: Any) -> AuthPolicy:
+        """From ``{client name: token}``; only the tokens' SHA-256 digests are kept."""
         return cls(tuple((name, _digest(token)) for name, token in tokens.items()), **kwargs)
 
     @property
@@ -252,6 +253,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
         self.prefix = prefix
 
     def intercept_service(self, continuation: Callable, handler_call_details: Any) -> Any:
+        """Wrap the prediction service's handlers with authentication (health and reflection stay open)."""
         handler = continuation(handler_call_details)
         method = handler_call_details.method
         if handler is None or not method.startswith(self.prefix):
@@ -391,15 +393,19 @@ class BearerToken(
         )
 
     def intercept_unary_unary(self, continuation: Callable, details: Any, request: Any) -> Any:
+        """Make the call with the bearer token in its metadata."""
         return continuation(self._details(details), request)
 
     def intercept_unary_stream(self, continuation: Callable, details: Any, request: Any) -> Any:
+        """Make the call with the bearer token in its metadata."""
         return continuation(self._details(details), request)
 
     def intercept_stream_unary(self, continuation: Callable, details: Any, request_iterator: Any) -> Any:
+        """Make the call with the bearer token in its metadata."""
         return continuation(self._details(details), request_iterator)
 
     def intercept_stream_stream(self, continuation: Callable, details: Any, request_iterator: Any) -> Any:
+        """Make the call with the bearer token in its metadata."""
         return continuation(self._details(details), request_iterator)
 
 

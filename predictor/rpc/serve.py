@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from predictor.service.config import ServiceConfig
+from predictor.service.core import Service
+from predictor.snapshot import SnapshotError
 
 log = logging.getLogger("predictor.serve")
 
@@ -52,7 +54,7 @@ class ServeOptions:
 
 def security_from_options(options: ServeOptions) -> tuple[Any, Any]:
     """``(server credentials or None, AuthPolicy)`` from the options; ``ValueError`` when inconsistent."""
-    from predictor.rpc.security import AuthPolicy, load_tokens, server_credentials
+    from predictor.rpc.security import AuthPolicy, load_tokens, server_credentials  # grpc: not at CLI parse
 
     if (options.tls_cert is None) != (options.tls_key is None):
         raise ValueError("give both --tls-cert and --tls-key, or neither")
@@ -80,10 +82,8 @@ def _write_port_file(path: str, port: int) -> None:
 
 def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | None = None) -> int:
     """Run the service until ``stop`` is set (or a signal arrives); returns the exit status."""
-    from predictor.rpc.metrics import ServerMetrics
-    from predictor.rpc.server import create_server, stop_server
-    from predictor.service.core import Service
-    from predictor.snapshot import SnapshotError
+    from predictor.rpc.metrics import ServerMetrics  # grpc: not at CLI parse
+    from predictor.rpc.server import create_server, stop_server  # grpc: not at CLI parse
 
     stop = stop or threading.Event()
     try:

@@ -25,6 +25,7 @@ class InterferenceServicer:
 
     @grpc_errors
     def PredictLatency(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """Predicted latency and upper bound of one planned batch."""
         prediction = self.service.predict(
             convert.query_from_pb(request.query), convert.confidence_from_pb(request.confidence)
         )
@@ -32,6 +33,7 @@ class InterferenceServicer:
 
     @grpc_errors
     def CheckDeadline(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """Whether one planned batch meets its deadline."""
         answer = self.service.check_deadline(
             convert.query_from_pb(request.query),
             convert.deadline_from_pb(request),
@@ -41,6 +43,7 @@ class InterferenceServicer:
 
     @grpc_errors
     def RankPlacements(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """Candidate devices for one batch, most slack first (answered column-wise)."""
         candidates = columns.candidate_columns_from_pb(request.candidates)
         ranking = self.service.rank_columns(
             convert.batch_from_pb(request.batch),
@@ -53,6 +56,7 @@ class InterferenceServicer:
 
     @grpc_errors
     def ReportObservations(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        """Learn from a stream of observed batches, attributed to the authenticated caller."""
         caller = current_caller(context)
         report = self.service.report_observations(
             convert.observations_from_pb(request_iterator), client=caller.identity, peer=caller.peer
@@ -61,6 +65,7 @@ class InterferenceServicer:
 
     @grpc_errors
     def ReportBatchStart(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """A batch started on a device (live view); returns its predicted latency and the running count."""
         predicted, running = self.service.batch_start(
             request.device,
             request.device_kind,
@@ -72,9 +77,11 @@ class InterferenceServicer:
 
     @grpc_errors
     def ReportBatchEnd(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """A batch ended on a device (live view); returns whether it was running and the running count."""
         found, running = self.service.batch_end(request.device, request.batch_id)
         return pb2().ReportBatchEndResponse(found=found, running=running)
 
     @grpc_errors
     def GetStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """The service's status."""
         return convert.status_to_pb(self.service.status())

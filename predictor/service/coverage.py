@@ -65,6 +65,7 @@ def measure(path: str | Path, config: ServiceConfig) -> CoverageResult:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Replay each log given on the command line and print its coverage; returns the exit status."""
     parser = argparse.ArgumentParser(
         prog="python -m predictor.service.coverage", description=__doc__.split("\n")[0]
     )

@@ -68,4 +68,5 @@ class OutlierGates:
         )
 
     def kinds(self) -> list[str]:
+        """The device kinds that have their own gate (the shared gate of further kinds left out)."""
         return [k for k in self._gates if k != self.SHARED]

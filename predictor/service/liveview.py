@@ -145,6 +145,7 @@ class LiveView:
 
     # ---------------------------------------------------------------- queries
     def knows(self, device: str) -> bool:
+        """Whether anything was reported on ``device`` (or it was restored after a restart)."""
         return device in self._devices
 
     def kind_of(self, device: str) -> str:
@@ -174,6 +175,7 @@ class LiveView:
             return {d: s.device_kind for d, s in self._devices.items()}
 
     def running_count(self) -> int:
+        """How many batches run, over all devices."""
         with self._lock:
             return sum(len(s.running) for s in self._devices.values())
 

@@ -125,16 +125,20 @@ class ErrorMonitor:
         return stats.covered_total / stats.observations if stats.observations else math.nan
 
     def calibrated_observations(self, kind: str = ALL) -> int:
+        """Observations of ``kind`` (default: all kinds) whose bound came from residuals, not the fallback."""
         stats = self._kinds.get(kind)
         return stats.calibrated_total if stats is not None else 0
 
     def observations(self, kind: str = ALL) -> int:
+        """Observations scored for ``kind`` (default: all kinds)."""
         stats = self._kinds.get(kind)
         return stats.observations if stats is not None else 0
 
     def alarm_count(self, kind: str) -> int:
+        """Drift alarms raised for ``kind`` so far."""
         stats = self._kinds.get(kind)
         return stats.alarms if stats is not None else 0
 
     def kinds(self) -> list[str]:
+        """The device kinds scored so far, sorted."""
         return sorted(k for k in self._kinds if k != ALL)

@@ -81,6 +81,7 @@ class CandidateColumns:
 
     @classmethod
     def from_candidates(cls, candidates: Sequence[Candidate]) -> CandidateColumns:
+        """From :class:`~predictor.service.types.Candidate` objects (tests and Python callers)."""
         runners = [r for c in candidates for r in c.co_runners]
         return cls(
             devices=[c.device for c in candidates],
@@ -191,6 +192,7 @@ class RankingColumns:
     """Whether every row's co-runners are its candidate's, in order (none from the live view)."""
 
     def prediction(self, i: int) -> Prediction:
+        """Candidate ``i``'s answer as a :class:`~predictor.service.types.Prediction`."""
         kind = self.rows.device_kinds[i]
         bound = self.bounds[kind]
         latency, solo = float(self.latency_ms[i]), float(self.solo_latency_ms[i])
@@ -209,6 +211,7 @@ class RankingColumns:
         )
 
     def to_ranking(self) -> Ranking:
+        """The ranking as domain objects, best placement first."""
         placements = tuple(
             PlacementAnswer(
                 device=self.rows.devices[i],

@@ -39,9 +39,13 @@ SNAPSHOT_FILE = "service.snapshot"
 class Learner(Protocol):
     """What :meth:`ServiceState.open` learns through (the ingest path)."""
 
-    def observe(self, record: Record, batch_id: str = "", *, client: str = "") -> float: ...
+    def observe(self, record: Record, batch_id: str = "", *, client: str = "") -> float:
+        """Learn from one observed record (a replayed log entry); returns its prediction before learning."""
+        ...
 
-    def warm_start(self, path: str | Path, *, tolerant: bool = True) -> ReadReport: ...
+    def warm_start(self, path: str | Path, *, tolerant: bool = True) -> ReadReport:
+        """Learn from a ``coloc/v1`` log, prequentially."""
+        ...
 
 
 class ServiceState:

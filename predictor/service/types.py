@@ -61,6 +61,7 @@ class Query:
 
     @classmethod
     def for_candidate(cls, batch: BatchSpec, candidate: Candidate, solo_latency_ms: float | None) -> Query:
+        """The query of ``batch`` placed on one candidate device of a ranking."""
         return cls(
             device=candidate.device,
             batch=batch,

@@ -100,11 +100,13 @@ class ReplayReport:
     errors: list[str] = field(default_factory=list)
 
     def add_error(self, message: str) -> None:
+        """Count a skipped line, keeping its message while fewer than ``MAX_REPORTED_ERRORS`` are kept."""
         self.skipped += 1
         if len(self.errors) < MAX_REPORTED_ERRORS:
             self.errors.append(message)
 
     def summary(self) -> str:
+        """One line for the log: entries replayed, and lines skipped with the first reason."""
         text = f"replayed {self.replayed} logged observations"
         if self.skipped:
             text += f", skipped {self.skipped} bad lines (first: {self.errors[0]})"
@@ -112,6 +114,7 @@ class ReplayReport:
 
 
 def segment_name(first_seq: int) -> str:
+    """The file name of the log segment whose first entry has sequence number ``first_seq``."""
     return f"observations-{first_seq:020d}.log"
 
 
@@ -279,6 +282,7 @@ class ObservationLog:
 
     @property
     def is_open(self) -> bool:
+        """Whether entries can be appended (opened, not closed)."""
         return self._open
 
     def append(self, record: Record, client: str = "", batch_id: str = "") -> int:
