@@ -163,6 +163,19 @@ def record_numbers(record: Record) -> Iterator[tuple[str, float]]:
         yield from _keyed(f"co_runners[{i}].attrs", runner.attrs)
 
 
+def record_within_limits(record: Record, limit: float) -> bool:
+    """Whether every number of :func:`record_numbers` passes :func:`~predictor.rules.check_magnitudes`.
+
+    The cheap test of every query; where it fails, ``check_magnitudes(record_numbers(record), limit)``
+    names the offending field.
+    """
+    latencies = (record.latency_ms, record.solo_latency_ms)
+    if any(value is not None and not rules.latency_ok(value, limit) for value in latencies):
+        return False
+    maps = (record.batch.attrs, record.signals, *(runner.attrs for runner in record.co_runners))
+    return all(rules.map_magnitudes_ok(values, limit) for values in maps)
+
+
 def _keyed(path: str, values: Mapping[str, float]) -> Iterator[tuple[str, float]]:
     for key, value in values.items():
         yield f"{path}.{key}", value

@@ -263,6 +263,16 @@ def magnitudes_ok(values: np.ndarray, limit: float) -> bool:
     return bool((np.abs(values) <= limit).all()) if values.size else True
 
 
+def magnitude_ok(value: float, limit: float) -> bool:
+    """Whether a number is within ``limit`` in magnitude."""
+    return abs(value) <= limit
+
+
+def map_magnitudes_ok(values: Mapping[str, float], limit: float) -> bool:
+    """:func:`magnitude_ok` of every value of an ``attrs`` or ``signals`` map."""
+    return not values or max(map(abs, values.values())) <= limit
+
+
 def latency_ok(value: float, limit: float) -> bool:
     """Whether a latency lies within ``[1 / limit, limit]``."""
     return 1.0 / limit <= value <= limit
@@ -276,8 +286,8 @@ def check_magnitudes(numbers: Iterable[tuple[str, float]], limit: float) -> None
     """
     numbers = list(numbers)
     for path, value in numbers:
-        if abs(value) > limit:
+        if not magnitude_ok(value, limit):
             raise RecordError(path, f"magnitude {value:g} is beyond the limit of {limit:g}")
     for path, value in numbers:
-        if path in LATENCIES and value < 1.0 / limit:
+        if path in LATENCIES and not latency_ok(value, limit):
             raise RecordError(path, f"{value:g} is below the smallest latency, {1.0 / limit:g} ms")

@@ -31,7 +31,16 @@ from predictor import rules
 from predictor.calibration import check_confidence
 from predictor.colocations import CoLocations
 from predictor.predictors import LatencyPredictor
-from predictor.records import SCHEMA, BatchSpec, CoRunner, Record, RecordError, parse_record, record_numbers
+from predictor.records import (
+    SCHEMA,
+    BatchSpec,
+    CoRunner,
+    Record,
+    RecordError,
+    parse_record,
+    record_numbers,
+    record_within_limits,
+)
 from predictor.service.errors import InvalidArgument, NotFound, ResourceExhausted
 from predictor.service.liveview import RunningBatch
 from predictor.service.placements import CandidateColumns, RankingColumns, valid_columns
@@ -259,7 +268,7 @@ class Answering:
         try:
             record = parse_record(obj, require_latency=False)
             limit = self.state.config.max_value
-            if not _within_limit(record, limit):
+            if not record_within_limits(record, limit):
                 rules.check_magnitudes(record_numbers(record), limit)
         except RecordError as exc:
             where = batch_prefix if exc.field.startswith("batch") or exc.field == "solo_latency_ms" else prefix
@@ -427,18 +436,6 @@ def _row_of(record: Record) -> CoLocations:
         np.array([r.overlap for r in runners], dtype=float),
         record.solo_latency_ms,
     )
-
-
-def _within_limit(record: Record, limit: float) -> bool:
-    """Whether a planned record passes :func:`~predictor.rules.check_magnitudes` (the cheap test
-    of every query; where it fails, ``check_magnitudes`` names the offending field)."""
-    solo = record.solo_latency_ms
-    if solo is not None and not rules.latency_ok(solo, limit):
-        return False
-    for values in (record.batch.attrs, record.signals, *(runner.attrs for runner in record.co_runners)):
-        if values and max(map(abs, values.values())) > limit:
-            return False
-    return True
 
 
 def _runner_of(running: RunningBatch) -> CoRunner:
