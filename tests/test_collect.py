@@ -70,8 +70,14 @@ def test_collect_command_writes_real_co_location_records(tmp_path, capsys) -> No
     # the batches that ran alone tell by how much (1.0 on a quiet machine).
     background = statistics.median(r.slowdown for r in records if not r.co_runners)
     slowdowns = [r.slowdown / background for r in co_located]
-    print("co-located slowdown: median", statistics.median(slowdowns), "max", max(slowdowns),
-          "background", background)
+    print(
+        "co-located slowdown: median",
+        statistics.median(slowdowns),
+        "max",
+        max(slowdowns),
+        "background",
+        background,
+    )
     assert sum(s > 1.0 for s in slowdowns) >= 0.3 * len(slowdowns)  # co-location slows batches down...
     assert max(slowdowns) > 1.2  # ...some visibly
 

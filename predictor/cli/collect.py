@@ -105,12 +105,16 @@ def metadata_path(output: str | Path) -> Path:
 
 
 def write_metadata(
-    output: str | Path, args: argparse.Namespace, records: int, device_kind: str, conditions: RecordingConditions
+    output: str | Path,
+    args: argparse.Namespace,
+    records: int,
+    device_kind: str,
+    conditions: RecordingConditions,
 ) -> Path:
     """Write the recording's metadata beside ``output``; returns its path."""
     options = {k: v for k, v in vars(args).items() if k not in ("func", "command", "quiet")}
     meta = {
-        "recorded_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "recorded_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join(["predictor", *sys.argv[1:]]),
         "options": options,
         "records": records,
