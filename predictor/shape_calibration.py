@@ -27,9 +27,10 @@ the outcome exceeded the bound the cell would have answered; a requested confide
 miss-rate factor ``alpha_t / alpha`` of the nearest grid level. Coverage so recovers after a
 drift within a few hundred observations, in either direction.
 
-**Monotone in crowding**: the bound of ``k`` co-runners is the prediction times the largest
-factor of the counts ``0..k`` (an idle device, one co-runner, ...), so that adding a
-co-runner never narrows the bound of a prediction that did not drop.
+**Monotone in crowding**: the bound of ``k`` co-runners is the prediction, corrected by the
+centre ``m`` of its own count, times the largest width ``exp(s z_(k))`` of the counts
+``0..k`` (an idle device, one co-runner, ...): adding a co-runner never narrows the interval
+above the (corrected) prediction. The bound itself is monotone where the corrected prediction is.
 
 Examples
 --------
@@ -252,10 +253,11 @@ class ShapeCalibrator:
         for term in terms:
             if term.window is None and term is not terms[-1]:
                 continue  # a count without residuals anywhere takes no part (as in the bound)
+            centre = terms[-1].m  # the bound is the own centre plus the widest width (see _largest)
             if term.window is None:
-                p = np.array([_NORMAL.cdf(round(v / term.s, 9)) for v in x.tolist()])
+                p = np.array([_NORMAL.cdf(round((v - centre) / term.s, 9)) for v in x.tolist()])
             else:
-                raw = term.window.cdf_many((x - term.m) / term.s)
+                raw = term.window.cdf_many((x - centre) / term.s)
                 p = np.clip(1.0 - (1.0 - raw) / term.phi, 0.0, 1.0)
             out = np.minimum(out, p)
         return out
@@ -319,12 +321,13 @@ class ShapeCalibrator:
 
 
 def _largest(terms: list[_Term]) -> float:
-    """The largest log factor of the terms, leaving out counts with no residuals anywhere
-    (a guess), unless the query's own count is one."""
+    """The log factor of a bound: the own count's centre plus the largest width above its centre
+    of the terms, leaving out counts with no residuals anywhere (a guess) unless the query's own
+    count is one."""
     own = terms[-1]
     if own.source is BoundSource.FALLBACK:
         return own.log_factor
-    return max(t.log_factor for t in terms if t.source is not BoundSource.FALLBACK)
+    return own.m + max(t.log_factor - t.m for t in terms if t.source is not BoundSource.FALLBACK)
 
 
 def _nearest_level(confidence: float) -> int:
