@@ -11,7 +11,9 @@ Printed per dataset and per co-runner count (with counts): coverage of the 0.95 
 bounds, median width (upper bound / actual latency), MAPE of the predicted latency, and the
 MAPE of the solo latency alone (interference ignored) for reference.
 
-Run: ``.venv/bin/python -m experiments.admission_replay`` (about a minute).
+Run: ``.venv/bin/python -m experiments.admission_replay`` (about a minute); ``--monotone false``
+lets each co-runner count use its own centre and width (exact conditional coverage, no
+monotonicity guarantee).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Config:
     data: str = ""  # folder holding igniter-v100/ and gpulet-ampere/ (empty: $INTERFERENCE_DATA)
     synthetic: int = 4000  # records of the synthetic log (0: none)
     predictor: str = "rls"
+    monotone: bool = True  # the service's monotone_bounds (False: each count its own centre and width)
     seed: int = 0
 
 
@@ -58,7 +61,7 @@ def main() -> None:
     if config.synthetic:
         datasets["synthetic-partial"] = partial_overlap_records(config.synthetic, seed=config.seed)
     service_config = ServiceConfig(predictor=config.predictor, snapshot_every_s=0, observation_log=False,
-                                   outlier_gate=False)
+                                   outlier_gate=False, monotone_bounds=config.monotone)
     results: dict = {}
     for name, records in datasets.items():
         began = time.perf_counter()

@@ -16,8 +16,9 @@ so the bound is conditional twice over: Mondrian (each cell has its own quantile
 coverage holds per co-runner count, not only on average) and locally scaled (a model whose
 answers are reliable gets a narrow bound, one whose answers scatter a wide one).
 
-A cell with fewer than ``min_residuals`` residuals borrows, in order: the same shape and kind
-over all counts, the shapes that stand in for it (:meth:`QueryShape.chain`), then the same
+Residuals of answers really given (matched to their outcome by batch id) have cells of their
+own, used before the replayed ones of the same shape where they hold enough. A cell with fewer
+than ``min_residuals`` residuals borrows, in order: the same shape and kind over all counts, the shapes that stand in for it (:meth:`QueryShape.chain`), then the same
 over all device kinds (``POOLED``); with nothing anywhere, a wide log-normal answers
 (``FALLBACK``).
 
@@ -27,10 +28,15 @@ the outcome exceeded the bound the cell would have answered; a requested confide
 miss-rate factor ``alpha_t / alpha`` of the nearest grid level. Coverage so recovers after a
 drift within a few hundred observations, in either direction.
 
-**Monotone in crowding**: the bound of ``k`` co-runners is the prediction, corrected by the
-centre ``m`` of its own count, times the largest width ``exp(s z_(k))`` of the counts
-``0..k`` (an idle device, one co-runner, ...): adding a co-runner never narrows the interval
-above the (corrected) prediction. The bound itself is monotone where the corrected prediction is.
+**Calibrated point answer**: the prediction times ``exp(m)`` (its shape's running centre)
+removes the bias an information gap causes (zero signals make predictions low, co-runners of
+unknown overlap taken as fully overlapping make them high).
+
+**Monotone in crowding** (``monotone``): the centre and the width of ``k`` co-runners are the
+largest centre and the largest width ``s z_(k)`` of the counts ``0..k`` (an idle device, one
+co-runner, ...), so the corrected prediction and the bound never drop when a co-runner is added
+to a query whose raw prediction does not drop. The price: where the bias falls with crowding,
+the larger counts are over-covered. Without it each count uses its own centre and width.
 
 Examples
 --------
@@ -57,6 +63,8 @@ from predictor.shapes import QueryShape
 
 POOL = "*"
 ALL = -1
+LINKED = "linked:"
+"""Prefix of the cells of residuals of answers really given (matched by batch id)."""
 GRID = (0.9, 0.95, 0.99)
 """Confidence levels whose miss rates adaptive conformal inference tracks per cell."""
 MIN_SPREAD = 0.01
@@ -195,9 +203,9 @@ class ShapeCalibrator:
         level = min(max(1.0 - (1.0 - confidence) * phi, 1e-6), 1.0 - 1e-9)
         for kinds, source in (((kind,), BoundSource.DEVICE_KIND), ((POOL,), BoundSource.POOLED)):
             for stand_in in shape.chain():
-                key = stand_in.key
                 for cell_kind in kinds:
-                    for c in (count, ALL):
+                    for key, c in ((LINKED + stand_in.key, count), (stand_in.key, count),
+                                   (LINKED + stand_in.key, ALL), (stand_in.key, ALL)):
                         window = self._windows.get((key, cell_kind, c))
                         if window is None or len(window) < self.min_residuals:
                             continue
@@ -233,11 +241,18 @@ class ShapeCalibrator:
     def factor(self, shape: QueryShape, kind: str, count: int, model: str, confidence: float) -> Bound:
         """The bound of a 1 ms prediction (a bound is the prediction times ``upper_ms``);
         ``source`` and ``n`` are those of the cell of the query's own count."""
+        return self.factors(shape, kind, count, model, confidence)[1]
+
+    def factors(self, shape: QueryShape, kind: str, count: int, model: str,
+                confidence: float) -> tuple[float, Bound]:
+        """The correction of a prediction (``exp`` of its centre: the prediction times it is the
+        calibrated point answer) and the bound of a 1 ms prediction (see :meth:`factor`)."""
         check_confidence(confidence)
         terms = self._terms(shape, kind, count, model, confidence)
         own = terms[-1]
         log_factor = _largest(terms)
-        return Bound(math.exp(min(log_factor, 700.0)), own.source, own.n)
+        correction = math.exp(min(max(_centre(terms), -700.0), 700.0))
+        return correction, Bound(math.exp(min(log_factor, 700.0)), own.source, own.n)
 
     def probabilities(self, shape: QueryShape, kind: str, count: int, model: str,
                       predicted: np.ndarray, limit_ms: float, confidence: float) -> np.ndarray:
@@ -253,7 +268,7 @@ class ShapeCalibrator:
         for term in terms:
             if term.window is None and term is not terms[-1]:
                 continue  # a count without residuals anywhere takes no part (as in the bound)
-            centre = terms[-1].m  # the bound is the own centre plus the widest width (see _largest)
+            centre = _centre(terms)  # the bound is the centre plus the widest width (see _largest)
             if term.window is None:
                 p = np.array([_NORMAL.cdf(round((v - centre) / term.s, 9)) for v in x.tolist()])
             else:
@@ -264,14 +279,21 @@ class ShapeCalibrator:
 
     # ------------------------------------------------------------------ learning
     def add(self, shape: QueryShape, kind: str, count: int, model: str, *, actual: float,
-            predicted: float) -> float:
+            predicted: float, linked: bool = False) -> float:
         """Record the outcome of an answer of ``shape`` given before ``actual`` was learned;
-        returns the residual ``log(actual / predicted)``."""
+        returns the residual ``log(actual / predicted)``.
+
+        ``linked``: the answer was really given (matched by batch id), not replayed; such
+        residuals have cells of their own, preferred where they hold enough.
+        """
         if not (actual > 0 and predicted > 0 and math.isfinite(actual) and math.isfinite(predicted)):
             raise ValueError(f"actual and predicted must be finite and > 0, got {actual!r}, {predicted!r}")
         residual = math.log(actual / predicted)
-        key = shape.key
-        if self.gamma:
+        key = (LINKED if linked else "") + shape.key
+        linked_cell = self._windows.get((LINKED + shape.key, kind, count))
+        answers_linked = linked_cell is not None and len(linked_cell) >= self.min_residuals
+        if self.gamma and (linked or not answers_linked):
+            # the misses that count are those of the population that answers this cell
             self._adapt(shape, kind, count, model, residual)
         m, s = self._spread(key, kind, count, model)
         score = (residual - m) / s
@@ -320,14 +342,24 @@ class ShapeCalibrator:
         return sorted(self._windows)
 
 
+def _centre(terms: list[_Term]) -> float:
+    """The log correction of the prediction: the largest centre of the terms (the own count's
+    alone without monotony), leaving out counts with no residuals anywhere unless the query's
+    own count is one."""
+    own = terms[-1]
+    if own.source is BoundSource.FALLBACK:
+        return own.m
+    return max(t.m for t in terms if t.source is not BoundSource.FALLBACK)
+
+
 def _largest(terms: list[_Term]) -> float:
-    """The log factor of a bound: the own count's centre plus the largest width above its centre
-    of the terms, leaving out counts with no residuals anywhere (a guess) unless the query's own
-    count is one."""
+    """The log factor of a bound: the centre (:func:`_centre`) plus the largest width above
+    its own centre of the terms, leaving out counts with no residuals anywhere (a guess) unless
+    the query's own count is one."""
     own = terms[-1]
     if own.source is BoundSource.FALLBACK:
         return own.log_factor
-    return own.m + max(t.log_factor - t.m for t in terms if t.source is not BoundSource.FALLBACK)
+    return _centre(terms) + max(t.log_factor - t.m for t in terms if t.source is not BoundSource.FALLBACK)
 
 
 def _nearest_level(confidence: float) -> int:

@@ -138,7 +138,9 @@ def test_degraded_replay_goes_the_way_a_real_query_goes():
     for record in records[150:]:
         replays = dict(service.answers.replay(record))
         for shape, query in admission_queries(record):
-            assert replays[shape] == service.predict(query).latency_ms
+            answer = service.answers.answer(service.answers.plan_query(query, "query."), 0.95)
+            assert replays[shape] == answer.raw_latency_ms[0]  # before the calibrated correction
+            assert service.predict(query, 0.95).latency_ms == answer.latency_ms[0]
             assert service.predict(query).query_shape == shape.key
         service.observe(record)
     status = service.status()
@@ -240,9 +242,13 @@ def test_batch_id_links_the_answer_to_its_observation_over_grpc(served):
 
 
 def test_admission_replay_covers_per_count_on_partial_overlaps():
-    result = replay(partial_overlap_records(3000, seed=2), "synthetic")
+    """Each co-runner count is covered at its level (counts with their own centre and width)."""
+    config = ServiceConfig(snapshot_every_s=0, observation_log=False, outlier_gate=False, monotone_bounds=False)
+    result = replay(partial_overlap_records(3000, seed=2), "synthetic", config)
     assert 0.93 <= result.total.coverage(0.95) <= 0.97
     assert 0.98 <= result.total.coverage(0.99) <= 0.996
     for count, s in result.by_count.items():
         assert s.n >= 100 and 0.92 <= s.coverage(0.95) <= 0.98, (count, s.coverage(0.95))
     assert result.total.width(0.95) < result.total.width(0.99) < 2.0
+    monotone = replay(partial_overlap_records(3000, seed=2), "synthetic")  # the default: never below
+    assert all(s.coverage(0.95) >= 0.92 for s in monotone.by_count.values())

@@ -14,7 +14,8 @@ residuals of answers of the same :class:`~predictor.shapes.QueryShape`:
 * **answer–outcome linking** — a query that carries a ``batch_id`` has its answer
   remembered (:class:`AnswerMemory`, bounded and expiring); when the observation of that
   batch arrives (``ReportObservations`` carries batch ids), the residual of that very answer
-  calibrates its shape (and replaces the replayed one of the same shape).
+  calibrates its shape, in cells of its own that are preferred to the replayed ones where they
+  hold enough (they describe the questions really asked, with the co-runners really known).
 
 :class:`AdmissionCalibration` holds the calibrator, the memory and the
 :class:`~predictor.service.monitor.ShapeMonitor` that reports admission-time error and
@@ -190,12 +191,10 @@ class AdmissionCalibration:
             upper = self.calibrator.bound(shape, kind, count, model, predicted, self.confidence)
             self.monitor.update(REPLAY, shape.key, kind, model, count, actual=actual, predicted=predicted,
                                 covered=actual <= upper.upper_ms, calibrated=upper.source is not BoundSource.FALLBACK)
-            if linked is not None and linked.shape == shape and linked.count == count:
-                continue  # the answer really given calibrates this shape instead
             self.calibrator.add(shape, kind, count, model, actual=actual, predicted=predicted)
 
     def _score(self, source: str, shape: QueryShape, kind: str, count: int, model: str, actual: float,
                predicted: float, upper: float) -> None:
         self.monitor.update(source, shape.key, kind, model, count, actual=actual, predicted=predicted,
                             covered=actual <= upper, calibrated=True)
-        self.calibrator.add(shape, kind, count, model, actual=actual, predicted=predicted)
+        self.calibrator.add(shape, kind, count, model, actual=actual, predicted=predicted, linked=True)

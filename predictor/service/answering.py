@@ -415,9 +415,12 @@ class Answering:
             if shapes is None:
                 shapes = [plan.shape or _record_shape(plan.record)] if isinstance(plan, Planned) else [
                     _record_shape(rows.record(i)) for i in range(n)]
-            uppers, probabilities, row_bounds, fallback = self._bounds(
+            uppers, probabilities, row_bounds, fallback, corrections = self._bounds(
                 plan, rows, latencies, shapes, confidence, deadline_ms
             )
+            raw = latencies
+            if state.config.point_correction:
+                latencies = latencies * corrections
             learned = predictor.n_learned
         if deadline_ms is None:
             deadline_ms, slack, order = math.nan, _filled(n, math.nan), np.arange(n)
@@ -440,6 +443,7 @@ class Answering:
             row_bounds=row_bounds,
             shapes=[shape.key for shape in shapes],
             fallback=fallback,
+            raw_latency_ms=raw,
         )
 
     def predict_plan(self, plan: Plan | Planned) -> tuple[np.ndarray, CoLocations, float]:
@@ -476,9 +480,9 @@ class Answering:
         shapes: Sequence[QueryShape],
         confidence: float,
         deadline_ms: float | None,
-    ) -> tuple[np.ndarray, np.ndarray, list[Bound], np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, list[Bound], np.ndarray, np.ndarray]:
         """Upper bounds, probabilities of meeting the deadline, how each bound was calibrated,
-        and which answers are fallbacks, per row.
+        which answers are fallbacks, and the calibrated corrections of the predictions, per row.
 
         Each row is calibrated on the residuals of answers of its own query shape, device kind
         and co-runner count (:class:`~predictor.shape_calibration.ShapeCalibrator`); one look-up
@@ -503,14 +507,16 @@ class Answering:
         probabilities = _filled(n, math.nan)
         row_bounds: list[Bound] = [None] * n  # type: ignore[list-item]
         fallback = np.zeros(n, dtype=bool)
+        corrections = np.ones(n)
         groups: dict[tuple[QueryShape, str, int], list[int]] = {}
         for i, (shape, kind, count) in enumerate(zip(shapes, rows.device_kinds, counts, strict=True)):
             groups.setdefault((shape, kind, count_bucket(count)), []).append(i)
         z = NormalDist().inv_cdf(confidence) * config.unseen_sigma
         for (shape, kind, count), index in groups.items():
             at = np.asarray(index, dtype=np.intp)
-            factor = calibrator.factor(shape, kind, count, model, confidence)
+            correction, factor = calibrator.factors(shape, kind, count, model, confidence)
             unseen = unseen_model or not calibrator.knows_kind(kind)
+            corrections[at] = 1.0 if unseen else correction
             if unseen:
                 wide = Bound(max(factor.upper_ms, math.exp(z)), BoundSource.FALLBACK, factor.n)
                 factor = wide
@@ -525,7 +531,7 @@ class Answering:
                     # rounded: a ranking and a single check of the same row agree to the last bit
                     p = np.minimum(p, [NormalDist().cdf(round(v, 9)) for v in x.tolist()]) if deadline_ms > 0 else p * 0
                 probabilities[at] = p
-        return uppers, probabilities, row_bounds, fallback
+        return uppers, probabilities, row_bounds, fallback, corrections
 
     def replay(self, record: Record) -> list[tuple[QueryShape, float]]:
         """What the service would have answered, before learning ``record``, to the admission-time
@@ -563,13 +569,14 @@ class Answering:
         invalid_argument(rules.name, batch_id, "batch_id")
         rows = columns.rows
         counts = np.diff(rows.offsets).tolist()
+        raw = columns.latency_ms if columns.raw_latency_ms is None else columns.raw_latency_ms
         with self.state.lock:
             admission = self.state.admission
             for i in range(len(rows)) if indices is None else indices:
                 if columns.fallback is not None and columns.fallback[i]:
                     continue  # a guess is not calibrated on
                 admission.remember(batch_id, rows.devices[i], QueryShape.parse(columns.shapes[i]),
-                                   rows.device_kinds[i], counts[i], rows.batch.model, float(columns.latency_ms[i]))
+                                   rows.device_kinds[i], counts[i], rows.batch.model, float(raw[i]))
 
 
 def _predict(predictor: LatencyPredictor, rows: Record | CoLocations) -> np.ndarray:

@@ -90,7 +90,11 @@ class ServiceConfig:
     spread_rate
         Weight of a new residual in the running centre and spread that scale the bounds.
     monotone_bounds
-        Keep the bound non-decreasing in the number of co-runners.
+        Keep the calibrated prediction and the bound non-decreasing in the number of co-runners
+        (where the predictor's own prediction is).
+    point_correction
+        Answer the prediction times its query shape's calibrated centre (removes the bias of an
+        information gap); the bound is unchanged by it.
     answer_memory, answer_ttl_s
         Answers remembered by batch id until their observation arrives: at most this many,
         for at most this long.
@@ -139,6 +143,7 @@ class ServiceConfig:
     shape_gamma: float = 0.005
     spread_rate: float = 0.02
     monotone_bounds: bool = True
+    point_correction: bool = True
     answer_memory: int = 100_000
     answer_ttl_s: float = 600.0
     unseen_sigma: float = 1.0

@@ -196,6 +196,8 @@ class RankingColumns:
     """Per row: the query shape its bound was calibrated for."""
     fallback: np.ndarray | None = None
     """Per row: whether the answer is a wide fallback (unseen model or device kind)."""
+    raw_latency_ms: np.ndarray | None = None
+    """Per row: the predictor's latency before the calibrated correction (``None``: ``latency_ms``)."""
 
     def prediction(self, i: int) -> Prediction:
         """Candidate ``i``'s answer as a :class:`~predictor.service.types.Prediction`."""
