@@ -31,7 +31,7 @@ from predictor.records import BatchSpec, CoRunner, Record
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.service.errors import FailedPrecondition
-from predictor.service.types import CoRunnerSource, PlannedCoRunner, Query
+from predictor.service.types import CoRunnerSource, PlannedCoRunner, Query, Status
 from predictor.shapes import count_bucket, count_label
 
 LEVELS = (0.95, 0.99)
@@ -98,6 +98,7 @@ class ReplayResult:
     fallback: int = 0  # answered from the wide fallback (unseen model or kind)
     total: Slice = field(default_factory=Slice)
     by_count: dict[int, Slice] = field(default_factory=dict)
+    status: Status | None = None  # the service's status at the end (admission-time slices included)
 
     def rows(self) -> list[tuple[str, Slice]]:
         """``(label, slice)``: all, then per co-runner count."""
@@ -131,6 +132,7 @@ def replay(records: Iterable[Record], dataset: str = "", config: ServiceConfig |
         uppers = {c: a.upper_bound_ms for c, a in answers.items()}
         for target in (result.total, result.by_count.setdefault(count_bucket(len(record.co_runners)), Slice())):
             target.add(actual, first.latency_ms, uppers, record.solo_latency_ms)
+    result.status = service.status()
     service.close()
     return result
 

@@ -188,27 +188,35 @@ class ShapeCalibrator:
                 return spread.m, max(spread.s, MIN_SPREAD)
         return 0.0, 1.0
 
-    def miss_factor(self, shape: QueryShape, kind: str, count: int, confidence: float) -> float:
-        """Allowed miss rate over requested miss rate for a cell at ``confidence`` (1 without adaptation)."""
-        alphas = self._alphas.get((shape.key, kind, count))
+    def miss_factor(self, shape: QueryShape, kind: str, count: int, confidence: float, *,
+                    linked: bool = False) -> float:
+        """Allowed miss rate over requested miss rate for a cell at ``confidence`` (1 without
+        adaptation); ``linked``: of the answers really given rather than the replayed ones."""
+        return self._phi(((LINKED if linked else "") + shape.key, kind, count), confidence, None)
+
+    def _phi(self, cell: Cell, confidence: float, override: dict[Cell, float] | None) -> float:
+        if override is not None and cell in override:
+            return override[cell]
+        alphas = self._alphas.get(cell)
         if alphas is None:
             return 1.0
         i = _nearest_level(confidence)
         return alphas[i] / (1.0 - GRID[i])
 
     def _term(self, shape: QueryShape, kind: str, count: int, model: str, confidence: float,
-              phi: float | None = None) -> _Term:
-        if phi is None:
-            phi = self.miss_factor(shape, kind, count, confidence)
-        level = min(max(1.0 - (1.0 - confidence) * phi, 1e-6), 1.0 - 1e-9)
+              override: dict[Cell, float] | None = None) -> _Term:
+        # Cells in order of preference; each population (linked, replayed) at the level its own
+        # adaptive adjustment for the query's (kind, count) sets.
         for kinds, source in (((kind,), BoundSource.DEVICE_KIND), ((POOL,), BoundSource.POOLED)):
             for stand_in in shape.chain():
                 for cell_kind in kinds:
-                    for key, c in ((LINKED + stand_in.key, count), (stand_in.key, count),
-                                   (LINKED + stand_in.key, ALL), (stand_in.key, ALL)):
+                    for prefix, c in ((LINKED, count), ("", count), (LINKED, ALL), ("", ALL)):
+                        key = prefix + stand_in.key
                         window = self._windows.get((key, cell_kind, c))
                         if window is None or len(window) < self.min_residuals:
                             continue
+                        phi = self._phi((key, kind, count), confidence, override)
+                        level = min(max(1.0 - (1.0 - confidence) * phi, 1e-6), 1.0 - 1e-9)
                         if not window.supports(level):
                             continue
                         m, s = self._spread(key, kind, count, model)
@@ -218,18 +226,14 @@ class ShapeCalibrator:
             window = self._windows.get((stand_in.key, POOL, ALL))
             if window is not None and len(window) >= self.min_residuals:
                 m, s = self._spread(stand_in.key, kind, count, model)
-                return _Term(m + s * window.sorted_array()[-1], BoundSource.POOLED, len(window), window, m, s, phi)
+                return _Term(m + s * window.sorted_array()[-1], BoundSource.POOLED, len(window), window, m, s, 1.0)
         z = _NORMAL.inv_cdf(confidence)
-        return _Term(z * self.fallback_sigma, BoundSource.FALLBACK, 0, None, 0.0, self.fallback_sigma, phi)
+        return _Term(z * self.fallback_sigma, BoundSource.FALLBACK, 0, None, 0.0, self.fallback_sigma, 1.0)
 
     def _terms(self, shape: QueryShape, kind: str, count: int, model: str, confidence: float,
-               phis: dict[int, float] | None = None) -> list[_Term]:
+               override: dict[Cell, float] | None = None) -> list[_Term]:
         counts = range(count + 1) if self.monotone else (count,)
-        terms = []
-        for j in counts:
-            s = shape.idle if j == 0 else shape
-            terms.append(self._term(s, kind, j, model, confidence, None if phis is None else phis.get(j)))
-        return terms
+        return [self._term(shape.idle if j == 0 else shape, kind, j, model, confidence, override) for j in counts]
 
     # ------------------------------------------------------------------ answering
     def bound(self, shape: QueryShape, kind: str, count: int, model: str, predicted: float,
@@ -290,11 +294,8 @@ class ShapeCalibrator:
             raise ValueError(f"actual and predicted must be finite and > 0, got {actual!r}, {predicted!r}")
         residual = math.log(actual / predicted)
         key = (LINKED if linked else "") + shape.key
-        linked_cell = self._windows.get((LINKED + shape.key, kind, count))
-        answers_linked = linked_cell is not None and len(linked_cell) >= self.min_residuals
-        if self.gamma and (linked or not answers_linked):
-            # the misses that count are those of the population that answers this cell
-            self._adapt(shape, kind, count, model, residual)
+        if self.gamma:
+            self._adapt(shape, key, kind, count, model, residual)
         m, s = self._spread(key, kind, count, model)
         score = (residual - m) / s
         for cell in ((key, kind, count), (key, kind, ALL), (key, POOL, count), (key, POOL, ALL)):
@@ -316,10 +317,14 @@ class ShapeCalibrator:
         self.n_added += 1
         return residual
 
-    def _adapt(self, shape: QueryShape, kind: str, count: int, model: str, residual: float) -> None:
-        # alpha_{t+1} = alpha_t + gamma (alpha - err_t), per grid level, err_t from the bound this
-        # cell would have answered (its own adjustment included), bounded to [alpha / 20, 2 alpha].
-        cell = (shape.key, kind, count)
+    def _adapt(self, shape: QueryShape, key: str, kind: str, count: int, model: str, residual: float) -> None:
+        # alpha_{t+1} = alpha_t + gamma (alpha - err_t), per grid level and per population (``key``:
+        # linked or replayed), err_t from the bound answered with this population's adjustment,
+        # bounded to [alpha / 20, 5 alpha]; only once the population's own cell answers.
+        cell = (key, kind, count)
+        own = self._windows.get(cell)
+        if own is None or len(own) < self.min_residuals:
+            return
         alphas = self._alphas.get(cell)
         if alphas is None:
             if len(self._alphas) >= self.max_cells:
@@ -327,15 +332,12 @@ class ShapeCalibrator:
             alphas = self._alphas[cell] = [1.0 - level for level in GRID]
         for i, level in enumerate(GRID):
             alpha = 1.0 - level
-            phis = {j: 1.0 for j in range(count)}  # the other counts at their own factor
-            phis = {j: self.miss_factor(shape.idle if j == 0 else shape, kind, j, level) for j in phis}
-            phis[count] = alphas[i] / alpha
-            terms = self._terms(shape, kind, count, model, level, phis)
+            terms = self._terms(shape, kind, count, model, level, {cell: alphas[i] / alpha})
             if terms[-1].source is BoundSource.FALLBACK:
                 continue
             missed = residual > _largest(terms)
             gamma = min(self.gamma, 0.1 * alpha)
-            alphas[i] = min(max(alphas[i] + gamma * (alpha - float(missed)), alpha / 20.0), min(2.0 * alpha, 0.5))
+            alphas[i] = min(max(alphas[i] + gamma * (alpha - float(missed)), alpha / 20.0), min(5.0 * alpha, 0.5))
 
     def cells(self) -> list[Cell]:
         """The cells holding residuals, sorted."""

@@ -26,7 +26,7 @@ from predictor.service import (
     Service,
     ServiceConfig,
 )
-from predictor.service.admission import AnswerMemory, Answered, admission_queries
+from predictor.service.admission import Answered, AnswerMemory, admission_queries
 from predictor.service.synthetic import synthetic_records
 from predictor.shape_calibration import ShapeCalibrator
 from predictor.shapes import ADMISSION, QueryShape
@@ -252,3 +252,31 @@ def test_admission_replay_covers_per_count_on_partial_overlaps():
     assert result.total.width(0.95) < result.total.width(0.99) < 2.0
     monotone = replay(partial_overlap_records(3000, seed=2), "synthetic")  # the default: never below
     assert all(s.coverage(0.95) >= 0.92 for s in monotone.by_count.values())
+
+
+def test_linked_answers_calibrate_their_shape_before_replays():
+    """Answers really given (batch ids) are scored apart and preferred once they are enough."""
+    cal = ShapeCalibrator(min_residuals=30)
+    shape, rng = QueryShape("unknown", False), random.Random(9)
+    for _ in range(300):  # replays say the prediction is right
+        cal.add(shape, "cpu", 1, "mlp", actual=10.0 * math.exp(rng.gauss(0, 0.05)), predicted=10.0)
+    replayed = cal.bound(shape, "cpu", 1, "mlp", 10.0, 0.95).upper_ms
+    for _ in range(60):  # the answers given were 50% low
+        cal.add(shape, "cpu", 1, "mlp", actual=15.0 * math.exp(rng.gauss(0, 0.05)), predicted=10.0, linked=True)
+    linked = cal.bound(shape, "cpu", 1, "mlp", 10.0, 0.95).upper_ms
+    assert replayed < 11.5 and 15.0 < linked < 19.0
+
+
+def test_evaluate_reports_admission_coverage_per_shape_and_count(tmp_path):
+    from predictor.cli.main import main
+    from predictor.logio import write_records
+
+    log, out = tmp_path / "syn.jsonl", tmp_path / "out.json"
+    write_records(log, partial_overlap_records(400, seed=4))
+    assert main(["evaluate", str(log), "--predictors", "rls", "--prequential", "--admission", "--json", str(out)]) == 0
+    import json
+
+    admission = json.loads(out.read_text())["datasets"]["syn"]["admission"]["rls"]
+    assert admission["answered"] == 400 and "1 co-runners" in admission["slices"]
+    shapes = {(row["source"], row["query_shape"]) for row in admission["service"]}
+    assert {("replay", "unknown/nosig"), ("replay", "overlap/sig")} <= shapes

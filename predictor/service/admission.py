@@ -46,9 +46,10 @@ class Answered:
     device_kind: str
     count: int  # co-runner count bucket
     model: str
-    predicted_ms: float
+    predicted_ms: float  # the predictor's latency (before the calibrated correction)
     upper_ms: float  # its bound at the tracked confidence
     at: float  # monotonic seconds
+    answered_ms: float = math.nan  # the latency answered (after the correction; NaN: predicted_ms)
 
 
 class AnswerMemory:
@@ -157,7 +158,8 @@ class AdmissionCalibration:
     """
 
     def __init__(self, calibrator: ShapeCalibrator, memory: AnswerMemory, confidence: float,
-                 monitor: ShapeMonitor | None = None):
+                 monitor: ShapeMonitor | None = None, point_correction: bool = True):
+        self.point_correction = point_correction
         self.calibrator = calibrator
         self.memory = memory
         self.confidence = confidence
@@ -165,12 +167,13 @@ class AdmissionCalibration:
         self.n_linked = 0
 
     def remember(self, batch_id: str, device: str, shape: QueryShape, kind: str, co_runners: int, model: str,
-                 predicted_ms: float) -> None:
-        """Keep an answer given about ``batch_id`` to calibrate on its outcome."""
+                 predicted_ms: float, answered_ms: float = math.nan) -> None:
+        """Keep an answer given about ``batch_id`` (the predictor's latency, and the latency
+        answered) to calibrate on its outcome."""
         count = count_bucket(co_runners)
         upper = self.calibrator.bound(shape, kind, count, model, predicted_ms, self.confidence).upper_ms
-        self.memory.remember(batch_id, device,
-                             Answered(shape, kind, count, model, predicted_ms, upper, self.memory.clock()))
+        self.memory.remember(batch_id, device, Answered(shape, kind, count, model, predicted_ms, upper,
+                                                        self.memory.clock(), answered_ms))
 
     def observe(self, record: Record, kind: str, predicted_ms: float,
                 replays: list[tuple[QueryShape, float]], batch_id: str = "") -> None:
@@ -184,17 +187,17 @@ class AdmissionCalibration:
         linked = self.memory.take(batch_id, record.device) if batch_id else None
         if linked is not None:
             self.n_linked += 1
-            self._score(LINKED, linked.shape, kind, linked.count, model, actual, linked.predicted_ms, linked.upper_ms)
+            answered = linked.predicted_ms if math.isnan(linked.answered_ms) else linked.answered_ms
+            self.monitor.update(LINKED, linked.shape.key, kind, model, linked.count, actual=actual,
+                                predicted=answered, covered=actual <= linked.upper_ms)
+            self.calibrator.add(linked.shape, kind, linked.count, model, actual=actual,
+                                predicted=linked.predicted_ms, linked=True)
         for shape, predicted in [(record_shape(record), predicted_ms), *replays]:
             if not (math.isfinite(predicted) and predicted > 0):
                 continue
-            upper = self.calibrator.bound(shape, kind, count, model, predicted, self.confidence)
-            self.monitor.update(REPLAY, shape.key, kind, model, count, actual=actual, predicted=predicted,
-                                covered=actual <= upper.upper_ms, calibrated=upper.source is not BoundSource.FALLBACK)
+            correction, factor = self.calibrator.factors(shape, kind, count, model, self.confidence)
+            answered = predicted * correction if self.point_correction else predicted
+            self.monitor.update(REPLAY, shape.key, kind, model, count, actual=actual, predicted=answered,
+                                covered=actual <= predicted * factor.upper_ms,
+                                calibrated=factor.source is not BoundSource.FALLBACK)
             self.calibrator.add(shape, kind, count, model, actual=actual, predicted=predicted)
-
-    def _score(self, source: str, shape: QueryShape, kind: str, count: int, model: str, actual: float,
-               predicted: float, upper: float) -> None:
-        self.monitor.update(source, shape.key, kind, model, count, actual=actual, predicted=predicted,
-                            covered=actual <= upper, calibrated=True)
-        self.calibrator.add(shape, kind, count, model, actual=actual, predicted=predicted, linked=True)

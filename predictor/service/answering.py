@@ -43,11 +43,16 @@ from predictor.records import (
     record_within_limits,
 )
 from predictor.service.admission import admission_queries
-from predictor.service.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, ServiceError
+from predictor.service.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    ServiceError,
+)
 from predictor.service.liveview import RunningBatch
 from predictor.service.placements import CandidateColumns, RankingColumns, valid_columns
 from predictor.service.state import ServiceState
-from predictor.shapes import QueryShape, count_bucket
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,
@@ -57,6 +62,7 @@ from predictor.service.types import (
     Query,
     Ranking,
 )
+from predictor.shapes import QueryShape, count_bucket
 
 T = TypeVar("T")
 _NONE = np.zeros(0, dtype=np.intp)
@@ -576,7 +582,8 @@ class Answering:
                 if columns.fallback is not None and columns.fallback[i]:
                     continue  # a guess is not calibrated on
                 admission.remember(batch_id, rows.devices[i], QueryShape.parse(columns.shapes[i]),
-                                   rows.device_kinds[i], counts[i], rows.batch.model, float(raw[i]))
+                                   rows.device_kinds[i], counts[i], rows.batch.model, float(raw[i]),
+                                   float(columns.latency_ms[i]))
 
 
 def _predict(predictor: LatencyPredictor, rows: Record | CoLocations) -> np.ndarray:

@@ -23,11 +23,11 @@ from predictor.logio import ReadReport
 from predictor.predictors import LatencyPredictor, create
 from predictor.records import Record
 from predictor.service import wal
+from predictor.service.admission import AdmissionCalibration, AnswerMemory
 from predictor.service.config import ServiceConfig
 from predictor.service.errors import OutlierRejected, ServiceError, Unavailable
 from predictor.service.gates import OutlierGates
 from predictor.service.liveview import LiveView
-from predictor.service.admission import AdmissionCalibration, AnswerMemory
 from predictor.service.monitor import REPLAY, ErrorMonitor
 from predictor.service.types import KindStatus, LogStatus, Status
 from predictor.shape_calibration import ShapeCalibrator
@@ -127,7 +127,8 @@ class ServiceState:
             spread_rate=c.spread_rate,
             monotone=c.monotone_bounds,
         )
-        return AdmissionCalibration(calibrator, AnswerMemory(c.answer_memory, c.answer_ttl_s), c.coverage_confidence)
+        return AdmissionCalibration(calibrator, AnswerMemory(c.answer_memory, c.answer_ttl_s), c.coverage_confidence,
+                                    point_correction=c.point_correction)
 
     # ------------------------------------------------------------------ readiness
     @property
