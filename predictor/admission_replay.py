@@ -35,6 +35,8 @@ from predictor.service.types import CoRunnerSource, PlannedCoRunner, Query, Stat
 from predictor.shapes import count_bucket, count_label
 
 LEVELS = (0.95, 0.99)
+SLO = 2.0
+"""Deadline of a batch, as a multiple of its solo latency, for the admission rate."""
 
 
 def admission_query(record: Record) -> Query:
@@ -58,10 +60,19 @@ class Slice:
     widths: dict[float, list[float]] = field(default_factory=lambda: {c: [] for c in LEVELS})
     ape: float = 0.0
     solo_ape: float = 0.0
+    admitted: int = 0  # with a deadline of slo x solo, bound at 0.95 within it
+    admitted_met: int = 0
+    with_deadline: int = 0
 
-    def add(self, actual: float, predicted: float, uppers: dict[float, float], solo: float | None) -> None:
-        """Score one answer."""
+    def add(self, actual: float, predicted: float, uppers: dict[float, float], solo: float | None,
+            slo: float = SLO) -> None:
+        """Score one answer (and, with a solo latency, the admission at a deadline of ``slo x solo``)."""
         self.n += 1
+        if solo:
+            self.with_deadline += 1
+            if uppers[0.95] <= slo * solo:
+                self.admitted += 1
+                self.admitted_met += actual <= slo * solo
         for c, upper in uppers.items():
             self.covered[c] += actual <= upper
             self.widths[c].append(upper / actual)
@@ -75,6 +86,16 @@ class Slice:
     def width(self, c: float) -> float:
         """Median of upper bound / actual latency at ``c``."""
         return float(np.median(self.widths[c])) if self.widths[c] else math.nan
+
+    @property
+    def admission_rate(self) -> float:
+        """Share of the batches (with a solo latency) whose 0.95 bound meets a deadline of ``SLO x solo``."""
+        return self.admitted / self.with_deadline if self.with_deadline else math.nan
+
+    @property
+    def met_rate(self) -> float:
+        """Share of those admitted that met the deadline."""
+        return self.admitted_met / self.admitted if self.admitted else math.nan
 
     @property
     def mape(self) -> float:

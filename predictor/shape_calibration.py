@@ -134,6 +134,9 @@ class ShapeCalibrator:
         Residuals a (shape, kind, count, model) key needs before its own spread is used.
     monotone
         Make the bound non-decreasing in the co-runner count (largest factor of counts ``0..k``).
+    scaled
+        Normalise residuals by the running centre and spread of their key (``False``: raw
+        log residuals, one multiplier per cell, as a global calibration would; for comparison).
     max_cells
         Most cells kept (beyond, new cells of new device kinds answer from the pool).
     """
@@ -144,10 +147,11 @@ class ShapeCalibrator:
         min_residuals: int = 30,
         fallback_sigma: float = 0.5,
         gamma: float = 0.005,
-        spread_rate: float = 0.02,
+        spread_rate: float = 0.1,
         min_spread_n: int = 20,
         monotone: bool = True,
         max_cells: int = 20_000,
+        scaled: bool = True,
     ):
         if window < 1 or min_residuals < 1 or min_spread_n < 1 or max_cells < 1:
             raise ValueError("window, min_residuals, min_spread_n and max_cells must be >= 1")
@@ -164,6 +168,7 @@ class ShapeCalibrator:
         self.spread_rate = spread_rate
         self.min_spread_n = min_spread_n
         self.monotone = monotone
+        self.scaled = scaled
         self.max_cells = max_cells
         self._windows: dict[Cell, ResidualWindow] = {}
         self._spreads: dict[tuple[str, str, str, int], Spread] = {}
@@ -182,6 +187,8 @@ class ShapeCalibrator:
         return kind in self._kinds
 
     def _spread(self, shape_key: str, kind: str, count: int, model: str) -> tuple[float, float]:
+        if not self.scaled:
+            return 0.0, 1.0
         for key in ((shape_key, kind, model, count), (shape_key, kind, "", count), (shape_key, POOL, "", count)):
             spread = self._spreads.get(key)
             if spread is not None and spread.n >= self.min_spread_n:

@@ -92,6 +92,9 @@ class ServiceConfig:
     monotone_bounds
         Keep the calibrated prediction and the bound non-decreasing in the number of co-runners
         (where the predictor's own prediction is).
+    shape_scaling
+        Scale each residual by the running centre and spread of its query shape, device kind,
+        co-runner count and model (``False``: one multiplier per cell; for comparison).
     point_correction
         Answer the prediction times its query shape's calibrated centre (removes the bias of an
         information gap); the bound is unchanged by it.
@@ -141,9 +144,10 @@ class ServiceConfig:
     shape_window: int = 1000
     shape_min_residuals: int = 30
     shape_gamma: float = 0.005
-    spread_rate: float = 0.02
+    spread_rate: float = 0.1
     monotone_bounds: bool = True
     point_correction: bool = True
+    shape_scaling: bool = True
     answer_memory: int = 100_000
     answer_ttl_s: float = 600.0
     unseen_sigma: float = 1.0

@@ -126,6 +126,7 @@ class ServiceState:
             gamma=c.shape_gamma,
             spread_rate=c.spread_rate,
             monotone=c.monotone_bounds,
+            scaled=c.shape_scaling,
         )
         return AdmissionCalibration(calibrator, AnswerMemory(c.answer_memory, c.answer_ttl_s), c.coverage_confidence,
                                     point_correction=c.point_correction)
