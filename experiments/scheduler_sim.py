@@ -48,7 +48,13 @@ minus the *upper bound* at ``confidence`` (decision ``bound``) or minus the
 *predicted latency* (decision ``point``), among those with slack >= 0; ties
 (the oblivious dispatcher sees the same slack everywhere) are broken uniformly
 at random. If none qualifies, or every slot is busy, the batch is rejected
-(there is no queue).
+(there is no queue) — except that a share ``explore`` of the arrivals no device
+qualifies for is placed anyway on the best-ranked free device (*exploration*: a
+dispatcher that only places what its bound allows would stop teaching the
+service about crowded devices, and its bounds would never narrow again); the
+share explored is reported. Each ``RankPlacements`` call names the batch
+(``batch_id``) and the learning dispatchers report its observation with the same
+id, so the service calibrates on the answers it really gave.
 
 **Dispatchers** (``label=predictor/decision[/learn]``):
 
@@ -115,6 +121,7 @@ class Config:
     arrivals: int = 2000
     slo_factor: float = 2.0
     confidence: float = 0.9
+    explore: float = 0.02  # share of infeasible arrivals placed anyway (on the best-ranked device)
     dispatchers: tuple[str, ...] = DISPATCHERS
     seed: int = 0
 
@@ -229,14 +236,15 @@ def simulate(dispatcher: Dispatcher, client: InterferenceClient, arrivals: list[
     """One run: place every arrival, replay latencies, report what happened."""
     rng = random.Random(seed)
     ties = random.Random(seed + 1)
+    explore_rng = random.Random(seed + 2)
     names = [f"sim{d}" for d in range(config.devices)]
     running: list[list[Running]] = [[] for _ in names]
     history: list[list[Running]] = [[] for _ in names]  # recent batches per device, for overlaps
     ends: list[tuple[float, int, int]] = []  # (end_ms, ident, device)
     busy_ms = [0.0] * config.devices  # time with at least one batch running
     slot_ms = 0.0
-    placed = met = full = infeasible = 0
-    pending: list[Record] = []
+    placed = met = full = infeasible = explored = 0
+    pending: list[tuple[Record, str]] = []
     rpc_s: list[float] = []
     report_s = 0.0
     last_change = [0.0] * config.devices
@@ -250,7 +258,7 @@ def simulate(dispatcher: Dispatcher, client: InterferenceClient, arrivals: list[
             batch = next(b for b in running[d] if b.ident == ident)
             running[d].remove(batch)
             if dispatcher.learn:
-                pending.append(observed(batch, names[d], kind, history[d]))
+                pending.append((observed(batch, names[d], kind, history[d]), f"b{ident}"))
             # keep only batches that may still overlap a running or future one
             horizon = min([b.start_ms for b in running[d]] + [end_ms])
             history[d] = [b for b in history[d] if b.end_ms > horizon]
@@ -280,7 +288,7 @@ def simulate(dispatcher: Dispatcher, client: InterferenceClient, arrivals: list[
             candidates.append(Candidate(names[d], kind, runners, CoRunnerSource.EXPLICIT))
         t0 = time.perf_counter()
         ranking = client.rank_placements(spec, candidates, deadline_ms=deadline, confidence=config.confidence,
-                                         solo_latency_ms=solo)
+                                         solo_latency_ms=solo, batch_id=f"b{ident}")
         rpc_s.append(time.perf_counter() - t0)
         feasible = []
         for answer in ranking.placements:
@@ -289,8 +297,12 @@ def simulate(dispatcher: Dispatcher, client: InterferenceClient, arrivals: list[
             if slack >= 0:
                 feasible.append((slack, free[answer.candidate_index], p.latency_ms))
         if not feasible:
-            infeasible += 1
-            continue
+            if not (config.explore and explore_rng.random() < config.explore):
+                infeasible += 1
+                continue
+            explored += 1  # placed anyway, on the best-ranked free device
+            best = ranking.placements[0]
+            feasible = [(0.0, free[best.candidate_index], best.prediction.latency_ms)]
         most = max(f[0] for f in feasible)
         _, d, best_pred = ties.choice([f for f in feasible if f[0] >= most - 1e-9 * max(1.0, abs(most))])
         actual = pool.draw(spec.model, spec.batch_size, tuple(b.template.batch.model for b in running[d]), rng)
@@ -314,6 +326,8 @@ def simulate(dispatcher: Dispatcher, client: InterferenceClient, arrivals: list[
         "rejected_full": full,
         "rejected_infeasible": infeasible,
         "rejection_rate": (full + infeasible) / n,
+        "explored": explored,
+        "exploration_share": explored / n,
         "miss_rate": (placed - met) / placed if placed else float("nan"),
         "met": met,
         "goodput_per_s": met / (horizon_ms / 1000.0),
@@ -338,13 +352,14 @@ def poisson_arrivals(pool: list[Record], rate_per_s: float, n: int, seed: int) -
 # ----------------------------------------------------------------------------- report
 def markdown(results: dict) -> str:
     """One table row per load and dispatcher."""
-    lines = ["| load | rate (/s) | dispatcher | miss rate (placed) | rejected | goodput (/s) | utilisation | "
-             "slot occupancy | placed |",
-             "|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| load | rate (/s) | dispatcher | miss rate (placed) | rejected | explored | goodput (/s) | "
+             "utilisation | slot occupancy | placed |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for load_key, run in results["loads"].items():
         for label, r in run["dispatchers"].items():
             lines.append(f"| {load_key} | {run['rate_per_s']:.1f} | {label} | {r['miss_rate']:.1%} | "
-                         f"{r['rejection_rate']:.1%} | {r['goodput_per_s']:.1f} | {r['utilisation']:.1%} | "
+                         f"{r['rejection_rate']:.1%} | {r.get('exploration_share', 0.0):.1%} | "
+                         f"{r['goodput_per_s']:.1f} | {r['utilisation']:.1%} | "
                          f"{r['slot_occupancy']:.1%} | {r['placed']} |")
     return "\n".join(lines)
 
@@ -418,7 +433,8 @@ def run(config: Config, records: list[Record]) -> dict:
                     r["wall_s"] = time.perf_counter() - t0
                     run_["dispatchers"][dispatcher.label] = r
                     print(f"load {load_factor:g} ({rate:.1f}/s) {dispatcher.label}: miss {r['miss_rate']:.1%}, "
-                          f"rejected {r['rejection_rate']:.1%}, goodput {r['goodput_per_s']:.1f}/s, "
+                          f"rejected {r['rejection_rate']:.1%}, explored {r['exploration_share']:.1%}, "
+                          f"goodput {r['goodput_per_s']:.1f}/s, "
                           f"utilisation {r['utilisation']:.1%} ({r['wall_s']:.1f} s)")
                 results["loads"][f"{load_factor:g}"] = run_
         finally:

@@ -46,9 +46,13 @@ def test_short_demo_runs_end_to_end(tmp_path):
     assert "health SERVING" in out and "demo summary" in out and "service stopped" in out
     decided = int(re.search(r"batches decided before dispatch\s*│\s*(\d+)", out).group(1))
     assert decided > 20
-    dispatched, refused = map(int, re.search(r"dispatched / refused\s*│\s*(\d+) / (\d+)", out).groups())
-    assert dispatched + refused == decided
+    # Issue 12: a share of the refused batches is explored (admitted anyway), reported apart.
+    dispatched, explored, refused = map(
+        int, re.search(r"dispatched / explored / refused\s*│\s*(\d+) / (\d+) / (\d+)", out).groups()
+    )
+    assert dispatched + explored + refused == decided
     ran = int(re.search(r"admitted batches that ran\s*│\s*(\d+)", out).group(1))
     accepted = re.search(r"observations accepted / rejected\s*│\s*(\d+) / (\d+)", out)
-    assert int(accepted.group(2)) == 0 and ran <= int(accepted.group(1)) <= dispatched
+    assert int(accepted.group(2)) == 0 and ran <= int(accepted.group(1)) <= dispatched + explored
     assert "deadlines met among dispatched" in out
+    assert "admission rate" in out and "exploration share" in out and "admission-time coverage" in out

@@ -3,6 +3,7 @@ reflection, metrics."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import urllib.request
@@ -23,6 +24,7 @@ from predictor.rpc.server import create_server, stop_server
 from predictor.service import (
     Candidate,
     CoRunnerSource,
+    FailedPrecondition,
     InvalidArgument,
     NotFound,
     PlannedCoRunner,
@@ -310,7 +312,11 @@ def test_unavailable_until_ready_and_health():
             assert client.health() == "SERVING"
             overall = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
             assert overall.status == health_pb2.HealthCheckResponse.SERVING
-            assert client.predict(explicit_query()).latency_ms > 0
+            # Issue 12: nothing learned and no solo latency: FAILED_PRECONDITION, not a made-up 1 ms.
+            with pytest.raises(FailedPrecondition):
+                client.predict(explicit_query())
+            given = client.predict(dataclasses.replace(explicit_query(), solo_latency_ms=3.0))
+            assert given.latency_ms > 0 and given.fallback
     finally:
         stop_server(server, service, grace=0.2)
 

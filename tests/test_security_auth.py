@@ -24,7 +24,8 @@ from predictor.service.synthetic import synthetic_records
 pb2, pb2_grpc = load()
 TOKEN = "tok-5f1c9a2e7b3d4e6f8a0b"
 OTHER = "tok-0000aaaa1111bbbb2222"
-QUERY = Query("sim0", BatchSpec("bert", 4), co_runner_source=CoRunnerSource.EXPLICIT)
+# Issue 12: a fresh service answers only with a solo latency given (nothing learned: no basis otherwise).
+QUERY = Query("sim0", BatchSpec("bert", 4), co_runner_source=CoRunnerSource.EXPLICIT, solo_latency_ms=5.0)
 RECORDS = synthetic_records(10, seed=3)
 
 

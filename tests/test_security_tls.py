@@ -14,7 +14,8 @@ from predictor.service import CoRunnerSource, Query, Service, ServiceConfig, Una
 from predictor.service.synthetic import synthetic_records
 from predictor.service.wal import ObservationLog
 
-QUERY = Query("sim0", BatchSpec("bert", 4), co_runner_source=CoRunnerSource.EXPLICIT)
+# Issue 12: a fresh service answers only with a solo latency given (nothing learned: no basis otherwise).
+QUERY = Query("sim0", BatchSpec("bert", 4), co_runner_source=CoRunnerSource.EXPLICIT, solo_latency_ms=5.0)
 RECORDS = synthetic_records(20, seed=3)
 
 

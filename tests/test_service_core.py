@@ -14,6 +14,7 @@ from predictor.service import (
     Candidate,
     CoRunnerSource,
     Deadline,
+    FailedPrecondition,
     InvalidArgument,
     NotFound,
     PlannedCoRunner,
@@ -68,7 +69,11 @@ def test_not_ready_is_unavailable():
     with pytest.raises(Unavailable):
         svc.report_observations([])
     svc.open()
-    assert svc.ready and svc.predict(explicit()).bound_source is BoundSource.FALLBACK
+    # Issue 12: with nothing learned and no solo latency there is no basis for a number (it was a made-up 1 ms).
+    with pytest.raises(FailedPrecondition):
+        svc.predict(explicit())
+    given = svc.predict(Query("sim0", BATCH, co_runner_source=CoRunnerSource.EXPLICIT, solo_latency_ms=5.0))
+    assert svc.ready and given.bound_source is BoundSource.FALLBACK and given.fallback
 
 
 def test_predict_explicit_co_runners_slows_down(service):
@@ -79,7 +84,9 @@ def test_predict_explicit_co_runners_slows_down(service):
     assert crowded.latency_ms > alone.latency_ms > 0
     assert crowded.slowdown == pytest.approx(crowded.latency_ms / crowded.solo_latency_ms)
     assert crowded.upper_bound_ms > crowded.latency_ms
-    assert crowded.bound_source is BoundSource.DEVICE_KIND and crowded.residuals == 800
+    # Issue 12: calibrated on its own cell (query shape, kind, one co-runner), not on all 800 residuals.
+    assert crowded.bound_source is BoundSource.DEVICE_KIND and 30 <= crowded.residuals < 800
+    assert crowded.query_shape == "overlap/nosig" and not crowded.fallback
     assert crowded.device_kind == "SimGPU"  # learned from the observations of sim0
     assert crowded.observations_learned == 800 and crowded.predictor == "rls"
 

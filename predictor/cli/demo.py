@@ -8,15 +8,16 @@
    emits one ``coloc/v1`` record per executed batch.
 3. A sample scheduler asks ``CheckDeadline`` for each closed batch *before it
    is dispatched*, with a deadline of ``--slo`` times its solo latency and the
-   batches in flight as its co-runners (two workers: whichever runs beside it,
-   so their overlaps are shared to a total of one), and admits it when it is
-   feasible at ``--confidence``; refused batches never run (admission
-   control). Each admitted batch's prediction, bound and deadline are then
-   scored against the latency it really had. Admission-time questions carry
-   less information than the observations the bounds are calibrated on (the
-   co-runners' real overlaps and the device signals are not known yet), so
-   their bounds cover less than the requested confidence: the summary shows
-   both coverages.
+   batches in flight as its co-runners, given as it knows them: without
+   overlaps and without device signals (the query shape ``unknown/nosig``,
+   which the service calibrates on its own residuals). Each question names
+   the batch (``batch_id``), and the observation streamed later carries the
+   same id, so the service calibrates on the very answer it gave. The batch
+   is admitted when it is feasible at ``--confidence``; so that refusals do
+   not freeze what the service learns, a share ``--explore`` of the refused
+   batches is admitted anyway (exploration, reported). Refused batches never
+   run (admission control). Each admitted batch's prediction, bound and
+   deadline are then scored against the latency it really had.
 4. The records stream to the service over ``ReportObservations``; a live table
    shows learning, coverage and decisions; a final summary follows, and
    everything stops cleanly.
@@ -25,8 +26,10 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import queue
+import random
 import threading
 import time
 from collections import deque
@@ -57,6 +60,8 @@ class DemoOptions:
     warm_start: str | None = None
     slo: float = 2.5  # deadline = slo x solo latency
     confidence: float = 0.95
+    explore: float = 0.05  # share of refused batches admitted anyway
+    seed: int = 0
     save: str | None = None  # a log of the records streamed
     live: bool | None = None  # None: when the console is a terminal
 
@@ -85,6 +90,13 @@ def register(subparsers: Any) -> None:
         type=float,
         default=0.95,
         help="confidence a batch needs to be dispatched (default 0.95)",
+    )
+    parser.add_argument(
+        "--explore",
+        type=float,
+        default=0.05,
+        help="share of the batches the bound refuses that are admitted anyway, so that the service "
+        "keeps learning where it refuses (default 0.05)",
     )
     parser.add_argument("--save", metavar="LOG", help="also write the records streamed to this log")
     parser.add_argument("--no-live", action="store_true", help="no live table (plain output)")
@@ -144,6 +156,14 @@ class Decision:
     deadline_ms: float
     feasible: bool
     actual_ms: float = math.nan
+    explored: bool = False  # refused by the bound, admitted to explore
+    batch_id: str = ""
+    probability: float = math.nan
+
+    @property
+    def admitted(self) -> bool:
+        """Whether the batch was dispatched (feasible, or explored)."""
+        return self.feasible or self.explored
 
     @property
     def met(self) -> bool:
@@ -158,7 +178,10 @@ class SchedulerStats:
     decisions: int = 0
     dispatched: int = 0
     deferred: int = 0
+    explored: int = 0
     executed: int = 0
+    executed_explored: int = 0
+    explored_met: int = 0
     dispatched_met: int = 0
     covered: int = 0
     abs_pct_error: float = 0.0
@@ -170,12 +193,19 @@ class SchedulerStats:
         self.decisions += 1
         if d.feasible:
             self.dispatched += 1
+        elif d.explored:
+            self.explored += 1
         else:
             self.deferred += 1
             self.recent.append(d)
 
     def settled(self, d: Decision) -> None:
-        """An admitted batch ran: score its prediction, bound and deadline."""
+        """An admitted batch ran: score its prediction, bound and deadline (explored batches apart)."""
+        if d.explored:
+            self.executed_explored += 1
+            self.explored_met += d.met
+            self.recent.append(d)
+            return
         self.executed += 1
         self.covered += d.actual_ms <= d.bound_ms
         self.abs_pct_error += abs(d.actual_ms - d.predicted_ms) / d.actual_ms * 100.0
@@ -197,6 +227,16 @@ class SchedulerStats:
         """Fraction of admitted batches that met their deadline."""
         return self.dispatched_met / self.executed if self.executed else math.nan
 
+    @property
+    def admission_rate(self) -> float:
+        """Fraction of the batches decided that the bound admitted (exploration left out)."""
+        return self.dispatched / self.decisions if self.decisions else math.nan
+
+    @property
+    def exploration_share(self) -> float:
+        """Fraction of the batches decided that were admitted to explore."""
+        return self.explored / self.decisions if self.decisions else math.nan
+
 
 class SampleScheduler:
     """Admission control: asks ``CheckDeadline`` for each batch before it is dispatched.
@@ -209,26 +249,36 @@ class SampleScheduler:
         Deadline of a batch as a multiple of its solo latency.
     confidence
         Confidence at which a batch must be feasible to be dispatched.
+    explore
+        Share of the batches the bound refuses that are dispatched anyway (exploration).
+    seed
+        Seed of the exploration draws.
     """
 
-    def __init__(self, client: Any, slo: float, confidence: float):
+    def __init__(self, client: Any, slo: float, confidence: float, explore: float = 0.05, seed: int = 0):
+        if not 0.0 <= explore <= 1.0:
+            raise ValueError(f"explore must lie in [0, 1], got {explore!r}")
         self.client = client
         self.slo = slo
         self.confidence = confidence
+        self.explore = explore
+        self.rng = random.Random(seed)
         self.stats = SchedulerStats()
+        self._ids = itertools.count()
         self._pending: dict[tuple[str, int], deque[Decision]] = {}
         self._lock = threading.Lock()
 
     def admit(self, planned: Any) -> bool:
         """Decide for a :class:`collectors.workload.PlannedBatch`; ``False`` refuses it."""
-        share = 1.0 / len(planned.in_flight) if planned.in_flight else 0.0
-        query = Query(
+        batch_id = f"demo-{next(self._ids)}"
+        query = Query(  # the co-runners as the scheduler knows them: no overlaps, no signals
             device=planned.device,
             batch=BatchSpec(planned.model, planned.batch_size, planned.attrs),
             device_kind=planned.device_kind,
-            co_runners=tuple(PlannedCoRunner(m, b, a, overlap=share) for m, b, a in planned.in_flight),
+            co_runners=tuple(PlannedCoRunner(m, b, a) for m, b, a in planned.in_flight),
             co_runner_source=CoRunnerSource.EXPLICIT,
             solo_latency_ms=planned.solo_latency_ms,
+            batch_id=batch_id,
         )
         solo = planned.solo_latency_ms or 1.0
         try:
@@ -243,22 +293,27 @@ class SampleScheduler:
             answer.prediction.upper_bound_ms,
             answer.deadline_ms,
             answer.feasible,
+            explored=not answer.feasible and self.rng.random() < self.explore,
+            batch_id=batch_id,
+            probability=answer.probability,
         )
         with self._lock:
             self.stats.decided(decision)
-            if decision.feasible:
+            if decision.admitted:
                 self._pending.setdefault((planned.model, planned.batch_size), deque()).append(decision)
-        return decision.feasible
+        return decision.admitted
 
-    def settle(self, record: Record) -> None:
-        """Match an executed batch to its admission decision (oldest of its model and size)."""
+    def settle(self, record: Record) -> str:
+        """Match an executed batch to its admission decision (oldest of its model and size);
+        returns the batch id the decision named ("" when none matched)."""
         with self._lock:
             pending = self._pending.get((record.batch.model, record.batch.batch_size))
             if not pending:
-                return  # admitted while the scheduler failed open
+                return ""  # admitted while the scheduler failed open
             decision = pending.popleft()
             decision.actual_ms = record.latency_ms  # type: ignore[assignment]
             self.stats.settled(decision)
+            return decision.batch_id
 
 
 # ----------------------------------------------------------------------------- the run
@@ -272,7 +327,7 @@ class _Pipeline:
         self.writer = RecordWriter(save, atomic=True) if save else None
         self.scheduler = scheduler
         self.records: queue.Queue[Record | None] = queue.Queue(maxsize=100_000)
-        self.stream: queue.Queue[Record | None] = queue.Queue(maxsize=100_000)
+        self.stream: queue.Queue[tuple[Record, str] | None] = queue.Queue(maxsize=100_000)
         self.streamed = 0
         self.report: Any = None
         self.error: BaseException | None = None
@@ -290,14 +345,14 @@ class _Pipeline:
 
     def _schedule(self) -> None:
         while (record := self.records.get()) is not None:
-            self.scheduler.settle(record)
-            self.stream.put(record)
+            batch_id = self.scheduler.settle(record)
+            self.stream.put((record, batch_id))
         self.stream.put(None)
 
     def _items(self) -> Any:
-        while (record := self.stream.get()) is not None:
+        while (item := self.stream.get()) is not None:
             self.streamed += 1
-            yield record
+            yield item
 
     def _send(self) -> None:
         try:
@@ -331,13 +386,16 @@ def _live_table(stage: str, elapsed: float, options: DemoOptions, pipeline: _Pip
         table.add_row("rolling MAPE (service)", _fmt(status.rolling_mape, 1, " %"))
         table.add_row(f"coverage @ {status.coverage_confidence:g} (service)", _fmt(status.coverage, 4))
         table.add_row("drift alarms", str(len(status.drift_alarms)))
-    table.add_row("decisions: dispatched / refused", f"{s.dispatched} / {s.deferred}")
+    table.add_row("decisions: dispatched / explored / refused", f"{s.dispatched} / {s.explored} / {s.deferred}")
     table.add_row("deadlines met (dispatched, ran)", _fmt(100 * s.met_rate, 1, " %"))
     recent = Table(title="latest decisions", show_lines=False)
     for column in ("batch", "predicted", "bound", "deadline", "actual", "decision"):
         recent.add_column(column, justify="right")
     for d in list(s.recent):
-        verdict = ("[green]dispatched" + (" ✓" if d.met else " ✗")) if d.feasible else "[yellow]refused"
+        if d.admitted:
+            verdict = ("[green]dispatched" if d.feasible else "[cyan]explored") + (" ✓" if d.met else " ✗")
+        else:
+            verdict = "[yellow]refused"
         recent.add_row(
             f"{d.model}×{d.batch_size}",
             f"{d.predicted_ms:.1f}",
@@ -356,17 +414,34 @@ def summary_table(options: DemoOptions, stats: SchedulerStats, status: Any, repo
     table.add_column(justify="right")
     table.add_row("batches decided before dispatch", str(stats.decisions))
     table.add_row("admitted batches that ran", str(stats.executed))
-    table.add_row("accuracy: MAPE of the admission-time predictions", _fmt(stats.mape, 1, " %"))
-    table.add_row(f"coverage of the {options.confidence:g} bound (admitted batches)", _fmt(stats.coverage, 4))
+    table.add_row("admission-time MAPE (admitted batches)", _fmt(stats.mape, 1, " %"))
+    table.add_row(f"admission-time coverage of the {options.confidence:g} bound (admitted batches)",
+                  _fmt(stats.coverage, 4))
+    table.add_row("admission rate (admitted by the bound / decided)", _fmt(100 * stats.admission_rate, 1, " %"))
+    table.add_row(f"exploration share (refused but admitted, --explore {options.explore:g})",
+                  f"{stats.explored} ({_fmt(100 * stats.exploration_share, 1)} %)")
+    if stats.executed_explored:
+        table.add_row("explored batches that met their deadline",
+                      f"{stats.explored_met} / {stats.executed_explored}")
     if status is not None:
         table.add_row("service: observations learned", str(status.observations_learned))
-        table.add_row("service: rolling MAPE", _fmt(status.rolling_mape, 1, " %"))
-        table.add_row(f"service: coverage @ {status.coverage_confidence:g}", _fmt(status.coverage, 4))
+        table.add_row("service: rolling MAPE (observation time)", _fmt(status.rolling_mape, 1, " %"))
+        table.add_row(f"service: coverage @ {status.coverage_confidence:g} (observation time)",
+                      _fmt(status.coverage, 4))
+        table.add_row("service: admission-time MAPE (replayed)", _fmt(status.admission_mape, 1, " %"))
+        table.add_row(f"service: admission-time coverage @ {status.coverage_confidence:g} (replayed)",
+                      _fmt(status.admission_coverage, 4))
+        linked = [a for a in status.admission if a.source == "linked" and a.co_runners == -1
+                  and not a.model and not a.device_kind]
+        for a in linked:
+            table.add_row(f"service: linked answers {a.query_shape}: coverage @ {status.coverage_confidence:g}",
+                          f"{_fmt(a.coverage, 4)} of {a.observations}")
         table.add_row("service: drift alarms", str(len(status.drift_alarms)))
     if report is not None:
         table.add_row("observations accepted / rejected", f"{report.accepted} / {report.rejected}")
     table.add_row(f"deadline = {options.slo:g} × solo latency", "")
-    table.add_row("decisions: dispatched / refused", f"{stats.dispatched} / {stats.deferred}")
+    table.add_row("decisions: dispatched / explored / refused",
+                  f"{stats.dispatched} / {stats.explored} / {stats.deferred}")
     table.add_row(
         "deadlines met among dispatched",
         f"{stats.dispatched_met} / {stats.executed} ({_fmt(100 * stats.met_rate, 1)} %)",
@@ -395,7 +470,7 @@ def run_demo(options: DemoOptions, console: Any = None) -> int:
             f"health {client.health()}; starting the {'short ' if options.short else ''}CPU workload "
             f"for {options.duration_s:g} s (start-up and profiling come first)"
         )
-        scheduler = SampleScheduler(client, options.slo, options.confidence)
+        scheduler = SampleScheduler(client, options.slo, options.confidence, options.explore, options.seed)
         pipeline = _Pipeline(client, scheduler, options.save)
         stage = ["starting", 0.0]
         status_cache: list[Any] = [None, 0.0]
@@ -453,6 +528,7 @@ def run(args: argparse.Namespace) -> int:
         warm_start=args.warm_start,
         slo=args.slo,
         confidence=args.confidence,
+        explore=args.explore,
         live=False if args.no_live else None,
         save=args.save,
     )

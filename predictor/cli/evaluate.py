@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -10,11 +11,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from predictor.admission_replay import ReplayResult, replay
 from predictor.evaluation import Scored, run_prequential, run_split, summarize
 from predictor.logio import read_records
 from predictor.plots import error_cdf, rolling_error
 from predictor.predictors import create
 from predictor.progress import progress_bar
+from predictor.service.config import ServiceConfig
 
 DEFAULT_PREDICTORS = "solo,static,ewma,sgd,rls"
 
@@ -65,6 +68,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"comma-separated names or name:key=value,... specs (default {DEFAULT_PREDICTORS})",
     )
     add_protocol_arguments(parser)
+    parser.add_argument(
+        "--admission",
+        action="store_true",
+        help="also replay each log through the service, asking before each record the admission-time "
+        "question (co-runners without overlaps, no signals), and report its coverage at 0.95 and 0.99 "
+        "per co-runner count, and the service's coverage per query shape, model and count",
+    )
     parser.add_argument("--json", dest="json_out", help="write results as JSON here")
     parser.add_argument("--plots", help="write PNG plots (error CDF, rolling error) into this folder")
     parser.set_defaults(func=run)
@@ -107,6 +117,14 @@ def run(args: argparse.Namespace) -> int:
         output["datasets"][stem] = {"n_records": len(records), "skipped": report.skipped,
                                     "predictors": summaries}
         console.print(results_table(stem, output["protocol"], summaries))
+        if args.admission:
+            output["datasets"][stem]["admission"] = {}
+            for spec in specs:
+                replayed = replay(records, stem, ServiceConfig(predictor=spec, snapshot_every_s=0,
+                                                               observation_log=False, outlier_gate=False))
+                output["datasets"][stem]["admission"][spec] = admission_summary(replayed)
+                console.print(admission_table(stem, spec, replayed))
+                console.print(shape_table(stem, spec, replayed))
         if args.plots:
             folder = Path(args.plots)
             folder.mkdir(parents=True, exist_ok=True)
@@ -116,6 +134,48 @@ def run(args: argparse.Namespace) -> int:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps(output, indent=2, allow_nan=True) + "\n")
     return 0
+
+
+def admission_summary(result: ReplayResult) -> dict:
+    """The admission replay as JSON: per co-runner count, and the service's per-shape slices."""
+    return {
+        "answered": result.answered,
+        "refused": result.refused,
+        "slices": {label: {"n": s.n, "coverage_0.95": s.coverage(0.95), "coverage_0.99": s.coverage(0.99),
+                           "width_0.95": s.width(0.95), "width_0.99": s.width(0.99), "mape": s.mape}
+                   for label, s in result.rows()},
+        "service": [dataclasses.asdict(a) for a in (result.status.admission if result.status else ())],
+    }
+
+
+def admission_table(stem: str, spec: str, result: ReplayResult) -> Table:
+    """Coverage of the admission-time answers per co-runner count (asked before each record was learned)."""
+    table = Table(title=f"{stem} — {spec}: admission-time answers (co-runners without overlaps, no signals)",
+                  title_justify="left")
+    for column in ("slice", "n", "cov@0.95", "cov@0.99", "width@0.95", "width@0.99", "MAPE"):
+        table.add_column(column, justify="right" if column != "slice" else "left")
+    for label, s in result.rows():
+        table.add_row(label, str(s.n), f"{s.coverage(0.95):.4f}", f"{s.coverage(0.99):.4f}",
+                      f"{s.width(0.95):.3f}", f"{s.width(0.99):.3f}", f"{s.mape:.1f}%")
+    return table
+
+
+def shape_table(stem: str, spec: str, result: ReplayResult) -> Table:
+    """The service's own coverage at its tracked confidence per query shape, and per co-runner
+    count, device kind and model within it (observation-time shapes beside admission-time ones)."""
+    status = result.status
+    confidence = status.coverage_confidence if status else math.nan
+    table = Table(title=f"{stem} — {spec}: coverage @ {confidence:g} per query shape (service)",
+                  title_justify="left")
+    for column in ("source", "shape", "slice", "n", "coverage", "MAPE"):
+        table.add_column(column, justify="right" if column in ("n", "coverage", "MAPE") else "left")
+    for a in status.admission if status else ():
+        where = ("all" if a.co_runners == -1 and not a.model and not a.device_kind
+                 else f"{a.co_runners} co-runners" if a.co_runners != -1
+                 else f"kind {a.device_kind}" if a.device_kind else f"model {a.model}")
+        table.add_row(a.source, a.query_shape, where, str(a.observations),
+                      "-" if a.coverage is None else f"{a.coverage:.4f}", "-" if a.mape is None else f"{a.mape:.1f}%")
+    return table
 
 
 def results_table(stem: str, protocol: str, summaries: dict[str, dict]) -> Table:

@@ -152,13 +152,20 @@ class InterferenceClient:
         deadline_time: float | None = None,
         confidence: float | None = None,
         solo_latency_ms: float | None = None,
+        batch_id: str = "",
+        learned_only: bool = False,
     ) -> Ranking:
-        """One batch on many candidate devices (names use the live view), most slack first."""
+        """One batch on many candidate devices (names use the live view), most slack first.
+
+        ``batch_id`` names the batch, so that its observation calibrates the answer given;
+        ``learned_only`` refuses (``FailedPrecondition``) rather than answer from a fallback."""
         cands = [Candidate(c) if isinstance(c, str) else c for c in candidates]
         request = self._pb2.RankPlacementsRequest(
             batch=convert.batch_to_pb(batch),
             candidates=[convert.candidate_to_pb(c) for c in cands],
             confidence=confidence or 0.0,
+            batch_id=batch_id,
+            learned_only=learned_only,
         )
         if solo_latency_ms is not None:
             request.solo_latency_ms = solo_latency_ms

@@ -84,20 +84,30 @@ def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns
     latency, solo = ranking.latency_ms.tolist(), ranking.solo_latency_ms.tolist()
     upper, slack, probability = ranking.upper_bound_ms.tolist(), ranking.slack_ms.tolist(), ranking.probability.tolist()
     solos = set(solo)
-    templates = {  # the fields a kind's placements share, merged in at once
-        kind: messages.Placement(
-            prediction=messages.Prediction(
-                solo_latency_ms=solo[0] if len(solos) == 1 else 0.0,
-                confidence=ranking.confidence,
-                bound_source=_BOUNDS_PB[b.source],
-                residuals=b.n,
-                predictor=ranking.predictor,
-                observations_learned=ranking.observations_learned,
-                device_kind=kind,
-            )
-        ).SerializeToString()
-        for kind, b in ranking.bounds.items()
-    }
+    templates: dict[tuple, bytes] = {}  # the fields rows of one calibration cell share, merged in at once
+
+    def template(i: int) -> bytes:
+        b = ranking.row_bounds[i] if ranking.row_bounds is not None else ranking.bounds[kinds[i]]
+        shape = ranking.shapes[i] if ranking.shapes is not None else ""
+        fallback = bool(ranking.fallback[i]) if ranking.fallback is not None else False
+        key = (kinds[i], b.source, b.n, shape, fallback)
+        found = templates.get(key)
+        if found is None:
+            found = templates[key] = messages.Placement(
+                prediction=messages.Prediction(
+                    solo_latency_ms=solo[0] if len(solos) == 1 else 0.0,
+                    confidence=ranking.confidence,
+                    bound_source=_BOUNDS_PB[b.source],
+                    residuals=b.n,
+                    predictor=ranking.predictor,
+                    observations_learned=ranking.observations_learned,
+                    device_kind=kinds[i],
+                    fallback=fallback,
+                    query_shape=shape,
+                )
+            ).SerializeToString()
+        return found
+
     echo = given is not None and ranking.runners_as_given
     if echo:
         columns, runner_messages = given  # type: ignore[misc]
@@ -106,7 +116,7 @@ def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns
     add = response.placements.add
     for rank, i in enumerate(ranking.order.tolist(), start=1):
         placement = add()
-        placement.MergeFromString(templates[kinds[i]])
+        placement.MergeFromString(template(i))
         placement.device = devices[i]
         placement.rank = rank
         placement.feasible = slack[i] >= 0

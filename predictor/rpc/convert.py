@@ -33,6 +33,7 @@ from predictor.service.types import (
     Query,
     Ranking,
     Rejection,
+    ShapeStats,
     Status,
 )
 
@@ -80,6 +81,8 @@ def query_from_pb(message: Any) -> Query:
         co_runner_source=co_runner_source_from_pb(message.co_runner_source),
         signals=dict(message.signals),
         solo_latency_ms=_optional(message, "solo_latency_ms"),
+        batch_id=message.batch_id,
+        learned_only=message.learned_only,
     )
 
 
@@ -254,6 +257,8 @@ def prediction_to_pb(prediction: Prediction) -> Any:
         observations_learned=prediction.observations_learned,
         co_runners=[co_runner_to_pb(c) for c in prediction.co_runners],
         device_kind=prediction.device_kind,
+        fallback=prediction.fallback,
+        query_shape=prediction.query_shape,
     )
 
 
@@ -304,6 +309,11 @@ def observation_report_to_pb(report: ObservationReport) -> Any:
     )
 
 
+def _finite(value: float | None) -> float | None:
+    """A statistic for an ``optional double``: ``None`` (unset) for none or NaN, never NaN on the wire."""
+    return None if value is None or math.isnan(value) else value
+
+
 def status_to_pb(status: Status) -> Any:
     """A :class:`Status` as a ``GetStatusResponse``."""
     messages = pb2()
@@ -312,20 +322,37 @@ def status_to_pb(status: Status) -> Any:
         predictor=status.predictor,
         observations_learned=status.observations_learned,
         observations_rejected=status.observations_rejected,
-        rolling_mape=status.rolling_mape,
-        coverage=status.coverage,
+        rolling_mape=_finite(status.rolling_mape),
+        coverage=_finite(status.coverage),
         coverage_confidence=status.coverage_confidence,
         device_kinds=[
             messages.DeviceKindStatus(
                 device_kind=k.device_kind,
                 observations=k.observations,
-                rolling_mape=k.rolling_mape,
-                coverage=k.coverage,
+                rolling_mape=_finite(k.rolling_mape),
+                coverage=_finite(k.coverage),
                 residuals=k.residuals,
                 drift_alarms=k.drift_alarms,
             )
             for k in status.device_kinds
         ],
+        admission=[
+            messages.AdmissionStats(
+                source=a.source,
+                query_shape=a.query_shape,
+                device_kind=a.device_kind,
+                model=a.model,
+                co_runners=a.co_runners,
+                observations=a.observations,
+                coverage=_finite(a.coverage),
+                mape=_finite(a.mape),
+            )
+            for a in status.admission
+        ],
+        admission_coverage=_finite(status.admission_coverage),
+        admission_mape=_finite(status.admission_mape),
+        answers_linked=status.answers_linked,
+        answers_remembered=status.answers_remembered,
         devices=status.devices,
         batches_running=status.batches_running,
         uptime_s=status.uptime_s,
@@ -372,6 +399,8 @@ def query_to_pb(query: Query) -> Any:
         co_runners=[co_runner_to_pb(c) for c in query.co_runners],
         co_runner_source=_SOURCES_PB[query.co_runner_source],
         signals=dict(query.signals),
+        batch_id=query.batch_id,
+        learned_only=query.learned_only,
     )
     if query.solo_latency_ms is not None:
         message.solo_latency_ms = query.solo_latency_ms
@@ -440,6 +469,8 @@ def prediction_from_pb(message: Any) -> Prediction:
             for c in message.co_runners
         ),
         device_kind=message.device_kind,
+        fallback=message.fallback,
+        query_shape=message.query_shape,
     )
 
 
@@ -493,11 +524,12 @@ def status_from_pb(message: Any) -> Status:
         predictor=message.predictor,
         observations_learned=message.observations_learned,
         observations_rejected=message.observations_rejected,
-        rolling_mape=message.rolling_mape,
-        coverage=message.coverage,
+        rolling_mape=_nan_unset(message, "rolling_mape"),
+        coverage=_nan_unset(message, "coverage"),
         coverage_confidence=message.coverage_confidence,
         device_kinds=tuple(
-            KindStatus(k.device_kind, k.observations, k.rolling_mape, k.coverage, k.residuals, k.drift_alarms)
+            KindStatus(k.device_kind, k.observations, _nan_unset(k, "rolling_mape"), _nan_unset(k, "coverage"),
+                       k.residuals, k.drift_alarms)
             for k in message.device_kinds
         ),
         drift_alarms=tuple(
@@ -522,4 +554,18 @@ def status_from_pb(message: Any) -> Status:
         )
         if message.HasField("log")
         else None,
+        admission=tuple(
+            ShapeStats(a.source, a.query_shape, a.device_kind, a.model, a.co_runners, a.observations,
+                       _optional(a, "coverage"), _optional(a, "mape"))
+            for a in message.admission
+        ),
+        admission_coverage=_optional(message, "admission_coverage"),
+        admission_mape=_optional(message, "admission_mape"),
+        answers_linked=message.answers_linked,
+        answers_remembered=message.answers_remembered,
     )
+
+
+def _nan_unset(message: Any, name: str) -> float:
+    """An ``optional double`` statistic as the domain's float: NaN where unset (none yet)."""
+    return getattr(message, name) if message.HasField(name) else math.nan

@@ -33,7 +33,14 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 
 from predictor.records import RecordError
-from predictor.service.errors import InvalidArgument, NotFound, ResourceExhausted, ServiceError, Unavailable
+from predictor.service.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    ServiceError,
+    Unavailable,
+)
 from predictor.snapshot import SnapshotError
 
 FIELD_KEY = "invalid-field"
@@ -75,6 +82,7 @@ STATUS_TABLE: tuple[StatusRow, ...] = (
     StatusRow(NotFound, grpc.StatusCode.NOT_FOUND, client=True),
     StatusRow(Unavailable, grpc.StatusCode.UNAVAILABLE, client=True),
     StatusRow(ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED, client=True),
+    StatusRow(FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION, client=True),
     StatusRow(SnapshotError, grpc.StatusCode.FAILED_PRECONDITION),
     StatusRow(Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     StatusRow(PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),

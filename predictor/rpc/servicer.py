@@ -51,6 +51,8 @@ class InterferenceServicer:
             convert.deadline_from_pb(request),
             convert.confidence_from_pb(request.confidence),
             request.solo_latency_ms if request.HasField("solo_latency_ms") else None,
+            batch_id=request.batch_id,
+            learned_only=request.learned_only,
         )
         return columns.ranking_columns_to_pb(ranking, candidates)
 

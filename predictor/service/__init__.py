@@ -7,6 +7,7 @@ re-exports the names a caller needs.
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.service.errors import (
+    FailedPrecondition,
     InvalidArgument,
     NotFound,
     OutlierRejected,
@@ -34,6 +35,7 @@ __all__ = [
     "CoRunnerSource",
     "Deadline",
     "DeadlineAnswer",
+    "FailedPrecondition",
     "InvalidArgument",
     "NotFound",
     "OutlierRejected",

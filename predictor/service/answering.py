@@ -23,12 +23,13 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
+from statistics import NormalDist
 from typing import Any, TypeVar
 
 import numpy as np
 
 from predictor import rules
-from predictor.calibration import check_confidence
+from predictor.calibration import Bound, BoundSource, check_confidence
 from predictor.colocations import CoLocations
 from predictor.predictors import LatencyPredictor
 from predictor.records import (
@@ -41,7 +42,14 @@ from predictor.records import (
     record_numbers,
     record_within_limits,
 )
-from predictor.service.errors import InvalidArgument, NotFound, ResourceExhausted
+from predictor.service.admission import admission_queries
+from predictor.service.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    ServiceError,
+)
 from predictor.service.liveview import RunningBatch
 from predictor.service.placements import CandidateColumns, RankingColumns, valid_columns
 from predictor.service.state import ServiceState
@@ -54,6 +62,7 @@ from predictor.service.types import (
     Query,
     Ranking,
 )
+from predictor.shapes import QueryShape, count_bucket
 
 T = TypeVar("T")
 _NONE = np.zeros(0, dtype=np.intp)
@@ -69,6 +78,7 @@ class Planned:
 
     record: Record
     remaining_ms: list[float | None]
+    shape: QueryShape | None = None  # what the query knew (None: as an observation, every overlap known)
 
     @property
     def moving(self) -> bool:
@@ -101,12 +111,13 @@ class Plan:
     rows: CoLocations
     remaining: np.ndarray
     given: np.ndarray
+    shapes: list[QueryShape] | None = None  # per row, what its query knew (None: every overlap known)
 
     @classmethod
     def of(cls, planned: list[Planned]) -> Plan:
         """The rows of planned batches that share one batch and solo latency."""
         first = planned[0].record
-        return cls.from_runners(
+        plan = cls.from_runners(
             first.batch,
             first.solo_latency_ms,
             [p.record.device for p in planned],
@@ -117,6 +128,8 @@ class Plan:
                 for p in planned
             ],
         )
+        plan.shapes = [p.shape or _record_shape(p.record) for p in planned]
+        return plan
 
     @classmethod
     def from_runners(
@@ -177,14 +190,23 @@ class Answering:
         """Predicted latency and calibrated upper bound of a planned batch."""
         self.state.require_ready()
         confidence = self.confidence(confidence)
-        return self.answer(self.plan_query(query, prefix), confidence).prediction(0)
+        planned = self.plan_query(query, prefix)
+        if query.learned_only:
+            self.check_learned(query, planned, prefix)
+        answer = self.answer(planned, confidence)
+        self.remember(query.batch_id, answer)
+        return answer.prediction(0)
 
     def check_deadline(self, query: Query, deadline: Deadline, confidence: float | None = None) -> DeadlineAnswer:
         """Whether a planned batch finishes within ``deadline`` at ``confidence``."""
         self.state.require_ready()
         confidence = self.confidence(confidence)
         deadline_ms = deadline.relative_ms()
-        answer = self.answer(self.plan_query(query, "query."), confidence, deadline_ms)
+        planned = self.plan_query(query, "query.")
+        if query.learned_only:
+            self.check_learned(query, planned)
+        answer = self.answer(planned, confidence, deadline_ms)
+        self.remember(query.batch_id, answer)
         slack = float(answer.slack_ms[0])
         return DeadlineAnswer(slack >= 0, slack, float(answer.probability[0]), deadline_ms, answer.prediction(0))
 
@@ -195,11 +217,15 @@ class Answering:
         deadline: Deadline,
         confidence: float | None = None,
         solo_latency_ms: float | None = None,
+        *,
+        batch_id: str = "",
+        learned_only: bool = False,
     ) -> Ranking:
         """Answers for one batch on many candidate devices, most slack first."""
         if not isinstance(candidates, CandidateColumns):
             candidates = CandidateColumns.from_candidates(candidates)
-        return self.rank_columns(batch, candidates, deadline, confidence, solo_latency_ms).to_ranking()
+        return self.rank_columns(batch, candidates, deadline, confidence, solo_latency_ms,
+                                 batch_id=batch_id, learned_only=learned_only).to_ranking()
 
     def rank_columns(
         self,
@@ -208,9 +234,16 @@ class Answering:
         deadline: Deadline,
         confidence: float | None = None,
         solo_latency_ms: float | None = None,
+        *,
+        batch_id: str = "",
+        learned_only: bool = False,
     ) -> RankingColumns:
         """:meth:`rank_placements`, answered column-wise: features and predictions of all
-        candidates at once (what the RPC layer turns into its response)."""
+        candidates at once (what the RPC layer turns into its response).
+
+        With a ``batch_id``, every candidate's answer is remembered: the observation of the batch
+        (on whichever device it ran) calibrates the answer given for that device. With
+        ``learned_only``, an unseen model or device kind is refused (:class:`FailedPrecondition`)."""
         self.state.require_ready()
         confidence = self.confidence(confidence)
         if not len(candidates):
@@ -221,6 +254,11 @@ class Answering:
         deadline_ms = deadline.relative_ms()
         plan = self.plan_candidates(batch, candidates, solo_latency_ms)
         ranking = self.answer(plan, confidence, deadline_ms)
+        if learned_only and ranking.fallback is not None and ranking.fallback.any():
+            i = int(np.flatnonzero(ranking.fallback)[0])
+            query = Query(candidates.devices[i], batch, solo_latency_ms=solo_latency_ms)
+            self.check_learned(query, Planned(ranking.rows.record(i), []), f"candidates[{i}].")
+        self.remember(batch_id, ranking)
         # The rows hold the candidates' own co-runners exactly when they were built on the same
         # columns (no live view, no per-candidate path).
         return dataclasses.replace(ranking, runners_as_given=plan.rows.models is candidates.models)
@@ -287,10 +325,18 @@ class Answering:
             running = live.running(query.device)
             record = dataclasses.replace(record, co_runners=tuple(_runner_of(r) for r, _ in running))
             remaining = [ms for _, ms in running]
+            shape = QueryShape.of(len(running), 0, len(running), signals=bool(query.signals), live=True)
+        else:
+            shape = QueryShape.of(
+                len(query.co_runners),
+                sum(r.overlap is not None for r in query.co_runners),
+                sum(r.remaining_ms is not None for r in query.co_runners),
+                signals=bool(query.signals),
+            )
         kind = record.device_kind or live.kind_of(query.device)
         if kind != record.device_kind:
             record = dataclasses.replace(record, device_kind=kind)
-        return Planned(record, remaining)
+        return Planned(record, remaining, shape)
 
     def plan_candidates(self, batch: BatchSpec, candidates: CandidateColumns, solo_latency_ms: float | None) -> Plan:
         """Validated rows of a ranking's candidates.
@@ -317,16 +363,28 @@ class Answering:
         remaining = np.where(candidates.has_remaining, candidates.remaining, math.nan)
         rows = CoLocations(batch, devices, kinds, candidates.signals, candidates.offsets, candidates.models,
                            candidates.batch_sizes, candidates.attrs, overlaps, solo_latency_ms)
+        counts = np.diff(candidates.offsets)
+        with_overlap = _per_row(candidates.has_overlap, candidates.offsets)
+        with_remaining = _per_row(candidates.has_remaining, candidates.offsets)
+        shapes = [
+            QueryShape.of(int(n), int(o), int(r), signals=bool(sig))
+            for n, o, r, sig in zip(counts.tolist(), with_overlap.tolist(), with_remaining.tolist(),
+                                    candidates.signals, strict=True)
+        ]
         if not live:
-            return Plan(rows, remaining, np.flatnonzero(candidates.has_remaining))
+            return Plan(rows, remaining, np.flatnonzero(candidates.has_remaining), shapes)
         running = {i: live_view.running(devices[i]) for i in live}
+        for i, batches in running.items():
+            shapes[i] = QueryShape.of(len(batches), 0, len(batches), signals=bool(candidates.signals[i]), live=True)
         runners = [
             [(_runner_of(r), ms) for r, ms in running[i]]
             if i in running
             else list(zip(rows.co_runners(i), remaining[rows.offsets[i]:rows.offsets[i + 1]].tolist(), strict=True))
             for i in range(len(rows))
         ]
-        return Plan.from_runners(batch, solo_latency_ms, list(devices), kinds, candidates.signals, runners)
+        plan = Plan.from_runners(batch, solo_latency_ms, list(devices), kinds, candidates.signals, runners)
+        plan.shapes = shapes
+        return plan
 
     @staticmethod
     def _valid_batch(batch: BatchSpec, limit: float) -> bool:
@@ -355,35 +413,20 @@ class Answering:
         row; it gives the numbers its one-row :class:`Plan` would.
         """
         state = self.state
-        one = isinstance(plan, Planned)
         with state.lock:
             predictor = state.predictor
-            first = plan.record if one else plan.rows.record(0)
-            solo = predictor.solo_latency(first)
-            predicted: Record | CoLocations = first if one else plan.rows
-            if not plan.moving:
-                latencies = _predict(predictor, predicted)
-            else:
-                # Every row is predicted at each step; rows without such co-runners get the same answer each time.
-                window = _filled(1 if one else len(plan.rows), solo)
-                for _ in range(state.config.overlap_iterations):
-                    predicted = plan.at_window(float(window[0]) if one else window)
-                    window = _predict(predictor, predicted)
-                latencies = window
-            rows = _row_of(predicted) if isinstance(predicted, Record) else predicted
+            latencies, rows, solo = self.predict_plan(plan)
             n = len(rows)
-            kinds = rows.device_kinds
-            bounds = state.calibrator.bound_factors(kinds, confidence)
-            if len(bounds) == 1:
-                uppers = latencies * next(iter(bounds.values())).upper_ms
-            else:
-                uppers = latencies * np.array([bounds[k].upper_ms for k in kinds])
-            if deadline_ms is None:
-                probabilities = _filled(n, math.nan)
-            else:
-                probabilities = state.calibrator.probabilities_within(
-                    latencies, _filled(n, deadline_ms), kinds, confidence
-                )
+            shapes = plan.shapes if isinstance(plan, Plan) else None
+            if shapes is None:
+                shapes = [plan.shape or _record_shape(plan.record)] if isinstance(plan, Planned) else [
+                    _record_shape(rows.record(i)) for i in range(n)]
+            uppers, probabilities, row_bounds, fallback, corrections = self._bounds(
+                plan, rows, latencies, shapes, confidence, deadline_ms
+            )
+            raw = latencies
+            if state.config.point_correction:
+                latencies = latencies * corrections
             learned = predictor.n_learned
         if deadline_ms is None:
             deadline_ms, slack, order = math.nan, _filled(n, math.nan), np.arange(n)
@@ -398,12 +441,149 @@ class Answering:
             upper_bound_ms=uppers,
             slack_ms=slack,
             probability=probabilities,
-            bounds=bounds,
+            bounds={},
             confidence=confidence,
             predictor=state.config.predictor,
             observations_learned=learned,
             deadline_ms=deadline_ms,
+            row_bounds=row_bounds,
+            shapes=[shape.key for shape in shapes],
+            fallback=fallback,
+            raw_latency_ms=raw,
         )
+
+    def predict_plan(self, plan: Plan | Planned) -> tuple[np.ndarray, CoLocations, float]:
+        """The predicted latency of every row (the latency half of :meth:`answer`), the rows as
+        predicted (co-runners with their effective overlaps), and the solo latency used.
+
+        Co-runners given by remaining time get their overlap from the predicted window:
+        ``min(1, remaining / window)``, starting from the solo latency, iterated
+        ``overlap_iterations`` times. Call under the state's lock.
+        """
+        state = self.state
+        one = isinstance(plan, Planned)
+        predictor = state.predictor
+        first = plan.record if one else plan.rows.record(0)
+        solo = predictor.solo_latency(first)
+        predicted: Record | CoLocations = first if one else plan.rows
+        if not plan.moving:
+            latencies = _predict(predictor, predicted)
+        else:
+            # Every row is predicted at each step; rows without such co-runners get the same answer each time.
+            window = _filled(1 if one else len(plan.rows), solo)
+            for _ in range(state.config.overlap_iterations):
+                predicted = plan.at_window(float(window[0]) if one else window)
+                window = _predict(predictor, predicted)
+            latencies = window
+        rows = _row_of(predicted) if isinstance(predicted, Record) else predicted
+        return latencies, rows, solo
+
+    def _bounds(
+        self,
+        plan: Plan | Planned,
+        rows: CoLocations,
+        latencies: np.ndarray,
+        shapes: Sequence[QueryShape],
+        confidence: float,
+        deadline_ms: float | None,
+    ) -> tuple[np.ndarray, np.ndarray, list[Bound], np.ndarray, np.ndarray]:
+        """Upper bounds, probabilities of meeting the deadline, how each bound was calibrated,
+        which answers are fallbacks, and the calibrated corrections of the predictions, per row.
+
+        Each row is calibrated on the residuals of answers of its own query shape, device kind
+        and co-runner count (:class:`~predictor.shape_calibration.ShapeCalibrator`); one look-up
+        per distinct cell. A batch whose solo latency is neither given nor profiled, or a device
+        kind never seen, gets a wide log-normal fallback (``unseen_sigma``) that says so.
+        """
+        state = self.state
+        config = state.config
+        calibrator = state.admission.calibrator
+        n = len(rows)
+        model = rows.batch.model
+        first = plan.record if isinstance(plan, Planned) else rows.record(0)
+        unseen_model = not state.predictor.knows_solo(first)
+        if unseen_model and state.predictor.n_learned == 0:
+            raise FailedPrecondition(
+                "solo_latency_ms",
+                "nothing learned yet and no solo latency given: no basis for an answer "
+                "(give solo_latency_ms, or report observations first)",
+            )
+        counts = np.diff(rows.offsets).tolist()
+        uppers = np.empty(n)
+        probabilities = _filled(n, math.nan)
+        row_bounds: list[Bound] = [None] * n  # type: ignore[list-item]
+        fallback = np.zeros(n, dtype=bool)
+        corrections = np.ones(n)
+        groups: dict[tuple[QueryShape, str, int], list[int]] = {}
+        for i, (shape, kind, count) in enumerate(zip(shapes, rows.device_kinds, counts, strict=True)):
+            groups.setdefault((shape, kind, count_bucket(count)), []).append(i)
+        z = NormalDist().inv_cdf(confidence) * config.unseen_sigma
+        for (shape, kind, count), index in groups.items():
+            at = np.asarray(index, dtype=np.intp)
+            correction, factor = calibrator.factors(shape, kind, count, model, confidence)
+            unseen = unseen_model or not calibrator.knows_kind(kind)
+            corrections[at] = 1.0 if unseen else correction
+            if unseen:
+                wide = Bound(max(factor.upper_ms, math.exp(z)), BoundSource.FALLBACK, factor.n)
+                factor = wide
+                fallback[at] = True
+            uppers[at] = latencies[at] * factor.upper_ms
+            for i in index:
+                row_bounds[i] = factor
+            if deadline_ms is not None:
+                p = calibrator.probabilities(shape, kind, count, model, latencies[at], deadline_ms, confidence)
+                if unseen:
+                    x = np.log(max(deadline_ms, 1e-300) / latencies[at]) / config.unseen_sigma
+                    # rounded: a ranking and a single check of the same row agree to the last bit
+                    p = np.minimum(p, [NormalDist().cdf(round(v, 9)) for v in x.tolist()]) if deadline_ms > 0 else p * 0
+                probabilities[at] = p
+        return uppers, probabilities, row_bounds, fallback, corrections
+
+    def replay(self, record: Record) -> list[tuple[QueryShape, float]]:
+        """What the service would have answered, before learning ``record``, to the admission-time
+        questions about its batch (:func:`~predictor.service.admission.admission_queries`): the
+        shape and predicted latency of each, through the path every query takes
+        (:meth:`plan_query`, then :meth:`predict_plan`). Questions the query rules refuse are left out."""
+        out = []
+        for shape, query in admission_queries(record):
+            try:
+                planned = self.plan_query(query, "record.")
+                latency = float(self.predict_plan(planned)[0][0])
+            except ServiceError:
+                continue
+            out.append((shape, latency))
+        return out
+
+    def check_learned(self, query: Query, planned: Planned, prefix: str = "query.") -> None:
+        """For a query asking for a learned answer only: :class:`FailedPrecondition` when the
+        model's solo latency is unknown (neither given nor profiled) or its device kind unseen."""
+        if not self.state.predictor.knows_solo(planned.record):
+            raise FailedPrecondition(
+                f"{prefix}batch.model",
+                f"no learned answer for {query.batch.model!r} at batch size {query.batch.batch_size}: "
+                "never observed and no solo_latency_ms given",
+            )
+        kind = planned.record.device_kind
+        if not self.state.admission.calibrator.knows_kind(kind):
+            raise FailedPrecondition(f"{prefix}device_kind", f"no learned answer for device kind {kind!r}: never observed")
+
+    def remember(self, batch_id: str, columns: RankingColumns, indices: Sequence[int] | None = None) -> None:
+        """Keep the answers of rows ``indices`` (default: all) for ``batch_id``, to calibrate their
+        shape on the observation that names it (:mod:`predictor.service.admission`)."""
+        if not batch_id:
+            return
+        invalid_argument(rules.name, batch_id, "batch_id")
+        rows = columns.rows
+        counts = np.diff(rows.offsets).tolist()
+        raw = columns.latency_ms if columns.raw_latency_ms is None else columns.raw_latency_ms
+        with self.state.lock:
+            admission = self.state.admission
+            for i in range(len(rows)) if indices is None else indices:
+                if columns.fallback is not None and columns.fallback[i]:
+                    continue  # a guess is not calibrated on
+                admission.remember(batch_id, rows.devices[i], QueryShape.parse(columns.shapes[i]),
+                                   rows.device_kinds[i], counts[i], rows.batch.model, float(raw[i]),
+                                   float(columns.latency_ms[i]))
 
 
 def _predict(predictor: LatencyPredictor, rows: Record | CoLocations) -> np.ndarray:
@@ -436,6 +616,18 @@ def _row_of(record: Record) -> CoLocations:
         np.array([r.overlap for r in runners], dtype=float),
         record.solo_latency_ms,
     )
+
+
+def _record_shape(record: Record) -> QueryShape:
+    """The shape of a planned record taken as it is (every overlap known)."""
+    n = len(record.co_runners)
+    return QueryShape.of(n, n, 0, signals=bool(record.signals))
+
+
+def _per_row(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """How many of each row's co-runners have ``flags`` set."""
+    cumulative = np.concatenate([[0], np.cumsum(flags, dtype=np.int64)])
+    return cumulative[offsets[1:]] - cumulative[offsets[:-1]]
 
 
 def _runner_of(running: RunningBatch) -> CoRunner:

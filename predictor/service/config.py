@@ -78,6 +78,32 @@ class ServiceConfig:
         (``"client"``; the record's ``source`` when there is none) or per ``source``.
     max_device_kinds
         Device kinds with their own outlier gate.
+    admission_replay
+        At ingest, also answer the admission-time questions about each observed batch
+        (co-runners without overlaps, no signals) and calibrate each query shape on them
+        (:mod:`predictor.service.admission`).
+    shape_window, shape_min_residuals
+        Residuals kept per calibration cell (query shape, device kind, co-runner count), and
+        the fewest a cell needs to answer on its own (:mod:`predictor.shape_calibration`).
+    shape_gamma
+        Step of adaptive conformal inference per cell (0 disables it).
+    spread_rate
+        Weight of a new residual in the running centre and spread that scale the bounds.
+    monotone_bounds
+        Keep the calibrated prediction and the bound non-decreasing in the number of co-runners
+        (where the predictor's own prediction is).
+    shape_scaling
+        Scale each residual by the running centre and spread of its query shape, device kind,
+        co-runner count and model (``False``: one multiplier per cell; for comparison).
+    point_correction
+        Answer the prediction times its query shape's calibrated centre (removes the bias of an
+        information gap); the bound is unchanged by it.
+    answer_memory, answer_ttl_s
+        Answers remembered by batch id until their observation arrives: at most this many,
+        for at most this long.
+    unseen_sigma
+        Log-normal spread of the fallback bound of a model whose solo latency is unknown or of
+        a device kind never seen (1.0: the 0.99 bound is about 10 times the guess).
     max_value
         Largest magnitude of a number (latency, attribute, signal) in an observation learned
         from or a query answered; latencies must also be at least ``1 / max_value`` ms
@@ -114,6 +140,17 @@ class ServiceConfig:
     rate_limit_by: str = "client"
     max_device_kinds: int = 256
     max_value: float = MAX_MAGNITUDE
+    admission_replay: bool = True
+    shape_window: int = 1000
+    shape_min_residuals: int = 30
+    shape_gamma: float = 0.005
+    spread_rate: float = 0.1
+    monotone_bounds: bool = True
+    point_correction: bool = True
+    shape_scaling: bool = True
+    answer_memory: int = 100_000
+    answer_ttl_s: float = 600.0
+    unseen_sigma: float = 1.0
 
     def __post_init__(self) -> None:
         check_confidence(self.default_confidence)
@@ -130,6 +167,9 @@ class ServiceConfig:
             "overlap_iterations",
             "rate_burst",
             "max_device_kinds",
+            "shape_window",
+            "shape_min_residuals",
+            "answer_memory",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -162,5 +202,13 @@ class ServiceConfig:
             raise ValueError(f"outlier_warmup must be >= 0, got {self.outlier_warmup!r}")
         if not (math.isfinite(self.max_value) and self.max_value > 1):
             raise ValueError(f"max_value must be finite and > 1, got {self.max_value!r}")
+        for name in ("answer_ttl_s", "unseen_sigma"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be > 0, got {value!r}")
+        if not 0.0 <= self.shape_gamma < 1.0:
+            raise ValueError(f"shape_gamma must lie in [0, 1), got {self.shape_gamma!r}")
+        if not 0.0 < self.spread_rate <= 1.0:
+            raise ValueError(f"spread_rate must lie in (0, 1], got {self.spread_rate!r}")
         if not 0.0 <= self.adapt < 1.0:
             raise ValueError(f"adapt must lie in [0, 1), got {self.adapt!r}")

@@ -40,7 +40,7 @@ from predictor.records import BatchSpec, Record
 from predictor.service import wal
 from predictor.service.answering import Answering, invalid_argument
 from predictor.service.config import ServiceConfig
-from predictor.service.errors import InvalidArgument
+from predictor.service.errors import FailedPrecondition, InvalidArgument
 from predictor.service.ingest import Ingest, Observed
 from predictor.service.liveview import LiveView
 from predictor.service.placements import CandidateColumns, RankingColumns
@@ -83,6 +83,9 @@ class Service:
         self.state = ServiceState(config, predictor, clock)
         self.ingest = Ingest(self.state)
         self.answers = Answering(self.state)
+        if config.admission_replay:
+            # Degraded replay: the admission-time answers about each observed batch go the way real queries go.
+            self.ingest.replay = self.answers.replay
 
     # ------------------------------------------------------------------ what the service knows
     @property
@@ -204,9 +207,15 @@ class Service:
         # An unknown device is idle; a known one is predicted from its live view.
         source = CoRunnerSource.AUTO if self.live.knows(device) else CoRunnerSource.EXPLICIT
         query = Query(device, batch, device_kind=device_kind, co_runner_source=source)
-        prediction = self.answers.predict(query, prefix="")
-        running = self.live.start(device, device_kind, batch_id, batch, prediction.latency_ms, elapsed_ms or 0.0)
-        return prediction.latency_ms, running
+        try:
+            predicted = self.answers.predict(query, prefix="").latency_ms
+        except FailedPrecondition:
+            # Nothing learned to predict it from: it is taken to run until it goes stale (a co-runner
+            # overlapping fully, the cautious assumption), and 0 is answered: no prediction.
+            predicted = 0.0
+        window = predicted or self.config.stale_after_s * 1000.0
+        running = self.live.start(device, device_kind, batch_id, batch, window, elapsed_ms or 0.0)
+        return predicted, running
 
     def batch_end(self, device: str, batch_id: str) -> tuple[bool, int]:
         """A batch ended on ``device``; returns whether it was running and how many still run."""
@@ -233,9 +242,14 @@ class Service:
         deadline: Deadline,
         confidence: float | None = None,
         solo_latency_ms: float | None = None,
+        *,
+        batch_id: str = "",
+        learned_only: bool = False,
     ) -> Ranking:
-        """Answers for one batch on many candidate devices, most slack first."""
-        return self.answers.rank_placements(batch, candidates, deadline, confidence, solo_latency_ms)
+        """Answers for one batch on many candidate devices, most slack first (see
+        :meth:`Answering.rank_columns <predictor.service.answering.Answering.rank_columns>`)."""
+        return self.answers.rank_placements(batch, candidates, deadline, confidence, solo_latency_ms,
+                                            batch_id=batch_id, learned_only=learned_only)
 
     def rank_columns(
         self,
@@ -244,6 +258,10 @@ class Service:
         deadline: Deadline,
         confidence: float | None = None,
         solo_latency_ms: float | None = None,
+        *,
+        batch_id: str = "",
+        learned_only: bool = False,
     ) -> RankingColumns:
         """:meth:`rank_placements`, answered column-wise (what the RPC layer turns into its response)."""
-        return self.answers.rank_columns(batch, candidates, deadline, confidence, solo_latency_ms)
+        return self.answers.rank_columns(batch, candidates, deadline, confidence, solo_latency_ms,
+                                         batch_id=batch_id, learned_only=learned_only)

@@ -4,7 +4,8 @@ Each log is fed through :meth:`Service.observe`, the exact path of the
 observation stream: predict, bound at the tracked confidence, score, then
 learn. Coverage is the fraction of latencies within their bound, over all
 records and over those whose bound came from residuals (after the fallback
-phase).
+phase); beside it, the coverage of the admission-time answers the service replays for each
+record (co-runners without overlaps, no signals; :mod:`predictor.service.admission`).
 
 Run ``python -m predictor.service.coverage LOG [LOG ...] [--predictor rls] [--confidence 0.99]``.
 """
@@ -35,6 +36,7 @@ class CoverageResult:
     calibrated_coverage: float
     mape: float  # mean absolute percentage error over the whole log (%)
     seconds: float
+    admission_coverage: float = math.nan  # of the replayed admission-time answers (recent window)
 
 
 def measure(path: str | Path, config: ServiceConfig) -> CoverageResult:
@@ -61,7 +63,12 @@ def measure(path: str | Path, config: ServiceConfig) -> CoverageResult:
         calibrated_coverage=monitor.cumulative_coverage(calibrated_only=True),
         mape=100.0 * errors / count if count else math.nan,
         seconds=seconds,
+        admission_coverage=_nan(service.status().admission_coverage),
     )
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,13 +104,14 @@ def main(argv: list[str] | None = None) -> int:
         f"predictor {args.predictor}, bound at {args.confidence:g}, window {args.window}, adapt {args.adapt:g}"
     )
     print(
-        f"{'log':<40} {'records':>8} {'coverage':>9} {'calibrated':>11} {'coverage':>9} {'MAPE %':>8} {'s':>6}"
+        f"{'log':<40} {'records':>8} {'coverage':>9} {'calibrated':>11} {'coverage':>9} {'MAPE %':>8} "
+        f"{'admission':>10} {'s':>6}"
     )
     for log in args.logs:
         r = measure(log, config)
         print(
             f"{Path(r.log).name:<40} {r.records:>8} {r.coverage:>9.4f} {r.calibrated_records:>11} "
-            f"{r.calibrated_coverage:>9.4f} {r.mape:>8.1f} {r.seconds:>6.1f}"
+            f"{r.calibrated_coverage:>9.4f} {r.mape:>8.1f} {r.admission_coverage:>10.4f} {r.seconds:>6.1f}"
         )
     return 0
 

@@ -35,6 +35,14 @@ class NotFound(ServiceError):
         super().__init__(message, field)
 
 
+class FailedPrecondition(ServiceError):
+    """The service cannot answer as asked from what it has learned (e.g. a learned answer
+    about a model it has never seen)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message, field)
+
+
 class Unavailable(ServiceError):
     """The service is not ready (starting up, restoring state, or shutting down)."""
 

@@ -12,7 +12,7 @@ magnitude limits, comes faster than its sender's rate, or is an outlier.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from predictor.service.errors import (
 from predictor.service.ratelimit import RateLimiter
 from predictor.service.state import ServiceState
 from predictor.service.types import ObservationReport, Rejection
+from predictor.shapes import QueryShape
 
 Observed = Record | Mapping[str, Any] | RecordError
 """An item of an observation stream: a record, a decoded ``coloc/v1`` object, or the error of a
@@ -44,6 +45,9 @@ class Ingest:
         self.state = state
         config = state.config
         self.rate_limiter = RateLimiter(config.rate_limit, config.rate_burst) if config.rate_limit > 0 else None
+        self.replay: Callable[[Record], list[tuple[QueryShape, float]]] | None = None
+        """Degraded replay: the admission-time answers about an observed batch, asked before it is
+        learned (:meth:`Answering.replay <predictor.service.answering.Answering.replay>`)."""
 
     def observe(self, record: Record, batch_id: str = "", *, client: str = "") -> float:
         """Learn from one observed record: score it (prequentially), then update the model.
@@ -73,7 +77,9 @@ class Ingest:
                         state.obs_log.append(record, client, batch_id)
                     except wal.LogError as exc:
                         raise Unavailable(f"observation not logged, so not learned: {exc}") from None
+                replays = self.replay(record) if self.replay is not None else []
                 predicted = self._learn(record, kind, client or record.source)
+                state.admission.observe(record, kind, predicted, replays, batch_id)
         finally:
             if batch_id:
                 state.live.end(record.device, batch_id, required=False)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from river import drift
 
-from predictor.service.types import DriftAlarm
+from predictor.service.types import DriftAlarm, ShapeStats
 
 MAX_ALARMS = 20
 ALL = "*"
@@ -142,3 +142,90 @@ class ErrorMonitor:
     def kinds(self) -> list[str]:
         """The device kinds scored so far, sorted."""
         return sorted(k for k in self._kinds if k != ALL)
+
+
+REPLAY = "replay"
+"""Answers the service gave itself, at ingest, for the admission-time forms of an observed batch."""
+LINKED = "linked"
+"""Answers really given to queries that carried a batch id, scored when its observation arrived."""
+ANY = ""
+"""In a :class:`ShapeStats` key: every device kind, every model (``count`` -1: every count)."""
+
+
+class ShapeMonitor:
+    """Admission-time error and bound coverage per query shape, device kind, model and co-runner count.
+
+    Cumulative counts per ``(source, shape, kind, model, count)`` (at most ``max_keys`` keys;
+    further ones count only in their shape's totals) and a rolling window per
+    ``(source, shape)``.
+
+    Examples
+    --------
+    >>> m = ShapeMonitor()
+    >>> m.update("replay", "unknown/nosig", "cpu", "mlp", 1, actual=10.0, predicted=8.0, covered=True)
+    >>> m.update("replay", "unknown/nosig", "cpu", "mlp", 2, actual=10.0, predicted=12.0, covered=False)
+    >>> s = m.summary("replay", "unknown/nosig")
+    >>> s.observations, s.coverage, round(s.mape, 1)
+    (2, 0.5, 20.0)
+    >>> m.summary("replay", "unknown/nosig", count=2).coverage
+    0.0
+    """
+
+    def __init__(self, window: int = 2000, max_keys: int = 20_000):
+        self.window = window
+        self.max_keys = max_keys
+        self._counts: dict[tuple[str, str, str, str, int], list[float]] = {}
+        self._totals: dict[tuple[str, str], list[float]] = {}
+        self._recent: dict[tuple[str, str], deque] = {}
+
+    def update(self, source: str, shape: str, kind: str, model: str, count: int, *, actual: float,
+               predicted: float, covered: bool, calibrated: bool = True) -> None:
+        """Score one answer (``calibrated``: its bound came from residuals, not a guess)."""
+        ape = abs(actual - predicted) / actual * 100.0
+        key = (source, shape, kind, model, count)
+        cells = [self._totals.setdefault((source, shape), [0, 0, 0.0])]
+        if key in self._counts or len(self._counts) < self.max_keys:
+            cells.append(self._counts.setdefault(key, [0, 0, 0.0]))
+        for cell in cells:
+            cell[0] += 1
+            cell[1] += bool(covered)
+            cell[2] += ape
+        recent = self._recent.setdefault((source, shape), deque(maxlen=self.window))
+        recent.append((bool(covered), ape))
+
+    def sources(self) -> list[tuple[str, str]]:
+        """``(source, shape)`` pairs scored so far, sorted."""
+        return sorted(self._totals)
+
+    def summary(self, source: str, shape: str, kind: str = ANY, model: str = ANY, count: int = -1) -> ShapeStats:
+        """Cumulative totals of a slice (``ANY`` / -1: every value of that key)."""
+        if kind == ANY and model == ANY and count == -1:
+            n, hits, ape = self._totals.get((source, shape), (0, 0, 0.0))
+        else:
+            n = hits = 0
+            ape = 0.0
+            for (src, shp, k, m, c), (cn, ch, ca) in self._counts.items():
+                if src == source and shp == shape and kind in (ANY, k) and model in (ANY, m) and count in (-1, c):
+                    n, hits, ape = n + cn, hits + ch, ape + ca
+        n = int(n)
+        return ShapeStats(source, shape, kind, model, count, n,
+                          hits / n if n else None, ape / n if n else None)
+
+    def rolling(self, source: str, shape: str) -> ShapeStats:
+        """Totals over the last ``window`` answers of a shape."""
+        recent = self._recent.get((source, shape), ())
+        n = len(recent)
+        hits = sum(h for h, _ in recent)
+        ape = sum(a for _, a in recent)
+        return ShapeStats(source, shape, ANY, ANY, -1, n, hits / n if n else None, ape / n if n else None)
+
+    def slices(self, max_rows: int = 400) -> list[ShapeStats]:
+        """Per source and shape: all answers, then per co-runner count, per device kind and per model."""
+        rows: list[ShapeStats] = []
+        for source, shape in self.sources():
+            keys = [k for k in self._counts if k[0] == source and k[1] == shape]
+            rows.append(self.summary(source, shape))
+            rows += [self.summary(source, shape, count=c) for c in sorted({k[4] for k in keys})]
+            rows += [self.summary(source, shape, kind=kd) for kd in sorted({k[2] for k in keys})]
+            rows += [self.summary(source, shape, model=m) for m in sorted({k[3] for k in keys})]
+        return rows[:max_rows]

@@ -190,11 +190,19 @@ class RankingColumns:
     deadline_ms: float
     runners_as_given: bool = False
     """Whether every row's co-runners are its candidate's, in order (none from the live view)."""
+    row_bounds: Sequence[Bound] | None = None
+    """Per row: how its bound was calibrated (``None``: ``bounds`` of its device kind)."""
+    shapes: Sequence[str] | None = None
+    """Per row: the query shape its bound was calibrated for."""
+    fallback: np.ndarray | None = None
+    """Per row: whether the answer is a wide fallback (unseen model or device kind)."""
+    raw_latency_ms: np.ndarray | None = None
+    """Per row: the predictor's latency before the calibrated correction (``None``: ``latency_ms``)."""
 
     def prediction(self, i: int) -> Prediction:
         """Candidate ``i``'s answer as a :class:`~predictor.service.types.Prediction`."""
         kind = self.rows.device_kinds[i]
-        bound = self.bounds[kind]
+        bound = self.bounds[kind] if self.row_bounds is None else self.row_bounds[i]
         latency, solo = float(self.latency_ms[i]), float(self.solo_latency_ms[i])
         return Prediction(
             latency_ms=latency,
@@ -208,6 +216,8 @@ class RankingColumns:
             observations_learned=self.observations_learned,
             co_runners=self.rows.co_runners(i),
             device_kind=kind,
+            fallback=bool(self.fallback[i]) if self.fallback is not None else False,
+            query_shape=self.shapes[i] if self.shapes is not None else "",
         )
 
     def to_ranking(self) -> Ranking:

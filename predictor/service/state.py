@@ -23,12 +23,15 @@ from predictor.logio import ReadReport
 from predictor.predictors import LatencyPredictor, create
 from predictor.records import Record
 from predictor.service import wal
+from predictor.service.admission import AdmissionCalibration, AnswerMemory
 from predictor.service.config import ServiceConfig
 from predictor.service.errors import OutlierRejected, ServiceError, Unavailable
 from predictor.service.gates import OutlierGates
 from predictor.service.liveview import LiveView
-from predictor.service.monitor import ErrorMonitor
+from predictor.service.monitor import REPLAY, ErrorMonitor
 from predictor.service.types import KindStatus, LogStatus, Status
+from predictor.shape_calibration import ShapeCalibrator
+from predictor.shapes import ADMISSION
 
 log = logging.getLogger("predictor.service")
 
@@ -70,6 +73,7 @@ class ServiceState:
         self.config = config
         self.predictor = predictor if predictor is not None else create(config.predictor)
         self.calibrator = self.new_calibrator()
+        self.admission = self.new_admission()
         self.monitor = ErrorMonitor(config.error_window, config.coverage_window)
         self.gates = self.new_gates()
         self.live = LiveView(
@@ -111,6 +115,21 @@ class ServiceState:
         return ConformalCalibrator(
             c.calibration_window, c.min_residuals, c.fallback_sigma, c.adapt, c.coverage_confidence
         )
+
+    def new_admission(self) -> AdmissionCalibration:
+        """A fresh conditional (per query shape) calibration as configured."""
+        c = self.config
+        calibrator = ShapeCalibrator(
+            window=c.shape_window,
+            min_residuals=c.shape_min_residuals,
+            fallback_sigma=c.fallback_sigma,
+            gamma=c.shape_gamma,
+            spread_rate=c.spread_rate,
+            monotone=c.monotone_bounds,
+            scaled=c.shape_scaling,
+        )
+        return AdmissionCalibration(calibrator, AnswerMemory(c.answer_memory, c.answer_ttl_s), c.coverage_confidence,
+                                    point_correction=c.point_correction)
 
     # ------------------------------------------------------------------ readiness
     @property
@@ -262,6 +281,7 @@ class ServiceState:
             state = {
                 "predictor": self.predictor,
                 "calibrator": self.calibrator,
+                "admission": self.admission,
                 "monitor": self.monitor,
                 "devices": self.live.devices(),
                 "gates": self.gates,
@@ -290,9 +310,13 @@ class ServiceState:
             raise snapshot.SnapshotError(f"{path}: payload holds no outlier gates")
         if (gates is None) != (not self.config.outlier_gate):
             gates = self.new_gates()
+        admission = state.get("admission") or self.new_admission()
+        if not isinstance(admission, AdmissionCalibration):
+            raise snapshot.SnapshotError(f"{path}: payload holds no admission calibration")
         with self.lock:
             self.predictor = predictor
             self.calibrator = calibrator
+            self.admission = admission
             self.monitor = monitor
             self.gates = gates
             self.changes = 0
@@ -318,7 +342,8 @@ class ServiceState:
     def status(self) -> Status:
         """Observations learned, rolling error, coverage and drift alarms, per device kind."""
         with self.lock:
-            monitor, calibrator = self.monitor, self.calibrator
+            monitor, calibrator, admission = self.monitor, self.calibrator, self.admission
+            admitted = admission.monitor.rolling(REPLAY, ADMISSION)
             kinds = tuple(
                 KindStatus(
                     device_kind=k,
@@ -347,4 +372,9 @@ class ServiceState:
                 observations_outliers=self.n_outliers,
                 observations_rate_limited=self.n_rate_limited,
                 log=self._log_status(),
+                admission=tuple(admission.monitor.slices()),
+                admission_coverage=admitted.coverage,
+                admission_mape=admitted.mape,
+                answers_linked=admission.n_linked,
+                answers_remembered=len(admission.memory),
             )

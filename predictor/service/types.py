@@ -58,6 +58,10 @@ class Query:
     co_runner_source: CoRunnerSource = CoRunnerSource.AUTO
     signals: Mapping[str, float] = field(default_factory=dict)
     solo_latency_ms: float | None = None
+    batch_id: str = ""
+    """Names the batch: its answer is remembered and calibrated on when its observation arrives."""
+    learned_only: bool = False
+    """Refuse (``FailedPrecondition``) rather than answer from a fallback for an unseen model or kind."""
 
     @classmethod
     def for_candidate(cls, batch: BatchSpec, candidate: Candidate, solo_latency_ms: float | None) -> Query:
@@ -109,6 +113,10 @@ class Prediction:
     observations_learned: int
     co_runners: tuple[CoRunner, ...]
     device_kind: str
+    fallback: bool = False
+    """Whether the answer is a wide fallback (the model or the device kind was never seen)."""
+    query_shape: str = ""
+    """The shape of the query the bound was calibrated for (:mod:`predictor.shapes`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +196,23 @@ class DriftAlarm:
 
 
 @dataclass(frozen=True, slots=True)
+class ShapeStats:
+    """Admission-time error and coverage of the answers of one slice.
+
+    ``observations`` counts the answers scored; ``coverage`` and ``mape`` are ``None`` before any.
+    """
+
+    source: str
+    query_shape: str
+    device_kind: str
+    model: str
+    co_runners: int  # count bucket; -1: all counts
+    observations: int
+    coverage: float | None
+    mape: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class LogStatus:
     """The observation log (write-ahead) of a service with a state folder."""
 
@@ -219,3 +244,13 @@ class Status:
     observations_outliers: int = 0
     observations_rate_limited: int = 0
     log: LogStatus | None = None
+    admission: tuple[ShapeStats, ...] = ()
+    """Admission-time error and coverage per source, query shape, device kind, model and count."""
+    admission_coverage: float | None = None
+    """Coverage at ``coverage_confidence`` of the replayed admission-time answers (``None``: none yet)."""
+    admission_mape: float | None = None
+    """Rolling MAPE (%) of the replayed admission-time answers (``None``: none yet)."""
+    answers_linked: int = 0
+    """Observations matched, by batch id, to the answer given about them."""
+    answers_remembered: int = 0
+    """Answers kept, by batch id, until their observation arrives."""

@@ -1,0 +1,203 @@
+"""Calibration for the question asked: degraded replay at ingest and answer–outcome linking.
+
+The answers that matter are the ones a scheduler gets before it dispatches a batch, and
+those know less than the observation that later arrives. Two mechanisms feed the
+:class:`~predictor.shape_calibration.ShapeCalibrator` that bounds every answer with
+residuals of answers of the same :class:`~predictor.shapes.QueryShape`:
+
+* **degraded replay** — for every observed record the service also asks itself, before
+  learning the record, the questions a scheduler could have asked about the same batch
+  (:func:`admission_queries`: its co-runners without overlaps and no signals; with
+  overlaps and no signals), through the very path that answers real queries
+  (:meth:`Answering.replay <predictor.service.answering.Answering.replay>`), and
+  calibrates each shape on the residuals of those answers;
+* **answer–outcome linking** — a query that carries a ``batch_id`` has its answer
+  remembered (:class:`AnswerMemory`, bounded and expiring); when the observation of that
+  batch arrives (``ReportObservations`` carries batch ids), the residual of that very answer
+  calibrates its shape, in cells of its own that are preferred to the replayed ones where they
+  hold enough (they describe the questions really asked, with the co-runners really known).
+
+:class:`AdmissionCalibration` holds the calibrator, the memory and the
+:class:`~predictor.service.monitor.ShapeMonitor` that reports admission-time error and
+coverage per query shape, model and co-runner count.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from predictor.calibration import BoundSource
+from predictor.records import Record
+from predictor.service.monitor import LINKED, REPLAY, ShapeMonitor
+from predictor.service.types import CoRunnerSource, PlannedCoRunner, Query
+from predictor.shape_calibration import ShapeCalibrator
+from predictor.shapes import QueryShape, count_bucket
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """What the service answered about one batch: enough to calibrate on its outcome."""
+
+    shape: QueryShape
+    device_kind: str
+    count: int  # co-runner count bucket
+    model: str
+    predicted_ms: float  # the predictor's latency (before the calibrated correction)
+    upper_ms: float  # its bound at the tracked confidence
+    at: float  # monotonic seconds
+    answered_ms: float = math.nan  # the latency answered (after the correction; NaN: predicted_ms)
+
+
+class AnswerMemory:
+    """Answers remembered by ``(batch id, device)`` until their observation arrives.
+
+    Bounded: at most ``capacity`` (the oldest go first) and none older than ``ttl_s``.
+    """
+
+    def __init__(self, capacity: int = 100_000, ttl_s: float = 600.0, clock: Callable[[], float] = time.monotonic):
+        if capacity < 1 or not (math.isfinite(ttl_s) and ttl_s > 0):
+            raise ValueError("capacity must be >= 1 and ttl_s > 0")
+        self.capacity = capacity
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._answers: OrderedDict[tuple[str, str], Answered] = OrderedDict()
+        self.expired = 0
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    def remember(self, batch_id: str, device: str, answered: Answered) -> None:
+        """Keep ``answered`` for the batch (a later answer about the same batch and device replaces it)."""
+        key = (batch_id, device)
+        self._answers.pop(key, None)
+        self._answers[key] = answered
+        self._expire(answered.at)
+        while len(self._answers) > self.capacity:
+            self._answers.popitem(last=False)
+            self.expired += 1
+
+    def take(self, batch_id: str, device: str) -> Answered | None:
+        """The answer given about the batch on ``device`` (forgotten now), if still remembered."""
+        answered = self._answers.pop((batch_id, device), None)
+        if answered is not None and self.clock() - answered.at > self.ttl_s:
+            self.expired += 1
+            return None
+        return answered
+
+    def _expire(self, now: float) -> None:
+        while self._answers:
+            oldest = next(iter(self._answers.values()))
+            if now - oldest.at <= self.ttl_s:
+                break
+            self._answers.popitem(last=False)
+            self.expired += 1
+
+    def __getstate__(self) -> dict:
+        return {"capacity": self.capacity, "ttl_s": self.ttl_s}  # answers are not kept across restarts
+
+    def __setstate__(self, state: dict) -> None:
+        self.capacity, self.ttl_s = state["capacity"], state["ttl_s"]
+        self.clock = time.monotonic
+        self._answers = OrderedDict()
+        self.expired = 0
+
+
+def record_shape(record: Record) -> QueryShape:
+    """The shape of an observed record taken as a query: every overlap known, its signals."""
+    n = len(record.co_runners)
+    return QueryShape.of(n, n, 0, signals=bool(record.signals))
+
+
+def admission_queries(record: Record) -> list[tuple[QueryShape, Query]]:
+    """The questions a scheduler could have asked about ``record``'s batch before dispatch,
+    each with its shape, leaving out the record's own shape (it is calibrated on the
+    observation itself):
+
+    * its co-runners without overlaps, no signals (:data:`predictor.shapes.ADMISSION`);
+    * its co-runners with their overlaps, no signals (when the record has signals).
+    """
+    own = record_shape(record)
+    base = {
+        "device": record.device,
+        "batch": record.batch,
+        "device_kind": record.device_kind,
+        "co_runner_source": CoRunnerSource.EXPLICIT,
+        "solo_latency_ms": record.solo_latency_ms,
+    }
+    n = len(record.co_runners)
+    unknown = Query(co_runners=tuple(PlannedCoRunner(r.model, r.batch_size, r.attrs) for r in record.co_runners),
+                    **base)
+    with_overlaps = Query(
+        co_runners=tuple(PlannedCoRunner(r.model, r.batch_size, r.attrs, overlap=r.overlap)
+                         for r in record.co_runners),
+        **base,
+    )
+    out = []
+    for shape, query in ((QueryShape.of(n, 0, 0, signals=False), unknown),
+                         (QueryShape.of(n, n, 0, signals=False), with_overlaps)):
+        if shape != own and all(shape != s for s, _ in out):
+            out.append((shape, query))
+    return out
+
+
+class AdmissionCalibration:
+    """The conditional calibrator, the remembered answers and the admission-time monitor.
+
+    Parameters
+    ----------
+    calibrator
+        The calibrator every answer is bounded by.
+    memory
+        Answers of queries that carried a batch id.
+    confidence
+        The confidence at which coverage is tracked.
+    """
+
+    def __init__(self, calibrator: ShapeCalibrator, memory: AnswerMemory, confidence: float,
+                 monitor: ShapeMonitor | None = None, point_correction: bool = True):
+        self.point_correction = point_correction
+        self.calibrator = calibrator
+        self.memory = memory
+        self.confidence = confidence
+        self.monitor = monitor or ShapeMonitor()
+        self.n_linked = 0
+
+    def remember(self, batch_id: str, device: str, shape: QueryShape, kind: str, co_runners: int, model: str,
+                 predicted_ms: float, answered_ms: float = math.nan) -> None:
+        """Keep an answer given about ``batch_id`` (the predictor's latency, and the latency
+        answered) to calibrate on its outcome."""
+        count = count_bucket(co_runners)
+        upper = self.calibrator.bound(shape, kind, count, model, predicted_ms, self.confidence).upper_ms
+        self.memory.remember(batch_id, device, Answered(shape, kind, count, model, predicted_ms, upper,
+                                                        self.memory.clock(), answered_ms))
+
+    def observe(self, record: Record, kind: str, predicted_ms: float,
+                replays: list[tuple[QueryShape, float]], batch_id: str = "") -> None:
+        """Calibrate on an observed record: its own prediction, the replayed admission-time
+        answers (``(shape, predicted ms)``, made before it was learned) and, with a
+        ``batch_id``, the answer remembered for it."""
+        actual = record.latency_ms
+        assert actual is not None
+        model = record.batch.model
+        count = count_bucket(len(record.co_runners))
+        linked = self.memory.take(batch_id, record.device) if batch_id else None
+        if linked is not None:
+            self.n_linked += 1
+            answered = linked.predicted_ms if math.isnan(linked.answered_ms) else linked.answered_ms
+            self.monitor.update(LINKED, linked.shape.key, kind, model, linked.count, actual=actual,
+                                predicted=answered, covered=actual <= linked.upper_ms)
+            self.calibrator.add(linked.shape, kind, linked.count, model, actual=actual,
+                                predicted=linked.predicted_ms, linked=True)
+        for shape, predicted in [(record_shape(record), predicted_ms), *replays]:
+            if not (math.isfinite(predicted) and predicted > 0):
+                continue
+            correction, factor = self.calibrator.factors(shape, kind, count, model, self.confidence)
+            answered = predicted * correction if self.point_correction else predicted
+            self.monitor.update(REPLAY, shape.key, kind, model, count, actual=actual, predicted=answered,
+                                covered=actual <= predicted * factor.upper_ms,
+                                calibrated=factor.source is not BoundSource.FALLBACK)
+            self.calibrator.add(shape, kind, count, model, actual=actual, predicted=predicted)

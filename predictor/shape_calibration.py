@@ -1,0 +1,377 @@
+"""Conditional conformal bounds: calibrated per query shape, device kind and co-runner count.
+
+:class:`ShapeCalibrator` keeps, per *cell* ``(query shape, device kind, co-runner count)``
+(:mod:`predictor.shapes`), the last ``window`` *normalised* residuals of answers of that
+shape, recorded prequentially (each answer scored before its outcome was learned):
+
+    ``r = log(actual / predicted)``,  ``z = (r - m) / s``
+
+where ``m`` and ``s`` are a running (exponentially weighted) centre and mean absolute
+deviation of the residuals of the same shape, kind, co-runner count *and model*
+(coarser keys while that one has seen too few). The upper bound at confidence ``c`` is
+
+    ``predicted * exp(m + s * z_(k))``,  ``z_(k)`` the split-conformal quantile of the cell,
+
+so the bound is conditional twice over: Mondrian (each cell has its own quantile, so the
+coverage holds per co-runner count, not only on average) and locally scaled (a model whose
+answers are reliable gets a narrow bound, one whose answers scatter a wide one).
+
+Residuals of answers really given (matched to their outcome by batch id) have cells of their
+own, used before the replayed ones of the same shape where they hold enough. A cell with fewer
+than ``min_residuals`` residuals borrows, in order: the same shape and kind over all counts, the shapes that stand in for it (:meth:`QueryShape.chain`), then the same
+over all device kinds (``POOLED``); with nothing anywhere, a wide log-normal answers
+(``FALLBACK``).
+
+**Adaptive conformal inference** (Gibbs and Candès, 2021) runs per cell and per level of
+:data:`GRID`: ``alpha_{t+1} = alpha_t + gamma (alpha - err_t)``, where ``err_t`` says whether
+the outcome exceeded the bound the cell would have answered; a requested confidence uses the
+miss-rate factor ``alpha_t / alpha`` of the nearest grid level. Coverage so recovers after a
+drift within a few hundred observations, in either direction.
+
+**Calibrated point answer**: the prediction times ``exp(m)`` (its shape's running centre)
+removes the bias an information gap causes (zero signals make predictions low, co-runners of
+unknown overlap taken as fully overlapping make them high).
+
+**Monotone in crowding** (``monotone``): the centre and the width of ``k`` co-runners are the
+largest centre and the largest width ``s z_(k)`` of the counts ``0..k`` (an idle device, one
+co-runner, ...), so the corrected prediction and the bound never drop when a co-runner is added
+to a query whose raw prediction does not drop. The price: where the bias falls with crowding,
+the larger counts are over-covered. Without it each count uses its own centre and width.
+
+Examples
+--------
+>>> import random
+>>> from predictor.shapes import QueryShape
+>>> rng, cal, shape = random.Random(0), ShapeCalibrator(min_residuals=20), QueryShape("overlap", False)
+>>> for _ in range(500):
+...     _ = cal.add(shape, "cpu", 1, "mlp", actual=10.0 * math.exp(rng.gauss(0, 0.1)), predicted=10.0)
+>>> bound = cal.bound(shape, "cpu", 1, "mlp", 10.0, 0.95)
+>>> bound.source.value, 11.0 < bound.upper_ms < 13.0
+('device_kind', True)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+from predictor.calibration import Bound, BoundSource, ResidualWindow, check_confidence
+from predictor.shapes import QueryShape
+
+POOL = "*"
+ALL = -1
+LINKED = "linked:"
+"""Prefix of the cells of residuals of answers really given (matched by batch id)."""
+GRID = (0.9, 0.95, 0.99)
+"""Confidence levels whose miss rates adaptive conformal inference tracks per cell."""
+MIN_SPREAD = 0.01
+_NORMAL = NormalDist()
+
+Cell = tuple[str, str, int]  # (shape key, device kind or POOL, count bucket or ALL)
+
+
+class Spread:
+    """A running centre and mean absolute deviation of residuals (exponentially weighted,
+    an ordinary mean over the first ``1 / rate`` of them)."""
+
+    __slots__ = ("m", "n", "s")
+
+    def __init__(self) -> None:
+        self.m = 0.0
+        self.s = 0.0
+        self.n = 0
+
+    def update(self, residual: float, rate: float) -> None:
+        """Take in one residual."""
+        a = max(rate, 1.0 / (self.n + 1))
+        deviation = abs(residual - self.m) if self.n else 0.0
+        self.m += a * (residual - self.m)
+        if self.n:
+            b = max(rate, 1.0 / self.n)
+            self.s += b * (deviation - self.s)
+        self.n += 1
+
+    def __getstate__(self) -> tuple:
+        return (self.m, self.s, self.n)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.m, self.s, self.n = state
+
+
+@dataclass(frozen=True, slots=True)
+class _Term:
+    """One count's share of a bound: ``log factor = m + s * z`` of the window, or the fallback."""
+
+    log_factor: float
+    source: BoundSource
+    n: int
+    window: ResidualWindow | None
+    m: float
+    s: float
+    phi: float  # allowed miss rate over requested miss rate (adaptive conformal)
+
+
+class ShapeCalibrator:
+    """Online conditional conformal calibration (see the module documentation).
+
+    Parameters
+    ----------
+    window
+        Normalised residuals kept per cell.
+    min_residuals
+        Fewest residuals a cell needs to answer on its own.
+    fallback_sigma
+        Log-normal spread of the bound when no cell has residuals.
+    gamma
+        Step of adaptive conformal inference (0: off); a level ``c`` uses at most
+        ``0.1 (1 - c)``, so rare misses move rare levels little.
+    spread_rate
+        Weight of a new residual in the running centre and spread.
+    min_spread_n
+        Residuals a (shape, kind, count, model) key needs before its own spread is used.
+    monotone
+        Make the bound non-decreasing in the co-runner count (largest factor of counts ``0..k``).
+    scaled
+        Normalise residuals by the running centre and spread of their key (``False``: raw
+        log residuals, one multiplier per cell, as a global calibration would; for comparison).
+    max_cells
+        Most cells kept (beyond, new cells of new device kinds answer from the pool).
+    """
+
+    def __init__(
+        self,
+        window: int = 1000,
+        min_residuals: int = 30,
+        fallback_sigma: float = 0.5,
+        gamma: float = 0.005,
+        spread_rate: float = 0.1,
+        min_spread_n: int = 20,
+        monotone: bool = True,
+        max_cells: int = 20_000,
+        scaled: bool = True,
+    ):
+        if window < 1 or min_residuals < 1 or min_spread_n < 1 or max_cells < 1:
+            raise ValueError("window, min_residuals, min_spread_n and max_cells must be >= 1")
+        if not (math.isfinite(fallback_sigma) and fallback_sigma > 0):
+            raise ValueError(f"fallback_sigma must be > 0, got {fallback_sigma!r}")
+        if not 0.0 <= gamma < 1.0:
+            raise ValueError(f"gamma must lie in [0, 1), got {gamma!r}")
+        if not 0.0 < spread_rate <= 1.0:
+            raise ValueError(f"spread_rate must lie in (0, 1], got {spread_rate!r}")
+        self.window = window
+        self.min_residuals = min_residuals
+        self.fallback_sigma = fallback_sigma
+        self.gamma = gamma
+        self.spread_rate = spread_rate
+        self.min_spread_n = min_spread_n
+        self.monotone = monotone
+        self.scaled = scaled
+        self.max_cells = max_cells
+        self._windows: dict[Cell, ResidualWindow] = {}
+        self._spreads: dict[tuple[str, str, str, int], Spread] = {}
+        self._alphas: dict[Cell, list[float]] = {}
+        self._kinds: set[str] = set()
+        self.n_added = 0
+
+    # ------------------------------------------------------------------ pieces
+    def n_residuals(self, shape: QueryShape, kind: str, count: int = ALL) -> int:
+        """Residuals held for a cell (``count`` ``ALL``: over every count; ``kind`` ``POOL``: every kind)."""
+        window = self._windows.get((shape.key, kind, count))
+        return len(window) if window is not None else 0
+
+    def knows_kind(self, kind: str) -> bool:
+        """Whether any residual of device kind ``kind`` was recorded."""
+        return kind in self._kinds
+
+    def _spread(self, shape_key: str, kind: str, count: int, model: str) -> tuple[float, float]:
+        if not self.scaled:
+            return 0.0, 1.0
+        for key in ((shape_key, kind, model, count), (shape_key, kind, "", count), (shape_key, POOL, "", count)):
+            spread = self._spreads.get(key)
+            if spread is not None and spread.n >= self.min_spread_n:
+                return spread.m, max(spread.s, MIN_SPREAD)
+        return 0.0, 1.0
+
+    def miss_factor(self, shape: QueryShape, kind: str, count: int, confidence: float, *,
+                    linked: bool = False) -> float:
+        """Allowed miss rate over requested miss rate for a cell at ``confidence`` (1 without
+        adaptation); ``linked``: of the answers really given rather than the replayed ones."""
+        return self._phi(((LINKED if linked else "") + shape.key, kind, count), confidence, None)
+
+    def _phi(self, cell: Cell, confidence: float, override: dict[Cell, float] | None) -> float:
+        if override is not None and cell in override:
+            return override[cell]
+        alphas = self._alphas.get(cell)
+        if alphas is None:
+            return 1.0
+        i = _nearest_level(confidence)
+        return alphas[i] / (1.0 - GRID[i])
+
+    def _term(self, shape: QueryShape, kind: str, count: int, model: str, confidence: float,
+              override: dict[Cell, float] | None = None) -> _Term:
+        # Cells in order of preference; each population (linked, replayed) at the level its own
+        # adaptive adjustment for the query's (kind, count) sets.
+        for kinds, source in (((kind,), BoundSource.DEVICE_KIND), ((POOL,), BoundSource.POOLED)):
+            for stand_in in shape.chain():
+                for cell_kind in kinds:
+                    for prefix, c in ((LINKED, count), ("", count), (LINKED, ALL), ("", ALL)):
+                        key = prefix + stand_in.key
+                        window = self._windows.get((key, cell_kind, c))
+                        if window is None or len(window) < self.min_residuals:
+                            continue
+                        phi = self._phi((key, kind, count), confidence, override)
+                        level = min(max(1.0 - (1.0 - confidence) * phi, 1e-6), 1.0 - 1e-9)
+                        if not window.supports(level):
+                            continue
+                        m, s = self._spread(key, kind, count, model)
+                        return _Term(m + s * window.quantile(level), source, len(window), window, m, s, phi)
+        # The widest cell left, at its largest residual, before a guess.
+        for stand_in in shape.chain():
+            window = self._windows.get((stand_in.key, POOL, ALL))
+            if window is not None and len(window) >= self.min_residuals:
+                m, s = self._spread(stand_in.key, kind, count, model)
+                return _Term(m + s * window.sorted_array()[-1], BoundSource.POOLED, len(window), window, m, s, 1.0)
+        z = _NORMAL.inv_cdf(confidence)
+        return _Term(z * self.fallback_sigma, BoundSource.FALLBACK, 0, None, 0.0, self.fallback_sigma, 1.0)
+
+    def _terms(self, shape: QueryShape, kind: str, count: int, model: str, confidence: float,
+               override: dict[Cell, float] | None = None) -> list[_Term]:
+        counts = range(count + 1) if self.monotone else (count,)
+        return [self._term(shape.idle if j == 0 else shape, kind, j, model, confidence, override) for j in counts]
+
+    # ------------------------------------------------------------------ answering
+    def bound(self, shape: QueryShape, kind: str, count: int, model: str, predicted: float,
+              confidence: float) -> Bound:
+        """The upper bound at ``confidence`` of a prediction of ``predicted`` ms."""
+        factor = self.factor(shape, kind, count, model, confidence)
+        return Bound(predicted * factor.upper_ms, factor.source, factor.n)
+
+    def factor(self, shape: QueryShape, kind: str, count: int, model: str, confidence: float) -> Bound:
+        """The bound of a 1 ms prediction (a bound is the prediction times ``upper_ms``);
+        ``source`` and ``n`` are those of the cell of the query's own count."""
+        return self.factors(shape, kind, count, model, confidence)[1]
+
+    def factors(self, shape: QueryShape, kind: str, count: int, model: str,
+                confidence: float) -> tuple[float, Bound]:
+        """The correction of a prediction (``exp`` of its centre: the prediction times it is the
+        calibrated point answer) and the bound of a 1 ms prediction (see :meth:`factor`)."""
+        check_confidence(confidence)
+        terms = self._terms(shape, kind, count, model, confidence)
+        own = terms[-1]
+        log_factor = _largest(terms)
+        correction = math.exp(min(max(_centre(terms), -700.0), 700.0))
+        return correction, Bound(math.exp(min(log_factor, 700.0)), own.source, own.n)
+
+    def probabilities(self, shape: QueryShape, kind: str, count: int, model: str,
+                      predicted: np.ndarray, limit_ms: float, confidence: float) -> np.ndarray:
+        """Estimated probability that each latency is at most ``limit_ms``, consistent with
+        :meth:`bound` at ``confidence``: ``bound <= limit`` exactly when the probability is at
+        least ``confidence``."""
+        predicted = np.asarray(predicted, dtype=float)
+        if limit_ms <= 0:
+            return np.zeros(predicted.shape)
+        x = np.log(limit_ms / predicted)
+        out = np.ones(predicted.shape)
+        terms = self._terms(shape, kind, count, model, confidence)
+        for term in terms:
+            if term.window is None and term is not terms[-1]:
+                continue  # a count without residuals anywhere takes no part (as in the bound)
+            centre = _centre(terms)  # the bound is the centre plus the widest width (see _largest)
+            if term.window is None:
+                p = np.array([_NORMAL.cdf(round((v - centre) / term.s, 9)) for v in x.tolist()])
+            else:
+                raw = term.window.cdf_many((x - centre) / term.s)
+                p = np.clip(1.0 - (1.0 - raw) / term.phi, 0.0, 1.0)
+            out = np.minimum(out, p)
+        return out
+
+    # ------------------------------------------------------------------ learning
+    def add(self, shape: QueryShape, kind: str, count: int, model: str, *, actual: float,
+            predicted: float, linked: bool = False) -> float:
+        """Record the outcome of an answer of ``shape`` given before ``actual`` was learned;
+        returns the residual ``log(actual / predicted)``.
+
+        ``linked``: the answer was really given (matched by batch id), not replayed; such
+        residuals have cells of their own, preferred where they hold enough.
+        """
+        if not (actual > 0 and predicted > 0 and math.isfinite(actual) and math.isfinite(predicted)):
+            raise ValueError(f"actual and predicted must be finite and > 0, got {actual!r}, {predicted!r}")
+        residual = math.log(actual / predicted)
+        key = (LINKED if linked else "") + shape.key
+        if self.gamma:
+            self._adapt(shape, key, kind, count, model, residual)
+        m, s = self._spread(key, kind, count, model)
+        score = (residual - m) / s
+        for cell in ((key, kind, count), (key, kind, ALL), (key, POOL, count), (key, POOL, ALL)):
+            window = self._windows.get(cell)
+            if window is None:
+                if len(self._windows) >= self.max_cells and cell[1] != POOL:
+                    continue
+                window = self._windows[cell] = ResidualWindow(self.window)
+            window.add(score)
+        for spread_key in ((key, kind, model, count), (key, kind, "", count), (key, POOL, "", count)):
+            spread = self._spreads.get(spread_key)
+            if spread is None:
+                if len(self._spreads) >= 4 * self.max_cells and spread_key[1] != POOL:
+                    continue
+                spread = self._spreads[spread_key] = Spread()
+            spread.update(residual, self.spread_rate)
+        if len(self._kinds) < self.max_cells:
+            self._kinds.add(kind)
+        self.n_added += 1
+        return residual
+
+    def _adapt(self, shape: QueryShape, key: str, kind: str, count: int, model: str, residual: float) -> None:
+        # alpha_{t+1} = alpha_t + gamma (alpha - err_t), per grid level and per population (``key``:
+        # linked or replayed), err_t from the bound answered with this population's adjustment,
+        # bounded to [alpha / 20, 5 alpha]; only once the population's own cell answers.
+        cell = (key, kind, count)
+        own = self._windows.get(cell)
+        if own is None or len(own) < self.min_residuals:
+            return
+        alphas = self._alphas.get(cell)
+        if alphas is None:
+            if len(self._alphas) >= self.max_cells:
+                return
+            alphas = self._alphas[cell] = [1.0 - level for level in GRID]
+        for i, level in enumerate(GRID):
+            alpha = 1.0 - level
+            terms = self._terms(shape, kind, count, model, level, {cell: alphas[i] / alpha})
+            if terms[-1].source is BoundSource.FALLBACK:
+                continue
+            missed = residual > _largest(terms)
+            gamma = min(self.gamma, 0.1 * alpha)
+            alphas[i] = min(max(alphas[i] + gamma * (alpha - float(missed)), alpha / 20.0), min(5.0 * alpha, 0.5))
+
+    def cells(self) -> list[Cell]:
+        """The cells holding residuals, sorted."""
+        return sorted(self._windows)
+
+
+def _centre(terms: list[_Term]) -> float:
+    """The log correction of the prediction: the largest centre of the terms (the own count's
+    alone without monotony), leaving out counts with no residuals anywhere unless the query's
+    own count is one."""
+    own = terms[-1]
+    if own.source is BoundSource.FALLBACK:
+        return own.m
+    return max(t.m for t in terms if t.source is not BoundSource.FALLBACK)
+
+
+def _largest(terms: list[_Term]) -> float:
+    """The log factor of a bound: the centre (:func:`_centre`) plus the largest width above
+    its own centre of the terms, leaving out counts with no residuals anywhere (a guess) unless
+    the query's own count is one."""
+    own = terms[-1]
+    if own.source is BoundSource.FALLBACK:
+        return own.log_factor
+    return _centre(terms) + max(t.log_factor - t.m for t in terms if t.source is not BoundSource.FALLBACK)
+
+
+def _nearest_level(confidence: float) -> int:
+    """Index of the grid level nearest to ``confidence`` in log miss rate."""
+    target = math.log(max(1.0 - confidence, 1e-12))
+    return min(range(len(GRID)), key=lambda i: abs(math.log(1.0 - GRID[i]) - target))
