@@ -31,6 +31,7 @@ from predictor import rules
 from predictor.calibration import check_confidence
 from predictor.colocations import CoLocations
 from predictor.predictors import LatencyPredictor
+from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN
 from predictor.records import (
     SCHEMA,
     BatchSpec,
@@ -41,9 +42,10 @@ from predictor.records import (
     record_numbers,
     record_within_limits,
 )
+from predictor.service import monotone
 from predictor.service.errors import InvalidArgument, NotFound, ResourceExhausted
 from predictor.service.liveview import RunningBatch
-from predictor.service.placements import CandidateColumns, RankingColumns, valid_columns
+from predictor.service.placements import CandidateColumns, RankingColumns, rank_order, valid_columns
 from predictor.service.state import ServiceState
 from predictor.service.types import (
     Candidate,
@@ -69,6 +71,7 @@ class Planned:
 
     record: Record
     remaining_ms: list[float | None]
+    estimated: tuple[str, ...] = ()
 
     @property
     def moving(self) -> bool:
@@ -101,12 +104,13 @@ class Plan:
     rows: CoLocations
     remaining: np.ndarray
     given: np.ndarray
+    estimated: list[tuple[str, ...]] | None = None
 
     @classmethod
     def of(cls, planned: list[Planned]) -> Plan:
         """The rows of planned batches that share one batch and solo latency."""
         first = planned[0].record
-        return cls.from_runners(
+        plan = cls.from_runners(
             first.batch,
             first.solo_latency_ms,
             [p.record.device for p in planned],
@@ -117,6 +121,9 @@ class Plan:
                 for p in planned
             ],
         )
+        if any(p.estimated for p in planned):
+            plan.estimated = [p.estimated for p in planned]
+        return plan
 
     @classmethod
     def from_runners(
@@ -127,6 +134,7 @@ class Plan:
         kinds: Sequence[str],
         signals: Sequence[Mapping[str, float]],
         runners: Sequence[Sequence[tuple[CoRunner, float]]],
+        estimated: list[tuple[str, ...]] | None = None,
     ) -> Plan:
         """From per-row lists of ``(co-runner, remaining ms or NaN)``."""
         flat = [runner for row in runners for runner, _ in row]
@@ -144,7 +152,8 @@ class Plan:
             solo_latency_ms,
         )
         given = [j for j, ms in enumerate(remaining) if not math.isnan(ms)]
-        return cls(rows, np.array(remaining, dtype=float), np.array(given, dtype=np.intp) if given else _NONE)
+        return cls(rows, np.array(remaining, dtype=float), np.array(given, dtype=np.intp) if given else _NONE,
+                   estimated)
 
     @property
     def moving(self) -> bool:
@@ -183,7 +192,7 @@ class Answering:
         """Whether a planned batch finishes within ``deadline`` at ``confidence``."""
         self.state.require_ready()
         confidence = self.confidence(confidence)
-        deadline_ms = deadline.relative_ms()
+        deadline_ms = deadline.relative_ms(limit=self.state.config.max_value)
         answer = self.answer(self.plan_query(query, "query."), confidence, deadline_ms)
         slack = float(answer.slack_ms[0])
         return DeadlineAnswer(slack >= 0, slack, float(answer.probability[0]), deadline_ms, answer.prediction(0))
@@ -218,7 +227,7 @@ class Answering:
         limit = self.state.config.max_candidates
         if len(candidates) > limit:
             raise ResourceExhausted("candidates", f"{len(candidates)} candidates, at most {limit} allowed")
-        deadline_ms = deadline.relative_ms()
+        deadline_ms = deadline.relative_ms(limit=self.state.config.max_value)
         plan = self.plan_candidates(batch, candidates, solo_latency_ms)
         ranking = self.answer(plan, confidence, deadline_ms)
         # The rows hold the candidates' own co-runners exactly when they were built on the same
@@ -250,6 +259,10 @@ class Answering:
                 raise InvalidArgument(path, "give overlap or remaining_ms, not both")
             if runner.remaining_ms is not None:
                 invalid_argument(rules.non_negative, runner.remaining_ms, f"{path}.remaining_ms")
+                invalid_argument(
+                    lambda v, p: rules.magnitude(v, p, self.state.config.max_value), runner.remaining_ms,
+                    f"{path}.remaining_ms",
+                )
             runners.append(
                 {"model": runner.model, "batch_size": runner.batch_size, "attrs": dict(runner.attrs),
                  "overlap": runner.overlap}
@@ -290,7 +303,25 @@ class Answering:
         kind = record.device_kind or live.kind_of(query.device)
         if kind != record.device_kind:
             record = dataclasses.replace(record, device_kind=kind)
-        return Planned(record, remaining)
+        estimated = [f"co_runners[{i}].overlap" for i, ms in enumerate(remaining) if ms is not None]
+        if self.state.config.fill_missing:
+            filling = self.state.filling
+            signals, filled = filling.fill_signals(record.device, kind, record.signals)
+            missing = [
+                i for i, (runner, ms) in enumerate(zip(query.co_runners, remaining, strict=False))
+                if runner.overlap is None and ms is None
+            ] if len(query.co_runners) == len(record.co_runners) else []
+            if missing:
+                overlap = filling.overlap(kind, len(record.co_runners))
+                runners = list(record.co_runners)
+                for i in missing:
+                    runners[i] = dataclasses.replace(runners[i], overlap=overlap)
+                record = dataclasses.replace(record, co_runners=tuple(runners))
+                estimated += [f"co_runners[{i}].overlap" for i in missing]
+            if filled:
+                record = dataclasses.replace(record, signals=signals)
+                estimated += filled
+        return Planned(record, remaining, tuple(estimated))
 
     def plan_candidates(self, batch: BatchSpec, candidates: CandidateColumns, solo_latency_ms: float | None) -> Plan:
         """Validated rows of a ranking's candidates.
@@ -313,12 +344,12 @@ class Answering:
             ])
         devices = candidates.devices
         kinds = [k or live_view.kind_of(d) for k, d in zip(candidates.device_kinds, devices, strict=True)]
-        overlaps = np.where(candidates.has_overlap, candidates.overlaps, 1.0)
         remaining = np.where(candidates.has_remaining, candidates.remaining, math.nan)
-        rows = CoLocations(batch, devices, kinds, candidates.signals, candidates.offsets, candidates.models,
+        overlaps, signals, estimated = self._fill_columns(candidates, kinds)
+        rows = CoLocations(batch, devices, kinds, signals, candidates.offsets, candidates.models,
                            candidates.batch_sizes, candidates.attrs, overlaps, solo_latency_ms)
         if not live:
-            return Plan(rows, remaining, np.flatnonzero(candidates.has_remaining))
+            return Plan(rows, remaining, np.flatnonzero(candidates.has_remaining), estimated)
         running = {i: live_view.running(devices[i]) for i in live}
         runners = [
             [(_runner_of(r), ms) for r, ms in running[i]]
@@ -326,7 +357,45 @@ class Answering:
             else list(zip(rows.co_runners(i), remaining[rows.offsets[i]:rows.offsets[i + 1]].tolist(), strict=True))
             for i in range(len(rows))
         ]
-        return Plan.from_runners(batch, solo_latency_ms, list(devices), kinds, candidates.signals, runners)
+        plan = Plan.from_runners(batch, solo_latency_ms, list(devices), kinds, signals, runners)
+        estimated = estimated or [()] * len(rows)
+        for i, batches in running.items():
+            estimated[i] = tuple(f"co_runners[{j}].overlap" for j in range(len(batches))) + tuple(
+                e for e in estimated[i] if e.startswith("signals.")
+            )
+        plan.estimated = estimated
+        return plan
+
+    def _fill_columns(
+        self, candidates: CandidateColumns, kinds: Sequence[str]
+    ) -> tuple[np.ndarray, Sequence[Mapping[str, float]], list[tuple[str, ...]] | None]:
+        """The candidates' overlaps and signals with what they leave out estimated
+        (:mod:`predictor.service.filling`), and per candidate the paths estimated (``None``: none)."""
+        given = candidates.has_overlap
+        if not self.state.config.fill_missing:
+            return np.where(given, candidates.overlaps, 1.0), candidates.signals, None
+        filling = self.state.filling
+        n = len(candidates)
+        offsets = candidates.offsets.tolist()
+        missing = ~given & ~candidates.has_remaining
+        overlaps = np.where(given, candidates.overlaps, 1.0)
+        estimated: list[list[str]] = [[] for _ in range(n)]
+        for i in range(n):
+            start, stop = offsets[i], offsets[i + 1]
+            estimated[i] += [f"co_runners[{j - start}].overlap" for j in range(start, stop)
+                             if candidates.has_remaining[j]]
+            if stop > start and missing[start:stop].any():
+                value = filling.overlap(kinds[i], stop - start)
+                for j in np.flatnonzero(missing[start:stop]).tolist():
+                    overlaps[start + j] = value
+                    estimated[i].append(f"co_runners[{j}].overlap")
+        signals = list(candidates.signals)
+        for i in range(n):
+            signals[i], filled = filling.fill_signals(candidates.devices[i], kinds[i], signals[i])
+            estimated[i] += filled
+        if not any(estimated):
+            return overlaps, signals, None
+        return overlaps, signals, [tuple(e) for e in estimated]
 
     @staticmethod
     def _valid_batch(batch: BatchSpec, limit: float) -> bool:
@@ -343,33 +412,51 @@ class Answering:
         return parsed.batch == batch
 
     # ------------------------------------------------------------------ answering
+    def _latencies(
+        self, predictor: LatencyPredictor, plan: Plan | Planned, solo: float
+    ) -> tuple[Record | CoLocations, np.ndarray]:
+        """The rows as predicted (co-runners at their effective overlaps) and their latencies,
+        monotone in crowding (:mod:`predictor.service.monotone`).
+
+        A single query of a predictor that is monotone itself, with nothing to clip, goes the
+        per-record way, which costs less than columns for one row. Co-runners given by remaining
+        time get their overlap from the predicted window (:func:`monotone.fixed_point`).
+        """
+        if isinstance(plan, Planned):
+            record = plan.record
+            if (
+                not plan.moving
+                and monotone.direct(predictor, record.batch.attrs)
+                and not monotone.needs_clipping(record)
+            ):
+                return record, _predict(predictor, record)
+            plan = Plan.of([plan])
+        if not plan.moving:
+            return plan.rows, monotone.latencies(predictor, plan.rows)
+        moving = np.zeros(len(plan.rows), dtype=bool)
+        moving[plan.rows.rows_of_runners()[plan.given]] = True
+        low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
+        window = monotone.fixed_point(
+            lambda w: monotone.latencies(predictor, plan.at_window(w)), moving, solo, high, low
+        )
+        return plan.at_window(window), window
+
     def answer(self, plan: Plan | Planned, confidence: float, deadline_ms: float | None = None) -> RankingColumns:
         """Predictions, bounds (and, for a deadline, slack and probability) of every row, ranked.
 
-        Co-runners given by remaining time get their overlap from the predicted window:
-        ``min(1, remaining / window)``, starting from the solo latency, iterated
-        ``overlap_iterations`` times.
+        Latencies are monotone in crowding (:meth:`_latencies`); co-runners given by remaining
+        time get their overlap from the predicted window, ``min(1, remaining / window)``, at its
+        fixed point. Ties of slack go to the less crowded device (:func:`rank_order`).
 
-        A single query (a :class:`Planned`) is the one-row case, predicted from its record and
-        iterated in scalars (:meth:`Planned.at_window`), which costs less than columns for one
-        row; it gives the numbers its one-row :class:`Plan` would.
+        A single query (a :class:`Planned`) is the one-row case; it gives the numbers its
+        one-row :class:`Plan` would.
         """
         state = self.state
-        one = isinstance(plan, Planned)
         with state.lock:
             predictor = state.predictor
-            first = plan.record if one else plan.rows.record(0)
+            first = plan.record if isinstance(plan, Planned) else plan.rows.record(0)
             solo = predictor.solo_latency(first)
-            predicted: Record | CoLocations = first if one else plan.rows
-            if not plan.moving:
-                latencies = _predict(predictor, predicted)
-            else:
-                # Every row is predicted at each step; rows without such co-runners get the same answer each time.
-                window = _filled(1 if one else len(plan.rows), solo)
-                for _ in range(state.config.overlap_iterations):
-                    predicted = plan.at_window(float(window[0]) if one else window)
-                    window = _predict(predictor, predicted)
-                latencies = window
+            predicted, latencies = self._latencies(predictor, plan, solo)
             rows = _row_of(predicted) if isinstance(predicted, Record) else predicted
             n = len(rows)
             kinds = rows.device_kinds
@@ -389,7 +476,7 @@ class Answering:
             deadline_ms, slack, order = math.nan, _filled(n, math.nan), np.arange(n)
         else:
             slack = deadline_ms - uppers
-            order = np.argsort(-slack, kind="stable") if n > 1 else np.zeros(1, dtype=np.intp)
+            order = rank_order(slack, rows) if n > 1 else np.zeros(1, dtype=np.intp)
         return RankingColumns(
             rows=rows,
             order=order,
@@ -403,6 +490,7 @@ class Answering:
             predictor=state.config.predictor,
             observations_learned=learned,
             deadline_ms=deadline_ms,
+            estimated=[plan.estimated] if isinstance(plan, Planned) else plan.estimated,
         )
 
 

@@ -78,6 +78,12 @@ class ServiceConfig:
         (``"client"``; the record's ``source`` when there is none) or per ``source``.
     max_device_kinds
         Device kinds with their own outlier gate.
+    fill_missing
+        Estimate what a query leaves out (:mod:`predictor.service.filling`): missing signals from
+        the device's smoothed recent signals, missing overlaps from the observed mean overlap
+        per (device kind, co-runner count). Off: signals absent, overlaps 1.
+    signal_alpha
+        EWMA weight of the newest observation in the devices' smoothed signals, in (0, 1].
     max_value
         Largest magnitude of a number (latency, attribute, signal) in an observation learned
         from or a query answered; latencies must also be at least ``1 / max_value`` ms
@@ -114,6 +120,8 @@ class ServiceConfig:
     rate_limit_by: str = "client"
     max_device_kinds: int = 256
     max_value: float = MAX_MAGNITUDE
+    fill_missing: bool = True
+    signal_alpha: float = 0.3
 
     def __post_init__(self) -> None:
         check_confidence(self.default_confidence)
@@ -162,5 +170,7 @@ class ServiceConfig:
             raise ValueError(f"outlier_warmup must be >= 0, got {self.outlier_warmup!r}")
         if not (math.isfinite(self.max_value) and self.max_value > 1):
             raise ValueError(f"max_value must be finite and > 1, got {self.max_value!r}")
+        if not 0.0 < self.signal_alpha <= 1.0:
+            raise ValueError(f"signal_alpha must lie in (0, 1], got {self.signal_alpha!r}")
         if not 0.0 <= self.adapt < 1.0:
             raise ValueError(f"adapt must lie in [0, 1), got {self.adapt!r}")

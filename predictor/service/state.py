@@ -25,6 +25,7 @@ from predictor.records import Record
 from predictor.service import wal
 from predictor.service.config import ServiceConfig
 from predictor.service.errors import OutlierRejected, ServiceError, Unavailable
+from predictor.service.filling import Filling
 from predictor.service.gates import OutlierGates
 from predictor.service.liveview import LiveView
 from predictor.service.monitor import ErrorMonitor
@@ -79,6 +80,7 @@ class ServiceState:
             max_devices=config.max_devices,
             max_running_per_device=config.max_running_per_device,
         )
+        self.filling = Filling(config.signal_alpha, config.max_devices)
         self.lock = threading.RLock()
         self._ready = False
         self._listeners: list[Callable[[bool], None]] = []
@@ -265,6 +267,7 @@ class ServiceState:
                 "monitor": self.monitor,
                 "devices": self.live.devices(),
                 "gates": self.gates,
+                "filling": self.filling,
             }
             return snapshot.dump_state(state)
 
@@ -290,7 +293,11 @@ class ServiceState:
             raise snapshot.SnapshotError(f"{path}: payload holds no outlier gates")
         if (gates is None) != (not self.config.outlier_gate):
             gates = self.new_gates()
+        filling = state.get("filling")
+        if not isinstance(filling, Filling):
+            filling = Filling(self.config.signal_alpha, self.config.max_devices)
         with self.lock:
+            self.filling = filling
             self.predictor = predictor
             self.calibrator = calibrator
             self.monitor = monitor
