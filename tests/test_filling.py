@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 from predictor.records import BatchSpec, CoRunner, Record
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.server import create_server, stop_server
-from predictor.service import Candidate, CoRunnerSource, Deadline, PlannedCoRunner, Query, Service, ServiceConfig
+from predictor.service import (
+    Candidate,
+    CoRunnerSource,
+    Deadline,
+    PlannedCoRunner,
+    Query,
+    Service,
+    ServiceConfig,
+)
 from predictor.service.filling import MAX_COUNT, MIN_OBSERVATIONS, OverlapStats
 
 KIND = "SimCPU"

@@ -23,8 +23,16 @@ from predictor.predictors import available, create
 from predictor.records import BatchSpec, CoRunner, Record
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.server import create_server, stop_server
-from predictor.service import Candidate, CoRunnerSource, Deadline, PlannedCoRunner, Query, Service, ServiceConfig
-from predictor.service import monotone
+from predictor.service import (
+    Candidate,
+    CoRunnerSource,
+    Deadline,
+    PlannedCoRunner,
+    Query,
+    Service,
+    ServiceConfig,
+    monotone,
+)
 from predictor.service.synthetic import MODELS, synthetic_records
 
 RTOL = 1e-9  # sums over differently ordered feature vectors may differ in the last bits

@@ -372,30 +372,44 @@ class Answering:
         """The candidates' overlaps and signals with what they leave out estimated
         (:mod:`predictor.service.filling`), and per candidate the paths estimated (``None``: none)."""
         given = candidates.has_overlap
-        if not self.state.config.fill_missing:
-            return np.where(given, candidates.overlaps, 1.0), candidates.signals, None
-        filling = self.state.filling
-        n = len(candidates)
-        offsets = candidates.offsets.tolist()
-        missing = ~given & ~candidates.has_remaining
         overlaps = np.where(given, candidates.overlaps, 1.0)
-        estimated: list[list[str]] = [[] for _ in range(n)]
-        for i in range(n):
-            start, stop = offsets[i], offsets[i + 1]
-            estimated[i] += [f"co_runners[{j - start}].overlap" for j in range(start, stop)
-                             if candidates.has_remaining[j]]
-            if stop > start and missing[start:stop].any():
+        n = len(candidates)
+        estimated: list[tuple[str, ...]] = [()] * n
+        offsets = candidates.offsets
+        if candidates.has_remaining.any():
+            for i in np.unique(np.searchsorted(offsets, np.flatnonzero(candidates.has_remaining), "right") - 1).tolist():
+                start, stop = int(offsets[i]), int(offsets[i + 1])
+                estimated[i] = tuple(f"co_runners[{j - start}].overlap" for j in range(start, stop)
+                                     if candidates.has_remaining[j])
+        if not self.state.config.fill_missing:
+            return overlaps, candidates.signals, estimated if any(estimated) else None
+        filling = self.state.filling
+        missing = ~given & ~candidates.has_remaining
+        if missing.any():
+            rows = np.searchsorted(offsets, np.flatnonzero(missing), "right") - 1
+            for i in np.unique(rows).tolist():
+                start, stop = int(offsets[i]), int(offsets[i + 1])
                 value = filling.overlap(kinds[i], stop - start)
-                for j in np.flatnonzero(missing[start:stop]).tolist():
-                    overlaps[start + j] = value
-                    estimated[i].append(f"co_runners[{j}].overlap")
-        signals = list(candidates.signals)
-        for i in range(n):
-            signals[i], filled = filling.fill_signals(candidates.devices[i], kinds[i], signals[i])
-            estimated[i] += filled
-        if not any(estimated):
-            return overlaps, signals, None
-        return overlaps, signals, [tuple(e) for e in estimated]
+                positions = np.flatnonzero(missing[start:stop])
+                overlaps[start + positions] = value
+                estimated[i] = estimated[i] + tuple(f"co_runners[{j}].overlap" for j in positions.tolist())
+        signals = candidates.signals
+        if not filling.has_signals():
+            return overlaps, signals, estimated if any(estimated) else None
+        views: dict[tuple[str, str], tuple[Mapping[str, float], tuple[str, ...]]] = {}
+        for i, (device, kind, given_signals) in enumerate(zip(candidates.devices, kinds, signals, strict=True)):
+            shared = views.get((device, kind))
+            if shared is None:  # what a candidate without signals gets on this device (one dict for all)
+                shared = views[(device, kind)] = filling.fill_signals(device, kind, {})
+            if not shared[1]:
+                continue
+            fill = shared if not given_signals else filling.fill_signals(device, kind, given_signals)
+            if fill[1]:
+                if signals is candidates.signals:
+                    signals = list(signals)
+                signals[i] = fill[0]
+                estimated[i] = estimated[i] + fill[1]
+        return overlaps, signals, estimated if any(estimated) else None
 
     @staticmethod
     def _valid_batch(batch: BatchSpec, limit: float) -> bool:

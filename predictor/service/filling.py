@@ -164,6 +164,10 @@ class Filling:
             self.signals.observe(record.device, kind, record.signals)
             self.overlaps.observe(kind, [c.overlap for c in record.co_runners])
 
+    def has_signals(self) -> bool:
+        """Whether any signal was observed (else there is nothing to fill signals from)."""
+        return bool(self.signals._kinds)
+
     def fill_signals(
         self, device: str, kind: str, given: Mapping[str, float]
     ) -> tuple[Mapping[str, float], tuple[str, ...]]:

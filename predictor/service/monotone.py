@@ -35,7 +35,9 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import operator
 from collections.abc import Callable
 
 import numpy as np
@@ -45,8 +47,10 @@ from predictor.predictors import LatencyPredictor
 from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN
 from predictor.records import Record
 
-GRID_STEPS = 18
-"""Bisection steps of :func:`fixed_point`: a grid of ``2**18`` points over the slowdown range."""
+_VALUES = operator.methodcaller("values")
+GRID_STEPS = 12
+""":func:`fixed_point` answers on a grid of ``2**12`` log-spaced points over the predictor's slowdown
+range: a resolution of ``log(high / low) / 4096``, 0.06% for a range of 1 to 12, 0.19% at most."""
 
 
 def direct(predictor: LatencyPredictor, batch_attrs: dict[str, float] | None = None) -> bool:
@@ -58,9 +62,14 @@ def direct(predictor: LatencyPredictor, batch_attrs: dict[str, float] | None = N
 
 
 def needs_clipping(rows: CoLocations | Record) -> bool:
-    """Whether some co-runner has a negative attribute."""
-    maps = [c.attrs for c in rows.co_runners] if isinstance(rows, Record) else rows.attrs
-    return any(m and min(m.values()) < 0 for m in maps)
+    """Whether some co-runner has a negative attribute (kept in ``rows.cache`` for columns)."""
+    if isinstance(rows, Record):
+        return any(c.attrs and min(c.attrs.values()) < 0 for c in rows.co_runners)
+    cached = rows.cache.get("negative_attrs")
+    if cached is None:
+        values = np.fromiter(itertools.chain.from_iterable(map(_VALUES, rows.attrs)), dtype=float)
+        cached = rows.cache["negative_attrs"] = bool(values.size and values.min() < 0)
+    return cached
 
 
 def clipped(rows: CoLocations) -> CoLocations:
@@ -165,28 +174,56 @@ def fixed_point(
 
     ``predict(window)`` gives every row's latency for per-row windows; it must not rise with
     the window (overlaps ``min(1, remaining / window)`` fall as it grows). The grid does not
-    depend on the rows, so a larger ``predict`` never gives a smaller answer.
+    depend on the rows, so a larger ``predict`` never gives a smaller answer; only the search
+    does: from a secant estimate of the fixed point (two predictions, from the solo latency),
+    a galloping search brackets the grid point, then bisection finds it (a few predictions when
+    the estimate is close, as it usually is).
     """
-    n = moving.size
     grid_low, grid_high = math.log(solo * low), math.log(solo * high)
     points = 1 << GRID_STEPS
+    scale = (grid_high - grid_low) / points
 
     def at(index: np.ndarray) -> np.ndarray:
-        return np.exp(grid_low + (grid_high - grid_low) * index / points)
+        return np.exp(grid_low + scale * index)
 
-    below = np.full(n, -1, dtype=np.int64)  # w(below) < predict (or -1: below the grid)
-    above = np.full(n, points, dtype=np.int64)  # w(above) >= predict (the grid's top always is)
+    def covered(index: np.ndarray) -> np.ndarray:
+        window = at(index)
+        return window >= predict(window)
+
+    # A secant estimate of w = F(w) from (solo, F(solo)) and (F(solo), F(F(solo))).
+    w0 = np.full(moving.size, solo)
+    f0 = predict(w0)
+    f1 = predict(f0)
+    slope = np.divide(f1 - f0, f0 - w0, out=np.zeros_like(f0), where=np.abs(f0 - w0) > 1e-12 * solo)
+    slope = np.minimum(slope, 0.0)  # F does not rise with the window
+    guess = np.where(slope < 0, f0 + slope * (f0 - w0) / (1.0 - slope), f1)
+    guess = np.clip(np.where(np.isfinite(guess) & (guess > 0), guess, f1), solo * low, solo * high)
+    start = np.clip(np.floor((np.log(guess) - grid_low) / scale), 0, points - 1).astype(np.int64)
+
+    first = covered(start)
+    below = np.where(first, -1, start)  # w(below) < predict (or -1: below the grid)
+    above = np.where(first, start, points)  # w(above) >= predict (the grid's top always is)
+    down, up = moving & first, moving & ~first  # still galloping down (to find below) or up (to find above)
+    step = 1
+    while down.any() or up.any():
+        probe = np.where(down, np.maximum(above - step, 0), np.where(up, np.minimum(below + step, points), above))
+        result = covered(np.minimum(probe, points - 1)) | (probe >= points)
+        above = np.where(down & result, probe, np.where(up & result, probe, above))
+        below = np.where((down & ~result) | (up & ~result), probe, below)
+        done_down = down & (~result | (probe == 0))
+        below = np.where(down & result & (probe == 0), -1, below)
+        down = down & ~done_down
+        up = up & ~result
+        step *= 2
     while True:
         open_ = moving & (above - below > 1)
         if not open_.any():
             break
         mid = np.where(open_, (below + above) // 2, above)
-        window = at(mid)
-        covered = window >= predict(window)
-        above = np.where(open_ & covered, mid, above)
-        below = np.where(open_ & ~covered, mid, below)
+        result = covered(mid)
+        above = np.where(open_ & result, mid, above)
+        below = np.where(open_ & ~result, mid, below)
     result = at(above)
     if not moving.all():
-        still = predict(result)
-        result = np.where(moving, result, still)
+        result = np.where(moving, result, predict(result))
     return result
