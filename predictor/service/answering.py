@@ -78,21 +78,6 @@ class Planned:
         """Whether some co-runner is given by remaining time (its overlap follows the prediction)."""
         return any(ms is not None for ms in self.remaining_ms)
 
-    def at_window(self, window_ms: float) -> Record:
-        """The record with each remaining-time co-runner's overlap for a predicted window of
-        ``window_ms``: ``min(remaining / window, 1)``, or 1 for an idle window (<= 0).
-
-        The scalar twin of :meth:`Plan.at_window`, with the same arithmetic.
-        """
-        record = self.record
-        runners = tuple(
-            runner if ms is None
-            else CoRunner(runner.model, runner.batch_size, runner.attrs,
-                          1.0 if window_ms <= 0 else min(ms / window_ms, 1.0))
-            for runner, ms in zip(record.co_runners, self.remaining_ms, strict=True)
-        )
-        return dataclasses.replace(record, co_runners=runners)
-
 
 @dataclasses.dataclass
 class Plan:
@@ -164,7 +149,6 @@ class Plan:
         """The rows with each remaining-time co-runner's overlap for its row's predicted window
         (``window``, per row): ``min(remaining / window, 1)``, or 1 for an idle window (<= 0).
 
-        The column twin of :meth:`Planned.at_window`, with the same arithmetic.
         """
         rows, given = self.rows, self.given
         w = window[rows.rows_of_runners()[given]]

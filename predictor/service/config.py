@@ -56,7 +56,9 @@ class ServiceConfig:
         A running batch already past its predicted latency is assumed to need this
         fraction of its prediction more.
     overlap_iterations
-        Fixed-point iterations between predicted latency and co-runner overlap.
+        Unused since the window of co-runners given by remaining time is solved exactly on a
+        grid (:func:`predictor.service.monotone.fixed_point`, monotone in crowding); kept so
+        that configurations naming it still load.
     snapshot_every_s
         Period of snapshots when a state directory is given (0 disables periodic ones).
     observation_log
