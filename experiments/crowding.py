@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from experiments.common import DEFAULT_DATASET, finish, start
+from experiments.common import DEFAULT_DATASET, finish, relative, start
 from predictor.logio import iter_records
 from predictor.predictors import create
 from predictor.records import BatchSpec, CoRunner, Record
@@ -155,16 +155,18 @@ def main() -> None:
     config, out = start("crowding", Config(), __doc__.splitlines()[0])
     rng = np.random.default_rng(config.seed)
     mono = monotonicity(config, rng)
-    print(f"monotonicity on a strictly rising synthetic log ({config.n_train} learned, {config.n_steps} steps, "
-          f"0-{config.max_base} co-runners + 1):")
-    print("| answer | steps where adding a co-runner lowered it | largest drop |\n|---|---:|---:|")
-    for name, row in mono.items():
-        print(f"| {name} | {100 * row['lowered_share']:.1f}% | {100 * row['largest_drop']:.1f}% |")
+    lines = [f"Monotonicity on a strictly rising synthetic log ({config.n_train} learned, {config.n_steps} steps, "
+             f"0-{config.max_base} co-runners + 1):", "",
+             "| answer | steps where adding a co-runner lowered it | largest drop |", "|---|---:|---:|"]
+    lines += [f"| {name} | {100 * row['lowered_share']:.1f}% | {100 * row['largest_drop']:.1f}% |"
+              for name, row in mono.items()]
     fill = admission(config)
-    print(f"\nadmission-time MAPE, embedded CPU data, prequential ({config.dataset}):")
-    print("| answer | admission MAPE | observation-time MAPE |\n|---|---:|---:|")
-    for name, row in fill.items():
-        print(f"| {name} | {row['admission_mape']:.1f}% | {row['observation_mape']:.1f}% |")
+    lines += ["", f"Admission-time MAPE, {relative(config.dataset)}, prequential:", "",
+              "| answer | admission MAPE | observation-time MAPE |", "|---|---:|---:|"]
+    lines += [f"| {name} | {row['admission_mape']:.1f}% | {row['observation_mape']:.1f}% |"
+              for name, row in fill.items()]
+    print("\n".join(lines))
+    (out / "results.md").write_text("\n".join(lines) + "\n")
     finish(out, {"monotonicity": mono, "admission": fill})
 
 

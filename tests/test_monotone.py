@@ -227,3 +227,13 @@ def test_rank_placements_prefers_the_less_crowded_device(name):
         client.close()
     finally:
         stop_server(server, service, grace=0.5)
+
+
+def test_crowding_study_counts_lowered_steps():
+    """The study behind the README figure, small: the service's answers never fall when a co-runner
+    is added, on a log whose slowdown rises strictly (sets up to 8 + 1, training saw at most 3)."""
+    from experiments.crowding import Config, monotonicity
+
+    result = monotonicity(Config(n_train=400, n_steps=150), np.random.default_rng(1))
+    assert result["after"]["steps"] == 150 and result["after"]["lowered_share"] == 0.0
+    assert 0.0 <= result["before"]["lowered_share"] <= 1.0
