@@ -237,3 +237,16 @@ def test_crowding_study_counts_lowered_steps():
     result = monotonicity(Config(n_train=400, n_steps=150), np.random.default_rng(1))
     assert result["after"]["steps"] == 150 and result["after"]["lowered_share"] == 0.0
     assert 0.0 <= result["before"]["lowered_share"] <= 1.0
+
+
+@pytest.mark.parametrize("name", ["rls", "sgd", "static", "ewma"])
+def test_state_from_before_the_constraint_restores_monotone(name):
+    """A snapshot written before ``non_negative`` existed restores with it on (the configured
+    default), its contention weights made non-negative: the snapshot check still matches."""
+    predictor = create(f"{name}:non_negative=False")
+    predictor.fit(synthetic_records(300, seed=1))
+    state = dict(predictor.__dict__)
+    del state["non_negative"]
+    old = type(predictor).__new__(type(predictor))
+    old.__setstate__(state)
+    assert old.params() == create(name).params() and old.monotone_in_crowding()
