@@ -63,6 +63,7 @@ class _Batch:
     device_kind: str = ""
     end_s: float | None = None
     latency_ms: float | None = None
+    own_signals: Mapping[str, float] = field(default_factory=dict)
 
 
 class _Finished:
@@ -195,7 +196,13 @@ class Tracker:
         )
 
     def end(
-        self, key: Hashable, end_s: float, *, start_s: float | None = None, latency_ms: float | None = None
+        self,
+        key: Hashable,
+        end_s: float,
+        *,
+        start_s: float | None = None,
+        latency_ms: float | None = None,
+        own_signals: Mapping[str, float] | None = None,
     ) -> None:
         """Batch ``key`` ended at ``end_s``.
 
@@ -205,6 +212,9 @@ class Tracker:
             The exact start, when the begin report carried an earlier approximation.
         latency_ms
             The timer's measurement; by default ``(end_s - start_s)`` in ms.
+        own_signals
+            Signals measured on the batch itself (its CPU time), added to the
+            device's window signals in its record.
         """
         batch = self._running.pop(key, None)
         if batch is None:
@@ -214,6 +224,8 @@ class Tracker:
             batch.start_s = float(start_s)
         batch.end_s = max(float(end_s), batch.start_s)
         batch.latency_ms = latency_ms if latency_ms is not None else (batch.end_s - batch.start_s) * 1e3
+        if own_signals:
+            batch.own_signals = dict(own_signals)
         self._history.setdefault(batch.device, _Finished()).add(batch, self.max_history)
         heapq.heappush(self._pending, (batch.end_s, next(self._seq), batch))
 
@@ -281,8 +293,9 @@ class Tracker:
                 signals = {k: float(v) for k, v in raw.items() if math.isfinite(v)}
             except Exception:
                 self.signal_errors += 1
-            if len(signals) > MAX_NUMERIC_KEYS:
-                signals = dict(sorted(signals.items())[:MAX_NUMERIC_KEYS])
+        signals.update({k: float(v) for k, v in batch.own_signals.items() if math.isfinite(v)})
+        if len(signals) > MAX_NUMERIC_KEYS:
+            signals = dict(sorted(signals.items())[:MAX_NUMERIC_KEYS])
         record = Record(
             device=batch.device,
             batch=BatchSpec(batch.model, batch.batch_size, batch.attrs),

@@ -8,7 +8,7 @@ jobs (parent to workers)
     ``("run", job_id, model, batch_size)``, ``("profile", batch_sizes, repeats)``, ``("stop",)``
 reports (each worker to the parent, on its own pipe)
     ``("ready", worker, device, device_kind)``,
-    ``("end", worker, job_id, start_s, end_s, latency_ms)``,
+    ``("end", worker, job_id, start_s, end_s, latency_ms, cpu_ms)``,
     ``("profile", worker, {(model, batch_size): figures})``,
     ``("error", worker, traceback_text)``
 
@@ -23,6 +23,12 @@ except the timer's own two clock reads. All times are ``time.monotonic``
 seconds, comparable across processes. On CUDA the spans are resolved off the
 hot path: after each job only the spans whose end event has completed are
 reported, and the rest when the queue is idle.
+
+``cpu_ms`` is the CPU time the worker's thread spent on the batch
+(``time.thread_time_ns`` read just outside the timed window): on a CPU, where
+the model runs on that one thread, it is the batch's own compute, and
+``latency_ms - cpu_ms`` the time it waited for a core. On CUDA it is the host's
+launch time only, so it is not reported (``None``).
 """
 
 from __future__ import annotations
@@ -105,12 +111,13 @@ def _serve(worker: int, config: WorkerConfig, jobs: Any, results: Any, slot: Run
         torch.cuda.synchronize(device)
     results.send(("ready", worker, record_device(device, worker), kind))
 
-    unreported: deque[tuple[int, Any]] = deque()
+    unreported: deque[tuple[int, Any, float | None]] = deque()
+    on_cpu = not device.startswith("cuda")
 
     def report(block: bool) -> None:
         while unreported and (block or unreported[0][1].ready()):
-            job_id, span = unreported.popleft()
-            results.send(("end", worker, job_id, span.start_s, span.end_s(), span.elapsed_ms()))
+            job_id, span, cpu_ms = unreported.popleft()
+            results.send(("end", worker, job_id, span.start_s, span.end_s(), span.elapsed_ms(), cpu_ms))
 
     with torch.inference_mode():
         while True:
@@ -124,10 +131,12 @@ def _serve(worker: int, config: WorkerConfig, jobs: Any, results: Any, slot: Run
                 _, job_id, name, bs = job
                 model, x = models[name], inputs[name, bs]
                 slot.publish(job_id, time.monotonic())
+                cpu0 = time.thread_time_ns()
                 span = timer.begin()
                 model(x)
                 timer.end(span)
-                unreported.append((job_id, span))
+                cpu_ms = (time.thread_time_ns() - cpu0) / 1e6 if on_cpu else None
+                unreported.append((job_id, span, cpu_ms))
                 report(block=False)
             elif kind_of_job == "profile":
                 _, batch_sizes, repeats = job

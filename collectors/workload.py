@@ -41,6 +41,7 @@ from collectors.sampler import Sampler
 from collectors.schedule import Phase, constant_schedule, phase_at, schedule_models, validate_phases
 from collectors.tracker import Sink, Tracker
 from collectors.worker import WorkerConfig
+from predictor.rules import BATCH_CPU_SIGNAL
 
 START_TIMEOUT_S = 180.0
 TOKEN_SEQ_LEN = 64
@@ -419,9 +420,10 @@ class _Loop:
 
     def _handle(self, message: tuple[Any, ...]) -> None:
         if message[0] == "end":
-            _, worker, job_id, start_s, end_s, latency_ms = message
+            _, worker, job_id, start_s, end_s, latency_ms, cpu_ms = message
             self._begin(worker, job_id, start_s)  # a batch too short for any slot read
             self.begun.discard(job_id)
             self.jobs.pop(job_id, None)
-            self.tracker.end(job_id, end_s, start_s=start_s, latency_ms=latency_ms)
+            own = {BATCH_CPU_SIGNAL: cpu_ms} if cpu_ms is not None else None
+            self.tracker.end(job_id, end_s, start_s=start_s, latency_ms=latency_ms, own_signals=own)
             self._dispatch()

@@ -64,9 +64,11 @@ def _worker(config: Config, results: Any, slot: Any) -> None:
     def instrumented() -> None:
         nonlocal job
         slot.publish(job, time.monotonic())
+        cpu0 = time.thread_time_ns()
         span = timer.begin()
         timer.end(span)
-        results.send(("end", 0, job, span.start_s, span.end_s(), span.elapsed_ms()))
+        cpu_ms = (time.thread_time_ns() - cpu0) / 1e6
+        results.send(("end", 0, job, span.start_s, span.end_s(), span.elapsed_ms(), cpu_ms))
         job += 1
 
     t0 = time.perf_counter()
@@ -96,10 +98,12 @@ def _worker(config: Config, results: Any, slot: Any) -> None:
                     t0 = time.perf_counter()
                     for _ in range(config.ab_block_size):
                         slot.publish(job, time.monotonic())
+                        cpu0 = time.thread_time_ns()
                         span = timer.begin()
                         model(x)
                         timer.end(span)
-                        results.send(("end", 0, job, span.start_s, span.end_s(), span.elapsed_ms()))
+                        cpu_ms = (time.thread_time_ns() - cpu0) / 1e6
+                        results.send(("end", 0, job, span.start_s, span.end_s(), span.elapsed_ms(), cpu_ms))
                         job += 1
                     inst.append((time.perf_counter() - t0) / config.ab_block_size)
                 ab[f"{name}/{bs}"] = {

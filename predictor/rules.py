@@ -56,6 +56,13 @@ MAX_TIMESTAMP_SKEW_S = 366 * 86400.0
 LATENCIES = frozenset({"latency_ms", "solo_latency_ms"})
 """Fields holding a latency: besides the magnitude limit, at least its inverse."""
 
+BATCH_CPU_SIGNAL = "batch_cpu_ms"
+"""Signal: CPU time the batch's own thread used (CPU backend), measured on the batch itself."""
+
+OUTCOME_SIGNALS = frozenset({BATCH_CPU_SIGNAL})
+"""Signals measured on the batch itself, known only once it ran: logged for analysis,
+never a feature (a scheduler cannot know them before dispatch)."""
+
 
 class RecordError(ValueError):
     """A record (or query) field that does not follow ``coloc/v1``.

@@ -13,6 +13,7 @@ from collectors.summary import summarize
 from collectors.workload import CollectionConfig, run_collection
 from predictor.cli import main
 from predictor.records import Record, parse_record
+from predictor.rules import BATCH_CPU_SIGNAL
 
 pytest.importorskip("torch")
 
@@ -47,6 +48,19 @@ def test_collect_command_writes_real_co_location_records(tmp_path, capsys) -> No
         (r.start_s - t0, r.latency_ms, dict(r.signals)) for r in records if "cpu_util" not in r.signals
     ]
     assert not unsampled, unsampled[:3]
+    # each batch's own CPU time: positive, and never more than its wall-clock latency (one thread)
+    cpu = [(r.signals[BATCH_CPU_SIGNAL], r.latency_ms) for r in records]
+    assert all(0.0 < c <= latency * 1.02 + 0.05 for c, latency in cpu), [x for x in cpu if not 0 < x[0]][:3]
+    # a batch that ran alone mostly had the core to itself
+    alone = [r.signals[BATCH_CPU_SIGNAL] / r.latency_ms for r in records if not r.co_runners]
+    assert statistics.median(alone) > 0.5
+
+    meta = json.loads((tmp_path / "run.meta.json").read_text())
+    assert meta["records"] == len(records) and meta["options"]["workers"] == 2
+    conditions = meta["conditions"]
+    assert len(conditions["loadavg_before"]) == 3 and conditions["cpu_count"] >= 1
+    assert conditions["own_cores"] > 0.5  # two workers running models for seconds
+    assert "by other processes" in printed
 
     co_located = [r for r in records if r.co_runners]
     assert co_located and any(not r.co_runners for r in records)
@@ -56,8 +70,14 @@ def test_collect_command_writes_real_co_location_records(tmp_path, capsys) -> No
     # the batches that ran alone tell by how much (1.0 on a quiet machine).
     background = statistics.median(r.slowdown for r in records if not r.co_runners)
     slowdowns = [r.slowdown / background for r in co_located]
-    print("co-located slowdown: median", statistics.median(slowdowns), "max", max(slowdowns),
-          "background", background)
+    print(
+        "co-located slowdown: median",
+        statistics.median(slowdowns),
+        "max",
+        max(slowdowns),
+        "background",
+        background,
+    )
     assert sum(s > 1.0 for s in slowdowns) >= 0.3 * len(slowdowns)  # co-location slows batches down...
     assert max(slowdowns) > 1.2  # ...some visibly
 

@@ -7,13 +7,18 @@ worker processes that :func:`collectors.workload.run_collection` starts.
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from collectors.catalog import MODEL_NAMES
+from collectors.conditions import ConditionsMonitor, RecordingConditions
 from collectors.schedule import constant_schedule, parse_schedule, validate_phases
 from collectors.summary import SlowdownSummary
 from collectors.workload import CollectionConfig, CollectionStatus, run_collection
@@ -42,7 +47,12 @@ output:
   One coloc/v1 JSON line per executed batch (gzip when the name ends in .gz):
   latency_ms measured, solo_latency_ms profiled alone at start-up, co_runners
   with overlap fractions, signals averaged over the batch window, and per-model
-  intensity attrs (gflops, mbytes, cpu_util, seq_len).
+  intensity attrs (gflops, mbytes, cpu_util, seq_len). On a CPU each record's
+  signals include batch_cpu_ms, the CPU time the batch's own thread used
+  (logged for analysis; never a feature, since it is known only after the run).
+  Beside the log, NAME.meta.json records how it was made: the command, the
+  configuration, and the machine's load before and during the run (load average,
+  cores busy, and cores used by *other* processes: near 0 for a clean recording).
 
 example:
   predictor collect --duration 120 --models resnet,vgg,mobilenet,bert,gpt2,mlp \\
@@ -78,8 +88,43 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--profile-repeats", type=int, default=9, help="solo runs per model and batch size (default 9)"
     )
+    parser.add_argument(
+        "--max-load",
+        type=float,
+        help="refuse to start when the 1-minute load average is above this (e.g. 0.2 for a clean recording)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
+
+
+def metadata_path(output: str | Path) -> Path:
+    """Where the metadata of log ``output`` goes: ``run.jsonl.gz`` -> ``run.meta.json``."""
+    path = Path(output)
+    name = path.name.removesuffix(".gz").removesuffix(".jsonl")
+    return path.with_name(name + ".meta.json")
+
+
+def write_metadata(
+    output: str | Path,
+    args: argparse.Namespace,
+    records: int,
+    device_kind: str,
+    conditions: RecordingConditions,
+) -> Path:
+    """Write the recording's metadata beside ``output``; returns its path."""
+    options = {k: v for k, v in vars(args).items() if k not in ("func", "command", "quiet")}
+    meta = {
+        "recorded_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["predictor", *sys.argv[1:]]),
+        "options": options,
+        "records": records,
+        "device_kind": device_kind,
+        "conditions": conditions.as_dict(),
+        "clean": conditions.clean,
+    }
+    path = metadata_path(output)
+    path.write_text(json.dumps(meta, indent=2) + "\n")
+    return path
 
 
 def build_config(args: argparse.Namespace) -> CollectionConfig:
@@ -109,6 +154,13 @@ def run(args: argparse.Namespace) -> int:
     """Run ``predictor collect``; returns the exit status."""
     config = build_config(args)
     console = Console(stderr=True)
+    load_now = os.getloadavg()[0]
+    if args.max_load is not None and load_now > args.max_load:
+        console.print(
+            f"[red]not starting: the 1-minute load average is {load_now:.2f}, above --max-load "
+            f"{args.max_load:g}; other jobs would distort the measured interference[/red]"
+        )
+        return 1
     summary = SlowdownSummary()
     writer = RecordWriter(args.output, atomic=True)
 
@@ -140,11 +192,14 @@ def run(args: argparse.Namespace) -> int:
             phase=phase,
         )
 
+    monitor = ConditionsMonitor().start()
     try:
         with progress:
             result = run_collection(config, sink, notify)
     finally:
         writer.close()
+        conditions = monitor.stop()
+    meta = write_metadata(args.output, args, writer.count, result.device_kind, conditions)
     out = Console()
     out.print(summary.table("slowdown (latency / solo latency) per model pair"))
     size = os.path.getsize(args.output)
@@ -153,5 +208,12 @@ def run(args: argparse.Namespace) -> int:
         f"{result.batches} batches of {result.requests} requests, {result.dropped_requests} requests dropped; "
         f"device {result.device_kind}; sampler {result.sampler_reads} reads, "
         f"{100 * result.sampler_cpu_s / max(config.duration_s, 1e-9):.2f}% of a core"
+    )
+    during = conditions.loadavg_during
+    out.print(
+        f"conditions ({meta}): load average {conditions.loadavg_before[0]:.2f} before, "
+        f"{during['mean']:.2f} mean / {during['max']:.2f} max during; {conditions.busy_cores:.2f} cores busy, "
+        f"{conditions.own_cores:.2f} by this run, {conditions.other_cores:.2f} by other processes"
+        + ("" if conditions.clean else " [yellow](not a clean recording)[/yellow]")
     )
     return 0
