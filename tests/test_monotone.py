@@ -250,3 +250,19 @@ def test_state_from_before_the_constraint_restores_monotone(name):
     old = type(predictor).__new__(type(predictor))
     old.__setstate__(state)
     assert old.params() == create(name).params() and old.monotone_in_crowding()
+
+
+def test_merged_rls_keeps_the_constraint():
+    """Two learners merged (information form) predict with non-negative contention weights too."""
+    from predictor.regressors.merge import merge
+    from predictor.regressors.rls import RLS
+
+    rng = np.random.default_rng(3)
+    parts = [RLS(forgetting=1.0, non_negative_contention=True) for _ in range(2)]
+    for part in parts:
+        for _ in range(100):
+            x = float(rng.uniform(0, 1))
+            part.learn_one({"co:calm": x, "own:a": 1.0}, 2.0 - x)
+    merged = merge(*parts)
+    assert merged.non_negative_contention and merged.weights["co:calm"] < 0
+    assert merged.predicting_weights()[merged.index.columns["co:calm"]] >= 0
