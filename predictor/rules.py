@@ -13,7 +13,9 @@ with these rules, so that a limit cannot differ between a log line and an RPC:
   two cannot drift apart;
 * **column predicates** (:func:`names_ok`, :func:`maps_ok`, :func:`overlaps_ok`,
   :func:`non_negatives_ok`) vouch for many values at once (ranking candidates);
-* **magnitudes** (:func:`check_magnitudes`): numbers the service learns from or answers
+* **time stamps** (:func:`timestamp`): a protobuf ``Timestamp`` has ``nanos`` in ``[0, 1e9)``
+  and ``seconds`` within :data:`MAX_TIMESTAMP_SKEW_S` of now;
+* **magnitudes** (:func:`check_magnitudes`, :func:`magnitude`): numbers the service learns from or answers
   about must not exceed a configured magnitude (``1e300`` is finite, its square is not),
   and latencies must be at least its inverse.
 
@@ -47,6 +49,9 @@ MAX_CO_RUNNERS = 64
 MAX_NUMERIC_KEYS = 64
 MAX_MAGNITUDE = 1e9
 """Default magnitude limit (``ServiceConfig.max_value``) on numbers learned from or asked about."""
+
+MAX_TIMESTAMP_SKEW_S = 366 * 86400.0
+"""How far from now (either way) a time stamp in a query may lie, in seconds."""
 
 LATENCIES = frozenset({"latency_ms", "solo_latency_ms"})
 """Fields holding a latency: besides the magnitude limit, at least its inverse."""
@@ -283,6 +288,38 @@ def map_magnitudes_ok(values: Mapping[str, float], limit: float) -> bool:
 def latency_ok(value: float, limit: float) -> bool:
     """Whether a latency lies within ``[1 / limit, limit]``."""
     return 1.0 / limit <= value <= limit
+
+
+def magnitude(value: float, path: str, limit: float) -> float:
+    """A finite number within ``limit`` in magnitude (a deadline, a remaining time)."""
+    if not finite_ok(value):
+        raise RecordError(path, f"must be finite, got {value!r}")
+    if not magnitude_ok(value, limit):
+        raise RecordError(path, f"magnitude {value:g} is beyond the limit of {limit:g}")
+    return value
+
+
+def timestamp_ok(seconds: int, nanos: int, now: float) -> bool:
+    """Whether a ``Timestamp`` passes :func:`timestamp`."""
+    return 0 <= nanos < 1_000_000_000 and abs(seconds - now) <= MAX_TIMESTAMP_SKEW_S
+
+
+def timestamp(seconds: int, nanos: int, path: str, now: float) -> float:
+    """A protobuf ``Timestamp`` as Unix seconds: ``nanos`` in ``[0, 1e9)``, ``seconds`` within
+    :data:`MAX_TIMESTAMP_SKEW_S` of ``now``; raises :class:`RecordError` naming the part.
+
+    >>> timestamp(100, 10**9, "deadline_time", now=100.0)
+    Traceback (most recent call last):
+    ...
+    predictor.rules.RecordError: deadline_time.nanos: must lie in [0, 1e9), got 1000000000
+    """
+    if not 0 <= nanos < 1_000_000_000:
+        raise RecordError(f"{path}.nanos", f"must lie in [0, 1e9), got {nanos}")
+    if not abs(seconds - now) <= MAX_TIMESTAMP_SKEW_S:
+        raise RecordError(
+            f"{path}.seconds", f"{seconds} is more than {MAX_TIMESTAMP_SKEW_S:g} s from now ({now:.0f})"
+        )
+    return seconds + nanos / 1e9
 
 
 def check_magnitudes(numbers: Iterable[tuple[str, float]], limit: float) -> None:

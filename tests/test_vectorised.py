@@ -194,7 +194,9 @@ def mixed_candidates(rng: random.Random, n: int) -> list[Candidate]:
 
 def assert_ranking_matches_single_checks(service, ranking, candidates, solo):
     assert [p.rank for p in ranking.placements] == list(range(1, len(candidates) + 1))
-    keys = [(-p.slack_ms, p.candidate_index) for p in ranking.placements]
+    # Most slack first; ties to the less crowded (fewer co-runners, then less total overlap), then request order.
+    keys = [(-p.slack_ms, len(p.prediction.co_runners), sum(c.overlap for c in p.prediction.co_runners),
+             p.candidate_index) for p in ranking.placements]
     assert keys == sorted(keys)
     for p in ranking.placements:
         single = service.check_deadline(Query.for_candidate(BATCH, candidates[p.candidate_index], solo),

@@ -50,6 +50,15 @@ class LatencyPredictor(ABC):
         """Learn from an observed slowdown."""
 
     # -- the interface ---------------------------------------------------------
+    def monotone_in_crowding(self) -> bool:
+        """Whether the predicted latency never falls when a co-runner is added, an overlap or a
+        co-runner's batch size raised, for non-negative attributes (the model's own guarantee).
+
+        ``False`` (the default) makes the answering path use its monotone construction over
+        this predictor's answers (:mod:`predictor.service.monotone`) instead.
+        """
+        return False
+
     def solo_latency(self, record: Record) -> float:
         """Solo latency (ms) used for ``record``."""
         return self._solo.estimate(record)

@@ -67,6 +67,10 @@ class EnsemblePredictor(LatencyPredictor):
         )
         return math.exp(log_latency) / solo
 
+    def monotone_in_crowding(self) -> bool:
+        """A weighted geometric mean (weights independent of the query) of monotone experts is monotone."""
+        return all(expert.monotone_in_crowding() for expert in self._experts)
+
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
         """Update each expert's decayed absolute log error (from its prediction before learning), then teach it."""
         actual = math.log(record.latency_ms)  # type: ignore[arg-type]

@@ -25,8 +25,10 @@ class EwmaPredictor(StaticPredictor):
 
     name = "ewma"
 
-    def __init__(self, alpha: float = 0.3, fit_after: int = 200, ridge: float = 1e-6, seed: int = 0):
-        super().__init__(fit_after=fit_after, ridge=ridge, seed=seed)
+    def __init__(
+        self, alpha: float = 0.3, fit_after: int = 200, ridge: float = 1e-6, non_negative: bool = True, seed: int = 0
+    ):
+        super().__init__(fit_after=fit_after, ridge=ridge, non_negative=non_negative, seed=seed)
         self.alpha = alpha
         self._smoother = EwmaCoLocation(alpha)
 

@@ -3,7 +3,7 @@
 Examples
 --------
 >>> create("ewma:alpha=0.5")
-EwmaPredictor(alpha=0.5, fit_after=200, ridge=1e-06, seed=0)
+EwmaPredictor(alpha=0.5, fit_after=200, ridge=1e-06, non_negative=True, seed=0)
 >>> create("nope")
 Traceback (most recent call last):
 ...

@@ -55,6 +55,10 @@ class RlsPredictor(LatencyPredictor):
     log_target
         Learn ``log(slowdown)`` rather than the slowdown: errors become
         relative, which is what latency predictions are judged by.
+    non_negative
+        Keep the weights of contention features (:mod:`predictor.contention`) non-negative
+        (projected after every step), so that the prediction never falls when a co-runner is
+        added, an overlap or a co-runner's batch size raised (for non-negative attributes).
     """
 
     name = "rls"
@@ -70,6 +74,7 @@ class RlsPredictor(LatencyPredictor):
         clip: float = 0.0,
         features: str = "interactions",
         log_target: bool = True,
+        non_negative: bool = True,
         seed: int = 0,
     ):
         super().__init__(seed=seed)
@@ -92,6 +97,7 @@ class RlsPredictor(LatencyPredictor):
             raise ValueError(f"drift_delta must lie in (0, 1), got {drift_delta!r}")
         self.drift_delta = drift_delta
         self.clip = clip
+        self.non_negative = non_negative
         self._models: dict[str, RLS] = {}
         self._detectors: dict[str, drift.ADWIN] = {}
         self._scale: dict[str, float] = {}
@@ -109,7 +115,9 @@ class RlsPredictor(LatencyPredictor):
     def _model(self, key: str) -> RLS:
         model = self._models.get(key)
         if model is None:
-            model = self._models[key] = RLS(self.forgetting, self.delta, self.max_trace)
+            model = self._models[key] = RLS(
+                self.forgetting, self.delta, self.max_trace, non_negative_contention=self.non_negative
+            )
             self._detectors[key] = drift.ADWIN(delta=self.drift_delta)
         return model
 
@@ -127,6 +135,18 @@ class RlsPredictor(LatencyPredictor):
         state = dict(self.__dict__)
         state.pop("_last", None)
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        """Restore; a snapshot from before ``non_negative`` existed gets it, its weights projected."""
+        self.__dict__.update(state)
+        if "non_negative" not in state:
+            self.non_negative = True
+            for model in self._models.values():
+                model.non_negative_contention = True
+
+    def monotone_in_crowding(self) -> bool:
+        """Whether contention weights are kept non-negative (see ``non_negative``)."""
+        return self.non_negative
 
     def predict_slowdown(self, record: Record) -> float:
         """The key's model on ``record``'s features; 1 while that key has no model yet."""
@@ -189,7 +209,7 @@ class RlsPredictor(LatencyPredictor):
             self._observed(record, slowdown)
         if self.log_target:
             slowdown = math.log(slowdown)
-        residual = slowdown - model.predict_vector(vector)
+        residual = slowdown - float(vector @ model._weights[: vector.size])  # the unconstrained fit's
         seen = self._seen.get(key, 0)
         scale = self._scale.get(key, abs(residual))
         target = slowdown

@@ -6,6 +6,7 @@ import math
 
 from river import linear_model, optim, preprocessing
 
+from predictor.contention import is_contention
 from predictor.features import fine_features
 from predictor.predictors.base import LatencyPredictor
 from predictor.records import Record
@@ -24,6 +25,9 @@ class SgdPredictor(LatencyPredictor):
         L2 penalty.
     log_target
         Learn ``log(slowdown)`` (relative errors) rather than the slowdown.
+    non_negative
+        Project the weights of contention features (:mod:`predictor.contention`) onto
+        ``w >= 0`` after every step: the prediction never falls as the device gets more crowded.
     """
 
     name = "sgd"
@@ -34,6 +38,7 @@ class SgdPredictor(LatencyPredictor):
         intercept_lr: float = 0.05,
         l2: float = 0.0,
         log_target: bool = True,
+        non_negative: bool = True,
         seed: int = 0,
     ):
         super().__init__(seed=seed)
@@ -47,6 +52,7 @@ class SgdPredictor(LatencyPredictor):
         self.intercept_lr = intercept_lr
         self.l2 = l2
         self.log_target = log_target
+        self.non_negative = non_negative
         self._model = preprocessing.MaxAbsScaler() | linear_model.LinearRegression(
             optimizer=optim.SGD(learning_rate),
             intercept_init=0.0 if log_target else 1.0,
@@ -61,4 +67,25 @@ class SgdPredictor(LatencyPredictor):
 
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
         """One SGD step towards the (log) slowdown."""
-        self._model.learn_one(fine_features(record), math.log(slowdown) if self.log_target else slowdown)
+        features = fine_features(record)
+        self._model.learn_one(features, math.log(slowdown) if self.log_target else slowdown)
+        if self.non_negative:
+            self._project(features)
+
+    def _project(self, features: dict[str, float]) -> None:
+        """Clip to 0 the negative weights of the contention features just updated."""
+        weights = self._model["LinearRegression"]._weights
+        for name in features:
+            if is_contention(name) and weights[name] < 0:
+                weights[name] = 0.0
+
+    def __setstate__(self, state: dict) -> None:
+        """Restore; a snapshot from before ``non_negative`` existed gets it, its weights projected."""
+        self.__dict__.update(state)
+        if "non_negative" not in state:
+            self.non_negative = True
+            self._project(dict(self._model["LinearRegression"].weights))
+
+    def monotone_in_crowding(self) -> bool:
+        """Whether contention weights are kept non-negative (see ``non_negative``)."""
+        return self.non_negative

@@ -15,6 +15,10 @@ class SoloPredictor(LatencyPredictor):
         """Always 1: no interference."""
         return 1.0
 
+    def monotone_in_crowding(self) -> bool:
+        """Co-runners never change its answer."""
+        return True
+
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
         """Nothing to learn beyond the solo profile the base class keeps."""
         return None

@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
+from scipy.optimize import lsq_linear
 from sklearn.linear_model import Ridge
 
+from predictor.contention import is_contention
 from predictor.features import Features, coarse_features
 from predictor.predictors.base import LatencyPredictor
 from predictor.records import Record
@@ -29,11 +31,14 @@ class StaticPredictor(LatencyPredictor):
         When trained online, fit once this many records have been seen.
     ridge
         L2 penalty of the least-squares fit (tiny: numerical safety only).
+    non_negative
+        Fit the weights of contention features (:mod:`predictor.contention`) under ``w >= 0``
+        (bounded least squares): more co-runners never predict a lower latency.
     """
 
     name = "static"
 
-    def __init__(self, fit_after: int = 200, ridge: float = 1e-6, seed: int = 0):
+    def __init__(self, fit_after: int = 200, ridge: float = 1e-6, non_negative: bool = True, seed: int = 0):
         super().__init__(seed=seed)
         if fit_after < 1:
             raise ValueError(f"fit_after must be >= 1, got {fit_after!r}")
@@ -41,6 +46,7 @@ class StaticPredictor(LatencyPredictor):
             raise ValueError(f"ridge must be >= 0, got {ridge!r}")
         self.fit_after = fit_after
         self.ridge = ridge
+        self.non_negative = non_negative
         self._index = FeatureIndex(max_features=512)
         self._weights: np.ndarray | None = None
         self._pending: list[tuple[Features, float]] = []
@@ -89,7 +95,36 @@ class StaticPredictor(LatencyPredictor):
             self._index.vector(features, grow=True)
         matrix = np.stack([self._index.vector(f, grow=False) for f, _ in self._pending])
         target = np.array([y for _, y in self._pending])
-        model = Ridge(alpha=self.ridge, fit_intercept=False)
-        model.fit(matrix, target)
-        self._weights = np.asarray(model.coef_, dtype=float)
+        if self.non_negative:
+            self._weights = self._fit_bounded(matrix, target)
+        else:
+            model = Ridge(alpha=self.ridge, fit_intercept=False)
+            model.fit(matrix, target)
+            self._weights = np.asarray(model.coef_, dtype=float)
         self._pending = []
+
+    def _fit_bounded(self, matrix: np.ndarray, target: np.ndarray) -> np.ndarray:
+        """Ridge least squares with the contention weights bounded below by 0."""
+        lower = np.full(matrix.shape[1], -np.inf)
+        for name, column in self._index.columns.items():
+            if column < lower.size and is_contention(name):
+                lower[column] = 0.0
+        if self.ridge > 0:  # the ridge penalty as extra rows: |Ax - b|^2 + ridge |x|^2
+            matrix = np.vstack([matrix, np.sqrt(self.ridge) * np.eye(matrix.shape[1])])
+            target = np.concatenate([target, np.zeros(matrix.shape[1])])
+        return np.asarray(lsq_linear(matrix, target, bounds=(lower, np.inf)).x, dtype=float)
+
+    def __setstate__(self, state: dict) -> None:
+        """Restore; a snapshot from before ``non_negative`` existed gets it, its negative
+        contention weights set to 0."""
+        self.__dict__.update(state)
+        if "non_negative" not in state:
+            self.non_negative = True
+            if self._weights is not None:
+                for name, column in self._index.columns.items():
+                    if column < self._weights.size and is_contention(name):
+                        self._weights[column] = max(self._weights[column], 0.0)
+
+    def monotone_in_crowding(self) -> bool:
+        """Whether the contention weights were fitted non-negative (see ``non_negative``)."""
+        return self.non_negative

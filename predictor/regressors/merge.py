@@ -130,6 +130,7 @@ def merge(first: RLS, second: RLS) -> RLS:
         delta=first.delta,
         max_features=max(first.index.max_features, second.index.max_features, size - 1),
         scale_features=first.scale_features,
+        non_negative_contention=first.__dict__.get("non_negative_contention", False),
     )
     merged.index.columns = {name: i for i, name in enumerate(names) if i > 0}
     merged._weights = weights
@@ -139,4 +140,6 @@ def merge(first: RLS, second: RLS) -> RLS:
     merged._trace_s = float(np.trace(covariance))
     merged._all_scaled = bool((scales > 0).all())
     merged.n_updates = a.n_updates + b.n_updates
+    if merged.non_negative_contention:  # the projection predictions use, found for the merged state
+        merged._gain = merged._find_gain(merged._constrained_columns())
     return merged

@@ -20,6 +20,15 @@ Guards
 * :meth:`reset_covariance` (called on a drift alarm by the owner) re-opens
   ``P`` to ``delta * I`` while keeping the weights, so learning speeds up again.
 
+Constraint
+----------
+With ``non_negative_contention``, predictions use the weights projected onto
+``w_c >= 0`` for the contention features ``c`` (:func:`predictor.contention.is_contention`),
+so that the model never predicts a lower value for a more crowded device. The projection is
+the constrained least-squares solution in the metric of the posterior precision ``P^-1``
+(:meth:`RLS.predicting_weights`); learning itself stays exact, unconstrained RLS (projecting
+the state it learns from makes RLS diverge: its gain assumes the least-squares solution).
+
 Examples
 --------
 >>> rls = RLS(forgetting=1.0, delta=1e6)
@@ -37,11 +46,14 @@ from collections.abc import Mapping
 import numpy as np
 from scipy.linalg.blas import dsymv, dsyr
 
+from predictor.contention import is_contention
 from predictor.regressors.feature_index import FeatureIndex
 
 RESCALE_ABOVE = 1e12
 MAX_MAGNITUDE = 1e100
 SCALE_FLOOR = 1e-3
+PROJECT_EVERY = 32
+"""Updates between two searches of the non-negativity projection's pinned set (see :meth:`RLS.predicting_weights`)."""
 
 
 class RLS:
@@ -62,6 +74,8 @@ class RLS:
         Divide each feature by its first non-zero magnitude (see
         :meth:`_set_column_scales`); ``False`` uses raw features, so the
         prior is a plain ridge penalty ``1 / delta`` on every weight.
+    non_negative_contention
+        Project the weights of contention features onto ``w >= 0`` after each step.
     """
 
     def __init__(
@@ -71,6 +85,7 @@ class RLS:
         max_trace: float | None = None,
         max_features: int = 256,
         scale_features: bool = True,
+        non_negative_contention: bool = False,
     ):
         if not 0.0 < forgetting <= 1.0:
             raise ValueError(f"forgetting must lie in (0, 1], got {forgetting!r}")
@@ -82,6 +97,8 @@ class RLS:
         self.delta = delta
         self.max_trace = max_trace
         self.scale_features = scale_features
+        self.non_negative_contention = non_negative_contention
+        self._constrained = np.zeros(1, dtype=bool)
         self.index = FeatureIndex(max_features)
         self._weights = np.zeros(1)
         self._column_scale = np.ones(1)
@@ -93,6 +110,12 @@ class RLS:
         self.n_refused = 0
 
     # ------------------------------------------------------------------ state
+    def __getstate__(self) -> dict:
+        """The learned state, without what is derived from it (the projected weights)."""
+        state = dict(self.__dict__)
+        state.pop("_projected", None)
+        return state
+
     @property
     def weights(self) -> dict[str, float]:
         """Learned weights by feature name, on the raw feature scale (``"intercept"`` for column 0)."""
@@ -127,6 +150,18 @@ class RLS:
         self._all_scaled = False
         self._bound_trace()
 
+    def _constrained_columns(self) -> np.ndarray:
+        """Which columns hold a contention feature (their weights are kept >= 0)."""
+        mask = self.__dict__.get("_constrained")
+        size = self._weights.size
+        if mask is None or mask.size != size:
+            mask = np.zeros(size, dtype=bool)
+            for name, column in self.index.columns.items():
+                if column < size:
+                    mask[column] = is_contention(name)
+            self._constrained = mask
+        return mask
+
     def _bound_trace(self) -> None:
         bound = self.trace_bound
         if self._scale * self._trace_s > bound:
@@ -152,6 +187,7 @@ class RLS:
 
     def reset_covariance(self) -> None:
         """Re-open the covariance to ``delta * I`` (after drift); weights kept."""
+        self.n_resets = self.__dict__.get("n_resets", 0) + 1
         size = self._weights.size
         self._s = np.asfortranarray(np.eye(size) * self.delta)
         self._scale = 1.0
@@ -174,9 +210,66 @@ class RLS:
             return vector / scale
         return np.divide(vector, scale, out=np.zeros_like(vector), where=scale > 0)
 
+    def predicting_weights(self) -> np.ndarray:
+        """The weights predictions use (scaled features): the learned ones, or with
+        ``non_negative_contention`` their projection onto ``w_c >= 0`` (cached until they change).
+
+        The projection pins the negative contention weights at 0 and moves the others by their
+        covariance with them, ``w - P[:, A] P[A, A]^-1 w[A]`` (the least-squares solution with
+        ``w[A] = 0``), growing the pinned set ``A`` while that pushes another below 0; whatever is
+        still below 0 is clipped. The pinned set and its gain ``P[:, A] P[A, A]^-1`` are found
+        anew every :data:`PROJECT_EVERY` updates (by :meth:`learn_vector`, so they depend on the
+        history learned only, not on when predictions were asked) and reused in between
+        (``O(d |A|)`` per update); the result is always feasible, so predictions are monotone
+        whichever gain was used.
+        """
+        if not self.__dict__.get("non_negative_contention", False):
+            return self._weights
+        key = (self.n_updates, self.n_refused, self.__dict__.get("n_resets", 0), self._weights.size)
+        cached = self.__dict__.get("_projected")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        mask = self._constrained_columns()
+        gain = self.__dict__.get("_gain")
+        active, matrix = gain if gain is not None else (np.zeros(0, dtype=np.intp), None)
+        weights = self._weights
+        if active.size:
+            if matrix.shape[0] < weights.size:  # columns added since: no covariance with the pinned ones yet
+                matrix = np.vstack([matrix, np.zeros((weights.size - matrix.shape[0], active.size))])
+            weights = weights - matrix @ weights[active]
+            weights[active] = 0.0
+        weights = np.where(mask, np.maximum(weights, 0.0), weights)
+        self._projected = (key, weights)
+        return weights
+
+    def _find_gain(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pinned set ``A`` of the projection and its gain ``P[:, A] P[A, A]^-1``."""
+        weights = self._weights
+        active = np.flatnonzero(mask & (weights < 0))
+        none = (np.zeros(0, dtype=np.intp), np.zeros((weights.size, 0)))
+        if not active.size:
+            return none
+        covariance = self.covariance
+        found = none
+        for _ in range(8):
+            try:
+                matrix = np.linalg.solve(covariance[np.ix_(active, active)], covariance[active, :]).T
+            except np.linalg.LinAlgError:
+                break
+            if not np.isfinite(matrix).all():
+                break
+            found = (active, matrix)
+            moved = weights - matrix @ weights[active]
+            moved[active] = 0.0
+            more = np.flatnonzero(mask & (moved < 0))
+            if not more.size:
+                break
+            active = np.union1d(active, more)
+        return found
+
     def predict_vector(self, vector: np.ndarray) -> float:
         """Prediction for a scaled vector from :meth:`vectorize`."""
-        return float(vector @ self._weights[: vector.size])
+        return float(vector @ self.predicting_weights()[: vector.size])
 
     def predict_one(self, x: Mapping[str, float]) -> float:
         """Prediction for a feature dict (unseen names ignored)."""
@@ -187,7 +280,7 @@ class RLS:
         if not xs:
             return np.zeros(0)
         matrix = np.stack([self.index.vector(x, grow=False) for x in xs])
-        return matrix @ (self._weights / np.where(self._column_scale > 0, self._column_scale, np.inf))
+        return matrix @ (self.predicting_weights() / np.where(self._column_scale > 0, self._column_scale, np.inf))
 
     def predict_matrix(self, names: tuple[str, ...], values: np.ndarray) -> np.ndarray:
         """Predictions for the rows of ``values``, whose columns are the features ``names``.
@@ -198,7 +291,7 @@ class RLS:
         positions, known = self.index.positions(names)
         if known is not None:
             positions, values = positions[known], values[:, known]
-        effective = self._weights / np.where(self._column_scale > 0, self._column_scale, np.inf)
+        effective = self.predicting_weights() / np.where(self._column_scale > 0, self._column_scale, np.inf)
         return values @ effective[positions] + effective[0]
 
     def learn_one(self, x: Mapping[str, float], y: float) -> None:
@@ -236,3 +329,5 @@ class RLS:
             self._trace_s *= self._scale
             self._scale = 1.0
         self.n_updates += 1
+        if self.__dict__.get("non_negative_contention", False) and self.n_updates % PROJECT_EVERY == 0:
+            self._gain = self._find_gain(self._constrained_columns())

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from predictor.rpc.convert import _BOUNDS_PB, _SOURCES
+from predictor.rpc.convert import _BOUNDS_PB, _SOURCES, require_finite, require_finite_arrays
 from predictor.rpc.protos import pb2
 from predictor.service.placements import CandidateColumns, RankingColumns
 from predictor.service.types import CoRunnerSource
@@ -75,6 +75,11 @@ def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns
     where the ranking's co-runners are the candidates' own, those messages are copied into the
     answer (their overlap set where it was not given), which costs less than building new ones.
     """
+    require_finite("deadline", ranking.deadline_ms)
+    require_finite_arrays(
+        "ranking", ranking.latency_ms, ranking.solo_latency_ms, ranking.upper_bound_ms, ranking.slack_ms,
+        ranking.probability, ranking.rows.overlaps,
+    )
     messages = pb2()
     response = messages.RankPlacementsResponse(deadline_ms=ranking.deadline_ms)
     rows = ranking.rows
@@ -113,6 +118,7 @@ def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns
         columns, runner_messages = given  # type: ignore[misc]
         as_given = columns.has_overlap.tolist()
         had_remaining = columns.has_remaining.tolist()
+    estimated = ranking.estimated
     add = response.placements.add
     for rank, i in enumerate(ranking.order.tolist(), start=1):
         placement = add()
@@ -129,6 +135,8 @@ def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns
             prediction.solo_latency_ms = solo[i]
         prediction.slowdown = latency[i] / solo[i]
         prediction.upper_bound_ms = upper[i]
+        if estimated is not None and estimated[i]:
+            prediction.estimated.extend(estimated[i])
         runners = prediction.co_runners
         if echo:
             for j in range(offsets[i], offsets[i + 1]):

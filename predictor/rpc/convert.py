@@ -11,13 +11,17 @@ names offending fields with the same paths the messages use
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+import numpy as np
 
 from predictor import rules
 from predictor.calibration import BoundSource
 from predictor.records import SCHEMA, BatchSpec, CoRunner, Record, RecordError, parse_record
 from predictor.rpc.protos import pb2
+from predictor.service.errors import InvalidArgument, ServiceError
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,
@@ -41,6 +45,25 @@ _SOURCES = {0: CoRunnerSource.AUTO, 1: CoRunnerSource.EXPLICIT, 2: CoRunnerSourc
 _SOURCES_PB = {v: k for k, v in _SOURCES.items()}
 _BOUNDS_PB = {BoundSource.DEVICE_KIND: 1, BoundSource.POOLED: 2, BoundSource.FALLBACK: 3}
 _BOUNDS = {v: k for k, v in _BOUNDS_PB.items()}
+
+
+class NonFiniteAnswer(ServiceError):
+    """An answer held NaN or an infinity: the last guard refuses to send it (``INTERNAL``).
+
+    The service's rules keep every answer finite; this is raised only if one slipped through.
+    """
+
+
+def require_finite(what: str, *values: float) -> None:
+    """Raise :class:`NonFiniteAnswer` unless every value is finite (NaN or +-inf never leaves in an OK answer)."""
+    if not all(map(math.isfinite, values)):
+        raise NonFiniteAnswer(f"the service computed a non-finite {what} ({values!r}); not answered")
+
+
+def require_finite_arrays(what: str, *arrays: np.ndarray) -> None:
+    """:func:`require_finite` of every element of the arrays."""
+    if not all(bool(np.isfinite(a).all()) for a in arrays):
+        raise NonFiniteAnswer(f"the service computed a non-finite {what}; not answered")
 
 
 def _optional(message: Any, name: str) -> float | None:
@@ -103,7 +126,11 @@ def deadline_from_pb(message: Any) -> Deadline:
     if which == "deadline_ms":
         return Deadline(ms=message.deadline_ms)
     if which == "deadline_time":
-        return Deadline(at=message.deadline_time.seconds + message.deadline_time.nanos / 1e9)
+        stamp = message.deadline_time
+        try:
+            return Deadline(at=rules.timestamp(stamp.seconds, stamp.nanos, "deadline_time", time.time()))
+        except RecordError as exc:
+            raise InvalidArgument(exc.field, exc.message) from None
     return Deadline()
 
 
@@ -244,7 +271,12 @@ def co_runner_to_pb(runner: CoRunner | PlannedCoRunner) -> Any:
 
 
 def prediction_to_pb(prediction: Prediction) -> Any:
-    """A :class:`Prediction` as a ``Prediction`` message."""
+    """A :class:`Prediction` as a ``Prediction`` message (:class:`NonFiniteAnswer` if a number is not finite)."""
+    require_finite(
+        "prediction", prediction.latency_ms, prediction.solo_latency_ms, prediction.slowdown,
+        prediction.upper_bound_ms, prediction.confidence,
+        *(c.overlap for c in prediction.co_runners if c.overlap is not None),
+    )
     return pb2().Prediction(
         latency_ms=prediction.latency_ms,
         solo_latency_ms=prediction.solo_latency_ms,
@@ -259,11 +291,13 @@ def prediction_to_pb(prediction: Prediction) -> Any:
         device_kind=prediction.device_kind,
         fallback=prediction.fallback,
         query_shape=prediction.query_shape,
+        estimated=list(prediction.estimated),
     )
 
 
 def deadline_answer_to_pb(answer: DeadlineAnswer) -> Any:
-    """A :class:`DeadlineAnswer` as a ``CheckDeadlineResponse``."""
+    """A :class:`DeadlineAnswer` as a ``CheckDeadlineResponse`` (:class:`NonFiniteAnswer` if a number is not finite)."""
+    require_finite("deadline answer", answer.slack_ms, answer.probability, answer.deadline_ms)
     return pb2().CheckDeadlineResponse(
         feasible=answer.feasible,
         slack_ms=answer.slack_ms,
@@ -275,6 +309,7 @@ def deadline_answer_to_pb(answer: DeadlineAnswer) -> Any:
 
 def ranking_to_pb(ranking: Ranking) -> Any:
     """A :class:`Ranking` as a ``RankPlacementsResponse``, placements in rank order."""
+    require_finite("ranking", ranking.deadline_ms, *(v for p in ranking.placements for v in (p.slack_ms, p.probability)))
     messages = pb2()
     return messages.RankPlacementsResponse(
         placements=[
@@ -471,6 +506,7 @@ def prediction_from_pb(message: Any) -> Prediction:
         device_kind=message.device_kind,
         fallback=message.fallback,
         query_shape=message.query_shape,
+        estimated=tuple(message.estimated),
     )
 
 

@@ -32,6 +32,7 @@ from predictor import rules
 from predictor.calibration import Bound, BoundSource, check_confidence
 from predictor.colocations import CoLocations
 from predictor.predictors import LatencyPredictor
+from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN
 from predictor.records import (
     SCHEMA,
     BatchSpec,
@@ -42,6 +43,7 @@ from predictor.records import (
     record_numbers,
     record_within_limits,
 )
+from predictor.service import monotone
 from predictor.service.admission import admission_queries
 from predictor.service.errors import (
     FailedPrecondition,
@@ -51,7 +53,7 @@ from predictor.service.errors import (
     ServiceError,
 )
 from predictor.service.liveview import RunningBatch
-from predictor.service.placements import CandidateColumns, RankingColumns, valid_columns
+from predictor.service.placements import CandidateColumns, RankingColumns, rank_order, valid_columns
 from predictor.service.state import ServiceState
 from predictor.service.types import (
     Candidate,
@@ -79,26 +81,12 @@ class Planned:
     record: Record
     remaining_ms: list[float | None]
     shape: QueryShape | None = None  # what the query knew (None: as an observation, every overlap known)
+    estimated: tuple[str, ...] = ()
 
     @property
     def moving(self) -> bool:
         """Whether some co-runner is given by remaining time (its overlap follows the prediction)."""
         return any(ms is not None for ms in self.remaining_ms)
-
-    def at_window(self, window_ms: float) -> Record:
-        """The record with each remaining-time co-runner's overlap for a predicted window of
-        ``window_ms``: ``min(remaining / window, 1)``, or 1 for an idle window (<= 0).
-
-        The scalar twin of :meth:`Plan.at_window`, with the same arithmetic.
-        """
-        record = self.record
-        runners = tuple(
-            runner if ms is None
-            else CoRunner(runner.model, runner.batch_size, runner.attrs,
-                          1.0 if window_ms <= 0 else min(ms / window_ms, 1.0))
-            for runner, ms in zip(record.co_runners, self.remaining_ms, strict=True)
-        )
-        return dataclasses.replace(record, co_runners=runners)
 
 
 @dataclasses.dataclass
@@ -112,6 +100,7 @@ class Plan:
     remaining: np.ndarray
     given: np.ndarray
     shapes: list[QueryShape] | None = None  # per row, what its query knew (None: every overlap known)
+    estimated: list[tuple[str, ...]] | None = None
 
     @classmethod
     def of(cls, planned: list[Planned]) -> Plan:
@@ -129,6 +118,8 @@ class Plan:
             ],
         )
         plan.shapes = [p.shape or _record_shape(p.record) for p in planned]
+        if any(p.estimated for p in planned):
+            plan.estimated = [p.estimated for p in planned]
         return plan
 
     @classmethod
@@ -140,6 +131,7 @@ class Plan:
         kinds: Sequence[str],
         signals: Sequence[Mapping[str, float]],
         runners: Sequence[Sequence[tuple[CoRunner, float]]],
+        estimated: list[tuple[str, ...]] | None = None,
     ) -> Plan:
         """From per-row lists of ``(co-runner, remaining ms or NaN)``."""
         flat = [runner for row in runners for runner, _ in row]
@@ -157,7 +149,8 @@ class Plan:
             solo_latency_ms,
         )
         given = [j for j, ms in enumerate(remaining) if not math.isnan(ms)]
-        return cls(rows, np.array(remaining, dtype=float), np.array(given, dtype=np.intp) if given else _NONE)
+        return cls(rows, np.array(remaining, dtype=float), np.array(given, dtype=np.intp) if given else _NONE,
+                   estimated=estimated)
 
     @property
     def moving(self) -> bool:
@@ -168,7 +161,6 @@ class Plan:
         """The rows with each remaining-time co-runner's overlap for its row's predicted window
         (``window``, per row): ``min(remaining / window, 1)``, or 1 for an idle window (<= 0).
 
-        The column twin of :meth:`Planned.at_window`, with the same arithmetic.
         """
         rows, given = self.rows, self.given
         w = window[rows.rows_of_runners()[given]]
@@ -201,7 +193,7 @@ class Answering:
         """Whether a planned batch finishes within ``deadline`` at ``confidence``."""
         self.state.require_ready()
         confidence = self.confidence(confidence)
-        deadline_ms = deadline.relative_ms()
+        deadline_ms = deadline.relative_ms(limit=self.state.config.max_value)
         planned = self.plan_query(query, "query.")
         if query.learned_only:
             self.check_learned(query, planned)
@@ -251,7 +243,7 @@ class Answering:
         limit = self.state.config.max_candidates
         if len(candidates) > limit:
             raise ResourceExhausted("candidates", f"{len(candidates)} candidates, at most {limit} allowed")
-        deadline_ms = deadline.relative_ms()
+        deadline_ms = deadline.relative_ms(limit=self.state.config.max_value)
         plan = self.plan_candidates(batch, candidates, solo_latency_ms)
         ranking = self.answer(plan, confidence, deadline_ms)
         if learned_only and ranking.fallback is not None and ranking.fallback.any():
@@ -288,6 +280,10 @@ class Answering:
                 raise InvalidArgument(path, "give overlap or remaining_ms, not both")
             if runner.remaining_ms is not None:
                 invalid_argument(rules.non_negative, runner.remaining_ms, f"{path}.remaining_ms")
+                invalid_argument(
+                    lambda v, p: rules.magnitude(v, p, self.state.config.max_value), runner.remaining_ms,
+                    f"{path}.remaining_ms",
+                )
             runners.append(
                 {"model": runner.model, "batch_size": runner.batch_size, "attrs": dict(runner.attrs),
                  "overlap": runner.overlap}
@@ -336,7 +332,25 @@ class Answering:
         kind = record.device_kind or live.kind_of(query.device)
         if kind != record.device_kind:
             record = dataclasses.replace(record, device_kind=kind)
-        return Planned(record, remaining, shape)
+        estimated = [f"co_runners[{i}].overlap" for i, ms in enumerate(remaining) if ms is not None]
+        if self.state.config.fill_missing:
+            filling = self.state.filling
+            signals, filled = filling.fill_signals(record.device, kind, record.signals)
+            missing = [
+                i for i, (runner, ms) in enumerate(zip(query.co_runners, remaining, strict=False))
+                if runner.overlap is None and ms is None
+            ] if len(query.co_runners) == len(record.co_runners) else []
+            if missing:
+                overlap = filling.overlap(kind, len(record.co_runners))
+                runners = list(record.co_runners)
+                for i in missing:
+                    runners[i] = dataclasses.replace(runners[i], overlap=overlap)
+                record = dataclasses.replace(record, co_runners=tuple(runners))
+                estimated += [f"co_runners[{i}].overlap" for i in missing]
+            if filled:
+                record = dataclasses.replace(record, signals=signals)
+                estimated += filled
+        return Planned(record, remaining, shape, tuple(estimated))
 
     def plan_candidates(self, batch: BatchSpec, candidates: CandidateColumns, solo_latency_ms: float | None) -> Plan:
         """Validated rows of a ranking's candidates.
@@ -359,9 +373,9 @@ class Answering:
             ])
         devices = candidates.devices
         kinds = [k or live_view.kind_of(d) for k, d in zip(candidates.device_kinds, devices, strict=True)]
-        overlaps = np.where(candidates.has_overlap, candidates.overlaps, 1.0)
         remaining = np.where(candidates.has_remaining, candidates.remaining, math.nan)
-        rows = CoLocations(batch, devices, kinds, candidates.signals, candidates.offsets, candidates.models,
+        overlaps, signals, estimated = self._fill_columns(candidates, kinds)
+        rows = CoLocations(batch, devices, kinds, signals, candidates.offsets, candidates.models,
                            candidates.batch_sizes, candidates.attrs, overlaps, solo_latency_ms)
         counts = np.diff(candidates.offsets)
         with_overlap = _per_row(candidates.has_overlap, candidates.offsets)
@@ -372,7 +386,7 @@ class Answering:
                                     candidates.signals, strict=True)
         ]
         if not live:
-            return Plan(rows, remaining, np.flatnonzero(candidates.has_remaining), shapes)
+            return Plan(rows, remaining, np.flatnonzero(candidates.has_remaining), shapes=shapes, estimated=estimated)
         running = {i: live_view.running(devices[i]) for i in live}
         for i, batches in running.items():
             shapes[i] = QueryShape.of(len(batches), 0, len(batches), signals=bool(candidates.signals[i]), live=True)
@@ -382,9 +396,60 @@ class Answering:
             else list(zip(rows.co_runners(i), remaining[rows.offsets[i]:rows.offsets[i + 1]].tolist(), strict=True))
             for i in range(len(rows))
         ]
-        plan = Plan.from_runners(batch, solo_latency_ms, list(devices), kinds, candidates.signals, runners)
+        plan = Plan.from_runners(batch, solo_latency_ms, list(devices), kinds, signals, runners)
+        estimated = estimated or [()] * len(rows)
+        for i, batches in running.items():
+            estimated[i] = tuple(f"co_runners[{j}].overlap" for j in range(len(batches))) + tuple(
+                e for e in estimated[i] if e.startswith("signals.")
+            )
+        plan.estimated = estimated
         plan.shapes = shapes
         return plan
+
+    def _fill_columns(
+        self, candidates: CandidateColumns, kinds: Sequence[str]
+    ) -> tuple[np.ndarray, Sequence[Mapping[str, float]], list[tuple[str, ...]] | None]:
+        """The candidates' overlaps and signals with what they leave out estimated
+        (:mod:`predictor.service.filling`), and per candidate the paths estimated (``None``: none)."""
+        given = candidates.has_overlap
+        overlaps = np.where(given, candidates.overlaps, 1.0)
+        n = len(candidates)
+        estimated: list[tuple[str, ...]] = [()] * n
+        offsets = candidates.offsets
+        if candidates.has_remaining.any():
+            for i in np.unique(np.searchsorted(offsets, np.flatnonzero(candidates.has_remaining), "right") - 1).tolist():
+                start, stop = int(offsets[i]), int(offsets[i + 1])
+                estimated[i] = tuple(f"co_runners[{j - start}].overlap" for j in range(start, stop)
+                                     if candidates.has_remaining[j])
+        if not self.state.config.fill_missing:
+            return overlaps, candidates.signals, estimated if any(estimated) else None
+        filling = self.state.filling
+        missing = ~given & ~candidates.has_remaining
+        if missing.any():
+            rows = np.searchsorted(offsets, np.flatnonzero(missing), "right") - 1
+            for i in np.unique(rows).tolist():
+                start, stop = int(offsets[i]), int(offsets[i + 1])
+                value = filling.overlap(kinds[i], stop - start)
+                positions = np.flatnonzero(missing[start:stop])
+                overlaps[start + positions] = value
+                estimated[i] = estimated[i] + tuple(f"co_runners[{j}].overlap" for j in positions.tolist())
+        signals = candidates.signals
+        if not filling.has_signals():
+            return overlaps, signals, estimated if any(estimated) else None
+        views: dict[tuple[str, str], tuple[Mapping[str, float], tuple[str, ...]]] = {}
+        for i, (device, kind, given_signals) in enumerate(zip(candidates.devices, kinds, signals, strict=True)):
+            shared = views.get((device, kind))
+            if shared is None:  # what a candidate without signals gets on this device (one dict for all)
+                shared = views[(device, kind)] = filling.fill_signals(device, kind, {})
+            if not shared[1]:
+                continue
+            fill = shared if not given_signals else filling.fill_signals(device, kind, given_signals)
+            if fill[1]:
+                if signals is candidates.signals:
+                    signals = list(signals)
+                signals[i] = fill[0]
+                estimated[i] = estimated[i] + fill[1]
+        return overlaps, signals, estimated if any(estimated) else None
 
     @staticmethod
     def _valid_batch(batch: BatchSpec, limit: float) -> bool:
@@ -401,16 +466,44 @@ class Answering:
         return parsed.batch == batch
 
     # ------------------------------------------------------------------ answering
+    def _latencies(
+        self, predictor: LatencyPredictor, plan: Plan | Planned, solo: float
+    ) -> tuple[Record | CoLocations, np.ndarray]:
+        """The rows as predicted (co-runners at their effective overlaps) and their latencies,
+        monotone in crowding (:mod:`predictor.service.monotone`).
+
+        A single query of a predictor that is monotone itself, with nothing to clip, goes the
+        per-record way, which costs less than columns for one row. Co-runners given by remaining
+        time get their overlap from the predicted window (:func:`monotone.fixed_point`).
+        """
+        if isinstance(plan, Planned):
+            record = plan.record
+            if (
+                not plan.moving
+                and monotone.direct(predictor, record.batch.attrs)
+                and not monotone.needs_clipping(record)
+            ):
+                return record, _predict(predictor, record)
+            plan = Plan.of([plan])
+        if not plan.moving:
+            return plan.rows, monotone.latencies(predictor, plan.rows)
+        moving = np.zeros(len(plan.rows), dtype=bool)
+        moving[plan.rows.rows_of_runners()[plan.given]] = True
+        low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
+        window = monotone.fixed_point(
+            lambda w: monotone.latencies(predictor, plan.at_window(w)), moving, solo, high, low
+        )
+        return plan.at_window(window), window
+
     def answer(self, plan: Plan | Planned, confidence: float, deadline_ms: float | None = None) -> RankingColumns:
         """Predictions, bounds (and, for a deadline, slack and probability) of every row, ranked.
 
-        Co-runners given by remaining time get their overlap from the predicted window:
-        ``min(1, remaining / window)``, starting from the solo latency, iterated
-        ``overlap_iterations`` times.
+        Latencies are monotone in crowding (:meth:`_latencies`); co-runners given by remaining
+        time get their overlap from the predicted window, ``min(1, remaining / window)``, at its
+        fixed point. Ties of slack go to the less crowded device (:func:`rank_order`).
 
-        A single query (a :class:`Planned`) is the one-row case, predicted from its record and
-        iterated in scalars (:meth:`Planned.at_window`), which costs less than columns for one
-        row; it gives the numbers its one-row :class:`Plan` would.
+        A single query (a :class:`Planned`) is the one-row case; it gives the numbers its
+        one-row :class:`Plan` would.
         """
         state = self.state
         with state.lock:
@@ -432,7 +525,7 @@ class Answering:
             deadline_ms, slack, order = math.nan, _filled(n, math.nan), np.arange(n)
         else:
             slack = deadline_ms - uppers
-            order = np.argsort(-slack, kind="stable") if n > 1 else np.zeros(1, dtype=np.intp)
+            order = rank_order(slack, rows) if n > 1 else np.zeros(1, dtype=np.intp)
         return RankingColumns(
             rows=rows,
             order=order,
@@ -450,31 +543,21 @@ class Answering:
             shapes=[shape.key for shape in shapes],
             fallback=fallback,
             raw_latency_ms=raw,
+            estimated=[plan.estimated] if isinstance(plan, Planned) else plan.estimated,
         )
 
     def predict_plan(self, plan: Plan | Planned) -> tuple[np.ndarray, CoLocations, float]:
         """The predicted latency of every row (the latency half of :meth:`answer`), the rows as
         predicted (co-runners with their effective overlaps), and the solo latency used.
 
-        Co-runners given by remaining time get their overlap from the predicted window:
-        ``min(1, remaining / window)``, starting from the solo latency, iterated
-        ``overlap_iterations`` times. Call under the state's lock.
+        Latencies are monotone in crowding (:meth:`_latencies`); co-runners given by remaining
+        time get their overlap from the predicted window at its fixed point. Call under the
+        state's lock.
         """
-        state = self.state
-        one = isinstance(plan, Planned)
-        predictor = state.predictor
-        first = plan.record if one else plan.rows.record(0)
+        predictor = self.state.predictor
+        first = plan.record if isinstance(plan, Planned) else plan.rows.record(0)
         solo = predictor.solo_latency(first)
-        predicted: Record | CoLocations = first if one else plan.rows
-        if not plan.moving:
-            latencies = _predict(predictor, predicted)
-        else:
-            # Every row is predicted at each step; rows without such co-runners get the same answer each time.
-            window = _filled(1 if one else len(plan.rows), solo)
-            for _ in range(state.config.overlap_iterations):
-                predicted = plan.at_window(float(window[0]) if one else window)
-                window = _predict(predictor, predicted)
-            latencies = window
+        predicted, latencies = self._latencies(predictor, plan, solo)
         rows = _row_of(predicted) if isinstance(predicted, Record) else predicted
         return latencies, rows, solo
 

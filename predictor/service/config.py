@@ -56,7 +56,9 @@ class ServiceConfig:
         A running batch already past its predicted latency is assumed to need this
         fraction of its prediction more.
     overlap_iterations
-        Fixed-point iterations between predicted latency and co-runner overlap.
+        Unused since the window of co-runners given by remaining time is solved exactly on a
+        grid (:func:`predictor.service.monotone.fixed_point`, monotone in crowding); kept so
+        that configurations naming it still load.
     snapshot_every_s
         Period of snapshots when a state directory is given (0 disables periodic ones).
     observation_log
@@ -104,6 +106,12 @@ class ServiceConfig:
     unseen_sigma
         Log-normal spread of the fallback bound of a model whose solo latency is unknown or of
         a device kind never seen (1.0: the 0.99 bound is about 10 times the guess).
+    fill_missing
+        Estimate what a query leaves out (:mod:`predictor.service.filling`): missing signals from
+        the device's smoothed recent signals, missing overlaps from the observed mean overlap
+        per (device kind, co-runner count). Off: signals absent, overlaps 1.
+    signal_alpha
+        EWMA weight of the newest observation in the devices' smoothed signals, in (0, 1].
     max_value
         Largest magnitude of a number (latency, attribute, signal) in an observation learned
         from or a query answered; latencies must also be at least ``1 / max_value`` ms
@@ -151,6 +159,8 @@ class ServiceConfig:
     answer_memory: int = 100_000
     answer_ttl_s: float = 600.0
     unseen_sigma: float = 1.0
+    fill_missing: bool = True
+    signal_alpha: float = 0.3
 
     def __post_init__(self) -> None:
         check_confidence(self.default_confidence)
@@ -210,5 +220,7 @@ class ServiceConfig:
             raise ValueError(f"shape_gamma must lie in [0, 1), got {self.shape_gamma!r}")
         if not 0.0 < self.spread_rate <= 1.0:
             raise ValueError(f"spread_rate must lie in (0, 1], got {self.spread_rate!r}")
+        if not 0.0 < self.signal_alpha <= 1.0:
+            raise ValueError(f"signal_alpha must lie in (0, 1], got {self.signal_alpha!r}")
         if not 0.0 <= self.adapt < 1.0:
             raise ValueError(f"adapt must lie in [0, 1), got {self.adapt!r}")

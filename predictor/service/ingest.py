@@ -106,6 +106,7 @@ class Ingest:
                 state.n_outliers += 1
                 raise OutlierRejected(reason)
             predictor.learn_one(record)
+        state.filling.observe(record, kind)
         bound = state.calibrator.upper_bound(predicted, kind, state.config.coverage_confidence)
         state.calibrator.add(kind, actual, predicted)
         state.monitor.update(

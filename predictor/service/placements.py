@@ -158,13 +158,33 @@ def valid_columns(
         return False
     if not rules.overlaps_ok(columns.overlaps[columns.has_overlap]):
         return False
-    if not rules.non_negatives_ok(columns.remaining[columns.has_remaining]):
+    remaining = columns.remaining[columns.has_remaining]
+    if not (rules.non_negatives_ok(remaining) and rules.magnitudes_ok(remaining, limit)):
         return False
     if (columns.has_overlap & columns.has_remaining).any():
         return False
     if CoRunnerSource.LIVE_VIEW not in columns.sources:
         return True
     return not any(s is CoRunnerSource.LIVE_VIEW and n for s, n in zip(columns.sources, counts.tolist(), strict=True))
+
+
+def rank_order(slack: np.ndarray, rows: CoLocations) -> np.ndarray:
+    """The candidates best first: most slack, then (ties) fewer co-runners, then less total
+    overlap, then request order.
+
+    Two devices that are otherwise equal rank the less crowded first even where their answers
+    tie (a prediction clamped at its largest slowdown, a predictor blind to co-runners).
+
+    Examples
+    --------
+    >>> rows = CoLocations.build(BatchSpec("a", 1), ["busy", "idle", "half"],
+    ...                          [[("b", 1, {}, 1.0)], [], [("b", 1, {}, 0.5)]])
+    >>> rank_order(np.array([5.0, 5.0, 5.0]), rows).tolist()
+    [1, 2, 0]
+    """
+    counts = np.diff(rows.offsets)
+    total = np.bincount(rows.rows_of_runners(), rows.overlaps, minlength=len(rows)) if rows.overlaps.size else counts
+    return np.lexsort((np.arange(len(slack)), total, counts, -slack))
 
 
 @dataclass(eq=False, slots=True)
@@ -190,6 +210,8 @@ class RankingColumns:
     deadline_ms: float
     runners_as_given: bool = False
     """Whether every row's co-runners are its candidate's, in order (none from the live view)."""
+    estimated: Sequence[tuple[str, ...]] | None = None
+    """Per candidate, the fields estimated because the query left them out (``None``: none)."""
     row_bounds: Sequence[Bound] | None = None
     """Per row: how its bound was calibrated (``None``: ``bounds`` of its device kind)."""
     shapes: Sequence[str] | None = None
@@ -218,6 +240,7 @@ class RankingColumns:
             device_kind=kind,
             fallback=bool(self.fallback[i]) if self.fallback is not None else False,
             query_shape=self.shapes[i] if self.shapes is not None else "",
+            estimated=self.estimated[i] if self.estimated is not None else (),
         )
 
     def to_ranking(self) -> Ranking:

@@ -26,6 +26,7 @@ from predictor.service import wal
 from predictor.service.admission import AdmissionCalibration, AnswerMemory
 from predictor.service.config import ServiceConfig
 from predictor.service.errors import OutlierRejected, ServiceError, Unavailable
+from predictor.service.filling import Filling
 from predictor.service.gates import OutlierGates
 from predictor.service.liveview import LiveView
 from predictor.service.monitor import REPLAY, ErrorMonitor
@@ -83,6 +84,7 @@ class ServiceState:
             max_devices=config.max_devices,
             max_running_per_device=config.max_running_per_device,
         )
+        self.filling = Filling(config.signal_alpha, config.max_devices)
         self.lock = threading.RLock()
         self._ready = False
         self._listeners: list[Callable[[bool], None]] = []
@@ -285,6 +287,7 @@ class ServiceState:
                 "monitor": self.monitor,
                 "devices": self.live.devices(),
                 "gates": self.gates,
+                "filling": self.filling,
             }
             return snapshot.dump_state(state)
 
@@ -313,7 +316,11 @@ class ServiceState:
         admission = state.get("admission") or self.new_admission()
         if not isinstance(admission, AdmissionCalibration):
             raise snapshot.SnapshotError(f"{path}: payload holds no admission calibration")
+        filling = state.get("filling")
+        if not isinstance(filling, Filling):
+            filling = Filling(self.config.signal_alpha, self.config.max_devices)
         with self.lock:
+            self.filling = filling
             self.predictor = predictor
             self.calibrator = calibrator
             self.admission = admission

@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from predictor import rules
 from predictor.calibration import BoundSource
 from predictor.records import BatchSpec, CoRunner
 from predictor.service.errors import InvalidArgument
@@ -84,18 +85,28 @@ class Deadline:
     ms: float | None = None
     at: float | None = None
 
-    def relative_ms(self, field_path: str = "deadline", now: float | None = None) -> float:
-        """Milliseconds left, validated (``now`` defaults to the wall clock)."""
+    def relative_ms(
+        self, field_path: str = "deadline", now: float | None = None, limit: float = rules.MAX_MAGNITUDE
+    ) -> float:
+        """Milliseconds left, validated (``now`` defaults to the wall clock): within ``limit``
+        in magnitude, as every number of a query (:func:`predictor.rules.magnitude`)."""
         if (self.ms is None) == (self.at is None):
             raise InvalidArgument(field_path, "give exactly one of a relative deadline_ms or a deadline_time")
         if self.ms is not None:
             if not math.isfinite(self.ms) or self.ms <= 0:
                 raise InvalidArgument(f"{field_path}_ms", f"must be finite and > 0, got {self.ms!r}")
+            if not rules.magnitude_ok(self.ms, limit):
+                raise InvalidArgument(f"{field_path}_ms", f"magnitude {self.ms:g} is beyond the limit of {limit:g}")
             return float(self.ms)
         assert self.at is not None
         if not math.isfinite(self.at):
             raise InvalidArgument(f"{field_path}_time", f"must be finite, got {self.at!r}")
-        return (self.at - (time.time() if now is None else now)) * 1000.0
+        relative = (self.at - (time.time() if now is None else now)) * 1000.0
+        if not rules.magnitude_ok(relative, limit):
+            raise InvalidArgument(
+                f"{field_path}_time", f"{relative:g} ms from now, beyond the limit of {limit:g} ms either way"
+            )
+        return relative
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +128,9 @@ class Prediction:
     """Whether the answer is a wide fallback (the model or the device kind was never seen)."""
     query_shape: str = ""
     """The shape of the query the bound was calibrated for (:mod:`predictor.shapes`)."""
+    estimated: tuple[str, ...] = ()
+    """Fields the service estimated because the query left them out (``signals.K``,
+    ``co_runners[i].overlap``; see :mod:`predictor.service.filling`)."""
 
 
 @dataclass(frozen=True, slots=True)
