@@ -45,6 +45,7 @@ from predictor.service.errors import InvalidArgument, NotFound, ResourceExhauste
 from predictor.service.liveview import RunningBatch
 from predictor.service.placements import CandidateColumns, RankingColumns, valid_columns
 from predictor.service.state import ServiceState
+from predictor.service.terms import terms_of
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,
@@ -186,7 +187,7 @@ class Answering:
         deadline_ms = deadline.relative_ms()
         answer = self.answer(self.plan_query(query, "query."), confidence, deadline_ms)
         slack = float(answer.slack_ms[0])
-        return DeadlineAnswer(slack >= 0, slack, float(answer.probability[0]), deadline_ms, answer.prediction(0))
+        return DeadlineAnswer(answer.feasible(0), slack, float(answer.probability[0]), deadline_ms, answer.prediction(0))
 
     def rank_placements(
         self,
@@ -378,18 +379,26 @@ class Answering:
                 uppers = latencies * next(iter(bounds.values())).upper_ms
             else:
                 uppers = latencies * np.array([bounds[k].upper_ms for k in kinds])
+            terms = terms_of(state.queues, state.memory, state.live, rows, confidence, bounds)
             if deadline_ms is None:
                 probabilities = _filled(n, math.nan)
-            else:
+            elif terms is None:
                 probabilities = state.calibrator.probabilities_within(
                     latencies, _filled(n, deadline_ms), kinds, confidence
                 )
+            else:  # the time left for the batch itself: the deadline less the mean wait and the load
+                limits = np.nan_to_num(deadline_ms - terms.extra_mean_ms, neginf=0.0)
+                probabilities = terms.probabilities(
+                    state.calibrator.probabilities_within(latencies, limits, kinds, confidence))
             learned = predictor.n_learned
         if deadline_ms is None:
             deadline_ms, slack, order = math.nan, _filled(n, math.nan), np.arange(n)
-        else:
+        elif terms is None:
             slack = deadline_ms - uppers
             order = np.argsort(-slack, kind="stable") if n > 1 else np.zeros(1, dtype=np.intp)
+        else:
+            slack = deadline_ms - uppers - terms.extra_bound_ms
+            order = terms.order(slack)
         return RankingColumns(
             rows=rows,
             order=order,
@@ -403,6 +412,7 @@ class Answering:
             predictor=state.config.predictor,
             observations_learned=learned,
             deadline_ms=deadline_ms,
+            terms=terms,
         )
 
 

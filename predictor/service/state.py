@@ -27,6 +27,8 @@ from predictor.service.config import ServiceConfig
 from predictor.service.errors import OutlierRejected, ServiceError, Unavailable
 from predictor.service.gates import OutlierGates
 from predictor.service.liveview import LiveView
+from predictor.service.memory import MemoryBook
+from predictor.service.queues import QueueBook
 from predictor.service.monitor import ErrorMonitor
 from predictor.service.types import KindStatus, LogStatus, Status
 
@@ -79,6 +81,8 @@ class ServiceState:
             max_devices=config.max_devices,
             max_running_per_device=config.max_running_per_device,
         )
+        self.queues = QueueBook(clock, stale_after_s=config.stale_after_s, max_devices=config.max_devices)
+        self.memory = MemoryBook(clock, max_devices=config.max_devices)
         self.lock = threading.RLock()
         self._ready = False
         self._listeners: list[Callable[[bool], None]] = []
