@@ -208,6 +208,18 @@ class QueueBook:
         """Whether any device has a queue or rates (``False``: every wait is none)."""
         return bool(self._devices)
 
+    def summary(self) -> dict[str, int]:
+        """Batches queued over all devices, and devices saturated by their rates (for metrics)."""
+        with self._lock:
+            now = self.clock()
+            queued = saturated = 0
+            for state in self._devices.values():
+                self._expire(state, now)
+                queued += len(state.queue)
+                rates = self._rates(state)
+                saturated += rates is not None and rates[0] * rates[1] >= 1.0
+            return {"queued": queued, "saturated": saturated}
+
     def queue_length(self, device: str) -> int:
         """Batches queued on ``device`` now."""
         with self._lock:
