@@ -80,12 +80,13 @@ def book_of(trace: Trace, warmup: int = 0) -> QueueBook:
     now = [0.0]
     n = len(trace.starts) - warmup
     book = QueueBook(clock=lambda: now[0] / 1000.0, window=n, min_samples=20, stale_after_s=1e12)
-    events = [(t, 0, i) for i, t in enumerate(trace.starts[warmup:], start=warmup)]
-    events += [(t, 1, i) for i, t in enumerate(trace.ends[warmup:], start=warmup)]
+    # at equal times an end comes first: the server starts the next batch when one ends
+    events = [(t, 1, i) for i, t in enumerate(trace.starts[warmup:], start=warmup)]
+    events += [(t, 0, i) for i, t in enumerate(trace.ends[warmup:], start=warmup)]
     events.sort()
     for t, kind, i in events:
         now[0] = float(t)
-        if kind == 0:
+        if kind == 1:
             book.started("dev", str(i))
         else:
             book.ended("dev", str(i))

@@ -84,14 +84,27 @@ def test_book_needs_min_samples_then_uses_rates_then_saturates():
     wait = book.wait("d", [], 0.99, 1.0)
     assert wait.source is WaitSource.RATES and wait.utilisation == pytest.approx(0.1, rel=1e-6)
     assert wait.mean_ms == pytest.approx(mg1_wait(0.01, 10.0, 100.0).mean_ms, rel=1e-6)
-    small = QueueBook(clock=lambda: now[0], window=40, min_samples=20)
-    for i in range(40):  # an arrival every 5 ms, each served in 10 ms (overlapping): rho 2
+    small = QueueBook(clock=lambda: now[0], window=40, min_samples=20, stale_after_s=1.0)
+    for i in range(40):  # queued every 5 ms ...
         now[0] = 10 + i * 0.005
+        small.queued("e", str(i), BatchSpec("bert", 1), predicted_ms=10.0)
+    for i in range(40):  # ... served one at a time in 10 ms each: rho 2
         small.started("e", str(i))
-        if i >= 2:
-            small.ended("e", str(i - 2))
+        now[0] += 0.010
+        small.ended("e", str(i))
+    assert small.wait("e", [], 0.99, 1.0).source is WaitSource.QUEUE  # the queue is known (and empty)
+    now[0] += 2.0  # the last queue report is stale: the rates answer
     wait = small.wait("e", [], 0.99, 1.0)
     assert wait.saturated and wait.utilisation is None and math.isinf(wait.bound_ms)
+    # a device seen running 3 batches at once is an M/G/3 queue: the same rates do not saturate it
+    multi = QueueBook(clock=lambda: now[0], window=40, min_samples=20)
+    for i in range(40):
+        now[0] = 100 + i * 0.005
+        multi.started("f", str(i))
+        if i >= 2:
+            multi.ended("f", str(i - 2))
+    wait = multi.wait("f", [], 0.99, 1.0)
+    assert not wait.saturated and wait.utilisation == pytest.approx(2 / 3, rel=0.05)
     assert small.summary() == {"queued": 0, "saturated": 1}
 
 
@@ -172,14 +185,18 @@ def test_rates_and_saturation_through_the_service(server):
     assert p.queue_wait_source == "rates" and p.queue_utilisation == pytest.approx(0.1, rel=0.05)
     rate, m1, m2, _ = service.state.queues.rates("m0")
     assert p.queue_wait_ms == pytest.approx(mg1_wait(rate, m1, m2).mean_ms)
-    for i in range(600):  # now arrivals every 2 ms, each served in 5 ms (overlapping): saturated
-        client.batch_start("m0", f"s{i}", BATCH, device_kind="SimGPU")
+    for i in range(600):  # now queued every 2 ms, served one at a time in 5 ms: saturated
+        client.batch_queued("m0", f"s{i}", BATCH, device_kind="SimGPU")
         now[0] += 0.002
-        if i >= 2:
-            client.batch_end("m0", f"s{i - 2}")
+    for i in range(600):
+        client.batch_start("m0", f"s{i}", BATCH, device_kind="SimGPU")
+        now[0] += 0.005
+        client.batch_end("m0", f"s{i}")
+    now[0] += service.config.stale_after_s + 1  # no queue report since: the rates answer
     answer = client.check_deadline(idle("m0"), deadline_ms=1e6)
     assert answer.prediction.queue_saturated and answer.prediction.queue_utilisation is None
     assert math.isinf(answer.prediction.queue_wait_ms) and not answer.feasible and answer.probability == 0.0
+    assert math.isinf(answer.prediction.completion_bound_ms) and answer.slack_ms == -math.inf
 
 
 def test_report_batch_queued_validation_names_the_field(server):

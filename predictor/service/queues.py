@@ -9,7 +9,9 @@ The queue book learns, per device, from the batch reports:
   queued (it found the device free); the arrival rate is the number of arrivals over the
   span of the last ``window`` of them;
 * a **service time** is the time from a batch's start report to its end report; the first
-  two moments are those of the last ``window`` of them.
+  two moments are those of the last ``window`` of them;
+* the device's **concurrency** ``c`` is the most batches it was seen running at once (started,
+  not yet ended) over the last ``window`` starts: a device that co-locates is an M/G/c queue.
 
 The wait of a batch placed on a device now (:meth:`QueueBook.wait`):
 
@@ -18,8 +20,9 @@ The wait of a batch placed on a device now (:meth:`QueueBook.wait`):
   device starts the head of its queue when a running batch ends); its bound scales that
   by the device kind's calibration factor;
 * **rates known** (at least ``min_samples`` arrivals and service times, no queue reported):
-  the M/G/1 Pollaczek-Khinchine mean wait, with its tail quantile at the confidence as
-  the bound (:mod:`predictor.queueing`); at utilisation >= 1 the device is *saturated*;
+  the M/G/1 Pollaczek-Khinchine mean wait (M/G/c, Allen-Cunneen, for a device seen running
+  ``c > 1`` batches at once), with its tail quantile at the confidence as the bound
+  (:mod:`predictor.queueing`); at utilisation >= 1 the device is *saturated*;
 * otherwise no wait.
 
 Its state is its own (the live view says what runs; this book what waits and how fast the
@@ -49,7 +52,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from predictor.queueing import mg1_wait
+from predictor.queueing import mgc_wait
 from predictor.records import BatchSpec
 from predictor.service.errors import InvalidArgument, ResourceExhausted
 
@@ -96,6 +99,7 @@ class _Device:
     arrivals: deque = field(default_factory=deque)  # times, s
     services: deque = field(default_factory=deque)  # durations, ms
     started: dict[str, float] = field(default_factory=dict)  # batch id -> start time, s
+    in_flight: deque = field(default_factory=deque)  # batches running at each start
 
 
 class QueueBook:
@@ -142,7 +146,8 @@ class QueueBook:
             if len(self._devices) >= self.max_devices:
                 raise ResourceExhausted("device", f"the queue book already tracks {self.max_devices} devices")
             state = self._devices[device] = _Device(arrivals=deque(maxlen=self.window),
-                                                    services=deque(maxlen=self.window))
+                                                    services=deque(maxlen=self.window),
+                                                    in_flight=deque(maxlen=self.window))
         return state
 
     def _expire(self, state: _Device, now: float) -> None:
@@ -183,6 +188,7 @@ class QueueBook:
                 state.arrivals.append(now)
             if len(state.started) < self.max_queued_per_device or batch_id in state.started:
                 state.started[batch_id] = now
+            state.in_flight.append(len(state.started))
 
     def ended(self, device: str, batch_id: str) -> tuple[bool, float | None]:
         """A batch ended (or was dropped) on ``device``.
@@ -217,7 +223,7 @@ class QueueBook:
                 self._expire(state, now)
                 queued += len(state.queue)
                 rates = self._rates(state)
-                saturated += rates is not None and rates[0] * rates[1] >= 1.0
+                saturated += rates is not None and rates[0] * rates[1] >= rates[3]
             return {"queued": queued, "saturated": saturated}
 
     def queue_length(self, device: str) -> int:
@@ -230,7 +236,7 @@ class QueueBook:
             return len(state.queue)
 
     def rates(self, device: str) -> tuple[float, float, float, int] | None:
-        """``(arrival rate per ms, E[S] ms, E[S^2] ms^2, samples)`` of ``device``, once ``min_samples`` of each."""
+        """``(arrival rate per ms, E[S] ms, E[S^2] ms^2, concurrency)`` of ``device``, once ``min_samples`` of each."""
         with self._lock:
             state = self._devices.get(device)
             if state is None:
@@ -248,7 +254,7 @@ class QueueBook:
         rate = (len(arrivals) - 1) / span_ms
         m1 = math.fsum(services) / len(services)
         m2 = math.fsum(s * s for s in services) / len(services)
-        return rate, m1, m2, n
+        return rate, m1, m2, max(state.in_flight, default=1)
 
     def wait(
         self, device: str, running_remaining: Sequence[float], confidence: float, bound_factor: float
@@ -274,8 +280,8 @@ class QueueBook:
             rates = self._rates(state)
         if rates is None:
             return NO_WAIT
-        rate, m1, m2, _ = rates
-        wait = mg1_wait(rate, m1, m2)
+        rate, m1, m2, servers = rates
+        wait = mgc_wait(rate, m1, m2, servers)
         if wait.saturated:
             return WaitEstimate(WaitSource.RATES, math.inf, math.inf, saturated=True)
         return WaitEstimate(WaitSource.RATES, wait.mean_ms, wait.quantile(confidence), utilisation=wait.utilisation)
