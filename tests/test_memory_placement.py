@@ -150,3 +150,15 @@ def test_batch_end_memory_validation_names_the_field(client):
         client.batch_end("bad2", "b", peak_memory_mb=-5.0)
     assert info.value.field == "peak_memory_mb"
     assert client.batch_end("bad2", "b") == (True, 0)  # the rejected report changed nothing
+
+
+def test_resident_models_reported_replace_what_the_service_knows(client):
+    client.batch_start("evict", "e1", BATCH, device_kind="SimGPU", load_ms=700.0)
+    client.batch_end("evict", "e1", resident_models=["bert"])
+    query = Query("evict", BATCH, co_runner_source=CoRunnerSource.LIVE_VIEW)
+    assert client.predict(query).load_ms == 0.0
+    client.batch_start("evict", "e2", BatchSpec("mlp", 1), device_kind="SimGPU", resident_models=["mlp"])
+    assert client.predict(query).load_ms > 0  # bert was evicted: it must be loaded again
+    with pytest.raises(InvalidArgument) as info:
+        client.batch_end("evict", "e2", resident_models=["mlp", ""])
+    assert info.value.field == "resident_models[1]"

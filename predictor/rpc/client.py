@@ -197,13 +197,16 @@ class InterferenceClient:
         memory_total_mb: float | None = None,
         memory_used_mb: float | None = None,
         load_ms: float | None = None,
+        resident_models: Sequence[str] = (),
     ) -> tuple[float, int]:
         """Report a batch started; returns its predicted latency (ms) and the batches running there.
 
-        Optionally with the device's memory (capacity, use) and the time spent loading the model for it.
+        Optionally with the device's memory (capacity, use), the time spent loading the model for it
+        and the models loaded on the device.
         """
         request = self._pb2.ReportBatchStartRequest(
-            device=device, device_kind=device_kind, batch_id=batch_id, batch=convert.batch_to_pb(batch)
+            device=device, device_kind=device_kind, batch_id=batch_id, batch=convert.batch_to_pb(batch),
+            resident_models=list(resident_models),
         )
         for name, value in (("elapsed_ms", elapsed_ms), ("memory_total_mb", memory_total_mb),
                             ("memory_used_mb", memory_used_mb), ("load_ms", load_ms)):
@@ -213,11 +216,19 @@ class InterferenceClient:
         return response.predicted_latency_ms, response.running
 
     def batch_end(
-        self, device: str, batch_id: str, *, peak_memory_mb: float | None = None, memory_used_mb: float | None = None
+        self,
+        device: str,
+        batch_id: str,
+        *,
+        peak_memory_mb: float | None = None,
+        memory_used_mb: float | None = None,
+        resident_models: Sequence[str] = (),
     ) -> tuple[bool, int]:
         """Report a batch ended (or dropped from its queue); returns whether it was running (or queued)
-        and the batches still running there. Optionally with its peak memory and the device's use after it."""
-        request = self._pb2.ReportBatchEndRequest(device=device, batch_id=batch_id)
+        and the batches still running there. Optionally with its peak memory, the device's use after it
+        and the models loaded on the device."""
+        request = self._pb2.ReportBatchEndRequest(device=device, batch_id=batch_id,
+                                                  resident_models=list(resident_models))
         if peak_memory_mb is not None:
             request.peak_memory_mb = peak_memory_mb
         if memory_used_mb is not None:

@@ -294,12 +294,13 @@ def placement_fields_to_pb(placement: PlacementAnswer) -> dict[str, Any]:
 def start_memory_from_pb(message: Any) -> DeviceMemory:
     """The memory fields of a ``ReportBatchStartRequest``."""
     return DeviceMemory(total_mb=_optional(message, "memory_total_mb"), used_mb=_optional(message, "memory_used_mb"),
-                        load_ms=_optional(message, "load_ms"))
+                        load_ms=_optional(message, "load_ms"), resident_models=tuple(message.resident_models))
 
 
 def end_memory_from_pb(message: Any) -> DeviceMemory:
     """The memory fields of a ``ReportBatchEndRequest``."""
-    return DeviceMemory(used_mb=_optional(message, "memory_used_mb"), peak_mb=_optional(message, "peak_memory_mb"))
+    return DeviceMemory(used_mb=_optional(message, "memory_used_mb"), peak_mb=_optional(message, "peak_memory_mb"),
+                        resident_models=tuple(message.resident_models))
 
 
 def deadline_answer_to_pb(answer: DeadlineAnswer) -> Any:

@@ -216,6 +216,8 @@ class Service:
         running = self.live.start(device, device_kind, batch_id, batch, prediction.latency_ms, elapsed_ms or 0.0)
         self.state.queues.started(device, batch_id)
         book = self.state.memory
+        if memory.resident_models:
+            book.set_resident(device, memory.resident_models)
         book.mark_resident(device, batch.model)
         if memory.total_mb is not None or memory.used_mb is not None:
             book.device_memory(device, memory.total_mb, memory.used_mb)
@@ -241,6 +243,8 @@ class Service:
         found, running = self.live.end(device, batch_id, required=not was_queued)
         if memory.used_mb is not None:
             self.state.memory.device_memory(device, used_mb=memory.used_mb)
+        if memory.resident_models:
+            self.state.memory.set_resident(device, memory.resident_models)
         if memory.peak_mb is not None and spec is not None:
             self.state.memory.footprint(spec.model, spec.batch_size, memory.peak_mb)
         return found or was_queued, running

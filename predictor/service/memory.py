@@ -12,7 +12,8 @@
 * **Load time** of a model: the mean of the ``load_ms`` reported at ``ReportBatchStart``
   for it on that device kind (else on any kind).
 * **Residency**: a model is resident on a device it started a batch on within
-  ``resident_ttl_s``.
+  ``resident_ttl_s``, unless the device's collector reported the models loaded there since
+  (``resident_models``, at a start or end), without it.
 
 :meth:`MemoryBook.need` gives, for a batch on a device, the memory it needs (its footprint,
 less its weights when the model is resident), the memory free, and the load time to add
@@ -139,6 +140,13 @@ class MemoryBook:
             for key in {(model, device_kind), (model, "")}:
                 total, n = self._loads.get(key, (0.0, 0))
                 self._loads[key] = (total + load_ms, n + 1)
+
+    def set_resident(self, device: str, models: tuple[str, ...] | list[str]) -> None:
+        """The models loaded on ``device`` now, as its collector reports them (the others were evicted)."""
+        with self._lock:
+            state = self._device(device)
+            now = self.clock()
+            state.resident = {m: state.resident.get(m, now) for m in models}
 
     def mark_resident(self, device: str, model: str) -> None:
         """``model`` started a batch on ``device`` now (it is loaded there)."""

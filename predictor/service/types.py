@@ -137,13 +137,15 @@ class DeviceMemory:
     """Memory read by a collector at a batch report (every field optional).
 
     ``total_mb`` and ``used_mb``: the device's capacity and use; ``load_ms`` (at a start): time
-    spent loading the batch's model first; ``peak_mb`` (at an end): the batch's peak memory.
+    spent loading the batch's model first; ``peak_mb`` (at an end): the batch's peak memory;
+    ``resident_models``: the models loaded on the device now (empty: unchanged).
     """
 
     total_mb: float | None = None
     used_mb: float | None = None
     load_ms: float | None = None
     peak_mb: float | None = None
+    resident_models: tuple[str, ...] = ()
 
     FIELDS = {"total_mb": "memory_total_mb", "used_mb": "memory_used_mb", "load_ms": "load_ms",
               "peak_mb": "peak_memory_mb"}
@@ -158,6 +160,12 @@ class DeviceMemory:
                     rules.non_negative_within(value, path, limit)
                 except rules.RecordError as exc:
                     raise InvalidArgument(exc.field, exc.message) from None
+        if len(self.resident_models) > rules.MAX_NUMERIC_KEYS * 16:
+            raise InvalidArgument("resident_models", f"more than {rules.MAX_NUMERIC_KEYS * 16} models")
+        for i, model in enumerate(self.resident_models):
+            if not (model and rules.name_ok(model)):
+                raise InvalidArgument(f"resident_models[{i}]",
+                                      f"must be a non-empty string of at most {rules.MAX_NAME_LENGTH} characters")
 
 
 @dataclass(frozen=True, slots=True)
