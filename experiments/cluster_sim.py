@@ -57,7 +57,7 @@ import random
 import tempfile
 import time
 import zlib
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -381,6 +381,17 @@ class Cluster:
 
 
 # ----------------------------------------------------------------------------- services
+class SimClock:
+    """The simulated clock in seconds, for a service created before its simulation (0 until then)."""
+
+    def __init__(self) -> None:
+        self.env: simpy.Environment | None = None
+
+    def __call__(self) -> float:
+        """Now, in simulated seconds."""
+        return self.env.now / 1000.0 if self.env is not None else 0.0
+
+
 def start_service(policy: str, config: Config, warm: list[Record], warm_path: Path, clock):
     """An in-process gRPC server for ``policy`` on the simulated ``clock``; (server, service, client)."""
     spec = "static" if policy == "static" else "rls"
@@ -424,14 +435,14 @@ def run(config: Config, records: list[Record]) -> dict:
             arrivals = poisson_arrivals(replay, rate, config.arrivals, config.seed + 1000 * i)
             row: dict = {"rate_per_s": rate, "policies": {}}
             for policy in config.policies:
-                cluster_box: list[Cluster] = []
+                clock = SimClock()
                 started = None
                 if policy != "blind":
-                    started = start_service(policy, config, warm, warm_path, lambda: cluster_box[0].now_s() if cluster_box else 0.0)
+                    started = start_service(policy, config, warm, warm_path, clock)
                 try:
                     cluster = Cluster(config, policy, started[2] if started else None, pool, kind,
                                       config.seed + 1000 * i)
-                    cluster_box.append(cluster)
+                    clock.env = cluster.env
                     t0 = time.perf_counter()
                     pool.levels.clear()
                     r = cluster.run(arrivals)

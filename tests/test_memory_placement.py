@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_nvml import FakeNvml
 
 from collectors.memory import cpu_memory, gpu_memory, process_memory
 from collectors.nvml import Nvml
@@ -15,7 +16,6 @@ from predictor.rpc.server import create_server, stop_server
 from predictor.service import CoRunnerSource, InvalidArgument, Query, Service, ServiceConfig
 from predictor.service.memory import MemoryBook
 from predictor.service.synthetic import synthetic_records
-from test_nvml import FakeNvml
 
 BATCH = BatchSpec("bert", 4, {"l2_util": 0.5, "dram_util": 0.4})
 

@@ -48,10 +48,10 @@ from predictor.service.ratelimit import RateLimiter
 from predictor.service.state import ServiceState
 from predictor.service.types import (
     Candidate,
-    DeviceMemory,
     CoRunnerSource,
     Deadline,
     DeadlineAnswer,
+    DeviceMemory,
     ObservationReport,
     Prediction,
     Query,

@@ -28,8 +28,8 @@ from predictor.service.errors import OutlierRejected, ServiceError, Unavailable
 from predictor.service.gates import OutlierGates
 from predictor.service.liveview import LiveView
 from predictor.service.memory import MemoryBook
-from predictor.service.queues import QueueBook
 from predictor.service.monitor import ErrorMonitor
+from predictor.service.queues import QueueBook
 from predictor.service.types import KindStatus, LogStatus, Status
 
 log = logging.getLogger("predictor.service")
