@@ -41,7 +41,7 @@ import bisect
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from predictor.service.errors import ResourceExhausted
@@ -102,6 +102,7 @@ class MemoryBook:
         self._devices: dict[str, _Device] = {}
         self._footprints: dict[str, dict[int, float]] = {}
         self._loads: dict[tuple[str, str], tuple[float, int]] = {}  # (model, kind or "") -> (sum, n)
+        self._with_memory: set[str] = set()  # devices whose capacity is known
         self._lock = threading.Lock()
 
     def _device(self, device: str) -> _Device:
@@ -123,6 +124,7 @@ class MemoryBook:
             state = self._device(device)
             if total_mb is not None:
                 state.total_mb = total_mb
+                self._with_memory.add(device)
             if used_mb is not None:
                 state.used_mb = used_mb
 
@@ -154,9 +156,11 @@ class MemoryBook:
             self._device(device).resident[model] = self.clock()
 
     # ---------------------------------------------------------------- queries
-    def tracks(self) -> bool:
-        """Whether anything is known (``False``: every need is empty)."""
-        return bool(self._devices or self._footprints or self._loads)
+    def relevant(self, model: str, devices: Sequence[str]) -> bool:
+        """Whether ``model`` on any of ``devices`` may need something (a footprint or load time of the
+        model is known, or the memory of one of the devices); ``False``: every need is empty."""
+        return (model in self._footprints or (model, "") in self._loads
+                or (bool(self._with_memory) and not self._with_memory.isdisjoint(devices)))
 
     def is_resident(self, device: str, model: str) -> bool:
         """Whether ``model`` started on ``device`` within ``resident_ttl_s``."""

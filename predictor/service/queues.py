@@ -137,6 +137,7 @@ class QueueBook:
         self.max_devices = max_devices
         self.max_queued_per_device = max_queued_per_device
         self._devices: dict[str, _Device] = {}
+        self._active: set[str] = set()  # devices with a queue reported or enough samples for rates
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------- reports
@@ -176,6 +177,7 @@ class QueueBook:
                 state.arrivals.append(now)
             state.queue[batch_id] = _Queued(batch_id, batch, predicted_ms, now)
             state.queue_reported_at = now
+            self._active.add(device)
             return len(state.queue), ahead
 
     def started(self, device: str, batch_id: str) -> None:
@@ -207,12 +209,15 @@ class QueueBook:
                 return False, None
             service_ms = (self.clock() - started) * 1000.0
             state.services.append(service_ms)
+            if min(len(state.services), len(state.arrivals)) >= self.min_samples:
+                self._active.add(device)
             return False, service_ms
 
     # ---------------------------------------------------------------- queries
-    def tracks(self) -> bool:
-        """Whether any device has a queue or rates (``False``: every wait is none)."""
-        return bool(self._devices)
+    def active_among(self, devices: Sequence[str]) -> bool:
+        """Whether any of ``devices`` may have a wait (a queue reported, or enough samples for rates);
+        ``False``: every wait of theirs is none."""
+        return bool(self._active) and not self._active.isdisjoint(devices)
 
     def summary(self) -> dict[str, int]:
         """Batches queued over all devices, and devices saturated by their rates (for metrics)."""

@@ -83,10 +83,11 @@ def terms_of(
     bounds: dict[str, Bound],
 ) -> Terms | None:
     """The terms of every row (``None`` when no device has a queue, rates or memory known)."""
-    if not (queues.tracks() or memory.tracks()):
+    batch = rows.batch
+    devices = rows.devices
+    if not (queues.active_among(devices) or memory.relevant(batch.model, devices)):
         return None
     n = len(rows)
-    batch = rows.batch
     waits: list[WaitEstimate] = []
     load = np.zeros(n)
     needed = np.zeros(n)
