@@ -262,12 +262,17 @@ class QueueBook:
         return rate, m1, m2, max(state.in_flight, default=1)
 
     def wait(
-        self, device: str, running_remaining: Sequence[float], confidence: float, bound_factor: float
+        self,
+        device: str,
+        running_remaining: Sequence[float] | Callable[[], Sequence[float]],
+        confidence: float,
+        bound_factor: float,
     ) -> WaitEstimate:
         """The wait of a batch placed on ``device`` now (see the module docstring).
 
         ``running_remaining``: the remaining times (ms) of the batches running there (the live
-        view); ``bound_factor``: the calibration factor of the device kind (bound / prediction).
+        view), or a function giving them (called only when a queue is waiting); ``bound_factor``:
+        the calibration factor of the device kind (bound / prediction).
         """
         with self._lock:
             state = self._devices.get(device)
@@ -279,6 +284,8 @@ class QueueBook:
                 if not state.queue:
                     return WaitEstimate(WaitSource.QUEUE, 0.0, 0.0)
                 ahead = math.fsum(q.predicted_ms for q in state.queue.values())
+                if callable(running_remaining):
+                    running_remaining = running_remaining()
                 first_end = min(running_remaining) if len(running_remaining) else 0.0
                 mean = first_end + ahead
                 return WaitEstimate(WaitSource.QUEUE, mean, mean * max(bound_factor, 1.0))

@@ -18,6 +18,7 @@ latency alone, as before.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -98,9 +99,8 @@ def terms_of(
     for i, (device, kind) in enumerate(zip(rows.devices, rows.device_kinds, strict=True)):
         key = (device, kind)
         if key not in cache:
-            remaining = [ms for _, ms in live.running(device)] if live.knows(device) else []
             factor = bounds[kind].upper_ms if kind in bounds else 1.0
-            cache[key] = (queues.wait(device, remaining, confidence, factor),
+            cache[key] = (queues.wait(device, partial(_remaining, live, device), confidence, factor),
                           memory.need(device, kind, batch.model, batch.batch_size))
         wait, need = cache[key]
         waits.append(wait)
@@ -122,3 +122,8 @@ def terms_of(
         fits=fits,
         reasons=reasons,
     )
+
+
+def _remaining(live: LiveView, device: str) -> list[float]:
+    """Remaining times (ms) of the batches running on ``device``, from the live view."""
+    return [ms for _, ms in live.running(device)] if live.knows(device) else []
