@@ -208,6 +208,16 @@ class Nvml:
                 # any other error: the fields are missing from this reading only
         return out
 
+    def memory(self, index: int) -> tuple[float, float] | None:
+        """Device ``index``'s memory ``(total_mb, used_mb)`` (``nvmlDeviceGetMemoryInfo``); ``None``
+        when unavailable, lost or unreadable."""
+        if not self.available() or index not in self._handles or index in self.lost:
+            return None
+        info = self._call(lambda: self._nv.nvmlDeviceGetMemoryInfo(self._handles[index]))
+        if info is None:
+            return None
+        return info.total / 1e6, info.used / 1e6
+
     def _gpm(self, index: int, handle: Any) -> dict[str, float]:
         """GPM metrics between the previous GPM sample and a new one (empty on the first call)."""
         nv = self._nv

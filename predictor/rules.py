@@ -335,3 +335,11 @@ def check_magnitudes(numbers: Iterable[tuple[str, float]], limit: float) -> None
     for path, value in numbers:
         if path in LATENCIES and not latency_ok(value, limit):
             raise RecordError(path, f"{value:g} is below the smallest latency, {1.0 / limit:g} ms")
+
+
+def non_negative_within(value: float, path: str, limit: float = MAX_MAGNITUDE) -> float:
+    """A finite number >= 0 within ``limit`` in magnitude (memory in MB, a load time)."""
+    non_negative(value, path)
+    if not magnitude_ok(value, limit):
+        raise RecordError(path, f"magnitude {value:g} is beyond the limit of {limit:g}")
+    return value

@@ -201,21 +201,55 @@ class InterferenceClient:
         *,
         device_kind: str = "",
         elapsed_ms: float | None = None,
+        memory_total_mb: float | None = None,
+        memory_used_mb: float | None = None,
+        load_ms: float | None = None,
+        resident_models: Sequence[str] = (),
     ) -> tuple[float, int]:
-        """Report a batch started; returns its predicted latency (ms) and the batches running there."""
+        """Report a batch started; returns its predicted latency (ms) and the batches running there.
+
+        Optionally with the device's memory (capacity, use), the time spent loading the model for it
+        and the models loaded on the device.
+        """
         request = self._pb2.ReportBatchStartRequest(
-            device=device, device_kind=device_kind, batch_id=batch_id, batch=convert.batch_to_pb(batch)
+            device=device, device_kind=device_kind, batch_id=batch_id, batch=convert.batch_to_pb(batch),
+            resident_models=list(resident_models),
         )
-        if elapsed_ms is not None:
-            request.elapsed_ms = elapsed_ms
+        for name, value in (("elapsed_ms", elapsed_ms), ("memory_total_mb", memory_total_mb),
+                            ("memory_used_mb", memory_used_mb), ("load_ms", load_ms)):
+            if value is not None:
+                setattr(request, name, value)
         response = self._call(self.stub.ReportBatchStart, request)
         return response.predicted_latency_ms, response.running
 
-    def batch_end(self, device: str, batch_id: str) -> tuple[bool, int]:
-        """Report a batch ended; returns whether it was running and the batches still running there."""
-        request = self._pb2.ReportBatchEndRequest(device=device, batch_id=batch_id)
+    def batch_end(
+        self,
+        device: str,
+        batch_id: str,
+        *,
+        peak_memory_mb: float | None = None,
+        memory_used_mb: float | None = None,
+        resident_models: Sequence[str] = (),
+    ) -> tuple[bool, int]:
+        """Report a batch ended (or dropped from its queue); returns whether it was running (or queued)
+        and the batches still running there. Optionally with its peak memory, the device's use after it
+        and the models loaded on the device."""
+        request = self._pb2.ReportBatchEndRequest(device=device, batch_id=batch_id,
+                                                  resident_models=list(resident_models))
+        if peak_memory_mb is not None:
+            request.peak_memory_mb = peak_memory_mb
+        if memory_used_mb is not None:
+            request.memory_used_mb = memory_used_mb
         response = self._call(self.stub.ReportBatchEnd, request)
         return response.found, response.running
+
+    def batch_queued(self, device: str, batch_id: str, batch: BatchSpec, *, device_kind: str = "") -> tuple[int, float]:
+        """Report a batch queued on a device; returns the batches queued there and its expected wait (ms)."""
+        request = self._pb2.ReportBatchQueuedRequest(
+            device=device, device_kind=device_kind, batch_id=batch_id, batch=convert.batch_to_pb(batch)
+        )
+        response = self._call(self.stub.ReportBatchQueued, request)
+        return response.queued, response.queue_wait_ms
 
     def status(self) -> Status:
         """``GetStatus``: the service's learning, error and coverage summary."""

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from predictor.rpc import convert
 from predictor.rpc.convert import _BOUNDS_PB, _SOURCES, require_finite, require_finite_arrays
 from predictor.rpc.protos import pb2
 from predictor.service.placements import CandidateColumns, RankingColumns
@@ -125,7 +126,7 @@ def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns
         placement.MergeFromString(template(i))
         placement.device = devices[i]
         placement.rank = rank
-        placement.feasible = slack[i] >= 0
+        placement.feasible = ranking.feasible(i)
         placement.slack_ms = slack[i]
         placement.probability = probability[i]
         placement.candidate_index = i
@@ -137,6 +138,8 @@ def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns
         prediction.upper_bound_ms = upper[i]
         if estimated is not None and estimated[i]:
             prediction.estimated.extend(estimated[i])
+        if ranking.terms is not None:
+            _set_terms(placement, ranking, i)
         runners = prediction.co_runners
         if echo:
             for j in range(offsets[i], offsets[i + 1]):
@@ -150,3 +153,13 @@ def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns
             for j in range(offsets[i], offsets[i + 1]):
                 runners.add(model=models[j], batch_size=sizes[j], attrs=attrs[j], overlap=overlaps[j])
     return response
+
+
+def _set_terms(placement: Any, ranking: RankingColumns, i: int) -> None:
+    """Candidate ``i``'s queue, load and memory fields (a ranking with terms)."""
+    prediction = placement.prediction
+    for key, value in convert.queue_fields_to_pb(ranking.prediction(i)).items():
+        setattr(prediction, key, value)
+    for key, value in ranking.placement_fields(i).items():
+        if value is not None:
+            setattr(placement, key, value)

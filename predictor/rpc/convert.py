@@ -27,6 +27,7 @@ from predictor.service.types import (
     CoRunnerSource,
     Deadline,
     DeadlineAnswer,
+    DeviceMemory,
     DriftAlarm,
     KindStatus,
     LogStatus,
@@ -45,6 +46,8 @@ _SOURCES = {0: CoRunnerSource.AUTO, 1: CoRunnerSource.EXPLICIT, 2: CoRunnerSourc
 _SOURCES_PB = {v: k for k, v in _SOURCES.items()}
 _BOUNDS_PB = {BoundSource.DEVICE_KIND: 1, BoundSource.POOLED: 2, BoundSource.FALLBACK: 3}
 _BOUNDS = {v: k for k, v in _BOUNDS_PB.items()}
+_WAIT_SOURCES_PB = {"none": 0, "queue": 1, "rates": 2}
+_WAIT_SOURCES = {v: k for k, v in _WAIT_SOURCES_PB.items()}
 
 
 class NonFiniteAnswer(ServiceError):
@@ -68,6 +71,13 @@ def require_finite_arrays(what: str, *arrays: np.ndarray) -> None:
 
 def _optional(message: Any, name: str) -> float | None:
     return getattr(message, name) if message.HasField(name) else None
+
+
+def _wait_field(message: Any, name: str) -> float:
+    """A ``Prediction`` wait field: infinite when left unset for a saturated queue, else its value."""
+    if not message.HasField(name) and message.queue_saturated:
+        return math.inf
+    return getattr(message, name)
 
 
 # --------------------------------------------------------------------- requests -> domain
@@ -292,7 +302,53 @@ def prediction_to_pb(prediction: Prediction) -> Any:
         fallback=prediction.fallback,
         query_shape=prediction.query_shape,
         estimated=list(prediction.estimated),
+        **queue_fields_to_pb(prediction),
     )
+
+
+_WAIT_FIELDS = ("queue_wait_ms", "queue_wait_bound_ms", "completion_ms", "completion_bound_ms")
+
+
+def queue_fields_to_pb(prediction: Prediction) -> dict[str, Any]:
+    """The queue and load fields of a ``Prediction`` message ({} when there is no term)."""
+    if prediction.queue_wait_source == "none" and not prediction.load_ms and not prediction.queue_saturated:
+        return {}
+    fields: dict[str, Any] = {
+        "queue_saturated": prediction.queue_saturated,
+        "queue_wait_source": _WAIT_SOURCES_PB[prediction.queue_wait_source],
+        "load_ms": prediction.load_ms,
+    }
+    for name in _WAIT_FIELDS:  # unset when saturated: no answer carries an infinity
+        value = getattr(prediction, name)
+        if math.isfinite(value):
+            fields[name] = value
+    if prediction.queue_utilisation is not None:
+        fields["queue_utilisation"] = prediction.queue_utilisation
+    return fields
+
+
+def placement_fields_to_pb(placement: PlacementAnswer) -> dict[str, Any]:
+    """The memory fields and deciding term of a ``Placement`` message."""
+    fields: dict[str, Any] = {
+        "infeasible_reason": placement.infeasible_reason,
+        "deciding_term": placement.deciding_term,
+        "memory_needed_mb": placement.memory_needed_mb,
+    }
+    if placement.memory_free_mb is not None:
+        fields["memory_free_mb"] = placement.memory_free_mb
+    return fields
+
+
+def start_memory_from_pb(message: Any) -> DeviceMemory:
+    """The memory fields of a ``ReportBatchStartRequest``."""
+    return DeviceMemory(total_mb=_optional(message, "memory_total_mb"), used_mb=_optional(message, "memory_used_mb"),
+                        load_ms=_optional(message, "load_ms"), resident_models=tuple(message.resident_models))
+
+
+def end_memory_from_pb(message: Any) -> DeviceMemory:
+    """The memory fields of a ``ReportBatchEndRequest``."""
+    return DeviceMemory(used_mb=_optional(message, "memory_used_mb"), peak_mb=_optional(message, "peak_memory_mb"),
+                        resident_models=tuple(message.resident_models))
 
 
 def deadline_answer_to_pb(answer: DeadlineAnswer) -> Any:
@@ -321,6 +377,7 @@ def ranking_to_pb(ranking: Ranking) -> Any:
                 probability=p.probability,
                 prediction=prediction_to_pb(p.prediction),
                 candidate_index=p.candidate_index,
+                **placement_fields_to_pb(p),
             )
             for p in ranking.placements
         ],
@@ -507,6 +564,12 @@ def prediction_from_pb(message: Any) -> Prediction:
         fallback=message.fallback,
         query_shape=message.query_shape,
         estimated=tuple(message.estimated),
+        queue_wait_ms=_wait_field(message, "queue_wait_ms"),
+        queue_wait_bound_ms=_wait_field(message, "queue_wait_bound_ms"),
+        queue_saturated=message.queue_saturated,
+        queue_wait_source=_WAIT_SOURCES.get(message.queue_wait_source, "none"),
+        queue_utilisation=_optional(message, "queue_utilisation"),
+        load_ms=message.load_ms,
     )
 
 
@@ -533,6 +596,10 @@ def ranking_from_pb(message: Any) -> Ranking:
                 probability=p.probability,
                 prediction=prediction_from_pb(p.prediction),
                 candidate_index=p.candidate_index,
+                infeasible_reason=p.infeasible_reason,
+                deciding_term=p.deciding_term,
+                memory_needed_mb=p.memory_needed_mb,
+                memory_free_mb=_optional(p, "memory_free_mb"),
             )
             for p in message.placements
         ),

@@ -9,7 +9,8 @@
   ``interference_rolling_mape_percent{device_kind}``,
   ``interference_bound_coverage_ratio{device_kind}``,
   ``interference_drift_alarms_total{device_kind}``, ``interference_batches_running``,
-  ``interference_ready`` are read from the service at each scrape.
+  ``interference_ready``, ``interference_batches_queued``, ``interference_devices_saturated``
+  are read from the service at each scrape.
 
 Each :class:`ServerMetrics` has its own registry, so several servers (tests)
 live in one process.
@@ -80,7 +81,14 @@ class _ServiceCollector(Collector):
         running.add_metric([], status.batches_running)
         ready = GaugeMetricFamily("interference_ready", "1 when the service answers predictions.")
         ready.add_metric([], 1.0 if status.ready else 0.0)
-        yield from (learned, rejected, refused, log_position, mape, coverage, alarms, running, ready)
+        queued = GaugeMetricFamily("interference_batches_queued", "Batches reported queued (ReportBatchQueued).")
+        saturated = GaugeMetricFamily(
+            "interference_devices_saturated", "Devices whose queue utilisation (from rates) is >= 1."
+        )
+        books = self.service.state.queues.summary()
+        queued.add_metric([], books["queued"])
+        saturated.add_metric([], books["saturated"])
+        yield from (learned, rejected, refused, log_position, mape, coverage, alarms, running, ready, queued, saturated)
 
 
 class ServerMetrics:

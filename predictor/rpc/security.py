@@ -7,7 +7,7 @@
   constant time (SHA-256 digests compared with :func:`hmac.compare_digest`,
   every token tried), or a client certificate verified by the TLS handshake.
 * Authorisation (:class:`AuthInterceptor`): the state-changing RPCs
-  (``ReportObservations``, ``ReportBatchStart``, ``ReportBatchEnd``) need an
+  (``ReportObservations``, ``ReportBatchStart``, ``ReportBatchEnd``, ``ReportBatchQueued``) need an
   authenticated caller as soon as tokens or a client CA are configured; the
   read-only RPCs are open unless ``protect_reads``; health and reflection stay
   open. A missing or wrong credential is ``UNAUTHENTICATED``; a certificate not
@@ -48,7 +48,7 @@ from predictor.rpc.errors import PermissionDenied, Unauthenticated, abort
 from predictor.rpc.names import METHOD_PREFIX
 
 PREFIX = METHOD_PREFIX
-WRITE_METHODS = frozenset({"ReportObservations", "ReportBatchStart", "ReportBatchEnd"})
+WRITE_METHODS = frozenset({"ReportObservations", "ReportBatchStart", "ReportBatchEnd", "ReportBatchQueued"})
 AUTH_KEY = "authorization"
 _NAME = re.compile(r"^[A-Za-z0-9._@:+-]{1,64}$")
 log = logging.getLogger("predictor.rpc.security")

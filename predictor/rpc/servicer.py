@@ -74,14 +74,25 @@ class InterferenceServicer:
             request.batch_id,
             convert.batch_from_pb(request.batch),
             request.elapsed_ms if request.HasField("elapsed_ms") else None,
+            memory=convert.start_memory_from_pb(request),
         )
         return pb2().ReportBatchStartResponse(predicted_latency_ms=predicted, running=running)
 
     @grpc_errors
     def ReportBatchEnd(self, request: Any, context: grpc.ServicerContext) -> Any:
         """A batch ended on a device (live view); returns whether it was running and the running count."""
-        found, running = self.service.batch_end(request.device, request.batch_id)
+        found, running = self.service.batch_end(
+            request.device, request.batch_id, memory=convert.end_memory_from_pb(request)
+        )
         return pb2().ReportBatchEndResponse(found=found, running=running)
+
+    @grpc_errors
+    def ReportBatchQueued(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """A batch joined a device's queue; returns the queue length, its wait and its predicted latency."""
+        queued, wait, predicted = self.service.batch_queued(
+            request.device, request.device_kind, request.batch_id, convert.batch_from_pb(request.batch)
+        )
+        return pb2().ReportBatchQueuedResponse(queued=queued, queue_wait_ms=wait, predicted_latency_ms=predicted)
 
     @grpc_errors
     def GetStatus(self, request: Any, context: grpc.ServicerContext) -> Any:

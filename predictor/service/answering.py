@@ -55,6 +55,7 @@ from predictor.service.errors import (
 from predictor.service.liveview import RunningBatch
 from predictor.service.placements import CandidateColumns, RankingColumns, rank_order, valid_columns
 from predictor.service.state import ServiceState
+from predictor.service.terms import terms_of
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,
@@ -200,7 +201,7 @@ class Answering:
         answer = self.answer(planned, confidence, deadline_ms)
         self.remember(query.batch_id, answer)
         slack = float(answer.slack_ms[0])
-        return DeadlineAnswer(slack >= 0, slack, float(answer.probability[0]), deadline_ms, answer.prediction(0))
+        return DeadlineAnswer(answer.feasible(0), slack, float(answer.probability[0]), deadline_ms, answer.prediction(0))
 
     def rank_placements(
         self,
@@ -514,18 +515,27 @@ class Answering:
             if shapes is None:
                 shapes = [plan.shape or _record_shape(plan.record)] if isinstance(plan, Planned) else [
                     _record_shape(rows.record(i)) for i in range(n)]
+            terms = terms_of(state.queues, state.memory, state.live, rows, confidence,
+                             state.calibrator.bound_factors(rows.device_kinds, confidence))
             uppers, probabilities, row_bounds, fallback, corrections = self._bounds(
-                plan, rows, latencies, shapes, confidence, deadline_ms
+                plan, rows, latencies, shapes, confidence, deadline_ms,
+                None if terms is None else terms.extra_mean_ms,
             )
+            if terms is not None and deadline_ms is not None:
+                probabilities = terms.probabilities(probabilities)
             raw = latencies
             if state.config.point_correction:
                 latencies = latencies * corrections
             learned = predictor.n_learned
         if deadline_ms is None:
             deadline_ms, slack, order = math.nan, _filled(n, math.nan), np.arange(n)
-        else:
+        elif terms is None:
             slack = deadline_ms - uppers
             order = rank_order(slack, rows) if n > 1 else np.zeros(1, dtype=np.intp)
+        else:
+            # a saturated queue never lets the batch start: the most negative slack answered (finite)
+            slack = np.maximum(deadline_ms - uppers - terms.extra_bound_ms, -state.config.max_value)
+            order = terms.order(slack)
         return RankingColumns(
             rows=rows,
             order=order,
@@ -544,6 +554,7 @@ class Answering:
             fallback=fallback,
             raw_latency_ms=raw,
             estimated=[plan.estimated] if isinstance(plan, Planned) else plan.estimated,
+            terms=terms,
         )
 
     def predict_plan(self, plan: Plan | Planned) -> tuple[np.ndarray, CoLocations, float]:
@@ -569,9 +580,12 @@ class Answering:
         shapes: Sequence[QueryShape],
         confidence: float,
         deadline_ms: float | None,
+        extra_ms: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, list[Bound], np.ndarray, np.ndarray]:
         """Upper bounds, probabilities of meeting the deadline, how each bound was calibrated,
         which answers are fallbacks, and the calibrated corrections of the predictions, per row.
+        ``extra_ms``: per row, time spent before the batch runs (queue wait, model load): its
+        probability is that of finishing within the deadline less that time.
 
         Each row is calibrated on the residuals of answers of its own query shape, device kind
         and co-runner count (:class:`~predictor.shape_calibration.ShapeCalibrator`); one look-up
@@ -601,6 +615,16 @@ class Answering:
         for i, (shape, kind, count) in enumerate(zip(shapes, rows.device_kinds, counts, strict=True)):
             groups.setdefault((shape, kind, count_bucket(count)), []).append(i)
         z = NormalDist().inv_cdf(confidence) * config.unseen_sigma
+
+        def within(cell: tuple[QueryShape, str, int, bool], predicted: np.ndarray, limit: float) -> np.ndarray:
+            shape, kind, count, unseen = cell
+            p = calibrator.probabilities(shape, kind, count, model, predicted, limit, confidence)
+            if unseen:
+                x = np.log(max(limit, 1e-300) / predicted) / config.unseen_sigma
+                # rounded: a ranking and a single check of the same row agree to the last bit
+                p = np.minimum(p, [NormalDist().cdf(round(v, 9)) for v in x.tolist()]) if limit > 0 else p * 0
+            return p
+
         for (shape, kind, count), index in groups.items():
             at = np.asarray(index, dtype=np.intp)
             correction, factor = calibrator.factors(shape, kind, count, model, confidence)
@@ -613,13 +637,16 @@ class Answering:
             uppers[at] = latencies[at] * factor.upper_ms
             for i in index:
                 row_bounds[i] = factor
-            if deadline_ms is not None:
-                p = calibrator.probabilities(shape, kind, count, model, latencies[at], deadline_ms, confidence)
-                if unseen:
-                    x = np.log(max(deadline_ms, 1e-300) / latencies[at]) / config.unseen_sigma
-                    # rounded: a ranking and a single check of the same row agree to the last bit
-                    p = np.minimum(p, [NormalDist().cdf(round(v, 9)) for v in x.tolist()]) if deadline_ms > 0 else p * 0
-                probabilities[at] = p
+            if deadline_ms is None:
+                continue
+
+            cell = (shape, kind, count, unseen)
+            if extra_ms is None:
+                probabilities[at] = within(cell, latencies[at], deadline_ms)
+            else:
+                limits = np.nan_to_num(deadline_ms - extra_ms[at], nan=0.0, neginf=0.0).tolist()
+                probabilities[at] = [float(within(cell, latencies[i:i + 1], limit)[0])
+                                     for i, limit in zip(index, limits, strict=True)]
         return uppers, probabilities, row_bounds, fallback, corrections
 
     def replay(self, record: Record) -> list[tuple[QueryShape, float]]:

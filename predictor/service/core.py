@@ -51,6 +51,7 @@ from predictor.service.types import (
     CoRunnerSource,
     Deadline,
     DeadlineAnswer,
+    DeviceMemory,
     ObservationReport,
     Prediction,
     Query,
@@ -195,11 +196,18 @@ class Service:
         batch_id: str,
         batch: BatchSpec,
         elapsed_ms: float | None = None,
+        *,
+        memory: DeviceMemory | None = None,
     ) -> tuple[float, int]:
-        """A batch started on ``device``; returns its predicted latency and how many run there now."""
+        """A batch started on ``device``; returns its predicted latency and how many run there now.
+
+        ``memory``: the device's memory and the model's load time as the collector read them.
+        """
         self.state.require_ready()
         if elapsed_ms is not None:
             invalid_argument(rules.non_negative, elapsed_ms, "elapsed_ms")
+        memory = memory or DeviceMemory()
+        memory.validate(self.config.max_value)
         if not batch_id:
             raise InvalidArgument("batch_id", "must be a non-empty string")
         if not rules.name_ok(batch_id):
@@ -215,16 +223,59 @@ class Service:
             predicted = 0.0
         window = predicted or self.config.stale_after_s * 1000.0
         running = self.live.start(device, device_kind, batch_id, batch, window, elapsed_ms or 0.0)
+        self.state.queues.started(device, batch_id)
+        book = self.state.memory
+        if memory.resident_models:
+            book.set_resident(device, memory.resident_models)
+        book.mark_resident(device, batch.model)
+        if memory.total_mb is not None or memory.used_mb is not None:
+            book.device_memory(device, memory.total_mb, memory.used_mb)
+        if memory.load_ms is not None:
+            book.load_time(batch.model, device_kind or self.live.kind_of(device), memory.load_ms)
         return predicted, running
 
-    def batch_end(self, device: str, batch_id: str) -> tuple[bool, int]:
-        """A batch ended on ``device``; returns whether it was running and how many still run."""
+    def batch_end(self, device: str, batch_id: str, *, memory: DeviceMemory | None = None) -> tuple[bool, int]:
+        """A batch ended on ``device`` (or left its queue); returns whether it was running (or
+        queued) and how many still run.
+
+        ``memory``: the batch's peak memory and the device's memory in use after it.
+        """
         self.state.require_ready()
         if not device:
             raise InvalidArgument("device", "must be a non-empty string")
         if not batch_id:
             raise InvalidArgument("batch_id", "must be a non-empty string")
-        return self.live.end(device, batch_id)
+        memory = memory or DeviceMemory()
+        memory.validate(self.config.max_value)
+        spec = next((r.batch for r, _ in self.live.running(device) if r.batch_id == batch_id), None)
+        was_queued, _ = self.state.queues.ended(device, batch_id)
+        found, running = self.live.end(device, batch_id, required=not was_queued)
+        if memory.used_mb is not None:
+            self.state.memory.device_memory(device, used_mb=memory.used_mb)
+        if memory.resident_models:
+            self.state.memory.set_resident(device, memory.resident_models)
+        if memory.peak_mb is not None and spec is not None:
+            self.state.memory.footprint(spec.model, spec.batch_size, memory.peak_mb)
+        return found or was_queued, running
+
+    def batch_queued(self, device: str, device_kind: str, batch_id: str, batch: BatchSpec) -> tuple[int, float, float]:
+        """A batch joined ``device``'s queue; returns how many are queued there, its expected wait
+        (the predicted latencies queued ahead) and its predicted latency on the device as it runs now."""
+        self.state.require_ready()
+        if not device:
+            raise InvalidArgument("device", "must be a non-empty string")
+        if not rules.name_ok(device):
+            raise InvalidArgument("device", f"longer than {rules.MAX_NAME_LENGTH} characters")
+        if not batch_id:
+            raise InvalidArgument("batch_id", "must be a non-empty string")
+        if not rules.name_ok(batch_id):
+            raise InvalidArgument("batch_id", f"longer than {rules.MAX_NAME_LENGTH} characters")
+        source = CoRunnerSource.AUTO if self.live.knows(device) else CoRunnerSource.EXPLICIT
+        query = Query(device, batch, device_kind=device_kind, co_runner_source=source)
+        prediction = self.answers.predict(query, prefix="")
+        self.live.touch(device, device_kind)
+        queued, wait = self.state.queues.queued(device, batch_id, batch, prediction.latency_ms)
+        return queued, wait, prediction.latency_ms
 
     # ------------------------------------------------------------------ answering
     def predict(self, query: Query, confidence: float | None = None, *, prefix: str = "query.") -> Prediction:

@@ -25,8 +25,10 @@ True
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,6 +44,9 @@ from predictor.service.types import (
     Prediction,
     Ranking,
 )
+
+if TYPE_CHECKING:
+    from predictor.service.terms import Terms
 
 
 @dataclass(frozen=True, eq=False)
@@ -220,6 +225,8 @@ class RankingColumns:
     """Per row: whether the answer is a wide fallback (unseen model or device kind)."""
     raw_latency_ms: np.ndarray | None = None
     """Per row: the predictor's latency before the calibrated correction (``None``: ``latency_ms``)."""
+    terms: Terms | None = None
+    """Queue wait, load time and memory of every row (``None``: none known, the latency alone)."""
 
     def prediction(self, i: int) -> Prediction:
         """Candidate ``i``'s answer as a :class:`~predictor.service.types.Prediction`."""
@@ -241,7 +248,39 @@ class RankingColumns:
             fallback=bool(self.fallback[i]) if self.fallback is not None else False,
             query_shape=self.shapes[i] if self.shapes is not None else "",
             estimated=self.estimated[i] if self.estimated is not None else (),
+            **self.term_fields(i),
         )
+
+    def term_fields(self, i: int) -> dict:
+        """Row ``i``'s queue and load fields of a :class:`~predictor.service.types.Prediction` ({} without terms)."""
+        if self.terms is None:
+            return {}
+        wait = self.terms.waits[i]
+        return {
+            "queue_wait_ms": wait.mean_ms,
+            "queue_wait_bound_ms": wait.bound_ms,
+            "queue_saturated": wait.saturated,
+            "queue_wait_source": wait.source.value,
+            "queue_utilisation": wait.utilisation,
+            "load_ms": float(self.terms.load_ms[i]),
+        }
+
+    def placement_fields(self, i: int) -> dict:
+        """Row ``i``'s memory fields and deciding term of a :class:`~predictor.service.types.PlacementAnswer`."""
+        terms = self.terms
+        if terms is None:
+            return {}
+        free = float(terms.free_mb[i])
+        return {
+            "infeasible_reason": terms.reasons[i],
+            "deciding_term": terms.deciding_term(i, float(self.upper_bound_ms[i]), float(self.solo_latency_ms[i])),
+            "memory_needed_mb": float(terms.needed_mb[i]),
+            "memory_free_mb": None if math.isnan(free) else free,
+        }
+
+    def feasible(self, i: int) -> bool:
+        """Whether row ``i`` meets the deadline at the confidence (and fits in memory)."""
+        return bool(self.slack_ms[i] >= 0) and (self.terms is None or bool(self.terms.fits[i]))
 
     def to_ranking(self) -> Ranking:
         """The ranking as domain objects, best placement first."""
@@ -249,11 +288,12 @@ class RankingColumns:
             PlacementAnswer(
                 device=self.rows.devices[i],
                 rank=rank,
-                feasible=bool(self.slack_ms[i] >= 0),
+                feasible=self.feasible(i),
                 slack_ms=float(self.slack_ms[i]),
                 probability=float(self.probability[i]),
                 prediction=self.prediction(i),
                 candidate_index=i,
+                **self.placement_fields(i),
             )
             for rank, i in enumerate(self.order.tolist(), start=1)
         )

@@ -29,7 +29,9 @@ from predictor.service.errors import OutlierRejected, ServiceError, Unavailable
 from predictor.service.filling import Filling
 from predictor.service.gates import OutlierGates
 from predictor.service.liveview import LiveView
+from predictor.service.memory import MemoryBook
 from predictor.service.monitor import REPLAY, ErrorMonitor
+from predictor.service.queues import QueueBook
 from predictor.service.types import KindStatus, LogStatus, Status
 from predictor.shape_calibration import ShapeCalibrator
 from predictor.shapes import ADMISSION
@@ -85,6 +87,8 @@ class ServiceState:
             max_running_per_device=config.max_running_per_device,
         )
         self.filling = Filling(config.signal_alpha, config.max_devices)
+        self.queues = QueueBook(clock, stale_after_s=config.stale_after_s, max_devices=config.max_devices)
+        self.memory = MemoryBook(clock, max_devices=config.max_devices)
         self.lock = threading.RLock()
         self._ready = False
         self._listeners: list[Callable[[bool], None]] = []

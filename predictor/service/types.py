@@ -131,6 +131,62 @@ class Prediction:
     estimated: tuple[str, ...] = ()
     """Fields the service estimated because the query left them out (``signals.K``,
     ``co_runners[i].overlap``; see :mod:`predictor.service.filling`)."""
+    queue_wait_ms: float = 0.0
+    """Expected wait in the device's queue before the batch starts (inf: saturated)."""
+    queue_wait_bound_ms: float = 0.0
+    """The wait at the confidence (inf: saturated)."""
+    queue_saturated: bool = False
+    queue_wait_source: str = "none"
+    """``none``, ``queue`` (the batches queued ahead) or ``rates`` (M/G/1 Pollaczek-Khinchine)."""
+    queue_utilisation: float | None = None
+    load_ms: float = 0.0
+    """Time to load the model first (0: resident or unknown)."""
+
+    @property
+    def completion_ms(self) -> float:
+        """Expected time from now to the batch's end: wait + load + latency."""
+        return self.queue_wait_ms + self.load_ms + self.latency_ms
+
+    @property
+    def completion_bound_ms(self) -> float:
+        """Its bound at the confidence: wait bound + load + upper bound (what slack is counted from)."""
+        return self.queue_wait_bound_ms + self.load_ms + self.upper_bound_ms
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceMemory:
+    """Memory read by a collector at a batch report (every field optional).
+
+    ``total_mb`` and ``used_mb``: the device's capacity and use; ``load_ms`` (at a start): time
+    spent loading the batch's model first; ``peak_mb`` (at an end): the batch's peak memory;
+    ``resident_models``: the models loaded on the device now (empty: unchanged).
+    """
+
+    total_mb: float | None = None
+    used_mb: float | None = None
+    load_ms: float | None = None
+    peak_mb: float | None = None
+    resident_models: tuple[str, ...] = ()
+
+    FIELDS = {"total_mb": "memory_total_mb", "used_mb": "memory_used_mb", "load_ms": "load_ms",
+              "peak_mb": "peak_memory_mb"}
+
+    def validate(self, limit: float) -> None:
+        """Raise :class:`InvalidArgument` naming the first field (as in the RPC) that is not a finite
+        number >= 0 within ``limit``."""
+        for attr, path in self.FIELDS.items():
+            value = getattr(self, attr)
+            if value is not None:
+                try:
+                    rules.non_negative_within(value, path, limit)
+                except rules.RecordError as exc:
+                    raise InvalidArgument(exc.field, exc.message) from None
+        if len(self.resident_models) > rules.MAX_NUMERIC_KEYS * 16:
+            raise InvalidArgument("resident_models", f"more than {rules.MAX_NUMERIC_KEYS * 16} models")
+        for i, model in enumerate(self.resident_models):
+            if not (model and rules.name_ok(model)):
+                raise InvalidArgument(f"resident_models[{i}]",
+                                      f"must be a non-empty string of at most {rules.MAX_NAME_LENGTH} characters")
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +211,12 @@ class PlacementAnswer:
     probability: float
     prediction: Prediction
     candidate_index: int
+    infeasible_reason: str = ""
+    """Why the device cannot take the batch whatever its slack (e.g. memory); "" when it can."""
+    deciding_term: str = ""
+    """``memory``, ``queue``, ``load``, ``interference`` or ``solo`` ("" when no term was known)."""
+    memory_needed_mb: float = 0.0
+    memory_free_mb: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
