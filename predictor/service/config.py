@@ -78,6 +78,15 @@ class ServiceConfig:
         (``"client"``; the record's ``source`` when there is none) or per ``source``.
     max_device_kinds
         Device kinds with their own outlier gate.
+    dedup_window, dedup_max_producers, dedup_max_record_ids
+        The retained window of exactly-once learning (:mod:`predictor.service.dedup`): sequence
+        numbers tracked behind each producer's highest, producers kept, record ids kept.
+    live_log
+        With a state directory, log batch starts and ends to a side log so that a restart restores
+        the live view (:mod:`predictor.service.livelog`).
+    live_horizon_s
+        A batch restored after a restart is dropped when it started longer ago than this
+        (wall-clock seconds; its batch has long ended). Default: ``stale_after_s``.
     max_value
         Largest magnitude of a number (latency, attribute, signal) in an observation learned
         from or a query answered; latencies must also be at least ``1 / max_value`` ms
@@ -114,6 +123,11 @@ class ServiceConfig:
     rate_limit_by: str = "client"
     max_device_kinds: int = 256
     max_value: float = MAX_MAGNITUDE
+    dedup_window: int = 100_000
+    dedup_max_producers: int = 10_000
+    dedup_max_record_ids: int = 100_000
+    live_log: bool = True
+    live_horizon_s: float | None = None
 
     def __post_init__(self) -> None:
         check_confidence(self.default_confidence)
@@ -130,6 +144,9 @@ class ServiceConfig:
             "overlap_iterations",
             "rate_burst",
             "max_device_kinds",
+            "dedup_window",
+            "dedup_max_producers",
+            "dedup_max_record_ids",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -162,5 +179,9 @@ class ServiceConfig:
             raise ValueError(f"outlier_warmup must be >= 0, got {self.outlier_warmup!r}")
         if not (math.isfinite(self.max_value) and self.max_value > 1):
             raise ValueError(f"max_value must be finite and > 1, got {self.max_value!r}")
+        if self.live_horizon_s is not None and not (
+            math.isfinite(self.live_horizon_s) and self.live_horizon_s > 0
+        ):
+            raise ValueError(f"live_horizon_s must be > 0, got {self.live_horizon_s!r}")
         if not 0.0 <= self.adapt < 1.0:
             raise ValueError(f"adapt must lie in [0, 1), got {self.adapt!r}")

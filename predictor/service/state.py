@@ -22,8 +22,9 @@ from predictor.calibration import ConformalCalibrator
 from predictor.logio import ReadReport
 from predictor.predictors import LatencyPredictor, create
 from predictor.records import Record
-from predictor.service import wal
+from predictor.service import livelog, wal
 from predictor.service.config import ServiceConfig
+from predictor.service.dedup import DedupKey, Deduplicator
 from predictor.service.errors import OutlierRejected, ServiceError, Unavailable
 from predictor.service.gates import OutlierGates
 from predictor.service.liveview import LiveView
@@ -39,7 +40,7 @@ SNAPSHOT_FILE = "service.snapshot"
 class Learner(Protocol):
     """What :meth:`ServiceState.open` learns through (the ingest path)."""
 
-    def observe(self, record: Record, batch_id: str = "", *, client: str = "") -> float:
+    def observe(self, record: Record, batch_id: str = "", *, client: str = "", key: DedupKey | None = None) -> float:
         """Learn from one observed record (a replayed log entry); returns its prediction before learning."""
         ...
 
@@ -72,6 +73,7 @@ class ServiceState:
         self.calibrator = self.new_calibrator()
         self.monitor = ErrorMonitor(config.error_window, config.coverage_window)
         self.gates = self.new_gates()
+        self.dedup = self.new_dedup()
         self.live = LiveView(
             clock,
             stale_after_s=config.stale_after_s,
@@ -95,6 +97,8 @@ class ServiceState:
         self.snapshot_sequence = 0
         self.obs_log: wal.ObservationLog | None = None
         self.replay_report: wal.ReplayReport | None = None
+        self.live_log: livelog.LiveLog | None = None
+        self.live_report: livelog.LiveRestoreReport | None = None
         self.stop = threading.Event()
         self.snapshotter: threading.Thread | None = None
 
@@ -104,6 +108,11 @@ class ServiceState:
         if not c.outlier_gate:
             return None
         return OutlierGates(c.outlier_k, c.outlier_min_ratio, c.outlier_warmup, c.max_device_kinds)
+
+    def new_dedup(self) -> Deduplicator:
+        """A fresh table of the records taken in (exactly-once learning), as configured."""
+        c = self.config
+        return Deduplicator(c.dedup_window, c.dedup_max_producers, c.dedup_max_record_ids)
 
     def new_calibrator(self) -> ConformalCalibrator:
         """A fresh conformal calibrator as configured."""
@@ -148,6 +157,8 @@ class ServiceState:
             self.state_dir = Path(state_dir)
             self.state_dir.mkdir(parents=True, exist_ok=True)
             path = self.state_dir / SNAPSHOT_FILE
+            for stale in snapshot.remove_stale_temporaries(path):
+                log.warning("removed %s, left by a snapshot cut short (the previous snapshot stands)", stale)
             if path.exists():
                 header = self.restore_snapshot(path)
                 said = f"restored {header['observations']} observations from {path}"
@@ -166,6 +177,8 @@ class ServiceState:
             warmed = True
         if self.obs_log is not None:
             self.obs_log.open(next_seq)
+        if self.state_dir is not None and self.config.live_log:
+            said += "; " + self.restore_live_view().summary()
         if warmed and self.state_dir is not None:
             self.save_snapshot()
         if self.state_dir is not None and self.config.snapshot_every_s > 0:
@@ -185,6 +198,17 @@ class ServiceState:
             self.save_snapshot()
         if self.obs_log is not None:
             self.obs_log.close()
+        if self.live_log is not None:
+            self.live_log.close()
+
+    def restore_live_view(self) -> livelog.LiveRestoreReport:
+        """Restore the running batches from the live view's side log, and log the view from now on."""
+        assert self.state_dir is not None
+        self.live_log = livelog.LiveLog(self.state_dir / livelog.DIR_NAME)
+        horizon = self.config.live_horizon_s or self.config.stale_after_s
+        self.live_report = self.live_log.restore(self.live, horizon)
+        self.live_log.attach(self.live)
+        return self.live_report
 
     def replay_log(self, learner: Learner) -> wal.ReplayReport:
         """Learn again, through ``learner``, what the observation log holds after the restored snapshot."""
@@ -197,7 +221,7 @@ class ServiceState:
         report = wal.ReplayReport()
         for entry in self.obs_log.replay(after=self.snapshot_sequence, report=report):
             try:
-                learner.observe(entry.record, client=entry.client)
+                learner.observe(entry.record, client=entry.client, key=entry.key)
             except OutlierRejected:
                 pass  # refused again, as it was when it arrived
             except ServiceError as exc:
@@ -265,6 +289,7 @@ class ServiceState:
                 "monitor": self.monitor,
                 "devices": self.live.devices(),
                 "gates": self.gates,
+                "dedup": self.dedup,
             }
             return snapshot.dump_state(state)
 
@@ -290,11 +315,15 @@ class ServiceState:
             raise snapshot.SnapshotError(f"{path}: payload holds no outlier gates")
         if (gates is None) != (not self.config.outlier_gate):
             gates = self.new_gates()
+        dedup = state.get("dedup") or self.new_dedup()
+        if not isinstance(dedup, Deduplicator):
+            raise snapshot.SnapshotError(f"{path}: payload holds no table of records taken in")
         with self.lock:
             self.predictor = predictor
             self.calibrator = calibrator
             self.monitor = monitor
             self.gates = gates
+            self.dedup = dedup
             self.changes = 0
             self.snapshot_sequence = int(header.get("log_sequence", 0))
         self.live.restore_devices(dict(state.get("devices", {})))
@@ -347,4 +376,7 @@ class ServiceState:
                 observations_outliers=self.n_outliers,
                 observations_rate_limited=self.n_rate_limited,
                 log=self._log_status(),
+                observations_duplicates=self.dedup.n_duplicates,
+                live_restored=self.live_report.restored if self.live_report else 0,
+                live_expired=self.live_report.expired if self.live_report else 0,
             )
