@@ -100,6 +100,25 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="keep no write-ahead log: observations since the last snapshot are lost on a crash",
     )
+    durability.add_argument(
+        "--no-live-log",
+        action="store_true",
+        help="keep no side log of batch starts and ends: a restart forgets what runs where",
+    )
+    durability.add_argument(
+        "--live-horizon",
+        type=float,
+        metavar="S",
+        help="at a restart, drop running batches that started longer ago than this (default: 60 s)",
+    )
+    durability.add_argument(
+        "--dedup-window",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="exactly-once learning: sequence numbers remembered behind each producer's highest "
+        "(default 100000)",
+    )
     robust = parser.add_argument_group("robust learning")
     robust.add_argument(
         "--no-outlier-gate", action="store_true", help="learn even absurd latencies (default: refuse them)"
@@ -171,6 +190,9 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
         rate_limit=args.rate_limit,
         rate_burst=args.rate_burst,
         rate_limit_by=args.rate_limit_by,
+        live_log=not args.no_live_log,
+        live_horizon_s=args.live_horizon,
+        dedup_window=args.dedup_window,
     )
 
 

@@ -13,7 +13,7 @@ At start-up :meth:`LiveLog.restore` folds the log (a start, unless an end
 follows it), drops the batches that started more than ``horizon_s`` ago (they
 have long ended; a wall clock stepped backwards makes a batch look younger, and
 the view's own staleness limit still drops it), enters the rest with the
-elapsed time they have run, and rewrites the log with just them. The log is
+elapsed time they have run (the devices of the dropped ones stay known, idle), and rewrites the log with just them. The log is
 rewritten the same way (compacted) whenever it has grown by ``compact_after``
 lines, and after a write fails (a full disk): a write failure is counted and
 logged, never passed to the caller.
@@ -165,6 +165,10 @@ class LiveLog:
             age_s = now - float(obj.get("started", now))
             if age_s > horizon_s:
                 report.expired += 1
+                try:
+                    view.touch(key[0], str(obj.get("kind", "")))  # the device stays known, idle
+                except ServiceError:
+                    pass
                 continue
             try:
                 batch = obj["batch"]
@@ -264,7 +268,10 @@ class LiveLog:
         """Close the log file (it is reopened by the next write)."""
         fd, self._fd = self._fd, None
         if fd is not None:
-            os.close(fd)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def close(self) -> None:
         """Stop logging (a graceful stop)."""
