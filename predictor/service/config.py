@@ -75,7 +75,10 @@ class ServiceConfig:
         latency is neither given nor profiled are not gated: their prediction is a guess.
     rate_limit, rate_burst, rate_limit_by
         Observations per second (0: unlimited) and burst allowed per client identity
-        (``"client"``; the record's ``source`` when there is none) or per ``source``.
+        (``"client"``; the peer address, else the record's ``source``, when there is none) or per
+        ``source``. An authenticated caller (tokens or client certificates configured) is always
+        limited, and seen by the outlier gate, as its identity: a record's ``source`` is then
+        only a label.
     max_device_kinds
         Device kinds with their own outlier gate.
     dedup_window, dedup_max_producers, dedup_max_record_ids

@@ -170,7 +170,7 @@ class Ingest:
                     key.validate()
                     with state.lock:  # a resent record costs no rate-limit token
                         self._check_taken(client, key)
-                self._rate_limit(record, client or (f"peer:{peer}" if peer else ""))
+                self._rate_limit(record, client, peer)
                 self.observe(record, batch_id, client=client, key=key)
             except Duplicate:
                 report.duplicates += 1
@@ -205,11 +205,18 @@ class Ingest:
                 pass  # counted in n_outliers
         return report
 
-    def _rate_limit(self, record: Record, client: str) -> None:
+    def _rate_limit(self, record: Record, client: str, peer: str = "") -> None:
+        """Take a token of the sender's bucket: its authenticated identity whenever it has one (a
+        record's ``source`` is only a label then), else its peer address or the record's source."""
         limiter = self.rate_limiter
         if limiter is None:
             return
-        key = client if client and self.state.config.rate_limit_by == "client" else f"source:{record.source}"
+        if client:
+            key = client
+        elif self.state.config.rate_limit_by == "client" and peer:
+            key = f"peer:{peer}"
+        else:
+            key = f"source:{record.source}"
         if not limiter.allow(key):
             with self.state.lock:
                 self.state.n_rate_limited += 1
