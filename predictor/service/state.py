@@ -85,6 +85,7 @@ class ServiceState:
         self._ready = False
         self._listeners: list[Callable[[bool], None]] = []
         self.started = time.time()
+        self._started_monotonic = time.monotonic()  # uptime: immune to wall-clock steps
         # counters
         self.changes = 0  # observations (and gate moves) since the last snapshot
         self.n_rejected = 0
@@ -371,7 +372,7 @@ class ServiceState:
                 drift_alarms=tuple(monitor.alarms),
                 devices=len(self.live.devices()),
                 batches_running=self.live.running_count(),
-                uptime_s=time.time() - self.started,
+                uptime_s=time.monotonic() - self._started_monotonic,
                 last_snapshot_time=self.last_snapshot_time,
                 observations_outliers=self.n_outliers,
                 observations_rate_limited=self.n_rate_limited,
