@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import resource
 import threading
-import time
 from pathlib import Path
 
 import grpc
@@ -93,7 +92,7 @@ def test_disk_full_while_logging_fails_clearly_loses_nothing_and_recovers(tmp_pa
         soft, hard = resource.prlimit(server.proc.pid, resource.RLIMIT_FSIZE)
         resource.prlimit(server.proc.pid, resource.RLIMIT_FSIZE, (100, hard))
         failures = []
-        for attempt in range(3):
+        for _attempt in range(3):
             with pytest.raises(Unavailable) as info:
                 client.report_observations(records[100:125], producer_id="c", first_sequence=101)
             failures.append(str(info.value))

@@ -26,14 +26,14 @@ from __future__ import annotations
 import math
 import threading
 import time
-from wsgiref.simple_server import make_server
 from collections.abc import Callable, Iterable
 from typing import Any
+from wsgiref.simple_server import make_server
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.registry import Collector
 
 from predictor.rpc.names import method_name
