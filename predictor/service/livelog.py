@@ -33,7 +33,7 @@ Examples
 1
 >>> journal.close()
 >>> wall[0] += 5.0  # restarted 5 s later
->>> again = LiveView()
+>>> again = LiveView(clock=lambda: 0.0)
 >>> report = LiveLog(folder, wall=lambda: wall[0]).restore(again, horizon_s=60)
 >>> report.restored, [(r.batch_id, round(ms)) for r, ms in again.running("gpu0")]
 (1, [('b1', 15000)])
