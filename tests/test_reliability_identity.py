@@ -112,7 +112,9 @@ def scrape(port: int, token: str | None = None) -> int:
         request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
-            assert b"interference_observations_learned" in response.read()
+            body = response.read()
+            assert b"interference_observations_learned" in body
+            assert b"interference_observations_duplicates_total" in body
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code

@@ -4,7 +4,7 @@
   ``interference_rpc_latency_seconds{method}`` come from a server interceptor
   (unary-response RPCs: every RPC of the service);
 * ``interference_observations_learned_total``, ``..._rejected_total``,
-  ``..._refused_total{reason}`` (outlier, rate_limit),
+  ``..._refused_total{reason}`` (outlier, rate_limit), ``..._duplicates_total``,
   ``interference_observation_log_sequence{position}`` (appended, synced, snapshot),
   ``interference_rolling_mape_percent{device_kind}``,
   ``interference_bound_coverage_ratio{device_kind}``,
@@ -60,6 +60,11 @@ class _ServiceCollector(Collector):
         )
         refused.add_metric(["outlier"], status.observations_outliers)
         refused.add_metric(["rate_limit"], status.observations_rate_limited)
+        duplicates = CounterMetricFamily(
+            "interference_observations_duplicates",
+            "Resent observations dropped as already learned (exactly-once learning).",
+        )
+        duplicates.add_metric([], status.observations_duplicates)
         log_position = GaugeMetricFamily(
             "interference_observation_log_sequence",
             "Observation log positions: last appended, last fsynced, last covered by a snapshot.",
@@ -90,7 +95,7 @@ class _ServiceCollector(Collector):
         running.add_metric([], status.batches_running)
         ready = GaugeMetricFamily("interference_ready", "1 when the service answers predictions.")
         ready.add_metric([], 1.0 if status.ready else 0.0)
-        yield from (learned, rejected, refused, log_position, mape, coverage, alarms, running, ready)
+        yield from (learned, rejected, refused, duplicates, log_position, mape, coverage, alarms, running, ready)
 
 
 class ServerMetrics:
