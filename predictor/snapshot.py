@@ -204,6 +204,21 @@ def write_payload(
     return header
 
 
+def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files a writer of ``path`` killed mid-write left (``.<name>.<pid>.tmp``).
+
+    Call before any writer runs; returns what was deleted. The snapshot at ``path`` itself is
+    untouched: a write cut short never replaced it.
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    stale = [p for p in path.parent.glob(f".{path.name}.*.tmp") if p.is_file()]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
+
+
 def _read(path: Path, size: int = -1) -> bytes:
     try:
         with open(path, "rb") as stream:

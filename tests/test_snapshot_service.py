@@ -58,8 +58,8 @@ def trained(records, tmp_path):
 def test_restore_gives_identical_predictions(trained, records, tmp_path):
     path = trained.save_snapshot()
     assert path == tmp_path / "state" / SNAPSHOT_FILE
-    # no temporary left (wal/ is the observation log)
-    assert not [p for p in path.parent.iterdir() if p.name not in (SNAPSHOT_FILE, "wal")]
+    # no temporary left (wal/ is the observation log, live/ the live view's side log)
+    assert not [p for p in path.parent.iterdir() if p.name not in (SNAPSHOT_FILE, "wal", "live")]
     restored = Service(ServiceConfig(snapshot_every_s=0))
     said = restored.open(tmp_path / "state", warm_start="/nonexistent/ignored.jsonl")
     assert "restored 400 observations" in said

@@ -45,6 +45,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--metrics-port", type=int, default=9464, help="Prometheus port, 0 for none (default 9464)"
     )
+    parser.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address of the Prometheus endpoint (default 127.0.0.1: this machine only)",
+    )
     parser.add_argument("--predictor", default="rls", help="predictor spec, e.g. rls or rls:forgetting=0.99")
     parser.add_argument(
         "--state", metavar="DIR", help="folder of snapshots: restored at start, saved periodically"
@@ -100,6 +105,25 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="keep no write-ahead log: observations since the last snapshot are lost on a crash",
     )
+    durability.add_argument(
+        "--no-live-log",
+        action="store_true",
+        help="keep no side log of batch starts and ends: a restart forgets what runs where",
+    )
+    durability.add_argument(
+        "--live-horizon",
+        type=float,
+        metavar="S",
+        help="at a restart, drop running batches that started longer ago than this (default: 60 s)",
+    )
+    durability.add_argument(
+        "--dedup-window",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="exactly-once learning: sequence numbers remembered behind each producer's highest "
+        "(default 100000)",
+    )
     robust = parser.add_argument_group("robust learning")
     robust.add_argument(
         "--no-outlier-gate", action="store_true", help="learn even absurd latencies (default: refuse them)"
@@ -123,8 +147,8 @@ def register(subparsers: Any) -> None:
         "--rate-limit-by",
         choices=("client", "source"),
         default="client",
-        help="key of the rate limit: authenticated identity, else peer address (client, default), "
-        "or the records' source field",
+        help="key of the rate limit of unauthenticated callers: peer address (client, default) or the "
+        "records' source field; an authenticated caller is always limited as its identity",
     )
     security = parser.add_argument_group("security")
     security.add_argument("--tls-cert", metavar="PEM", help="server certificate (chain): serve over TLS")
@@ -151,6 +175,11 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="read-only RPCs need a token or a client certificate too (health and reflection stay open)",
     )
+    security.add_argument(
+        "--metrics-token",
+        action="store_true",
+        help="the Prometheus endpoint needs 'authorization: Bearer <token>' with a token of --auth-token-file",
+    )
     parser.set_defaults(func=run)
 
 
@@ -171,6 +200,9 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
         rate_limit=args.rate_limit,
         rate_burst=args.rate_burst,
         rate_limit_by=args.rate_limit_by,
+        live_log=not args.no_live_log,
+        live_horizon_s=args.live_horizon,
+        dedup_window=args.dedup_window,
     )
 
 
@@ -180,6 +212,8 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         host=args.host,
         port=args.port,
         metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        metrics_token=args.metrics_token,
         state_dir=args.state,
         warm_start=args.warm_start,
         grace_s=args.grace,

@@ -174,18 +174,31 @@ class InterferenceClient:
 
     # ----------------------------------------------------------------- collector calls
     def report_observations(
-        self, records: Iterable[Record | tuple[Record, str]], timeout: float | None = None
+        self,
+        records: Iterable[Record | tuple[Record, str]],
+        timeout: float | None = None,
+        *,
+        producer_id: str = "",
+        first_sequence: int = 0,
     ) -> ObservationReport:
         """Stream observed records (optionally with the batch id given at start); returns the counts.
 
-        ``timeout`` bounds the whole stream (default: none).
+        ``timeout`` bounds the whole stream (default: none). With ``producer_id`` and
+        ``first_sequence`` (>= 1), the records are numbered ``first_sequence``, ``first_sequence + 1``,
+        ...: resending them with the same numbers learns each once (the answer counts the
+        ``duplicates`` dropped).
         """
         pb2 = self._pb2
 
         def requests() -> Iterable[Any]:
-            for item in records:
+            for i, item in enumerate(records):
                 record, batch_id = item if isinstance(item, tuple) else (item, "")
-                yield pb2.ReportObservationsRequest(record=convert.record_to_pb(record), batch_id=batch_id)
+                message = pb2.ReportObservationsRequest(record=convert.record_to_pb(record), batch_id=batch_id)
+                if producer_id:
+                    message.producer_id = producer_id
+                    if first_sequence:
+                        message.sequence = first_sequence + i
+                yield message
 
         try:
             response = self.stub.ReportObservations(requests(), timeout=timeout)

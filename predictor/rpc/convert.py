@@ -21,6 +21,7 @@ from predictor import rules
 from predictor.calibration import BoundSource
 from predictor.records import SCHEMA, BatchSpec, CoRunner, Record, RecordError, parse_record
 from predictor.rpc.protos import pb2
+from predictor.service.dedup import DedupKey
 from predictor.service.errors import InvalidArgument, ServiceError
 from predictor.service.types import (
     Candidate,
@@ -260,6 +261,33 @@ def observations_from_pb(messages: Iterable[Any]) -> Iterator[tuple[Record | Rec
                 yield observed_from_pb(record), ids[i] if i < len(ids) else ""
 
 
+def keyed_observations_from_pb(
+    messages: Iterable[Any],
+) -> Iterator[tuple[Record | RecordError, str, DedupKey | None]]:
+    """:func:`observations_from_pb` with how the producer named each record (``producer_id``,
+    ``sequence`` numbering the message's records consecutively, ``record_id``/``record_ids``):
+    ``(record, batch_id, key)``, the key ``None`` for a record not named."""
+    for message in messages:
+        producer, sequence = message.producer_id, message.sequence
+        batch = message.records
+        ids = message.record_ids
+        named = bool(producer or sequence or ids or message.record_id)
+        position = 0
+        if not batch or message.HasField("record"):
+            key = DedupKey(producer, sequence, message.record_id) if named else None
+            yield observed_from_pb(message.record), message.batch_id, key
+            position = 1
+        if batch:
+            batch_ids = message.batch_ids
+            for i, record in enumerate(batch):
+                key = (
+                    DedupKey(producer, sequence + position + i if sequence else 0, ids[i] if i < len(ids) else "")
+                    if named
+                    else None
+                )
+                yield observed_from_pb(record), batch_ids[i] if i < len(batch_ids) else "", key
+
+
 # --------------------------------------------------------------------- domain -> messages
 
 
@@ -398,6 +426,7 @@ def observation_report_to_pb(report: ObservationReport) -> Any:
         outliers=report.outliers,
         rate_limited=report.rate_limited,
         log_sequence=report.log_sequence,
+        duplicates=report.duplicates,
     )
 
 
@@ -450,6 +479,9 @@ def status_to_pb(status: Status) -> Any:
         uptime_s=status.uptime_s,
         observations_outliers=status.observations_outliers,
         observations_rate_limited=status.observations_rate_limited,
+        observations_duplicates=status.observations_duplicates,
+        live_restored=status.live_restored,
+        live_expired=status.live_expired,
     )
     if status.log is not None:
         response.log.CopyFrom(
@@ -617,6 +649,7 @@ def observation_report_from_pb(message: Any) -> ObservationReport:
         outliers=message.outliers,
         rate_limited=message.rate_limited,
         log_sequence=message.log_sequence,
+        duplicates=message.duplicates,
     )
 
 
@@ -647,6 +680,9 @@ def status_from_pb(message: Any) -> Status:
         else None,
         observations_outliers=message.observations_outliers,
         observations_rate_limited=message.observations_rate_limited,
+        observations_duplicates=message.observations_duplicates,
+        live_restored=message.live_restored,
+        live_expired=message.live_expired,
         log=LogStatus(
             message.log.fsync,
             message.log.last_sequence,

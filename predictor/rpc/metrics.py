@@ -4,7 +4,7 @@
   ``interference_rpc_latency_seconds{method}`` come from a server interceptor
   (unary-response RPCs: every RPC of the service);
 * ``interference_observations_learned_total``, ``..._rejected_total``,
-  ``..._refused_total{reason}`` (outlier, rate_limit),
+  ``..._refused_total{reason}`` (outlier, rate_limit), ``..._duplicates_total``,
   ``interference_observation_log_sequence{position}`` (appended, synced, snapshot),
   ``interference_rolling_mape_percent{device_kind}``,
   ``interference_bound_coverage_ratio{device_kind}``,
@@ -14,21 +14,31 @@
 
 Each :class:`ServerMetrics` has its own registry, so several servers (tests)
 live in one process.
+
+The ``/metrics`` endpoint (:meth:`ServerMetrics.serve`) binds to ``127.0.0.1``
+unless told otherwise, and can require a bearer token (``authorization: Bearer
+<token>``, the tokens of the gRPC service, checked by
+:meth:`~predictor.rpc.security.AuthPolicy.match`): without one a scrape gets
+``401``.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
+from wsgiref.simple_server import make_server
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.registry import Collector
 
 from predictor.rpc.names import method_name
+from predictor.rpc.security import AuthPolicy
 from predictor.service.core import Service
 
 LATENCY_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.5, 1.0, 5.0)
@@ -51,6 +61,11 @@ class _ServiceCollector(Collector):
         )
         refused.add_metric(["outlier"], status.observations_outliers)
         refused.add_metric(["rate_limit"], status.observations_rate_limited)
+        duplicates = CounterMetricFamily(
+            "interference_observations_duplicates",
+            "Resent observations dropped as already learned (exactly-once learning).",
+        )
+        duplicates.add_metric([], status.observations_duplicates)
         log_position = GaugeMetricFamily(
             "interference_observation_log_sequence",
             "Observation log positions: last appended, last fsynced, last covered by a snapshot.",
@@ -88,7 +103,7 @@ class _ServiceCollector(Collector):
         books = self.service.state.queues.summary()
         queued.add_metric([], books["queued"])
         saturated.add_metric([], books["saturated"])
-        yield from (learned, rejected, refused, log_position, mape, coverage, alarms, running, ready, queued, saturated)
+        yield from (learned, rejected, refused, duplicates, log_position, mape, coverage, alarms, running, ready, queued, saturated)
 
 
 class ServerMetrics:
@@ -126,9 +141,17 @@ class ServerMetrics:
         self.requests.labels(method, code.name).inc()
         self.latency.labels(method).observe(seconds)
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> int:
-        """Serve ``/metrics`` over HTTP on ``port`` (0: any free port); returns the port."""
-        server, _thread = start_http_server(port, host, registry=self.registry)
+    def serve(self, port: int, host: str = "127.0.0.1", auth: AuthPolicy | None = None) -> int:
+        """Serve ``/metrics`` over HTTP on ``host:port`` (0: any free port); returns the port.
+
+        With ``auth`` (a policy with tokens), a scrape needs ``authorization: Bearer <token>``
+        with one of its tokens; otherwise it is answered ``401``.
+        """
+        app = make_wsgi_app(self.registry)
+        if auth is not None and auth.token_digests:
+            app = _token_required(app, auth)
+        server = make_server(host, port, app, ThreadingWSGIServer, handler_class=_SilentHandler)
+        threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
         self._http = server
         return int(server.server_port)
 
@@ -138,6 +161,22 @@ class ServerMetrics:
             self._http.shutdown()
             self._http.server_close()
             self._http = None
+
+
+def _token_required(app: Callable, policy: AuthPolicy) -> Callable:
+    """``app`` behind a bearer-token check (constant time in the token, as for the RPCs)."""
+
+    def checked(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        scheme, _, token = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
+        if scheme.lower() != "bearer" or policy.match(token.strip()) is None:
+            start_response(
+                "401 Unauthorized",
+                [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="metrics"')],
+            )
+            return [b"metrics need 'authorization: Bearer <token>'\n"]
+        return app(environ, start_response)
+
+    return checked
 
 
 class _MetricsInterceptor(grpc.ServerInterceptor):

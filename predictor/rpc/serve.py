@@ -37,6 +37,8 @@ class ServeOptions:
     host: str = "0.0.0.0"
     port: int = 50051
     metrics_port: int = 9464  # 0: no metrics endpoint
+    metrics_host: str = "127.0.0.1"  # the metrics endpoint's address (not the service's)
+    metrics_token: bool = False  # scrapes need a bearer token of auth_token_file
     state_dir: str | None = None
     warm_start: str | None = None
     grace_s: float = 5.0
@@ -60,6 +62,8 @@ def security_from_options(options: ServeOptions) -> tuple[Any, Any]:
         raise ValueError("give both --tls-cert and --tls-key, or neither")
     if options.tls_client_ca is not None and options.tls_cert is None:
         raise ValueError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key")
+    if options.metrics_token and not options.auth_token_file:
+        raise ValueError("--metrics-token needs --auth-token-file (the tokens a scrape may present)")
     credentials = None
     if options.tls_cert is not None and options.tls_key is not None:
         credentials = server_credentials(options.tls_cert, options.tls_key, options.tls_client_ca)
@@ -117,9 +121,18 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
     if options.port_file:
         _write_port_file(options.port_file, port)
     if options.metrics_port:
-        metrics_port = metrics.serve(options.metrics_port, options.host)
+        try:
+            metrics_port = metrics.serve(
+                options.metrics_port, options.metrics_host, policy if options.metrics_token else None
+            )
+        except OSError as exc:
+            print(f"predictor serve: error: cannot serve metrics: {exc}", file=sys.stderr)
+            server.stop(0).wait()
+            return 2
+        guarded = " (bearer token required)" if options.metrics_token else ""
         print(
-            f"predictor serve: Prometheus metrics on http://{options.host}:{metrics_port}/metrics", flush=True
+            f"predictor serve: Prometheus metrics on http://{options.metrics_host}:{metrics_port}/metrics{guarded}",
+            flush=True,
         )
     _install_signal_handlers(stop)
     try:

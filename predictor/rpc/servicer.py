@@ -61,7 +61,7 @@ class InterferenceServicer:
         """Learn from a stream of observed batches, attributed to the authenticated caller."""
         caller = current_caller(context)
         report = self.service.report_observations(
-            convert.observations_from_pb(request_iterator), client=caller.identity, peer=caller.peer
+            convert.keyed_observations_from_pb(request_iterator), client=caller.identity, peer=caller.peer
         )
         return convert.observation_report_to_pb(report)
 

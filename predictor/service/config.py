@@ -77,7 +77,10 @@ class ServiceConfig:
         latency is neither given nor profiled are not gated: their prediction is a guess.
     rate_limit, rate_burst, rate_limit_by
         Observations per second (0: unlimited) and burst allowed per client identity
-        (``"client"``; the record's ``source`` when there is none) or per ``source``.
+        (``"client"``; the peer address, else the record's ``source``, when there is none) or per
+        ``source``. An authenticated caller (tokens or client certificates configured) is always
+        limited, and seen by the outlier gate, as its identity: a record's ``source`` is then
+        only a label.
     max_device_kinds
         Device kinds with their own outlier gate.
     admission_replay
@@ -112,6 +115,15 @@ class ServiceConfig:
         per (device kind, co-runner count). Off: signals absent, overlaps 1.
     signal_alpha
         EWMA weight of the newest observation in the devices' smoothed signals, in (0, 1].
+    dedup_window, dedup_max_producers, dedup_max_record_ids
+        The retained window of exactly-once learning (:mod:`predictor.service.dedup`): sequence
+        numbers tracked behind each producer's highest, producers kept, record ids kept.
+    live_log
+        With a state directory, log batch starts and ends to a side log so that a restart restores
+        the live view (:mod:`predictor.service.livelog`).
+    live_horizon_s
+        A batch restored after a restart is dropped when it started longer ago than this
+        (wall-clock seconds; its batch has long ended). Default: ``stale_after_s``.
     max_value
         Largest magnitude of a number (latency, attribute, signal) in an observation learned
         from or a query answered; latencies must also be at least ``1 / max_value`` ms
@@ -161,6 +173,11 @@ class ServiceConfig:
     unseen_sigma: float = 1.0
     fill_missing: bool = True
     signal_alpha: float = 0.3
+    dedup_window: int = 100_000
+    dedup_max_producers: int = 10_000
+    dedup_max_record_ids: int = 100_000
+    live_log: bool = True
+    live_horizon_s: float | None = None
 
     def __post_init__(self) -> None:
         check_confidence(self.default_confidence)
@@ -180,6 +197,9 @@ class ServiceConfig:
             "shape_window",
             "shape_min_residuals",
             "answer_memory",
+            "dedup_window",
+            "dedup_max_producers",
+            "dedup_max_record_ids",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -222,5 +242,9 @@ class ServiceConfig:
             raise ValueError(f"spread_rate must lie in (0, 1], got {self.spread_rate!r}")
         if not 0.0 < self.signal_alpha <= 1.0:
             raise ValueError(f"signal_alpha must lie in (0, 1], got {self.signal_alpha!r}")
+        if self.live_horizon_s is not None and not (
+            math.isfinite(self.live_horizon_s) and self.live_horizon_s > 0
+        ):
+            raise ValueError(f"live_horizon_s must be > 0, got {self.live_horizon_s!r}")
         if not 0.0 <= self.adapt < 1.0:
             raise ValueError(f"adapt must lie in [0, 1), got {self.adapt!r}")

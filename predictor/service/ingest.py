@@ -21,6 +21,7 @@ from predictor.calibration import BoundSource
 from predictor.logio import ReadReport, iter_records
 from predictor.records import Record, RecordError, parse_record, record_numbers
 from predictor.service import wal
+from predictor.service.dedup import DUPLICATE, TOO_OLD, DedupKey, Duplicate
 from predictor.service.errors import (
     InvalidArgument,
     OutlierRejected,
@@ -49,13 +50,14 @@ class Ingest:
         """Degraded replay: the admission-time answers about an observed batch, asked before it is
         learned (:meth:`Answering.replay <predictor.service.answering.Answering.replay>`)."""
 
-    def observe(self, record: Record, batch_id: str = "", *, client: str = "") -> float:
+    def observe(self, record: Record, batch_id: str = "", *, client: str = "", key: DedupKey | None = None) -> float:
         """Learn from one observed record: score it (prequentially), then update the model.
 
         Returns the latency predicted for it before learning. With an observation log, the record
         is logged first (:class:`Unavailable` when it cannot be: then it is not learned). Raises
         :class:`OutlierRejected` when the outlier gate refuses it (``client``, else the record's
-        source, is who reported it).
+        source, is who reported it), :class:`~predictor.service.dedup.Duplicate` when ``key``
+        names a record of ``client`` already taken in (:mod:`predictor.service.dedup`).
         """
         state = self.state
         if record.latency_ms is None:
@@ -69,14 +71,20 @@ class Ingest:
         kind = record.device_kind or state.live.kind_of(record.device)
         if kind != record.device_kind:
             record = dataclasses.replace(record, device_kind=kind)
+        if key:
+            key.validate()
         state.live.touch(record.device, kind)
         try:
             with state.lock:
+                if key:
+                    self._check_taken(client, key)
                 if state.obs_log is not None and state.obs_log.is_open:
                     try:
-                        state.obs_log.append(record, client, batch_id)
+                        state.obs_log.append(record, client, batch_id, key)
                     except wal.LogError as exc:
                         raise Unavailable(f"observation not logged, so not learned: {exc}") from None
+                if key:
+                    state.dedup.take(client, key)
                 replays = self.replay(record) if self.replay is not None else []
                 predicted = self._learn(record, kind, client or record.source)
                 state.admission.observe(record, kind, predicted, replays, batch_id)
@@ -84,6 +92,21 @@ class Ingest:
             if batch_id:
                 state.live.end(record.device, batch_id, required=False)
         return predicted
+
+    def _check_taken(self, client: str, key: DedupKey) -> None:
+        """Raise when ``key`` names a record already taken in, or one too old to tell (under the lock)."""
+        dedup = self.state.dedup
+        verdict = dedup.verdict(client, key)
+        if verdict == DUPLICATE:
+            dedup.n_duplicates += 1
+            raise Duplicate("already learned (a resent record): dropped", "record")
+        if verdict == TOO_OLD:
+            dedup.n_too_old += 1
+            raise InvalidArgument(
+                "sequence",
+                f"{key.sequence} is more than {dedup.window} below the highest sequence number taken "
+                f"from producer {key.producer!r}: cannot tell whether it was learned, so it is not",
+            )
 
     def _learn(self, record: Record, kind: str, source: str) -> float:
         """One prequential step, under the lock, of a record already logged.
@@ -120,9 +143,16 @@ class Ingest:
         return predicted
 
     def report_observations(
-        self, items: Iterable[tuple[Observed, str]], *, client: str = "", peer: str = ""
+        self,
+        items: Iterable[tuple[Observed, str] | tuple[Observed, str, DedupKey | None]],
+        *,
+        client: str = "",
+        peer: str = "",
     ) -> ObservationReport:
-        """Learn from a stream of ``(record, batch_id)`` (see :data:`Observed`).
+        """Learn from a stream of ``(record, batch_id)`` or ``(record, batch_id, key)`` (see :data:`Observed`).
+
+        A record whose ``key`` names one already taken in is dropped and counted in
+        ``duplicates`` (neither accepted nor rejected; see :mod:`predictor.service.dedup`).
 
         A bad record is rejected with the path of its field (``record.<field>``), the rest learned;
         so are records refused by the outlier gate or beyond the caller's rate. ``client`` is the
@@ -133,7 +163,7 @@ class Ingest:
         state.require_ready()
         report = ObservationReport()
         limit = state.config.max_stream_records
-        for index, (item, batch_id) in enumerate(items):
+        for index, (item, batch_id, *named) in enumerate(items):
             if index >= limit:
                 raise ResourceExhausted(
                     "records", f"a stream may carry at most {limit} records; the first {limit} were processed"
@@ -142,8 +172,15 @@ class Ingest:
                 if isinstance(item, RecordError):  # not converted: nothing of it goes further
                     raise item
                 record = item if isinstance(item, Record) else parse_record(item)
-                self._rate_limit(record, client or (f"peer:{peer}" if peer else ""))
-                self.observe(record, batch_id, client=client)
+                key = named[0] if named else None
+                if key:
+                    key.validate()
+                    with state.lock:  # a resent record costs no rate-limit token
+                        self._check_taken(client, key)
+                self._rate_limit(record, client, peer)
+                self.observe(record, batch_id, client=client, key=key)
+            except Duplicate:
+                report.duplicates += 1
             except RecordError as exc:
                 self._reject(report, Rejection(index, f"record.{exc.field}", exc.message))
             except RateLimited as exc:
@@ -175,11 +212,18 @@ class Ingest:
                 pass  # counted in n_outliers
         return report
 
-    def _rate_limit(self, record: Record, client: str) -> None:
+    def _rate_limit(self, record: Record, client: str, peer: str = "") -> None:
+        """Take a token of the sender's bucket: its authenticated identity whenever it has one (a
+        record's ``source`` is only a label then), else its peer address or the record's source."""
         limiter = self.rate_limiter
         if limiter is None:
             return
-        key = client if client and self.state.config.rate_limit_by == "client" else f"source:{record.source}"
+        if client:
+            key = client
+        elif self.state.config.rate_limit_by == "client" and peer:
+            key = f"peer:{peer}"
+        else:
+            key = f"source:{record.source}"
         if not limiter.allow(key):
             with self.state.lock:
                 self.state.n_rate_limited += 1

@@ -28,9 +28,24 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from predictor.records import BatchSpec
 from predictor.service.errors import InvalidArgument, NotFound, ResourceExhausted
+
+
+class Journal(Protocol):
+    """Where a durable view logs its starts and ends (:class:`~predictor.service.livelog.LiveLog`)."""
+
+    def started(
+        self, device: str, kind: str, batch_id: str, batch: BatchSpec, predicted_ms: float, elapsed_ms: float
+    ) -> None:
+        """A batch entered the view."""
+        ...
+
+    def ended(self, device: str, batch_id: str) -> None:
+        """A batch left the view by an end report."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +99,7 @@ class LiveView:
         self._devices: dict[str, DeviceState] = {}
         self._lock = threading.Lock()
         self.n_expired = 0
+        self.journal: Journal | None = None  # told every start and end (the side log of a durable view)
 
     # ---------------------------------------------------------------- updates
     def _device(self, device: str, device_kind: str, now: float) -> DeviceState:
@@ -123,6 +139,8 @@ class LiveView:
                     "batch_id", f"{self.max_running_per_device} batches already run on {device!r}"
                 )
             state.running[batch_id] = RunningBatch(batch_id, batch, now - elapsed_ms / 1000.0, predicted_ms)
+            if self.journal is not None:
+                self.journal.started(device, state.device_kind, batch_id, batch, predicted_ms, elapsed_ms)
             return len(state.running)
 
     def end(self, device: str, batch_id: str, *, required: bool = True) -> tuple[bool, int]:
@@ -135,6 +153,8 @@ class LiveView:
                 return False, 0
             state.last_seen = self.clock()
             found = state.running.pop(batch_id, None) is not None
+            if found and self.journal is not None:
+                self.journal.ended(device, batch_id)
             return found, len(state.running)
 
     def _expire(self, state: DeviceState, now: float) -> None:

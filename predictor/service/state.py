@@ -22,9 +22,10 @@ from predictor.calibration import ConformalCalibrator
 from predictor.logio import ReadReport
 from predictor.predictors import LatencyPredictor, create
 from predictor.records import Record
-from predictor.service import wal
+from predictor.service import livelog, wal
 from predictor.service.admission import AdmissionCalibration, AnswerMemory
 from predictor.service.config import ServiceConfig
+from predictor.service.dedup import DedupKey, Deduplicator
 from predictor.service.errors import OutlierRejected, ServiceError, Unavailable
 from predictor.service.filling import Filling
 from predictor.service.gates import OutlierGates
@@ -45,7 +46,7 @@ SNAPSHOT_FILE = "service.snapshot"
 class Learner(Protocol):
     """What :meth:`ServiceState.open` learns through (the ingest path)."""
 
-    def observe(self, record: Record, batch_id: str = "", *, client: str = "") -> float:
+    def observe(self, record: Record, batch_id: str = "", *, client: str = "", key: DedupKey | None = None) -> float:
         """Learn from one observed record (a replayed log entry); returns its prediction before learning."""
         ...
 
@@ -79,6 +80,7 @@ class ServiceState:
         self.admission = self.new_admission()
         self.monitor = ErrorMonitor(config.error_window, config.coverage_window)
         self.gates = self.new_gates()
+        self.dedup = self.new_dedup()
         self.live = LiveView(
             clock,
             stale_after_s=config.stale_after_s,
@@ -93,6 +95,7 @@ class ServiceState:
         self._ready = False
         self._listeners: list[Callable[[bool], None]] = []
         self.started = time.time()
+        self._started_monotonic = time.monotonic()  # uptime: immune to wall-clock steps
         # counters
         self.changes = 0  # observations (and gate moves) since the last snapshot
         self.n_rejected = 0
@@ -105,6 +108,8 @@ class ServiceState:
         self.snapshot_sequence = 0
         self.obs_log: wal.ObservationLog | None = None
         self.replay_report: wal.ReplayReport | None = None
+        self.live_log: livelog.LiveLog | None = None
+        self.live_report: livelog.LiveRestoreReport | None = None
         self.stop = threading.Event()
         self.snapshotter: threading.Thread | None = None
 
@@ -114,6 +119,11 @@ class ServiceState:
         if not c.outlier_gate:
             return None
         return OutlierGates(c.outlier_k, c.outlier_min_ratio, c.outlier_warmup, c.max_device_kinds)
+
+    def new_dedup(self) -> Deduplicator:
+        """A fresh table of the records taken in (exactly-once learning), as configured."""
+        c = self.config
+        return Deduplicator(c.dedup_window, c.dedup_max_producers, c.dedup_max_record_ids)
 
     def new_calibrator(self) -> ConformalCalibrator:
         """A fresh conformal calibrator as configured."""
@@ -173,6 +183,8 @@ class ServiceState:
             self.state_dir = Path(state_dir)
             self.state_dir.mkdir(parents=True, exist_ok=True)
             path = self.state_dir / SNAPSHOT_FILE
+            for stale in snapshot.remove_stale_temporaries(path):
+                log.warning("removed %s, left by a snapshot cut short (the previous snapshot stands)", stale)
             if path.exists():
                 header = self.restore_snapshot(path)
                 said = f"restored {header['observations']} observations from {path}"
@@ -191,6 +203,8 @@ class ServiceState:
             warmed = True
         if self.obs_log is not None:
             self.obs_log.open(next_seq)
+        if self.state_dir is not None and self.config.live_log:
+            said += "; " + self.restore_live_view().summary()
         if warmed and self.state_dir is not None:
             self.save_snapshot()
         if self.state_dir is not None and self.config.snapshot_every_s > 0:
@@ -210,6 +224,17 @@ class ServiceState:
             self.save_snapshot()
         if self.obs_log is not None:
             self.obs_log.close()
+        if self.live_log is not None:
+            self.live_log.close()
+
+    def restore_live_view(self) -> livelog.LiveRestoreReport:
+        """Restore the running batches from the live view's side log, and log the view from now on."""
+        assert self.state_dir is not None
+        self.live_log = livelog.LiveLog(self.state_dir / livelog.DIR_NAME)
+        horizon = self.config.live_horizon_s or self.config.stale_after_s
+        self.live_report = self.live_log.restore(self.live, horizon)
+        self.live_log.attach(self.live)
+        return self.live_report
 
     def replay_log(self, learner: Learner) -> wal.ReplayReport:
         """Learn again, through ``learner``, what the observation log holds after the restored snapshot."""
@@ -222,7 +247,7 @@ class ServiceState:
         report = wal.ReplayReport()
         for entry in self.obs_log.replay(after=self.snapshot_sequence, report=report):
             try:
-                learner.observe(entry.record, client=entry.client)
+                learner.observe(entry.record, client=entry.client, key=entry.key)
             except OutlierRejected:
                 pass  # refused again, as it was when it arrived
             except ServiceError as exc:
@@ -292,6 +317,7 @@ class ServiceState:
                 "devices": self.live.devices(),
                 "gates": self.gates,
                 "filling": self.filling,
+                "dedup": self.dedup,
             }
             return snapshot.dump_state(state)
 
@@ -323,6 +349,9 @@ class ServiceState:
         filling = state.get("filling")
         if not isinstance(filling, Filling):
             filling = Filling(self.config.signal_alpha, self.config.max_devices)
+        dedup = state.get("dedup") or self.new_dedup()
+        if not isinstance(dedup, Deduplicator):
+            raise snapshot.SnapshotError(f"{path}: payload holds no table of records taken in")
         with self.lock:
             self.filling = filling
             self.predictor = predictor
@@ -330,6 +359,7 @@ class ServiceState:
             self.admission = admission
             self.monitor = monitor
             self.gates = gates
+            self.dedup = dedup
             self.changes = 0
             self.snapshot_sequence = int(header.get("log_sequence", 0))
         self.live.restore_devices(dict(state.get("devices", {})))
@@ -378,7 +408,7 @@ class ServiceState:
                 drift_alarms=tuple(monitor.alarms),
                 devices=len(self.live.devices()),
                 batches_running=self.live.running_count(),
-                uptime_s=time.time() - self.started,
+                uptime_s=time.monotonic() - self._started_monotonic,
                 last_snapshot_time=self.last_snapshot_time,
                 observations_outliers=self.n_outliers,
                 observations_rate_limited=self.n_rate_limited,
@@ -388,4 +418,7 @@ class ServiceState:
                 admission_mape=admitted.mape,
                 answers_linked=admission.n_linked,
                 answers_remembered=len(admission.memory),
+                observations_duplicates=self.dedup.n_duplicates,
+                live_restored=self.live_report.restored if self.live_report else 0,
+                live_expired=self.live_report.expired if self.live_report else 0,
             )

@@ -247,6 +247,7 @@ class ObservationReport:
     outliers: int = 0  # of the rejected: refused by the outlier gate
     rate_limited: int = 0  # of the rejected: beyond the client's rate
     log_sequence: int = 0  # observation log position covering this stream (0: no log)
+    duplicates: int = 0  # resent records already taken in: dropped (neither accepted nor rejected)
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,3 +331,6 @@ class Status:
     """Observations matched, by batch id, to the answer given about them."""
     answers_remembered: int = 0
     """Answers kept, by batch id, until their observation arrives."""
+    observations_duplicates: int = 0  # resent records dropped, in total
+    live_restored: int = 0  # running batches restored into the live view at start-up
+    live_expired: int = 0  # batches of the live view's side log dropped at start-up (past the horizon)

@@ -13,6 +13,9 @@ entry per line::
     <CRC-32 of the JSON, 8 hex digits> <JSON>\\n
     {"seq": 17, "client": "token:collector-a", "batch_id": "", "record": {coloc/v1 ...}}
 
+and, when the producer named the record (:mod:`predictor.service.dedup`), ``"producer"``,
+``"pseq"`` and ``"rid"``: the replay rebuilds the table of records already taken from them.
+
 A snapshot seals the current segment (fsync) and starts a new one; once the
 snapshot is durable, the segments it covers are deleted.
 
@@ -67,6 +70,7 @@ from pathlib import Path
 
 from predictor.durable import fsync_dir
 from predictor.records import Record, RecordError, parse_record, record_to_dict
+from predictor.service.dedup import DedupKey
 
 FSYNC_POLICIES = ("always", "batch", "never")
 DIR_NAME = "wal"
@@ -87,6 +91,14 @@ class LogEntry:
     record: Record
     client: str = ""
     batch_id: str = ""
+    producer: str = ""
+    sequence: int = 0
+    record_id: str = ""
+
+    @property
+    def key(self) -> DedupKey:
+        """How the producer named the record (empty: not named)."""
+        return DedupKey(self.producer, self.sequence, self.record_id)
 
 
 @dataclass
@@ -120,13 +132,20 @@ def segment_name(first_seq: int) -> str:
 
 def encode_entry(entry: LogEntry) -> bytes:
     """One log line, newline included."""
+    obj: dict = {
+        "seq": entry.seq,
+        "client": entry.client,
+        "batch_id": entry.batch_id,
+        "record": record_to_dict(entry.record),
+    }
+    if entry.producer:
+        obj["producer"] = entry.producer
+    if entry.sequence:
+        obj["pseq"] = entry.sequence
+    if entry.record_id:
+        obj["rid"] = entry.record_id
     body = json.dumps(
-        {
-            "seq": entry.seq,
-            "client": entry.client,
-            "batch_id": entry.batch_id,
-            "record": record_to_dict(entry.record),
-        },
+        obj,
         separators=(",", ":"),
         allow_nan=False,
     ).encode()
@@ -154,7 +173,18 @@ def decode_entry(line: bytes) -> LogEntry:
         record = parse_record(obj.get("record"))
     except RecordError as exc:
         raise ValueError(f"bad record ({exc})") from None
-    return LogEntry(obj["seq"], record, str(obj.get("client") or ""), str(obj.get("batch_id") or ""))
+    pseq = obj.get("pseq", 0)
+    if not isinstance(pseq, int) or pseq < 0:
+        raise ValueError("bad producer sequence number")
+    return LogEntry(
+        obj["seq"],
+        record,
+        str(obj.get("client") or ""),
+        str(obj.get("batch_id") or ""),
+        str(obj.get("producer") or ""),
+        pseq,
+        str(obj.get("rid") or ""),
+    )
 
 
 class ObservationLog:
@@ -285,7 +315,7 @@ class ObservationLog:
         """Whether entries can be appended (opened, not closed)."""
         return self._open
 
-    def append(self, record: Record, client: str = "", batch_id: str = "") -> int:
+    def append(self, record: Record, client: str = "", batch_id: str = "", key: DedupKey | None = None) -> int:
         """Write one entry (a ``write`` syscall: in the page cache on return); returns its sequence number.
 
         Raises :class:`LogError` when it cannot be written; nothing is then considered logged.
@@ -294,7 +324,10 @@ class ObservationLog:
             if not self._open:
                 raise LogError("the observation log is closed")
             seq = self.last_seq + 1
-            line = encode_entry(LogEntry(seq, record, client, batch_id))
+            named = key or DedupKey()
+            line = encode_entry(
+                LogEntry(seq, record, client, batch_id, named.producer, named.sequence, named.record_id)
+            )
             try:
                 if self._broken or self._fd is None:  # a failed write may have left a torn line
                     self._abandon()  # continue in a new segment
