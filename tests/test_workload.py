@@ -119,10 +119,12 @@ def test_every_model_runs_in_milliseconds_on_one_thread() -> None:
                 assert model(x).shape[0] == 1 and model(x8).shape[0] == 8
                 times = []
                 for _ in range(3):
-                    t0 = time.perf_counter()
+                    # the CPU time of this (the only torch) thread: the model's size in work, whatever
+                    # else the machine runs (wall-clock time stretches with the load of other processes)
+                    t0 = time.thread_time()
                     model(x8)
-                    times.append((time.perf_counter() - t0) * 1e3)
-                assert 0.2 < min(times) < 100.0, (name, times)  # ~1-30 ms when the machine is quiet
+                    times.append((time.thread_time() - t0) * 1e3)
+                assert 0.2 < min(times) < 100.0, (name, times)  # ~1-30 ms of CPU
     finally:
         torch.set_num_threads(threads)
 
