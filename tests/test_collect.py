@@ -59,7 +59,8 @@ def test_collect_command_writes_real_co_location_records(tmp_path, capsys) -> No
     assert meta["records"] == len(records) and meta["options"]["workers"] == 2
     conditions = meta["conditions"]
     assert len(conditions["loadavg_before"]) == 3 and conditions["cpu_count"] >= 1
-    assert conditions["own_cores"] > 0.5  # two workers running models for seconds
+    # two workers ran models for seconds (their share of the cores depends on what else runs)
+    assert conditions["own_cores"] > 0.05 and conditions["busy_cores"] >= conditions["own_cores"] - 0.2
     assert "by other processes" in printed
 
     co_located = [r for r in records if r.co_runners]
