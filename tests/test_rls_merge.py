@@ -31,7 +31,7 @@ def _learn(rows, **kwargs) -> RLS:
     return rls
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     seed=st.integers(0, 10_000),
     n=st.integers(2, 120),
@@ -51,10 +51,16 @@ def test_merging_two_halves_equals_learning_the_whole(
     probes = [x for x, _ in _stream(seed + 1, 20, True)]
     expected = np.array([whole.predict_one(x) for x in probes])
     got = np.array([merged.predict_one(x) for x in probes])
-    assert np.allclose(got, expected, rtol=1e-9, atol=1e-9), np.abs(got - expected).max()
+    # within 1e-9 of the predictions' magnitude (sequential RLS rounds too: the whole learner is no
+    # exact reference for an ill-conditioned stream either)
+    scale = max(1.0, float(np.abs(expected).max()))
+    assert np.allclose(got, expected, rtol=1e-9, atol=1e-9 * scale), np.abs(got - expected).max() / scale
     assert merged.n_updates == whole.n_updates
+    # weights of directions the data barely determines (few rows, a weak prior) carry the rounding of
+    # inverting an ill-conditioned covariance: 1e-8 of the largest weight
+    largest = max(1.0, *map(abs, whole.weights.values()))
     for name, w in whole.weights.items():
-        assert merged.weights[name] == pytest.approx(w, rel=1e-9, abs=1e-9)
+        assert merged.weights[name] == pytest.approx(w, abs=1e-8 * largest)
     # the merged learner keeps learning as the whole one does
     more = _stream(seed + 2, 10, True)
     for x, y in more:
