@@ -8,7 +8,9 @@ Views of a :class:`~predictor.records.Record`, as ``dict[str, float]``:
 * :func:`fine_features`: overlap-weighted sums over co-runners of each of
   their attributes, per co-runner model and per (model, co-runner model) pair,
   products of the batch's own attributes with its co-runners', co-runner
-  counts, device signals, and any numeric attribute (unknown keys are used).
+  counts, device signals (not those measured on the batch itself,
+  :data:`~predictor.rules.OUTCOME_SIGNALS`), and any numeric attribute (unknown
+  keys are used).
 * :func:`interaction_features`: the fine features plus second-order terms.
 * :class:`EwmaCoLocation`: the co-location part of the coarse view smoothed
   per device by an exponentially weighted moving average.
@@ -61,6 +63,7 @@ import numpy as np
 
 from predictor.colocations import CoLocations
 from predictor.records import BatchSpec, Record
+from predictor.rules import OUTCOME_SIGNALS
 
 Features = dict[str, float]
 
@@ -155,7 +158,8 @@ def fine_features(record: Record) -> Features:
             _add(features, CO + key, weight * value)
     _add_crosses(features, record.batch.attrs)
     for key, value in record.signals.items():
-        features[SIGNAL + key] = value
+        if key not in OUTCOME_SIGNALS:
+            features[SIGNAL + key] = value
     return features
 
 
@@ -259,6 +263,8 @@ def _layout(rows: CoLocations) -> _Layout | None:
     if rows.overlaps.size:
         fixed[COUNT] = np.diff(rows.offsets).astype(float)
     for key, (where, values) in _by_key(rows.signals).items():
+        if key in OUTCOME_SIGNALS:
+            continue
         column = np.zeros(n)
         column[where] = values
         fixed[SIGNAL + key] = column
@@ -379,7 +385,7 @@ class EwmaCoLocation:
     def _smoothed(self, record: Record) -> tuple[Features, Features]:
         current = coarse_features(record)
         shared = {k: v for k, v in current.items() if not k.startswith(OWN)}
-        shared.update({SIGNAL + k: v for k, v in record.signals.items()})
+        shared.update({SIGNAL + k: v for k, v in record.signals.items() if k not in OUTCOME_SIGNALS})
         previous = self._state.get(record.device)
         if previous is None:
             smoothed = dict(shared)

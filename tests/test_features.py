@@ -118,3 +118,23 @@ def test_matrix_rows_equal_per_record_features(batch, rows):
             row = dict(zip(matrix.names, matrix.values[i].tolist(), strict=True))
             assert {k: v for k, v in row.items() if k in expected} == expected
             assert all(v == 0 for k, v in row.items() if k not in expected)
+
+
+def test_signals_measured_on_the_batch_itself_are_never_features():
+    """``batch_cpu_ms`` is known only after the batch ran: logged, never learned from or filled in."""
+    from predictor.rules import BATCH_CPU_SIGNAL
+    from predictor.service.filling import Filling
+
+    record = Record("cpu0", BatchSpec("resnet", 2), 10.0, co_runners=(CoRunner("vgg", 1, {}, 0.5),),
+                    signals={"cpu_util": 0.5, BATCH_CPU_SIGNAL: 7.5})
+    row = fine_features(record)
+    assert "sig:cpu_util" in row and not any(BATCH_CPU_SIGNAL in k for k in row)
+    column = feature_matrix(CoLocations.from_records([record]))
+    assert column is not None
+    assert "sig:cpu_util" in column.names and not any(BATCH_CPU_SIGNAL in k for k in column.names)
+    smoothed = EwmaCoLocation(0.5).features(record)
+    assert not any(BATCH_CPU_SIGNAL in k for k in smoothed)
+    filling = Filling(0.5, 8)
+    filling.observe(record)
+    filled, estimated = filling.fill_signals("cpu0", record.device_kind, {})
+    assert BATCH_CPU_SIGNAL not in filled and "cpu_util" in filled

@@ -39,6 +39,7 @@ import threading
 from collections.abc import Mapping
 
 from predictor.records import Record
+from predictor.rules import OUTCOME_SIGNALS
 
 MAX_COUNT = 16
 """Co-runner counts from this one up share one overlap statistic."""
@@ -158,10 +159,14 @@ class Filling:
         self._lock = threading.Lock()
 
     def observe(self, record: Record, kind: str | None = None) -> None:
-        """Learn from an observed record: its signals and its co-runners' overlaps."""
+        """Learn from an observed record: its device signals (not those measured on the batch itself,
+        :data:`~predictor.rules.OUTCOME_SIGNALS`) and its co-runners' overlaps."""
         kind = record.device_kind if kind is None else kind
+        signals = record.signals
+        if not OUTCOME_SIGNALS.isdisjoint(signals):
+            signals = {k: v for k, v in signals.items() if k not in OUTCOME_SIGNALS}
         with self._lock:
-            self.signals.observe(record.device, kind, record.signals)
+            self.signals.observe(record.device, kind, signals)
             self.overlaps.observe(kind, [c.overlap for c in record.co_runners])
 
     def has_signals(self) -> bool:
