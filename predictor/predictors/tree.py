@@ -93,7 +93,7 @@ class TreePredictor(LatencyPredictor):
         self._model = BoostedResidual(
             window=window, refit_every=refit_every, first_fit=first_fit, swap_after=swap_after,
             n_estimators=n_estimators, num_leaves=num_leaves, learning_rate=learning_rate,
-            min_child_samples=min_child_samples, increasing=CONTENTION_PREFIXES if monotone else (),
+            min_child_samples=min_child_samples, increasing=",".join(CONTENTION_PREFIXES) if monotone else "",
             corrector_forgetting=corrector_forgetting, corrector_delta=corrector_delta,
             background=background, seed=seed,
         )

@@ -106,7 +106,8 @@ class BoostedResidual(base.Regressor):
     n_estimators, num_leaves, learning_rate, min_child_samples
         LightGBM's boosting rounds, leaves per tree, shrinkage and least rows per leaf.
     increasing
-        Prefixes of the column names on which the trees are constrained to be non-decreasing.
+        Comma-separated prefixes of the column names on which the trees are constrained to be
+        non-decreasing (``"co:,pair:"``).
     corrector_forgetting, corrector_delta
         The RLS corrector's forgetting factor and prior covariance scale.
     max_features
@@ -127,7 +128,7 @@ class BoostedResidual(base.Regressor):
         num_leaves: int = 15,
         learning_rate: float = 0.1,
         min_child_samples: int = 10,
-        increasing: tuple[str, ...] = (),
+        increasing: str = "",
         corrector_forgetting: float = 0.995,
         corrector_delta: float = 0.1,
         max_features: int = 256,
@@ -144,8 +145,8 @@ class BoostedResidual(base.Regressor):
             raise ValueError(f"swap_after must be <= refit_every ({refit_every}), got {swap_after!r}")
         if not 0 < learning_rate <= 1:
             raise ValueError(f"learning_rate must lie in (0, 1], got {learning_rate!r}")
-        if isinstance(increasing, str):
-            raise ValueError(f"increasing must be a tuple of prefixes, got the string {increasing!r}")
+        if not isinstance(increasing, str):
+            raise ValueError(f"increasing must be a comma-separated string of prefixes, got {increasing!r}")
         RLS(corrector_forgetting, corrector_delta)  # validates the corrector's arguments
         self.window = window
         self.refit_every = refit_every
@@ -155,7 +156,8 @@ class BoostedResidual(base.Regressor):
         self.num_leaves = num_leaves
         self.learning_rate = learning_rate
         self.min_child_samples = min_child_samples
-        self.increasing = tuple(increasing)
+        self.increasing = increasing
+        self._prefixes = tuple(p for p in increasing.split(",") if p)
         self.corrector_forgetting = corrector_forgetting
         self.corrector_delta = corrector_delta
         self.max_features = max_features
@@ -179,7 +181,7 @@ class BoostedResidual(base.Regressor):
     def _unit_test_params(cls):
         yield {"window": 300, "refit_every": 100, "first_fit": 50, "swap_after": 20, "n_estimators": 20}
         yield {"window": 100, "refit_every": 40, "first_fit": 40, "swap_after": 0, "n_estimators": 5,
-               "increasing": ("ordinal_",), "background": False}
+               "increasing": "ordinal_,co:", "background": False}
 
     @property
     def _is_stochastic(self) -> bool:
@@ -266,7 +268,7 @@ class BoostedResidual(base.Regressor):
         names_by_column = {c: name for name, c in self._index.columns.items()}
         columns = np.array(sorted(names_by_column, key=names_by_column.__getitem__), dtype=np.int64)
         names = tuple(names_by_column[c] for c in columns.tolist())
-        monotone = [int(bool(self.increasing) and name.startswith(self.increasing)) for name in names]
+        monotone = [int(bool(self._prefixes) and name.startswith(self._prefixes)) for name in names]
         if columns.size == 0:
             return
         X = self._rows[:n][:, columns]
