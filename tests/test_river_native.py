@@ -74,7 +74,9 @@ def test_dict_path_equals_the_fast_path(spec):
         river_model.learn_one(record_to_x(r), r.latency_ms)
         predictor.learn_one(r)
     dict_path = [river_model.predict_one(record_to_x(r)) for r in records[150:]]
-    assert dict_path == [predictor.predict_one(r) for r in records[150:]]
+    # equal up to rounding: the dict path takes attributes in sorted order, which can order RLS's columns
+    # differently (the same sums in another order)
+    np.testing.assert_allclose(dict_path, [predictor.predict_one(r) for r in records[150:]], rtol=1e-9)
     # and the array path the service uses for rankings gives the same numbers
     rows = CoLocations.from_records([r for r in records[150:] if r.batch == records[150].batch] or records[150:151])
     np.testing.assert_allclose(predictor.predict_colocations(rows),
