@@ -97,7 +97,8 @@ class BoostedResidual(base.Regressor):
     window
         Observations the trees are fitted on (the most recent ones).
     refit_every
-        Observations between two refits (after the first).
+        Observations between two refits, once the model has seen ``refit_every`` observations
+        (before, refits come each time the count has doubled: ``first_fit``, twice that, ...).
     first_fit
         Observations before the first refit.
     swap_after
@@ -169,6 +170,7 @@ class BoostedResidual(base.Regressor):
         self._targets = np.zeros(0)
         self._corrector_rows: list[tuple[dict[str, float], float, np.ndarray]] = []
         self._count = 0
+        self._next_refit = first_fit
         self._mean = 0.0
         self._trees: TreeArrays | None = None
         self._corrector = self._new_corrector()
@@ -236,9 +238,9 @@ class BoostedResidual(base.Regressor):
             self._corrector_rows.append((numeric, y, vector))
             if self._count - self._pending.launched_at >= self.swap_after:
                 self._swap()
-        if self._count == self.first_fit or (
-            self._count > self.first_fit and (self._count - self.first_fit) % self.refit_every == 0
-        ):
+        if self._count >= self._next_refit:
+            # refits at first_fit, then twice as many observations, ... until refit_every apart
+            self._next_refit = self._count + min(self.refit_every, self._count)
             self._launch()
 
     def _store(self, vector: np.ndarray, y: float) -> None:
@@ -346,6 +348,24 @@ class BoostedResidual(base.Regressor):
     def trees(self) -> TreeArrays | None:
         """The trees in use (``None`` before the first swap)."""
         return self._trees
+
+    def window_rows(self) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
+        """The window as the next refit would see it: column names (sorted), rows and targets (copies)."""
+        n = min(self._count, self.window)
+        names_by_column = {c: name for name, c in self._index.columns.items()}
+        columns = sorted(names_by_column, key=names_by_column.__getitem__)
+        return tuple(names_by_column[c] for c in columns), self._rows[:n][:, columns], self._targets[:n].copy()
+
+    def start_refit(self) -> None:
+        """Start a refit now, off schedule (benchmarks: what a refit costs the answers meanwhile)."""
+        if self._pending is None:
+            self._launch()
+
+    @property
+    def refit_running(self) -> bool:
+        """Whether a refit's worker thread is running now."""
+        thread = self._pending.thread if self._pending is not None else None
+        return thread is not None and thread.is_alive()
 
     @property
     def refit_pending(self) -> bool:
