@@ -109,6 +109,8 @@ def sensitivity(model: str, batch_size: int, attrs: dict[str, float]) -> float:
 
 def no_solo_records(n: int, *, seed: int = 0, noise: float = 0.03) -> list[Record]:
     """``n`` records with no solo latency, over four devices of one kind."""
+    if n < 0:
+        raise ValueError(f"n: must be >= 0, got {n!r}")
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):

@@ -106,28 +106,33 @@ class TreePredictor(LatencyPredictor):
 
     # ------------------------------------------------------------------ features
     @staticmethod
-    def features(record: Record) -> dict[str, object]:
-        """The regressor's input for ``record``: fine features, model, device kind and solo latency."""
-        x: dict[str, object] = fine_features(record)  # type: ignore[assignment]
-        x["model"] = record.batch.model
-        x["kind"] = record.device_kind
+    def parts(record: Record) -> tuple[dict[str, float], dict[str, str]]:
+        """The regressor's input for ``record``: numbers (the fine features, whether the record has a
+        solo latency and its log) and categories (the model, the device kind)."""
+        numeric = fine_features(record)
         solo = record.solo_latency_ms
-        x["has_solo"] = 1.0 if solo else 0.0
-        x["log_solo"] = math.log(solo) if solo else 0.0
-        return x
+        numeric["has_solo"] = 1.0 if solo else 0.0
+        numeric["log_solo"] = math.log(solo) if solo else 0.0
+        return numeric, {"model": record.batch.model, "kind": record.device_kind}
+
+    @classmethod
+    def features(cls, record: Record) -> dict[str, object]:
+        """:meth:`parts` as one dict (the regressor's river-style input)."""
+        numeric, categories = cls.parts(record)
+        return {**numeric, **categories}
 
     @staticmethod
     def _offset(record: Record) -> float:
         solo = record.solo_latency_ms
         return math.log(solo) if solo else 0.0
 
-    def _features(self, record: Record) -> dict[str, object]:
+    def _parts(self, record: Record) -> tuple[dict[str, float], dict[str, str]]:
         last = getattr(self, "_last", None)
         if last is not None and last[0] is record:
             return last[1]
-        x = self.features(record)
-        self._last = (record, x)
-        return x
+        parts = self.parts(record)
+        self._last = (record, parts)
+        return parts
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -145,7 +150,7 @@ class TreePredictor(LatencyPredictor):
     # ------------------------------------------------------------------ the interface
     def predict_one(self, record: Record) -> float:
         """``exp(offset + trees + corrector)``, within a factor 2 of the targets seen."""
-        value = self._clamp(self._model.predict_one(self._features(record)))
+        value = self._clamp(self._model.predict_parts(*self._parts(record)))
         return math.exp(self._offset(record) + value)
 
     def predict_slowdown(self, record: Record) -> float:
@@ -165,7 +170,7 @@ class TreePredictor(LatencyPredictor):
 
     def _learn(self, record: Record) -> None:
         target = math.log(record.latency_ms) - self._offset(record)  # type: ignore[arg-type]
-        self._model.learn_one(self._features(record), target)
+        self._model.learn_parts(*self._parts(record), target)
         low, high = self._target_range
         self._target_range = (min(low, target), max(high, target))
 

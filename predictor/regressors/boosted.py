@@ -209,15 +209,23 @@ class BoostedResidual(base.Regressor):
 
     def _split(self, x: Features, grow: bool) -> tuple[dict[str, float], dict[str, float]]:
         """The trees' view of ``x`` (categories as codes) and the corrector's (categories one-hot)."""
-        coded: dict[str, float] = {}
         numeric: dict[str, float] = {}
+        categories: dict[str, str] = {}
         for key, value in x.items():
             if isinstance(value, str):
-                coded[key] = self._code(key, value, grow)
-                numeric[f"{key}={value}"] = 1.0
+                categories[key] = value
             else:
-                coded[key] = numeric[key] = float(value)  # type: ignore[arg-type]
-        return coded, numeric
+                numeric[key] = float(value)  # type: ignore[arg-type]
+        return self._views(numeric, categories, grow)
+
+    def _views(self, numeric: Mapping[str, float], categories: Mapping[str, str],
+               grow: bool) -> tuple[dict[str, float], dict[str, float]]:
+        coded = dict(numeric)
+        onehot = dict(numeric)
+        for key, value in categories.items():
+            coded[key] = self._code(key, value, grow)
+            onehot[f"{key}={value}"] = 1.0
+        return coded, onehot
 
     def _tree_value(self, vector: np.ndarray) -> float:
         return self._trees.predict_vector(vector) if self._trees is not None else self._mean
@@ -225,10 +233,16 @@ class BoostedResidual(base.Regressor):
     # ------------------------------------------------------------------ learning
     def learn_one(self, x: Features, y: float) -> None:
         """Learn one observation: the corrector at once, the trees at the next refit."""
+        self._learn(*self._split(x, grow=True), y)
+
+    def learn_parts(self, numeric: Mapping[str, float], categories: Mapping[str, str], y: float) -> None:
+        """:meth:`learn_one` of the dict of ``numeric`` and ``categories`` (the hot path: no type tests)."""
+        self._learn(*self._views(numeric, categories, grow=True), y)
+
+    def _learn(self, coded: dict[str, float], numeric: dict[str, float], y: float) -> None:
         y = float(y)
         if not math.isfinite(y):
             raise ValueError(f"y: must be finite, got {y!r}")
-        coded, numeric = self._split(x, grow=True)
         vector = self._index.vector(coded, grow=True)
         self._corrector.learn_one(numeric, y - self._tree_value(vector))
         self._store(vector, y)
@@ -309,7 +323,13 @@ class BoostedResidual(base.Regressor):
     # ------------------------------------------------------------------ predicting
     def predict_one(self, x: Features) -> float:
         """Trees (or the window's mean before the first fit) plus the corrector."""
-        coded, numeric = self._split(x, grow=False)
+        return self._predict(*self._split(x, grow=False))
+
+    def predict_parts(self, numeric: Mapping[str, float], categories: Mapping[str, str]) -> float:
+        """:meth:`predict_one` of the dict of ``numeric`` and ``categories`` (the hot path: no type tests)."""
+        return self._predict(*self._views(numeric, categories, grow=False))
+
+    def _predict(self, coded: dict[str, float], numeric: dict[str, float]) -> float:
         value = self._tree_value(self._index.vector(coded, grow=False))
         return value + self._corrector.predict_one(numeric)
 
