@@ -162,3 +162,9 @@ def test_ensemble_keeps_the_old_registry_name_and_variants():
     assert type(create("ensemble")).__name__ == "EnsemblePredictor"
     assert create("ensemble").experts == "rls,tree,sgd"
     check_predictor(lambda: create("ensemble:experts='rls,static'"), default_records(30))
+
+
+def test_walk_handles_single_leaf_trees():
+    X = np.random.default_rng(3).random((100, 3))
+    trees, booster = fit_trees(X, np.full(100, 2.5), names=("a", "b", "c"), n_estimators=5, return_booster=True)
+    assert trees.predict_vector(X[0]) == booster.predict(X[:1])[0] == pytest.approx(2.5)

@@ -95,49 +95,53 @@ class TreeArrays:
 def export_trees(booster, names: Sequence[str]) -> TreeArrays:
     """Flatten a LightGBM ``Booster``'s trees (numerical ``<=`` splits only) into :class:`TreeArrays`.
 
+    Reads LightGBM's text model (``model_to_string``: per tree, arrays of the internal nodes'
+    split features, thresholds, children, and of the leaves' values), with numpy rather than a
+    walk over a parsed JSON dump: a refit in a worker thread then holds the GIL for little
+    time, which answers in other threads would wait on. Node ``i < n_internal`` of a tree is
+    its internal node ``i``; leaf ``j`` becomes node ``n_internal + j``.
+
     Raises
     ------
     ValueError
         For a split this walk does not evaluate (categorical, or one that routes missing values).
     """
-    model = booster.dump_model()
-    feature: list[int] = []
-    threshold: list[float] = []
-    left: list[int] = []
-    right: list[int] = []
-    value: list[float] = []
-    roots: list[int] = []
-    for tree in model["tree_info"]:
-        stack = [(tree["tree_structure"], -1, False)]
-        root = len(feature)
-        while stack:
-            node, parent, is_right = stack.pop()
-            i = len(feature)
-            if parent >= 0:
-                (right if is_right else left)[parent] = i
-            feature.append(-1)
-            threshold.append(0.0)
-            left.append(-1)
-            right.append(-1)
-            value.append(0.0)
-            if "leaf_value" in node:
-                value[i] = float(node["leaf_value"])
-                continue
-            if node.get("decision_type") != "<=" or node.get("missing_type", "None") not in ("None", None):
-                raise ValueError(f"trees: split {node.get('decision_type')!r} with missing values "
-                                 f"{node.get('missing_type')!r} is not supported by the walk")
-            feature[i] = int(node["split_feature"])
-            threshold[i] = float(node["threshold"])
-            stack.append((node["right_child"], i, True))
-            stack.append((node["left_child"], i, False))
-        roots.append(root)
+    feature, threshold, left, right, value, roots = [], [], [], [], [], []
+    offset = 0
+    for block in booster.model_to_string().split("\nTree=")[1:]:
+        fields = dict(line.split("=", 1) for line in block.split("\n")[1:] if "=" in line)
+        leaves = np.array(fields["leaf_value"].split(), dtype=float)
+        n_internal = int(fields["num_leaves"]) - 1
+        roots.append(offset)
+        if n_internal == 0:
+            feature.append(np.array([-1]))
+            threshold.append(np.zeros(1))
+            left.append(np.array([-1]))
+            right.append(np.array([-1]))
+            value.append(leaves[:1])
+            offset += 1
+            continue
+        decision = np.array(fields["decision_type"].split(), dtype=np.int64)
+        if np.any(decision & 1) or np.any((decision >> 2) & 3):
+            raise ValueError("trees: categorical splits and splits routing missing values are not supported")
+        children = [np.array(fields[k].split(), dtype=np.int64) for k in ("left_child", "right_child")]
+        # a child >= 0 is an internal node; a negative one is leaf ~child
+        lc, rc = (np.where(c >= 0, c, n_internal + ~c) + offset for c in children)
+        feature.append(np.concatenate([np.array(fields["split_feature"].split(), dtype=np.int64),
+                                       np.full(leaves.size, -1)]))
+        threshold.append(np.concatenate([np.array(fields["threshold"].split(), dtype=float),
+                                         np.zeros(leaves.size)]))
+        left.append(np.concatenate([lc, np.full(leaves.size, -1)]))
+        right.append(np.concatenate([rc, np.full(leaves.size, -1)]))
+        value.append(np.concatenate([np.zeros(n_internal), leaves]))
+        offset += n_internal + leaves.size
     return TreeArrays(
         names=tuple(names),
-        feature=np.asarray(feature, dtype=np.int64),
-        threshold=np.asarray(threshold, dtype=float),
-        left=np.asarray(left, dtype=np.int64),
-        right=np.asarray(right, dtype=np.int64),
-        value=np.asarray(value, dtype=float),
+        feature=np.concatenate(feature).astype(np.int64),
+        threshold=np.concatenate(threshold),
+        left=np.concatenate(left).astype(np.int64),
+        right=np.concatenate(right).astype(np.int64),
+        value=np.concatenate(value),
         roots=np.asarray(roots, dtype=np.int64),
     )
 
