@@ -15,6 +15,7 @@ Every expert learns every record, so each key can change its choice at any time.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from predictor.predictors.base import LatencyPredictor
 from predictor.records import Record
@@ -95,6 +96,16 @@ class EnsemblePredictor(LatencyPredictor):
 
     def _expert_names(self) -> list[str]:
         return [e.strip() for e in self.experts.split(",") if e.strip()]
+
+    def fit(self, records: Iterable[Record]) -> EnsemblePredictor:
+        """Learn a training set one record at a time (weights included), then let each expert that
+        has slow parts bring them up to date (``settle``: the tree's refit on its window)."""
+        super().fit(records)
+        for expert in self._experts:
+            settle = getattr(expert, "settle", None)
+            if settle is not None:
+                settle()
+        return self
 
     def _combine(self, record: Record, predictions: list[float]) -> float:
         weights = self._normalised(self._errors_for(record), self.eta)

@@ -21,6 +21,7 @@ regressor's docstring for how the swap stays deterministic).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -173,6 +174,16 @@ class TreePredictor(LatencyPredictor):
         self._model.learn_parts(*self._parts(record), target)
         low, high = self._target_range
         self._target_range = (min(low, target), max(high, target))
+
+    def fit(self, records: Iterable[Record]) -> TreePredictor:
+        """Learn a training set one record at a time, then refit on the window at once (:meth:`settle`)."""
+        super().fit(records)
+        self.settle()
+        return self
+
+    def settle(self) -> None:
+        """Refit the trees now on the window (the end of a batch fit or of a warm start)."""
+        self._model.settle()
 
     def predict_colocations(self, rows: CoLocations) -> np.ndarray:
         """All rows at once: one fine-feature matrix, the trees walked over every row."""

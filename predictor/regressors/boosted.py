@@ -376,6 +376,19 @@ class BoostedResidual(base.Regressor):
         columns = sorted(names_by_column, key=names_by_column.__getitem__)
         return tuple(names_by_column[c] for c in columns), self._rows[:n][:, columns], self._targets[:n].copy()
 
+    def settle(self) -> None:
+        """Refit now, in this call, on the window, and put the trees in place (the end of a batch fit or a
+        warm start: the trees then cover every observation in the window; the corrector starts afresh)."""
+        if self._pending is not None:
+            self._swap()
+        if self._count >= 2 and self._index.size > 1:
+            background, self.background = self.background, False
+            swap_after, self.swap_after = self.swap_after, 0
+            try:
+                self._launch()
+            finally:
+                self.background, self.swap_after = background, swap_after
+
     def start_refit(self) -> None:
         """Start a refit now, off schedule (benchmarks: what a refit costs the answers meanwhile)."""
         if self._pending is None:
