@@ -1,39 +1,50 @@
-"""``ensemble``: follow whichever expert has been best recently.
+"""``ensemble``: per-key model selection by Hedge (exponential weights) over expert predictors.
 
-Runs several registered predictors side by side and weights them by their
-recent accuracy (exponentially weighted multiplicative weights, "Hedge",
-on each expert's decayed mean absolute log error). With a large ``eta`` it
-follows the recent leader; with a small one it averages. Predictions are
-combined in log space, i.e. as a weighted geometric mean of latencies.
+Runs several registered predictors side by side (by default ``rls``, ``tree`` and ``sgd``) and,
+separately for each key (by default the batch's model; or its device kind), weights them by
+their recent prequential accuracy: each expert's decayed mean absolute log error, measured on
+its prediction *before* it learns the record, gives it the weight ``exp(-eta * error)``
+(multiplicative weights, "Hedge", with forgetting so that the weights follow whichever expert
+is best *now*). With a large ``eta`` a key follows its recent leader; with a small one it
+averages. Predictions are combined in log space (a weighted geometric mean of latencies). A
+key seen for the first time starts from the weights over all keys.
+
+Every expert learns every record, so each key can change its choice at any time.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from predictor.predictors.base import LatencyPredictor
 from predictor.records import Record
 
-DEFAULT_EXPERTS = ("rls", "sgd", "forest")
+DEFAULT_EXPERTS = ("rls", "tree", "sgd")
+SPLIT_KEYS = (None, "model", "device_kind")
 
 
 class EnsemblePredictor(LatencyPredictor):
-    """Hedge over expert predictors.
+    """Hedge over expert predictors, per key.
 
     Parameters
     ----------
     experts
-        Registered predictor specs, comma-separated (``"rls,sgd,forest"``).
+        Registered predictor specs, comma-separated (``"rls,tree,sgd"``).
     decay
         Weight of the past in each expert's running error, in [0, 1).
     eta
         Learning rate of the weights: ``w_i ∝ exp(-eta * error_i)``.
+    split_by
+        ``"model"`` (default) or ``"device_kind"``: separate weights per value; ``None``: one set.
+    max_keys
+        Most keys with weights of their own (further keys use the overall weights).
     """
 
     name = "ensemble"
 
     def __init__(self, experts: str = ",".join(DEFAULT_EXPERTS), decay: float = 0.97, eta: float = 50.0,
-                 seed: int = 0):
+                 split_by: str | None = "model", max_keys: int = 1024, seed: int = 0):
         super().__init__(seed=seed)
         from predictor.predictors.registry import create  # cycle: the registry imports this module
 
@@ -44,28 +55,79 @@ class EnsemblePredictor(LatencyPredictor):
             raise ValueError(f"decay must lie in [0, 1), got {decay!r}")
         if not eta >= 0:
             raise ValueError(f"eta must be >= 0, got {eta!r}")
+        if split_by not in SPLIT_KEYS:
+            raise ValueError(f"split_by must be one of {SPLIT_KEYS}, got {split_by!r}")
+        if max_keys < 0:
+            raise ValueError(f"max_keys must be >= 0, got {max_keys!r}")
         self.experts = experts
         self.decay = decay
         self.eta = eta
+        self.split_by = split_by
+        self.max_keys = max_keys
         self._experts = [create(name, seed=seed) for name in names]
-        self._errors = [0.0] * len(names)
+        self._errors = [0.0] * len(names)  # over all keys
+        self._key_errors: dict[str, list[float]] = {}
+
+    def _key(self, record: Record) -> str | None:
+        if self.split_by is None:
+            return None
+        return record.batch.model if self.split_by == "model" else record.device_kind
+
+    def _errors_for(self, record: Record) -> list[float]:
+        key = self._key(record)
+        return self._errors if key is None else self._key_errors.get(key, self._errors)
+
+    @staticmethod
+    def _normalised(errors: list[float], eta: float) -> list[float]:
+        best = min(errors)
+        raw = [math.exp(-eta * (e - best)) for e in errors]
+        total = sum(raw)
+        return [w / total for w in raw]
 
     @property
     def weights(self) -> dict[str, float]:
-        """Current weight of each expert."""
-        best = min(self._errors)
-        raw = [math.exp(-self.eta * (e - best)) for e in self._errors]
-        total = sum(raw)
-        return {e.name: w / total for e, w in zip(self._experts, raw, strict=True)}
+        """Current weight of each expert over all keys."""
+        return dict(zip(self._expert_names(), self._normalised(self._errors, self.eta), strict=True))
+
+    def key_weights(self, key: str) -> dict[str, float]:
+        """Current weight of each expert for one key (the overall weights for a key not seen)."""
+        errors = self._key_errors.get(key, self._errors)
+        return dict(zip(self._expert_names(), self._normalised(errors, self.eta), strict=True))
+
+    def _expert_names(self) -> list[str]:
+        return [e.strip() for e in self.experts.split(",") if e.strip()]
+
+    def fit(self, records: Iterable[Record]) -> EnsemblePredictor:
+        """Learn a training set one record at a time (weights included), then let each expert that
+        has slow parts bring them up to date (``settle``: the tree's refit on its window)."""
+        super().fit(records)
+        for expert in self._experts:
+            settle = getattr(expert, "settle", None)
+            if settle is not None:
+                settle()
+        return self
+
+    def _combine(self, record: Record, predictions: list[float]) -> float:
+        weights = self._normalised(self._errors_for(record), self.eta)
+        return math.exp(sum(w * math.log(p) for w, p in zip(weights, predictions, strict=True) if w > 0))
+
+    def predict_one(self, record: Record) -> float:
+        """Weighted geometric mean of the experts' latencies, with the weights of ``record``'s key."""
+        return self._combine(record, [expert.predict_one(record) for expert in self._experts])
 
     def predict_slowdown(self, record: Record) -> float:
-        """Weighted geometric mean of the experts' latencies, over the solo latency."""
-        solo = self.solo_latency(record)
-        weights = self.weights.values()
-        log_latency = sum(
-            w * math.log(expert.predict_one(record)) for w, expert in zip(weights, self._experts, strict=True)
-        )
-        return math.exp(log_latency) / solo
+        """The combined latency over the solo latency used for ``record``."""
+        return self.predict_one(record) / self.solo_latency(record)
+
+    def predict_learn_one(self, record: Record) -> float:
+        """Predict, then learn, asking each expert for its prediction once."""
+        if record.latency_ms is None:
+            raise ValueError("latency_ms: required to learn from a record")
+        predictions = [expert.predict_one(record) for expert in self._experts]
+        combined = self._combine(record, predictions)
+        self._learn(record, predictions)
+        self._observed(record, record.latency_ms / self.solo_latency(record))
+        return combined
 
     def monotone_in_crowding(self) -> bool:
         """A weighted geometric mean (weights independent of the query) of monotone experts is monotone."""
@@ -73,8 +135,20 @@ class EnsemblePredictor(LatencyPredictor):
 
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
         """Update each expert's decayed absolute log error (from its prediction before learning), then teach it."""
+        self._learn(record, [expert.predict_one(record) for expert in self._experts])
+
+    def _learn(self, record: Record, predictions: list[float]) -> None:
         actual = math.log(record.latency_ms)  # type: ignore[arg-type]
-        for i, expert in enumerate(self._experts):
-            error = abs(math.log(expert.predict_one(record)) - actual)
-            self._errors[i] = self.decay * self._errors[i] + (1 - self.decay) * error
+        errors = [abs(math.log(p) - actual) for p in predictions]
+        d = self.decay
+
+        def updated(old: list[float]) -> list[float]:
+            return [d * o + (1 - d) * e for o, e in zip(old, errors, strict=True)]
+
+        key = self._key(record)
+        if key is not None and (key in self._key_errors or len(self._key_errors) < self.max_keys):
+            # a key seen for the first time starts from the overall errors
+            self._key_errors[key] = updated(self._key_errors.get(key, self._errors))
+        self._errors = updated(self._errors)
+        for expert in self._experts:
             expert.learn_one(record)

@@ -7,7 +7,7 @@ EwmaPredictor(alpha=0.5, fit_after=200, ridge=1e-06, non_negative=True, seed=0)
 >>> create("nope")
 Traceback (most recent call last):
 ...
-ValueError: predictor: unknown name 'nope'; known: ensemble, ewma, forest, rls, sgd, solo, static
+ValueError: predictor: unknown name 'nope'; known: ensemble, ewma, forest, rls, sgd, solo, static, tree
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from predictor.predictors.rls import RlsPredictor
 from predictor.predictors.sgd import SgdPredictor
 from predictor.predictors.solo import SoloPredictor
 from predictor.predictors.static import StaticPredictor
+from predictor.predictors.tree import TreePredictor
 
 REGISTRY: dict[str, type[LatencyPredictor]] = {}
 
@@ -35,7 +36,7 @@ def register(cls: type[LatencyPredictor]) -> type[LatencyPredictor]:
 
 
 for _cls in (SoloPredictor, StaticPredictor, EwmaPredictor, SgdPredictor, RlsPredictor, ForestPredictor,
-             EnsemblePredictor):
+             EnsemblePredictor, TreePredictor):
     register(_cls)
 
 

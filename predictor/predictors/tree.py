@@ -1,0 +1,202 @@
+"""``tree``: boosted trees of the log latency, refitted in the background, with a fast RLS corrector.
+
+The learner is :class:`~predictor.regressors.boosted.BoostedResidual` on the fine features
+(:func:`~predictor.features.fine_features`: the batch's own attributes and log batch size, its
+co-runners' overlap-weighted attributes, counts, models and the device signals) plus the
+batch's model and device kind (categories) and its solo latency where the record carries one.
+The target is the log latency, less the log of the record's solo latency when it has one: with
+a solo latency the trees learn the log slowdown, without one the latency itself, from the
+batch's attributes (where other predictors fall back on a per-(model, batch size) profile that
+averages unlike batches together).
+
+The contention features (``co:*``, ``co_model:*``, ``pair:*``, ``x:*``) carry monotone
+constraints (``monotone=True``): more co-runners, more overlap, or busier co-runners never
+lower the trees' answer.
+
+Refits run in a worker thread every ``refit_every`` observations on the last ``window`` and
+never hold up an answer; the RLS corrector tracks the trees' residual in between (see the
+regressor's docstring for how the swap stays deterministic).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+from predictor.colocations import CoLocations
+from predictor.features import feature_matrix, fine_features
+from predictor.predictors.base import LatencyPredictor
+from predictor.records import Record
+from predictor.regressors.boosted import BoostedResidual
+
+CONTENTION_PREFIXES = ("co:", "co_model:", "pair:", "x:")
+"""Feature-name prefixes of the contention features (monotone non-decreasing with ``monotone``)."""
+MARGIN = math.log(2.0)
+"""Answers stay within a factor 2 of the range of targets seen."""
+
+
+class TreePredictor(LatencyPredictor):
+    """Gradient-boosted trees (LightGBM) of the log latency plus an online RLS corrector.
+
+    Parameters
+    ----------
+    window
+        Observations the trees are fitted on (the most recent).
+    refit_every
+        Observations between refits.
+    first_fit
+        Observations before the first fit.
+    swap_after
+        Observations between a refit's start and its trees taking over.
+    n_estimators, num_leaves, learning_rate, min_child_samples
+        LightGBM's settings.
+    monotone
+        Constrain the trees to be non-decreasing in the contention features.
+    corrector_forgetting, corrector_delta
+        The RLS corrector's forgetting factor and prior scale.
+    background
+        Refit in a worker thread (``False``: inside the learning call).
+    """
+
+    name = "tree"
+
+    def __init__(
+        self,
+        window: int = 4000,
+        refit_every: int = 1000,
+        first_fit: int = 200,
+        swap_after: int = 100,
+        n_estimators: int = 150,
+        num_leaves: int = 15,
+        learning_rate: float = 0.1,
+        min_child_samples: int = 10,
+        monotone: bool = True,
+        corrector_forgetting: float = 0.995,
+        corrector_delta: float = 0.1,
+        background: bool = True,
+        seed: int = 0,
+    ):
+        super().__init__(seed=seed)
+        self.window = window
+        self.refit_every = refit_every
+        self.first_fit = first_fit
+        self.swap_after = swap_after
+        self.n_estimators = n_estimators
+        self.num_leaves = num_leaves
+        self.learning_rate = learning_rate
+        self.min_child_samples = min_child_samples
+        self.monotone = monotone
+        self.corrector_forgetting = corrector_forgetting
+        self.corrector_delta = corrector_delta
+        self.background = background
+        self._model = BoostedResidual(
+            window=window, refit_every=refit_every, first_fit=first_fit, swap_after=swap_after,
+            n_estimators=n_estimators, num_leaves=num_leaves, learning_rate=learning_rate,
+            min_child_samples=min_child_samples, increasing=",".join(CONTENTION_PREFIXES) if monotone else "",
+            corrector_forgetting=corrector_forgetting, corrector_delta=corrector_delta,
+            background=background, seed=seed,
+        )
+        self._target_range = (math.inf, -math.inf)
+
+    @property
+    def regressor(self) -> BoostedResidual:
+        """The underlying river regressor (trees and corrector)."""
+        return self._model
+
+    # ------------------------------------------------------------------ features
+    @staticmethod
+    def parts(record: Record) -> tuple[dict[str, float], dict[str, str]]:
+        """The regressor's input for ``record``: numbers (the fine features, whether the record has a
+        solo latency and its log) and categories (the model, the device kind)."""
+        numeric = fine_features(record)
+        solo = record.solo_latency_ms
+        numeric["has_solo"] = 1.0 if solo else 0.0
+        numeric["log_solo"] = math.log(solo) if solo else 0.0
+        return numeric, {"model": record.batch.model, "kind": record.device_kind}
+
+    @classmethod
+    def features(cls, record: Record) -> dict[str, object]:
+        """:meth:`parts` as one dict (the regressor's river-style input)."""
+        numeric, categories = cls.parts(record)
+        return {**numeric, **categories}
+
+    @staticmethod
+    def _offset(record: Record) -> float:
+        solo = record.solo_latency_ms
+        return math.log(solo) if solo else 0.0
+
+    def _parts(self, record: Record) -> tuple[dict[str, float], dict[str, str]]:
+        last = getattr(self, "_last", None)
+        if last is not None and last[0] is record:
+            return last[1]
+        parts = self.parts(record)
+        self._last = (record, parts)
+        return parts
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_last", None)
+        return state
+
+    def _clamp(self, value: float) -> float:
+        low, high = self._target_range
+        if low > high:
+            return min(max(value, -20.0), 20.0) if math.isfinite(value) else 0.0
+        if not math.isfinite(value):
+            return (low + high) / 2
+        return min(max(value, low - MARGIN), high + MARGIN)
+
+    # ------------------------------------------------------------------ the interface
+    def predict_one(self, record: Record) -> float:
+        """``exp(offset + trees + corrector)``, within a factor 2 of the targets seen."""
+        value = self._clamp(self._model.predict_parts(*self._parts(record)))
+        return math.exp(self._offset(record) + value)
+
+    def predict_slowdown(self, record: Record) -> float:
+        """The predicted latency over the solo latency used for ``record``."""
+        return self.predict_one(record) / self.solo_latency(record)
+
+    def learn_slowdown(self, record: Record, slowdown: float) -> None:
+        """Learn ``record`` (the latency itself is learned; ``slowdown`` is not needed)."""
+        self._learn(record)
+
+    def learn_one(self, record: Record) -> None:
+        """Learn the record's log latency (less its log solo latency, when it has one)."""
+        if record.latency_ms is None:
+            raise ValueError("latency_ms: required to learn from a record")
+        self._learn(record)
+        self._observed(record, record.latency_ms / self.solo_latency(record))
+
+    def _learn(self, record: Record) -> None:
+        target = math.log(record.latency_ms) - self._offset(record)  # type: ignore[arg-type]
+        self._model.learn_parts(*self._parts(record), target)
+        low, high = self._target_range
+        self._target_range = (min(low, target), max(high, target))
+
+    def fit(self, records: Iterable[Record]) -> TreePredictor:
+        """Learn a training set one record at a time, then refit on the window at once (:meth:`settle`)."""
+        super().fit(records)
+        self.settle()
+        return self
+
+    def settle(self) -> None:
+        """Refit the trees now on the window (the end of a batch fit or of a warm start)."""
+        self._model.settle()
+
+    def predict_colocations(self, rows: CoLocations) -> np.ndarray:
+        """All rows at once: one fine-feature matrix, the trees walked over every row."""
+        matrix = feature_matrix(rows, "fine") if len(rows) else None
+        if matrix is None:
+            return super().predict_colocations(rows)
+        n = len(rows)
+        solo = rows.solo_latency_ms
+        offset = math.log(solo) if solo else 0.0
+        names = (*matrix.names, "has_solo", "log_solo")
+        values = np.hstack([matrix.values, np.tile([1.0 if solo else 0.0, offset], (n, 1))])
+        raw = self._model.predict_matrix(
+            names, values, {"model": [rows.batch.model] * n, "kind": list(rows.device_kinds)}
+        )
+        clamped = np.array([self._clamp(v) for v in raw.tolist()])
+        return np.exp(offset + clamped)

@@ -1,0 +1,415 @@
+"""A slow learner and a fast corrector: boosted trees refitted in the background, RLS on their residual.
+
+:class:`BoostedResidual` is a river regressor over feature dicts (numbers, and strings taken
+as categories). It keeps the last ``window`` observations as rows of a matrix and, every
+``refit_every`` observations, fits LightGBM gradient-boosted trees on them in a worker thread
+(:mod:`predictor.regressors.trees`; LightGBM releases the GIL while it trains, so answers go
+on meanwhile). The fitted trees replace the current ones exactly ``swap_after`` observations
+after the refit started (waiting for it there only if it has not finished by then), so the
+same stream always gives the same model, whatever the timing: clones, pickles and snapshots
+stay exact. On top, a recursive-least-squares corrector (:class:`~predictor.regressors.rls.RLS`)
+learns the residual of the current trees online, so a drift between refits is tracked at
+once; at a swap a fresh corrector learns the residuals of the new trees on the observations
+they were not fitted on (those since the refit started).
+
+Columns whose names start with one of ``increasing`` get a monotone constraint: the trees'
+answer never decreases as such a column grows (the contention features of a latency model).
+
+Examples
+--------
+>>> model = BoostedResidual(refit_every=20, first_fit=20, swap_after=5, n_estimators=10)
+>>> for i in range(60):
+...     model.learn_one({"size": float(i % 10), "kind": "ab"[i % 2]}, 3.0 * (i % 10))
+>>> model.n_refits, round(model.predict_one({"size": 4.0, "kind": "a"}))
+(2, 12)
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from river import base
+
+from predictor.regressors.feature_index import FeatureIndex
+from predictor.regressors.rls import RLS
+from predictor.regressors.trees import TreeArrays, fit_trees
+
+Features = Mapping[str, object]
+
+
+class _Refit:
+    """One refit: its inputs (kept until the swap, so a pickle can redo it) and, once done, its trees."""
+
+    def __init__(self, launched_at: int, X: np.ndarray, y: np.ndarray, names: tuple[str, ...],
+                 columns: np.ndarray, monotone: list[int]):
+        self.launched_at = launched_at
+        self.X, self.y, self.names, self.columns, self.monotone = X, y, names, columns, monotone
+        self.trees: TreeArrays | None = None
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+
+    def run(self, params: dict) -> None:
+        """Fit the trees (in whichever thread calls this); an error is kept, not raised."""
+        try:
+            trees = fit_trees(self.X, self.y, names=self.names, monotone=self.monotone, **params)
+            # The walk reads the whole index vector: point the splits at index columns.
+            internal = trees.feature >= 0
+            feature = trees.feature.copy()
+            feature[internal] = self.columns[trees.feature[internal]]
+            self.trees = TreeArrays(self.names, feature, trees.threshold, trees.left, trees.right,
+                                    trees.value, trees.roots)
+        except Exception as exc:  # noqa: BLE001 - a failed refit keeps the old trees; counted by the owner
+            self.error = exc
+
+    def start(self, params: dict, background: bool) -> None:
+        """Run now, or in a daemon thread."""
+        if not background:
+            self.run(params)
+            return
+        self.thread = threading.Thread(target=self.run, args=(params,), name="tree-refit", daemon=True)
+        self.thread.start()
+
+    def result(self, params: dict) -> TreeArrays | None:
+        """The fitted trees (waiting for the thread; fitting here if no thread ran, e.g. after unpickling)."""
+        if self.thread is not None:
+            self.thread.join()
+        elif self.trees is None and self.error is None:
+            self.run(params)
+        return self.trees
+
+    def __getstate__(self) -> dict:
+        # The inputs only: whether the thread has finished must not change a pickle.
+        return {k: v for k, v in self.__dict__.items() if k not in ("trees", "error", "thread")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.trees, self.error, self.thread = None, None, None
+
+
+class BoostedResidual(base.Regressor):
+    """Gradient-boosted trees refitted in the background, plus an RLS corrector on their residual.
+
+    Parameters
+    ----------
+    window
+        Observations the trees are fitted on (the most recent ones).
+    refit_every
+        Observations between two refits, once the model has seen ``refit_every`` observations
+        (before, refits come each time the count has doubled: ``first_fit``, twice that, ...).
+    first_fit
+        Observations before the first refit.
+    swap_after
+        Observations between a refit's start and the moment its trees replace the current
+        ones (at most ``refit_every``).
+    n_estimators, num_leaves, learning_rate, min_child_samples
+        LightGBM's boosting rounds, leaves per tree, shrinkage and least rows per leaf.
+    increasing
+        Comma-separated prefixes of the column names on which the trees are constrained to be
+        non-decreasing (``"co:,pair:"``).
+    corrector_forgetting, corrector_delta
+        The RLS corrector's forgetting factor and prior covariance scale.
+    max_features
+        Most distinct feature names kept (memory bound).
+    background
+        Fit in a worker thread (``False``: in the learning call, for tests and batch use).
+    seed
+        LightGBM's seed.
+    """
+
+    def __init__(
+        self,
+        window: int = 4000,
+        refit_every: int = 1000,
+        first_fit: int = 200,
+        swap_after: int = 100,
+        n_estimators: int = 150,
+        num_leaves: int = 15,
+        learning_rate: float = 0.1,
+        min_child_samples: int = 10,
+        increasing: str = "",
+        corrector_forgetting: float = 0.995,
+        corrector_delta: float = 0.1,
+        max_features: int = 256,
+        background: bool = True,
+        seed: int = 0,
+    ):
+        for name, value, low in (("window", window, 2), ("refit_every", refit_every, 1),
+                                 ("first_fit", first_fit, 2), ("swap_after", swap_after, 0),
+                                 ("n_estimators", n_estimators, 1), ("num_leaves", num_leaves, 2),
+                                 ("min_child_samples", min_child_samples, 1), ("max_features", max_features, 1)):
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if swap_after > refit_every:
+            raise ValueError(f"swap_after must be <= refit_every ({refit_every}), got {swap_after!r}")
+        if not 0 < learning_rate <= 1:
+            raise ValueError(f"learning_rate must lie in (0, 1], got {learning_rate!r}")
+        if not isinstance(increasing, str):
+            raise ValueError(f"increasing must be a comma-separated string of prefixes, got {increasing!r}")
+        RLS(corrector_forgetting, corrector_delta)  # validates the corrector's arguments
+        self.window = window
+        self.refit_every = refit_every
+        self.first_fit = first_fit
+        self.swap_after = swap_after
+        self.n_estimators = n_estimators
+        self.num_leaves = num_leaves
+        self.learning_rate = learning_rate
+        self.min_child_samples = min_child_samples
+        self.increasing = increasing
+        self._prefixes = tuple(p for p in increasing.split(",") if p)
+        self.corrector_forgetting = corrector_forgetting
+        self.corrector_delta = corrector_delta
+        self.max_features = max_features
+        self.background = background
+        self.seed = seed
+        self._index = FeatureIndex(max_features)
+        self._codes: dict[str, dict[str, int]] = {}
+        self._rows = np.zeros((0, 1))
+        self._targets = np.zeros(0)
+        self._corrector_rows: list[tuple[dict[str, float], float, np.ndarray]] = []
+        self._count = 0
+        self._next_refit = first_fit
+        self._mean = 0.0
+        self._trees: TreeArrays | None = None
+        self._corrector = self._new_corrector()
+        self._pending: _Refit | None = None
+        self.n_refits = 0
+        self.n_refit_failures = 0
+
+    # ------------------------------------------------------------------ river's conventions
+    @classmethod
+    def _unit_test_params(cls):
+        yield {"window": 300, "refit_every": 100, "first_fit": 50, "swap_after": 20, "n_estimators": 20}
+        yield {"window": 100, "refit_every": 40, "first_fit": 40, "swap_after": 0, "n_estimators": 5,
+               "increasing": "ordinal_,co:", "background": False}
+
+    @property
+    def _is_stochastic(self) -> bool:
+        return False
+
+    # ------------------------------------------------------------------ features
+    def _new_corrector(self) -> RLS:
+        return RLS(self.corrector_forgetting, self.corrector_delta, max_features=self.max_features)
+
+    def _code(self, key: str, value: str, grow: bool) -> float:
+        """The integer code of a category (by first appearance); -1 for one never learned."""
+        codes = self._codes.get(key)
+        if codes is None:
+            if not grow:
+                return -1.0
+            codes = self._codes[key] = {}
+        code = codes.get(value)
+        if code is None:
+            if not grow:
+                return -1.0
+            code = codes[value] = len(codes)
+        return float(code)
+
+    def _split(self, x: Features, grow: bool) -> tuple[dict[str, float], dict[str, float]]:
+        """The trees' view of ``x`` (categories as codes) and the corrector's (categories one-hot)."""
+        numeric: dict[str, float] = {}
+        categories: dict[str, str] = {}
+        for key, value in x.items():
+            if isinstance(value, str):
+                categories[key] = value
+            else:
+                numeric[key] = float(value)  # type: ignore[arg-type]
+        return self._views(numeric, categories, grow)
+
+    def _views(self, numeric: Mapping[str, float], categories: Mapping[str, str],
+               grow: bool) -> tuple[dict[str, float], dict[str, float]]:
+        coded = dict(numeric)
+        onehot = dict(numeric)
+        for key, value in categories.items():
+            coded[key] = self._code(key, value, grow)
+            onehot[f"{key}={value}"] = 1.0
+        return coded, onehot
+
+    def _tree_value(self, vector: np.ndarray) -> float:
+        return self._trees.predict_vector(vector) if self._trees is not None else self._mean
+
+    # ------------------------------------------------------------------ learning
+    def learn_one(self, x: Features, y: float) -> None:
+        """Learn one observation: the corrector at once, the trees at the next refit."""
+        self._learn(*self._split(x, grow=True), y)
+
+    def learn_parts(self, numeric: Mapping[str, float], categories: Mapping[str, str], y: float) -> None:
+        """:meth:`learn_one` of the dict of ``numeric`` and ``categories`` (the hot path: no type tests)."""
+        self._learn(*self._views(numeric, categories, grow=True), y)
+
+    def _learn(self, coded: dict[str, float], numeric: dict[str, float], y: float) -> None:
+        y = float(y)
+        if not math.isfinite(y):
+            raise ValueError(f"y: must be finite, got {y!r}")
+        vector = self._index.vector(coded, grow=True)
+        self._corrector.learn_one(numeric, y - self._tree_value(vector))
+        self._store(vector, y)
+        self._count += 1
+        self._mean += (y - self._mean) / min(self._count, self.window)
+        if self._pending is not None:
+            self._corrector_rows.append((numeric, y, vector))
+            if self._count - self._pending.launched_at >= self.swap_after:
+                self._swap()
+        if self._count >= self._next_refit:
+            # refits at first_fit, then twice as many observations, ... until refit_every apart
+            self._next_refit = self._count + min(self.refit_every, self._count)
+            self._launch()
+
+    def _store(self, vector: np.ndarray, y: float) -> None:
+        """Put the row in the window (a ring over the last ``window`` observations)."""
+        rows, cols = self._rows.shape
+        need_rows = rows if self._count < rows or rows >= self.window else min(self.window, max(16, 2 * rows))
+        need_cols = max(cols, vector.size)
+        if (need_rows, need_cols) != (rows, cols):
+            grown = np.zeros((need_rows, need_cols))
+            grown[:rows, :cols] = self._rows
+            targets = np.zeros(need_rows)
+            targets[:rows] = self._targets
+            self._rows, self._targets = grown, targets
+        slot = self._count % self.window
+        self._rows[slot, : vector.size] = vector
+        self._rows[slot, vector.size:] = 0.0
+        self._targets[slot] = y
+
+    def _params(self) -> dict:
+        return {"n_estimators": self.n_estimators, "num_leaves": self.num_leaves,
+                "learning_rate": self.learning_rate, "min_child_samples": self.min_child_samples,
+                "seed": self.seed}
+
+    def _launch(self) -> None:
+        """Start a refit on the window (columns in name order, so that their order of arrival does not matter)."""
+        n = min(self._count, self.window)
+        names_by_column = {c: name for name, c in self._index.columns.items()}
+        columns = np.array(sorted(names_by_column, key=names_by_column.__getitem__), dtype=np.int64)
+        names = tuple(names_by_column[c] for c in columns.tolist())
+        monotone = [int(bool(self._prefixes) and name.startswith(self._prefixes)) for name in names]
+        if columns.size == 0:
+            return
+        X = self._rows[:n][:, columns]
+        refit = _Refit(self._count, X, self._targets[:n].copy(), names, columns, monotone)
+        self._pending = refit
+        self._corrector_rows = []
+        refit.start(self._params(), self.background)
+        if self.swap_after == 0:
+            self._swap()
+
+    def _swap(self) -> None:
+        """Put the pending refit's trees in place, with a corrector of their residuals since the refit began."""
+        refit, self._pending = self._pending, None
+        assert refit is not None
+        trees = refit.result(self._params())
+        rows, self._corrector_rows = self._corrector_rows, []
+        if trees is None:
+            self.n_refit_failures += 1
+            return
+        self._trees = trees
+        self.n_refits += 1
+        self._corrector = self._new_corrector()
+        if rows:
+            values = trees.predict_matrix(self._pad([v for _, _, v in rows]))
+            for (numeric, y, _), value in zip(rows, values.tolist(), strict=True):
+                self._corrector.learn_one(numeric, y - value)
+
+    @staticmethod
+    def _pad(vectors: Sequence[np.ndarray]) -> np.ndarray:
+        width = max(v.size for v in vectors)
+        out = np.zeros((len(vectors), width))
+        for i, v in enumerate(vectors):
+            out[i, : v.size] = v
+        return out
+
+    # ------------------------------------------------------------------ predicting
+    def predict_one(self, x: Features) -> float:
+        """Trees (or the window's mean before the first fit) plus the corrector."""
+        return self._predict(*self._split(x, grow=False))
+
+    def predict_parts(self, numeric: Mapping[str, float], categories: Mapping[str, str]) -> float:
+        """:meth:`predict_one` of the dict of ``numeric`` and ``categories`` (the hot path: no type tests)."""
+        return self._predict(*self._views(numeric, categories, grow=False))
+
+    def _predict(self, coded: dict[str, float], numeric: dict[str, float]) -> float:
+        value = self._tree_value(self._index.vector(coded, grow=False))
+        return value + self._corrector.predict_one(numeric)
+
+    def predict_matrix(self, names: tuple[str, ...], values: np.ndarray,
+                       categories: Mapping[str, Sequence[str]] | None = None) -> np.ndarray:
+        """Predictions for many rows: ``values[i, j]`` is feature ``names[j]`` of row ``i``, and
+        ``categories[k][i]`` the category ``k`` of row ``i``. Row ``i`` gets what
+        :meth:`predict_one` answers for the row's dict (up to rounding)."""
+        categories = dict(categories or {})
+        n = values.shape[0]
+        all_names = list(names)
+        blocks = [values]
+        onehot_names: list[str] = []
+        onehot: list[np.ndarray] = []
+        for key, cats in categories.items():
+            all_names.append(key)
+            blocks.append(np.array([[self._code(key, c, grow=False)] for c in cats], dtype=float).reshape(n, 1))
+            for value in sorted(set(cats)):
+                onehot_names.append(f"{key}={value}")
+                onehot.append(np.array([c == value for c in cats], dtype=float))
+        coded = np.hstack(blocks) if len(blocks) > 1 else values
+        positions, known = self._index.positions(tuple(all_names))
+        matrix = np.zeros((n, self._index.size))
+        matrix[:, 0] = 1.0
+        if known is None:
+            matrix[:, positions] = coded
+        else:
+            matrix[:, positions[known]] = coded[:, known]
+        tree = self._trees.predict_matrix(matrix) if self._trees is not None else np.full(n, self._mean)
+        numeric_names = tuple(names) + tuple(onehot_names)
+        numeric = np.hstack([values, np.column_stack(onehot)]) if onehot else values
+        return tree + self._corrector.predict_matrix(numeric_names, numeric)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def trees(self) -> TreeArrays | None:
+        """The trees in use (``None`` before the first swap)."""
+        return self._trees
+
+    def window_rows(self) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
+        """The window as the next refit would see it: column names (sorted), rows and targets (copies)."""
+        n = min(self._count, self.window)
+        names_by_column = {c: name for name, c in self._index.columns.items()}
+        columns = sorted(names_by_column, key=names_by_column.__getitem__)
+        return tuple(names_by_column[c] for c in columns), self._rows[:n][:, columns], self._targets[:n].copy()
+
+    def settle(self) -> None:
+        """Refit now, in this call, on the window, and put the trees in place (the end of a batch fit or a
+        warm start: the trees then cover every observation in the window; the corrector starts afresh)."""
+        if self._pending is not None:
+            self._swap()
+        if self._count >= 2 and self._index.size > 1:
+            background, self.background = self.background, False
+            swap_after, self.swap_after = self.swap_after, 0
+            try:
+                self._launch()
+            finally:
+                self.background, self.swap_after = background, swap_after
+
+    def start_refit(self) -> None:
+        """Start a refit now, off schedule (benchmarks: what a refit costs the answers meanwhile)."""
+        if self._pending is None:
+            self._launch()
+
+    @property
+    def refit_running(self) -> bool:
+        """Whether a refit's worker thread is running now."""
+        thread = self._pending.thread if self._pending is not None else None
+        return thread is not None and thread.is_alive()
+
+    @property
+    def refit_pending(self) -> bool:
+        """Whether a refit has started and its trees are not in place yet."""
+        return self._pending is not None
+
+    def __getstate__(self) -> dict:
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        pending = self._pending
+        if pending is not None and self.background:
+            pending.start(self._params(), True)  # redo the refit a pickle interrupted (same inputs, same trees)

@@ -1,0 +1,170 @@
+"""The ``tree`` learner (boosted trees + RLS corrector) and the per-key Hedge ``ensemble``."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+from predictor.colocations import CoLocations
+from predictor.predictors import create
+from predictor.records import BatchSpec, CoRunner, Record
+from predictor.regressors.boosted import BoostedResidual
+from predictor.regressors.trees import fit_trees
+from predictor.testing import CHECKS, check_predictor, default_records
+
+SMALL_TREE = "tree:first_fit=8,refit_every=8,swap_after=3,n_estimators=8,min_child_samples=2"
+
+
+@pytest.mark.parametrize("spec", [SMALL_TREE, SMALL_TREE + ",background=False,monotone=False",
+                                  "ensemble:split_by='device_kind'", "ensemble:split_by=None"])
+def test_check_predictor(spec):
+    check_predictor(lambda: create(spec), default_records(80))
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+def test_the_trees_are_in_use_during_the_checks(check):
+    # the small spec refits several times on 80 records: the checks see trees, not the fallback mean
+    predictor = create(SMALL_TREE)
+    check(predictor, default_records(80))
+
+
+def test_small_tree_fits_within_the_checks():
+    predictor = create(SMALL_TREE)
+    predictor.fit(default_records(80))
+    assert predictor.regressor.n_refits >= 5 and predictor.regressor.trees is not None
+
+
+def test_walk_equals_lightgbm():
+    rng = np.random.default_rng(1)
+    X = rng.random((800, 6))
+    y = np.sin(3 * X[:, 0]) + X[:, 1] * X[:, 2] + 0.05 * rng.normal(size=800)
+    trees, booster = fit_trees(X, y, names=tuple("abcdef"), n_estimators=60, return_booster=True)
+    np.testing.assert_array_equal(trees.predict_matrix(X), booster.predict(X))
+    assert all(trees.predict_vector(X[i]) == booster.predict(X[i : i + 1])[0] for i in range(50))
+
+
+def test_monotone_constraint_holds():
+    rng = np.random.default_rng(2)
+    X = rng.random((1000, 2))
+    y = -2.0 * X[:, 1] + 0.5 * X[:, 0] + 0.3 * rng.normal(size=1000)  # decreasing in column 1 in the data
+    trees = fit_trees(X, y, names=("own", "co:x"), monotone=[0, 1], n_estimators=40)
+    grid = np.linspace(0, 1, 50)
+    for own in (0.1, 0.5, 0.9):
+        values = trees.predict_matrix(np.column_stack([np.full(50, own), grid]))
+        assert np.all(np.diff(values) >= -1e-12)
+
+
+def _pairs(n, seed=0):
+    rng = np.random.default_rng(seed)
+    records = []
+    for _ in range(n):
+        seq = float(rng.integers(16, 512))
+        co = float(rng.random())
+        latency = 0.02 * seq ** 1.3 * (1 + 0.8 * co) * math.exp(0.02 * rng.normal())
+        records.append(Record("d0", BatchSpec("bert", 4, {"seq": seq}), latency,
+                              co_runners=(CoRunner("gpt2", 2, {"seq": 64.0}, overlap=co),)))
+    return records
+
+
+def test_a_refit_never_blocks_a_prediction_and_the_swap_is_deterministic():
+    records = _pairs(700)
+    first = create("tree:first_fit=300,refit_every=300,swap_after=100")
+    second = create("tree:first_fit=300,refit_every=300,swap_after=100,background=False")
+    for r in records[:350]:
+        first.learn_one(r)
+        second.learn_one(r)
+    assert first.regressor.refit_pending  # launched at 300, swaps at 400
+    first.predict_one(records[400])  # answers meanwhile (from the old model)
+    for r in records[350:]:
+        first.learn_one(r)
+        second.learn_one(r)
+    assert first.predict_many(records[:50]) == second.predict_many(records[:50])
+    assert first.regressor.n_refits == 2
+
+
+def test_pickle_during_a_refit_redoes_it_identically():
+    records = _pairs(500)
+    model = create("tree:first_fit=300,refit_every=300,swap_after=150")
+    for r in records[:320]:
+        model.learn_one(r)
+    assert model.regressor.refit_pending
+    copy = pickle.loads(pickle.dumps(model))
+    for r in records[320:]:
+        model.learn_one(r)
+        copy.learn_one(r)
+    assert model.predict_many(records[:30]) == copy.predict_many(records[:30])
+
+
+def test_tree_learns_latency_from_attributes_without_a_solo_latency():
+    records = _pairs(2000)
+    model = create("tree:first_fit=500,refit_every=500,swap_after=50")
+    model.fit(records[:1500])
+    errors = [abs(model.predict_one(r) - r.latency_ms) / r.latency_ms for r in records[1500:]]
+    rls = create("rls").fit(records[:1500])
+    rls_errors = [abs(rls.predict_one(r) - r.latency_ms) / r.latency_ms for r in records[1500:]]
+    assert np.mean(errors) < 0.05 < np.mean(rls_errors)
+
+
+def test_matrix_path_equals_record_path():
+    records = _pairs(400, seed=3)
+    model = create("tree:first_fit=100,refit_every=100,swap_after=10")
+    model.fit(records)
+    batch = BatchSpec("bert", 4, {"seq": 100.0})
+    rows = CoLocations.build(batch, ["d0", "d1", "d2"],
+                             [[("gpt2", 2, {"seq": 64.0}, 0.3)], [], [("gpt2", 2, {"seq": 64.0}, 0.9)]],
+                             device_kinds=["", "", "other"])
+    np.testing.assert_allclose(model.predict_colocations(rows), model.predict_many(rows.records()), rtol=1e-9)
+
+
+def test_monotone_in_overlap_end_to_end():
+    records = _pairs(1200, seed=4)
+    model = create("tree:first_fit=400,refit_every=400,swap_after=10")
+    model.fit(records)
+    trees = model.regressor.trees
+    assert trees is not None
+    values = []
+    for overlap in np.linspace(0, 1, 21):
+        r = Record("d0", BatchSpec("bert", 4, {"seq": 200.0}), None,
+                   co_runners=(CoRunner("gpt2", 2, {"seq": 64.0}, overlap=float(overlap)),))
+        x = model.features(r)
+        coded, _ = model.regressor._split(x, grow=False)
+        values.append(trees.predict_vector(model.regressor._index.vector(coded, grow=False)))
+    assert np.all(np.diff(values) >= -1e-12)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="swap_after"):
+        BoostedResidual(refit_every=10, swap_after=20)
+    with pytest.raises(ValueError, match="window"):
+        create("tree:window=1")
+    with pytest.raises(ValueError, match="split_by"):
+        create("ensemble:split_by='colour'")
+
+
+def test_ensemble_picks_per_key():
+    # model a: latency linear in the co-runner overlap (rls wins); model b: constant (both fine)
+    ens = create("ensemble:experts='rls,solo',eta=200")
+    rng = np.random.default_rng(5)
+    for _ in range(600):
+        overlap = float(rng.random())
+        for model, latency in (("a", 10 * (1 + 2 * overlap)), ("b", 10.0)):
+            ens.learn_one(Record("d", BatchSpec(model, 1), latency, solo_latency_ms=10.0,
+                                 co_runners=(CoRunner("c", 1, {}, overlap=overlap),)))
+    assert ens.key_weights("a")["rls"] > 0.99
+    assert set(ens.key_weights("b")) == {"rls", "solo"}
+    assert ens._key_errors.keys() == {"a", "b"}
+
+
+def test_ensemble_keeps_the_old_registry_name_and_variants():
+    assert type(create("ensemble")).__name__ == "EnsemblePredictor"
+    assert create("ensemble").experts == "rls,tree,sgd"
+    check_predictor(lambda: create("ensemble:experts='rls,static'"), default_records(30))
+
+
+def test_walk_handles_single_leaf_trees():
+    X = np.random.default_rng(3).random((100, 3))
+    trees, booster = fit_trees(X, np.full(100, 2.5), names=("a", "b", "c"), n_estimators=5, return_booster=True)
+    assert trees.predict_vector(X[0]) == booster.predict(X[:1])[0] == pytest.approx(2.5)
