@@ -34,8 +34,10 @@ unknown overlap taken as fully overlapping make them high).
 
 **Monotone in crowding** (``monotone``): the centre and the width of ``k`` co-runners are the
 largest centre and the largest width ``s z_(k)`` of the counts ``0..k`` (an idle device, one
-co-runner, ...), so the corrected prediction and the bound never drop when a co-runner is added
-to a query whose raw prediction does not drop. The price: where the bias falls with crowding,
+co-runner, ...) and of every shape a nested query can have (:meth:`~predictor.shapes.QueryShape.nested`:
+adding a co-runner of unknown overlap to co-runners given with theirs changes the shape), so
+the corrected prediction and the bound never drop when a co-runner is added to a query whose
+raw prediction does not drop. The price: where the bias falls with crowding,
 the larger counts are over-covered. Without it each count uses its own centre and width.
 
 Examples
@@ -239,8 +241,13 @@ class ShapeCalibrator:
 
     def _terms(self, shape: QueryShape, kind: str, count: int, model: str, confidence: float,
                override: dict[Cell, float] | None = None) -> list[_Term]:
-        counts = range(count + 1) if self.monotone else (count,)
-        return [self._term(shape.idle if j == 0 else shape, kind, j, model, confidence, override) for j in counts]
+        # Monotone: every count 0..k and every shape a nested query can have (the query's own
+        # cell last), so that adding a co-runner never lowers the centre or the width.
+        if not self.monotone:
+            return [self._term(shape.idle if count == 0 else shape, kind, count, model, confidence, override)]
+        cells = [(shape.idle, 0)] + [(s, j) for j in range(1, count + 1) for s in shape.nested()]
+        cells.sort(key=lambda cell: (cell[0] == shape and cell[1] == count))  # own cell last (stable)
+        return [self._term(s, kind, j, model, confidence, override) for s, j in cells]
 
     # ------------------------------------------------------------------ answering
     def bound(self, shape: QueryShape, kind: str, count: int, model: str, predicted: float,
@@ -352,23 +359,21 @@ class ShapeCalibrator:
 
 
 def _centre(terms: list[_Term]) -> float:
-    """The log correction of the prediction: the largest centre of the terms (the own count's
-    alone without monotony), leaving out counts with no residuals anywhere unless the query's
-    own count is one."""
+    """The log correction of the prediction: the largest centre of the terms (the own cell's
+    alone without monotony), leaving out cells with no residuals anywhere (a guess); the own
+    cell's when every one is a guess."""
     own = terms[-1]
-    if own.source is BoundSource.FALLBACK:
-        return own.m
-    return max(t.m for t in terms if t.source is not BoundSource.FALLBACK)
+    learned = [t.m for t in terms if t.source is not BoundSource.FALLBACK]
+    return max(learned) if learned else own.m
 
 
 def _largest(terms: list[_Term]) -> float:
     """The log factor of a bound: the centre (:func:`_centre`) plus the largest width above
-    its own centre of the terms, leaving out counts with no residuals anywhere (a guess) unless
-    the query's own count is one."""
+    its own centre of the terms, leaving out cells with no residuals anywhere (a guess) but the
+    query's own."""
     own = terms[-1]
-    if own.source is BoundSource.FALLBACK:
-        return own.log_factor
-    return _centre(terms) + max(t.log_factor - t.m for t in terms if t.source is not BoundSource.FALLBACK)
+    widths = [t.log_factor - t.m for t in terms if t.source is not BoundSource.FALLBACK or t is own]
+    return _centre(terms) + max(widths)
 
 
 def _nearest_level(confidence: float) -> int:

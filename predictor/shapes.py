@@ -92,6 +92,18 @@ class QueryShape:
         """The shape of the same query without co-runners."""
         return QueryShape("none", self.signals)
 
+    def nested(self) -> list[QueryShape]:
+        """The shapes a query with some of this query's co-runners can have (co-runners of each
+        kind of knowledge it may hold), itself last: what a bound monotone in crowding must not
+        fall below. ``unknown`` may hold co-runners of every explicit kind, ``remaining`` ones
+        given by overlap too; the signals flag is kept.
+
+        >>> [s.key for s in QueryShape.parse("unknown/nosig").nested()]
+        ['overlap/nosig', 'remaining/nosig', 'unknown/nosig']
+        """
+        below = {"remaining": ("overlap",), "unknown": ("overlap", "remaining")}.get(self.runners, ())
+        return [QueryShape(r, self.signals) for r in below] + [self]
+
     def chain(self) -> list[QueryShape]:
         """This shape, then the shapes whose residuals stand in for it when it has too few,
         nearest first: co-runners of uncertain overlap (``remaining``, ``live``) are answered like
