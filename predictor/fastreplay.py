@@ -35,7 +35,7 @@ from typing import IO
 import numpy as np
 
 from predictor.evaluation import Scored, run_prequential
-from predictor.logio import iter_records
+from predictor.logio import ReadReport, iter_records
 from predictor.predictors import create
 from predictor.predictors.base import LatencyPredictor
 from predictor.predictors.rls import RlsPredictor
@@ -107,7 +107,8 @@ def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: i
 
 
 def fast_prequential(source: str | os.PathLike | IO[str], spec: str = "rls", *, seed: int = 0,
-                     limit: int | None = None, tolerant: bool = False) -> Scored:
+                     limit: int | None = None, tolerant: bool = False,
+                     report: ReadReport | None = None) -> Scored:
     """Replay the log ``source`` prequentially through ``create(spec)``, blockwise where it applies.
 
     Parameters
@@ -121,9 +122,11 @@ def fast_prequential(source: str | os.PathLike | IO[str], spec: str = "rls", *, 
         Replay only the first ``limit`` records.
     tolerant
         Skip bad lines instead of raising.
+    report
+        Filled in as the read progresses (records accepted, lines skipped).
     """
     predictor = create(spec, seed=seed)
-    records: Iterable[Record] = iter_records(source, tolerant=tolerant)
+    records: Iterable[Record] = iter_records(source, tolerant=tolerant, report=report)
     if limit is not None:
         records = (r for _, r in zip(range(limit), records, strict=False))
     if supports(predictor):

@@ -177,6 +177,18 @@ def scaled_row(model: RLS, names: tuple[str, ...], values: np.ndarray) -> np.nda
     return row
 
 
+def _scaled_rest(model: RLS, names: tuple[str, ...], values: np.ndarray) -> np.ndarray | None:
+    """:func:`scaled_row` of every row at once, where every column of ``names`` has its scale already."""
+    positions = model.index._layouts.get(names)
+    size = model._weights.size
+    if positions is None or model.index.size != size or not (model._column_scale > 0).all():
+        return None
+    rows = np.zeros((values.shape[0], size))
+    rows[:, 0] = 1.0 / model._column_scale[0]
+    rows[:, positions] = values / model._column_scale[positions]
+    return rows
+
+
 def learn_block(model: RLS, names: tuple[str, ...], values: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """Learn ``targets`` from rows of the features ``names`` (``values``: ``n x len(names)``), in order.
 
@@ -196,6 +208,11 @@ def learn_block(model: RLS, names: tuple[str, ...], values: np.ndarray, targets:
             pending.clear()
 
     for t in range(values.shape[0]):
+        rest = _scaled_rest(model, names, values[t:])
+        if rest is not None:  # every remaining row fits the model as it is: one compiled run
+            flush(t)
+            predictions[t:] = learn_rows(model, rest, targets[t:])
+            return predictions
         row = scaled_row(model, names, values[t])
         if row is None:
             flush(t)
