@@ -260,10 +260,58 @@ def packed_rank_requests(payloads: list[bytes]) -> list[bytes]:
     return out
 
 
+def offer_burst(payloads: list[bytes], calls: int, limit: int, seed: int = 0) -> dict[str, Any]:
+    """Start a service allowing ``limit`` RPCs in flight (2 workers), send ``calls`` PredictLatency
+    at once; count the refusals (``RESOURCE_EXHAUSTED``) and time each call from its send."""
+    import threading
+
+    import grpc
+
+    from experiments import bench_rpc
+    from predictor.rpc.names import METHOD_PREFIX
+    from predictor.rpc.server import create_server, stop_server
+    from predictor.service import Service, ServiceConfig
+    from predictor.service.synthetic import synthetic_records
+
+    service = Service(ServiceConfig(snapshot_every_s=0))
+    service.open()
+    for record in synthetic_records(500, seed=seed, devices=bench_rpc.DEVICES):
+        service.observe(record)
+    server, port = create_server("127.0.0.1:0", service, max_workers=2, max_concurrent_rpcs=limit)
+    server.start()
+    times: dict[str, list[float]] = {"answered": [], "refused": [], "other": []}
+    done = threading.Semaphore(0)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary(METHOD_PREFIX + "PredictLatency")
+            call(payloads[0], timeout=10)  # connected and warm
+
+            def finished(future: Any, sent: float) -> None:
+                elapsed = time.perf_counter() - sent
+                error = future.exception()
+                kind = ("answered" if error is None else
+                        "refused" if error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED else "other")
+                times[kind].append(elapsed)
+                done.release()
+
+            for i in range(calls):
+                sent = time.perf_counter()
+                call.future(payloads[i % len(payloads)], timeout=10).add_done_callback(
+                    lambda f, s=sent: finished(f, s))
+            for _ in range(calls):
+                done.acquire(timeout=30)
+    finally:
+        stop_server(server, service, grace=0.5)
+
+    def pct(values: list[float], q: float) -> float:
+        return 1e3 * float(np.percentile(values, q)) if values else math.nan
+
+    return {"answered": len(times["answered"]), "refused": len(times["refused"]), "other": len(times["other"]),
+            "refused_p99_ms": pct(times["refused"], 99), "answered_p50_ms": pct(times["answered"], 50)}
+
+
 def overload_rows(settings: Settings, payloads: list[bytes]) -> list[Row]:
     """A service with ``overload_limit`` calls in flight, offered ``overload_calls`` at once (in-process)."""
-    from predictor.rpc.overload import offer_burst
-
     result = offer_burst(payloads, calls=settings.overload_calls, limit=settings.overload_limit)
     return [Row(f"overload: {settings.overload_calls} calls at once, limit {settings.overload_limit}",
                 result["refused_p99_ms"], "ms (p99 refusal)", "p50 of the answered calls",
