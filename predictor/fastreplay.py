@@ -8,10 +8,11 @@ work, not of arithmetic:
 
 1. per record, in stream order, the parts that depend only on the stream
    (features, the solo latency and plausible slowdown range at that point,
-   the solo profile's update) and the scaled vector, where the model need not
-   grow for it (:func:`~predictor.regressors.rls_kernel.scaled_row`);
-2. per block of such records, every RLS step in one compiled call
-   (:func:`~predictor.regressors.rls_kernel.learn_rows`), which also gives each
+   the solo profile's update) and the features' column positions, where the
+   model need not grow for them (every name known, a non-zero value only in a
+   column that has its scale);
+2. per block of such records, every RLS step in one compiled call over the
+   sparse rows (:func:`~predictor.regressors.rls_kernel.learn_sparse`), which also gives each
    record's prediction before its own step;
 3. a record that grows the model (a new feature name, a column's first
    non-zero value), and the first record, go through the reference
@@ -52,21 +53,26 @@ def supports(predictor: LatencyPredictor) -> bool:
 
 def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: int = BLOCK) -> Scored:
     """:func:`~predictor.evaluation.run_prequential` of ``predictor`` (see :func:`supports`), blockwise."""
-    from predictor.regressors.rls_kernel import learn_rows, scaled_row
+    from predictor.regressors.rls_kernel import learn_sparse
 
     if not supports(predictor):
         raise ValueError("the blockwise replay takes rls with split_by=None, clip=0 and drift_reset=False")
     scored = Scored()
     key = ""
-    rows: list[np.ndarray] = []
+    rows: list[np.ndarray] = []  # the column positions of each pending record's features
+    values: list[np.ndarray] = []  # and their values
     targets: list[float] = []
+    layouts: dict[tuple[str, ...], tuple[np.ndarray, bool]] = {}  # positions, every column scaled
     bounds: list[tuple[float, float, float]] = []  # solo latency, slowdown range at the time
 
     def flush() -> None:
         if not rows:
             return
         model = predictor._models[key]
-        raw = learn_rows(model, np.stack(rows), np.asarray(targets)).tolist()
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum([r.size for r in rows], out=offsets[1:])
+        raw = learn_sparse(model, offsets, np.concatenate(rows), np.concatenate(values),
+                           np.asarray(targets)).tolist()
         scale, seen = predictor._scale.get(key), predictor._seen.get(key, 0)
         for value, target, (solo, low, high) in zip(raw, targets, bounds, strict=True):
             slowdown = math.exp(min(value, 10.0)) if predictor.log_target else value
@@ -78,6 +84,7 @@ def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: i
         predictor._scale[key] = scale  # type: ignore[assignment]
         predictor._seen[key] = seen + len(rows)
         rows.clear()
+        values.clear()
         targets.clear()
         bounds.clear()
 
@@ -85,19 +92,30 @@ def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: i
     for record in records:
         scored.measured.append(record.latency_ms)  # type: ignore[arg-type]
         model = predictor._models.get(key)
-        row = None
+        fits = False
         if model is not None:
             features = extract(record)
-            row = scaled_row(model, tuple(features), np.fromiter(features.values(), float, len(features)))
-        if row is None:
+            names = tuple(features)
+            numbers = np.fromiter(features.values(), float, len(features))
+            layout = layouts.get(names)
+            if layout is None:
+                positions = model.index._layouts.get(names)
+                if positions is not None and model.index.size == model._weights.size:
+                    layout = layouts[names] = (positions, bool((model._column_scale[positions] > 0).all()))
+            if layout is not None:
+                # a non-zero value in a column without its scale would set the scale: not here
+                fits = layout[1] or not (numbers[model._column_scale[layout[0]] <= 0] != 0).any()
+        if not fits:
             flush()
             scored.predicted.append(predictor.predict_learn_one(record))
+            layouts.clear()  # columns and scales may have changed
             continue
         solo = predictor.solo_latency(record)
         low, high = predictor._slowdown_range
         slowdown = record.latency_ms / solo  # type: ignore[operator]
         predictor._observed(record, slowdown)
-        rows.append(row)
+        rows.append(layout[0])  # type: ignore[index]
+        values.append(numbers)
         targets.append(math.log(slowdown) if predictor.log_target else slowdown)
         bounds.append((solo, low, high))
         if len(rows) >= block:

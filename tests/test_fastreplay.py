@@ -7,12 +7,12 @@ import itertools
 import numpy as np
 import pytest
 
+from experiments.common import DEFAULT_DATASET as DEFAULT_LOG
 from predictor.evaluation import run_prequential
 from predictor.fastreplay import fast_prequential, prequential_rls, supports
 from predictor.logio import read_records, write_records
 from predictor.predictors import create
 from predictor.service.synthetic import synthetic_records
-from experiments.common import DEFAULT_DATASET as DEFAULT_LOG
 
 
 def _records():
