@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from predictor.records import Record, RecordError, parse_record, record_to_dict
+from predictor.typed_decoding import decode_record
 
 MAX_REPORTED_ERRORS = 100
 
@@ -51,7 +52,15 @@ def open_text(path: str | os.PathLike, mode: str = "rt") -> IO[str]:
 
 
 def parse_line(text: str, line: int) -> Record:
-    """Parse one JSONL line; errors carry ``line``."""
+    """Parse one JSONL line; errors carry ``line``.
+
+    Decoded by the typed decoder (:func:`~predictor.typed_decoding.decode_record`); a line it
+    refuses goes through ``json.loads`` and :func:`~predictor.records.parse_record`, which accept
+    it or raise the error naming the field.
+    """
+    record = decode_record(text)
+    if record is not None:
+        return record
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -84,7 +84,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--max-concurrent-rpcs",
         type=int,
-        help="RPCs in flight beyond which calls are refused (default: no limit)",
+        default=64,
+        help="RPCs in flight (queued included) beyond which calls are refused at once with "
+        "RESOURCE_EXHAUSTED (default 64; 0: no limit)",
     )
     parser.add_argument(
         "--port-file", metavar="FILE", help="write the bound gRPC port to FILE once listening"

@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from predictor.records import RecordError
 from predictor.rpc import convert
-from predictor.rpc.convert import _BOUNDS_PB, _SOURCES, require_finite, require_finite_arrays
+from predictor.rpc.convert import _BOUNDS_PB, _SOURCES, _SOURCES_PB, require_finite, require_finite_arrays
 from predictor.rpc.protos import pb2
 from predictor.service.placements import CandidateColumns, RankingColumns
 from predictor.service.types import CoRunnerSource
@@ -163,3 +164,120 @@ def _set_terms(placement: Any, ranking: RankingColumns, i: int) -> None:
     for key, value in ranking.placement_fields(i).items():
         if value is not None:
             setattr(placement, key, value)
+# ----------------------------------------------------------------------------- the packed form
+
+
+def _lengths_ok(packed: Any, field: str, allowed: tuple[int, ...]) -> int:
+    size = len(getattr(packed, field))
+    if size not in allowed:
+        wanted = " or ".join(str(a) for a in dict.fromkeys(allowed))
+        raise RecordError(f"packed_candidates.{field}", f"must have {wanted} values, got {size}")
+    return size
+
+
+def _rows_of(keys: list[str], values: Any, rows: int, field: str) -> list[Mapping[str, float]]:
+    """One mapping per row of a row-major ``rows x len(keys)`` matrix; NaN: the row lacks the key."""
+    if len(set(keys)) != len(keys):
+        raise RecordError(f"packed_candidates.{field.replace('values', 'keys')}", "repeats a key")
+    if not keys:
+        return [_EMPTY] * rows
+    matrix = np.asarray(values, dtype=float).reshape(rows, len(keys))
+    absent = np.isnan(matrix)
+    if not absent.any():
+        return [dict(zip(keys, row, strict=True)) for row in matrix.tolist()]
+    return [{k: v for k, v, gone in zip(keys, row, missing, strict=True) if not gone}
+            for row, missing in zip(matrix.tolist(), absent.tolist(), strict=True)]
+
+
+def packed_columns_from_pb(packed: Any) -> CandidateColumns:
+    """The ``PackedCandidates`` of a request as :class:`CandidateColumns` (lengths checked here,
+    values by the service, as for the classic form)."""
+    n = len(packed.device)
+    _lengths_ok(packed, "device_kind", (0, n))
+    _lengths_ok(packed, "co_runner_source", (0, n))
+    _lengths_ok(packed, "co_runner_count", (0, n))
+    counts = np.fromiter(packed.co_runner_count, dtype=np.int64, count=len(packed.co_runner_count))
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    if counts.size:
+        np.cumsum(counts, out=offsets[1:])
+    r = int(offsets[-1])
+    _lengths_ok(packed, "co_runner_model", (r,))
+    _lengths_ok(packed, "co_runner_batch_size", (r,))
+    _lengths_ok(packed, "co_runner_overlap", (0, r))
+    _lengths_ok(packed, "co_runner_remaining_ms", (0, r))
+    attr_keys, signal_keys = list(packed.attr_keys), list(packed.signal_keys)
+    _lengths_ok(packed, "attr_values", (r * len(attr_keys),))
+    _lengths_ok(packed, "signal_values", (n * len(signal_keys),))
+    overlaps = np.array(packed.co_runner_overlap, dtype=float) if len(packed.co_runner_overlap) else np.full(r, np.nan)
+    remaining = (np.array(packed.co_runner_remaining_ms, dtype=float) if len(packed.co_runner_remaining_ms)
+                 else np.full(r, np.nan))
+    has_overlap, has_remaining = ~np.isnan(overlaps), ~np.isnan(remaining)
+    source_of, auto = _SOURCES.get, CoRunnerSource.AUTO
+    return CandidateColumns(
+        devices=list(packed.device),
+        device_kinds=list(packed.device_kind) if len(packed.device_kind) else [""] * n,
+        sources=[source_of(code, auto) for code in packed.co_runner_source] if len(packed.co_runner_source)
+        else [auto] * n,
+        signals=_rows_of(signal_keys, packed.signal_values, n, "signal_values"),
+        offsets=offsets,
+        models=list(packed.co_runner_model),
+        batch_sizes=list(packed.co_runner_batch_size),
+        attrs=_rows_of(attr_keys, packed.attr_values, r, "attr_values"),
+        overlaps=np.where(has_overlap, overlaps, 0.0),
+        remaining=np.where(has_remaining, remaining, 0.0),
+        has_overlap=has_overlap,
+        has_remaining=has_remaining,
+        typed=True,
+    )
+
+
+def _matrix(maps: list[Mapping[str, float]]) -> tuple[list[str], list[float]]:
+    keys = list(dict.fromkeys(itertools.chain.from_iterable(maps)))
+    return keys, [m.get(k, float("nan")) for m in maps for k in keys]
+
+
+def pack_rank_request(request: Any, *, omit_detail: bool = False) -> Any:
+    """The same ``RankPlacementsRequest`` with its candidates in the packed form (clients, tests)."""
+    columns, _ = candidate_columns_from_pb(request.candidates)
+    messages = pb2()
+    packed = messages.PackedCandidates(
+        device=columns.devices,
+        device_kind=columns.device_kinds,
+        co_runner_source=[_SOURCES_PB[s] for s in columns.sources],
+        co_runner_count=np.diff(columns.offsets).tolist(),
+        co_runner_model=columns.models,
+        co_runner_batch_size=columns.batch_sizes,
+        co_runner_overlap=np.where(columns.has_overlap, columns.overlaps, np.nan).tolist(),
+        co_runner_remaining_ms=np.where(columns.has_remaining, columns.remaining, np.nan).tolist(),
+    )
+    packed.attr_keys[:], packed.attr_values[:] = _matrix(list(columns.attrs))
+    packed.signal_keys[:], packed.signal_values[:] = _matrix(list(columns.signals))
+    out = messages.RankPlacementsRequest()
+    out.CopyFrom(request)
+    out.ClearField("candidates")
+    out.packed_candidates.CopyFrom(packed)
+    out.omit_detail = omit_detail
+    return out
+
+
+def ranking_packed_to_pb(ranking: RankingColumns) -> Any:
+    """The ``RankPlacementsResponse`` of a ranking in the packed form (no ``Placement`` per candidate)."""
+    messages = pb2()
+    order = ranking.order
+    solo = ranking.solo_latency_ms
+    require_finite_arrays("ranking", ranking.latency_ms, ranking.upper_bound_ms, ranking.slack_ms,
+                          ranking.probability, solo)
+    return messages.RankPlacementsResponse(
+        deadline_ms=ranking.deadline_ms,
+        packed=messages.PackedRanking(
+            candidate_index=order.tolist(),
+            latency_ms=ranking.latency_ms[order].tolist(),
+            upper_bound_ms=ranking.upper_bound_ms[order].tolist(),
+            slack_ms=ranking.slack_ms[order].tolist(),
+            probability=ranking.probability[order].tolist(),
+            solo_latency_ms=[float(solo[0])] if solo.size and (solo == solo[0]).all() else solo[order].tolist(),
+            confidence=ranking.confidence,
+            predictor=ranking.predictor,
+            observations_learned=ranking.observations_learned,
+        ),
+    )

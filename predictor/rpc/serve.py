@@ -44,7 +44,7 @@ class ServeOptions:
     grace_s: float = 5.0
     max_workers: int = 8
     max_message_bytes: int = 4 * 1024 * 1024
-    max_concurrent_rpcs: int | None = None
+    max_concurrent_rpcs: int | None = 64  # DEFAULT_MAX_CONCURRENT_RPCS; 0 or None: no limit
     port_file: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -102,7 +102,7 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         service,
         max_workers=options.max_workers,
         max_message_bytes=options.max_message_bytes,
-        max_concurrent_rpcs=options.max_concurrent_rpcs,
+        max_concurrent_rpcs=options.max_concurrent_rpcs or None,
         metrics=metrics,
         credentials=credentials,
         auth=policy,

@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from predictor.records import RecordError
 from predictor.rpc import columns, convert
 from predictor.rpc.errors import grpc_errors
 from predictor.rpc.protos import pb2
@@ -44,7 +45,7 @@ class InterferenceServicer:
     @grpc_errors
     def RankPlacements(self, request: Any, context: grpc.ServicerContext) -> Any:
         """Candidate devices for one batch, most slack first (answered column-wise)."""
-        candidates = columns.candidate_columns_from_pb(request.candidates)
+        candidates = _ranking_candidates(request)
         ranking = self.service.rank_columns(
             convert.batch_from_pb(request.batch),
             candidates[0],
@@ -54,6 +55,8 @@ class InterferenceServicer:
             batch_id=request.batch_id,
             learned_only=request.learned_only,
         )
+        if request.omit_detail:
+            return columns.ranking_packed_to_pb(ranking)
         return columns.ranking_columns_to_pb(ranking, candidates)
 
     @grpc_errors
@@ -98,3 +101,12 @@ class InterferenceServicer:
     def GetStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
         """The service's status."""
         return convert.status_to_pb(self.service.status())
+
+
+def _ranking_candidates(request: Any) -> tuple[Any, list[Any] | None]:
+    """The candidates of a ``RankPlacementsRequest``, column-wise, from either form (not both)."""
+    if not request.HasField("packed_candidates"):
+        return columns.candidate_columns_from_pb(request.candidates)
+    if len(request.candidates):
+        raise RecordError("packed_candidates", "give candidates or packed_candidates, not both")
+    return columns.packed_columns_from_pb(request.packed_candidates), None

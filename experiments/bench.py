@@ -1,0 +1,401 @@
+"""One benchmark of the data path: every figure beside its floor, measured in the same run.
+
+Prints one table. Each row is a figure of this project and the floor it is
+judged against, both measured here, now, on the same input:
+
+* **replay** (``predictor replay LOG --prequential`` in-process, the default
+  ``rls`` predictor) against merely reading the same gzip JSONL file with the
+  standard library (``gzip`` + ``json.loads`` per line); and the fast replay
+  (:mod:`predictor.fastreplay`: typed decoding, per-block features, the
+  compiled RLS kernel) against the same floor;
+* **ingest** (``ReportObservations``, one client stream of 256-record messages)
+  against a client-streaming echo server (:mod:`experiments.echo_server`) that
+  decodes the same messages and answers a canned response;
+* **PredictLatency** (one sequential client, p50) and **RankPlacements** with
+  1,024 candidates (the classic and the packed request form) against a unary
+  echo of the same request bytes returning a response of the same size;
+* **overload**: the service started with a bounded in-flight limit, offered
+  many concurrent calls at once: how many it refuses with ``RESOURCE_EXHAUSTED``
+  and how fast the refusals come back;
+* **RLS update+predict** (ours, per observation, and the compiled block kernel)
+  against river's ``BayesianLinearRegression`` on the same 12-feature stream.
+
+The servers run in their own processes (:mod:`experiments.rpc_servers`), the
+clients in others (:mod:`experiments.rpc_load`); service and echo are measured
+one after the other, twice, and the better of the two kept for each. Timings
+on a shared machine are noisy: read the ratios, which are taken within one run.
+
+Run: ``.venv/bin/python -m experiments.bench`` (about 2 minutes; ``--quick``: a few
+seconds, small inputs, what the test runs; ``--json PATH`` also writes the rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gzip
+import json
+import math
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from experiments.bench_replay import resample
+from experiments.common import DEFAULT_DATASET
+from predictor.threads import pin_blas_threads
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Sizes and durations of one run (``--quick`` shrinks them)."""
+
+    replay_records: int = 50_000
+    rls_observations: int = 5_000
+    rpc_seconds: float = 2.0
+    candidates: int = 1024
+    ingest_records: int = 25_600
+    ingest_batch: int = 256
+    overload_calls: int = 64
+    overload_limit: int = 4
+    rounds: int = 2
+    seed: int = 0
+
+
+QUICK = Settings(replay_records=1_500, rls_observations=300, rpc_seconds=0.3, ingest_records=2_560,
+                 overload_calls=16, rounds=1)
+
+
+@dataclasses.dataclass
+class Row:
+    """One line of the table: a figure, its floor, and the target it is held to."""
+
+    name: str
+    value: float
+    unit: str
+    floor_name: str
+    floor: float
+    higher_is_better: bool = True
+    target: str = ""
+
+    @property
+    def ratio(self) -> float:
+        """The figure over its floor (a throughput ratio, or a latency ratio)."""
+        return self.value / self.floor if self.floor else math.nan
+
+
+# ----------------------------------------------------------------------------- in-process figures
+
+
+def _rate(count: int, seconds: float) -> float:
+    return count / max(seconds, 1e-9)
+
+
+def json_floor(log: Path) -> float:
+    """Records/s of only gunzipping and ``json.loads``-ing every line of ``log``."""
+    begin = time.perf_counter()
+    n = 0
+    with gzip.open(log, "rt", encoding="utf-8") as stream:
+        for line in stream:
+            json.loads(line)
+            n += 1
+    return _rate(n, time.perf_counter() - begin)
+
+
+def _json_records(log: Path) -> Any:
+    """The records of ``log`` decoded as before the typed decoder: ``json.loads`` + ``parse_record``."""
+    from predictor.records import parse_record
+
+    with gzip.open(log, "rt", encoding="utf-8") as stream:
+        for line in stream:
+            yield parse_record(json.loads(line))
+
+
+def replay_reference(log: Path, spec: str = "rls", typed: bool = True) -> tuple[float, np.ndarray]:
+    """Records/s of ``predictor replay LOG --prequential`` in-process, and its predictions
+    (``typed=False``: decoded by ``json.loads`` and the rules, the path before the typed decoder)."""
+    from predictor.evaluation import run_prequential
+    from predictor.logio import iter_records
+    from predictor.predictors import create
+
+    begin = time.perf_counter()
+    scored = run_prequential(create(spec), iter_records(log) if typed else _json_records(log))
+    return _rate(len(scored.predicted), time.perf_counter() - begin), np.asarray(scored.predicted)
+
+
+def replay_fast(log: Path, spec: str = "rls") -> tuple[float, np.ndarray]:
+    """Records/s of the fast replay (typed decoding, block features, compiled kernel), and its predictions."""
+    from predictor.fastreplay import fast_prequential
+
+    fast_prequential(log, spec, limit=64)  # compile (cached on disk) outside the timing
+    begin = time.perf_counter()
+    scored = fast_prequential(log, spec)
+    return _rate(len(scored.predicted), time.perf_counter() - begin), np.asarray(scored.predicted)
+
+
+def feature_stream(n: int, seed: int, width: int = 12) -> list[tuple[dict[str, float], float]]:
+    """``n`` observations of ``width`` named features with a noisy linear target."""
+    rng = np.random.default_rng(seed)
+    names = [f"f{i}" for i in range(width)]
+    weights = rng.normal(size=width)
+    x = rng.normal(size=(n, width))
+    y = x @ weights + 0.1 * rng.normal(size=n)
+    return [(dict(zip(names, row.tolist(), strict=True)), float(t)) for row, t in zip(x, y, strict=True)]
+
+
+def _stream_rate(model: Any, stream: list[tuple[dict[str, float], float]]) -> float:
+    begin = time.perf_counter()
+    for x, y in stream:
+        model.predict_one(x)
+        model.learn_one(x, y)
+    return _rate(len(stream), time.perf_counter() - begin)
+
+
+def rls_rates(n: int, seed: int) -> dict[str, float]:
+    """Observations/s of predict+learn: river's BayesianLinearRegression, our RLS, the compiled block kernel."""
+    from river import linear_model
+
+    from predictor.regressors.rls import RLS
+    from predictor.regressors.rls_kernel import learn_block
+
+    stream = feature_stream(n, seed)
+    out = {"river": max(_stream_rate(linear_model.BayesianLinearRegression(), stream) for _ in range(2)),
+           "rls": max(_stream_rate(RLS(), stream) for _ in range(2))}
+    names = tuple(stream[0][0])
+    x = np.array([[row[k] for k in names] for row, _ in stream])
+    y = np.array([t for _, t in stream])
+    learn_block(RLS(), names, x[:8], y[:8])  # compile outside the timing
+    best = 0.0
+    for _ in range(2):
+        begin = time.perf_counter()
+        learn_block(RLS(), names, x, y)
+        best = max(best, _rate(n, time.perf_counter() - begin))
+    out["kernel"] = best
+    return out
+
+
+# ----------------------------------------------------------------------------- RPC figures
+
+
+def rpc_rows(settings: Settings) -> list[Row]:
+    """Service against echo: PredictLatency p50, RankPlacements (both forms), ingest, overload."""
+    from experiments import bench_rpc
+    from experiments.echo_server import method_path
+    from experiments.rpc_load import ClientPool
+    from experiments.rpc_servers import ServerProcess, echo_main, service_main
+    from predictor.rpc.names import METHOD_PREFIX
+
+    config = bench_rpc.Config(candidates=settings.candidates, ingest_records=settings.ingest_records,
+                              ingest_batch=settings.ingest_batch, seed=settings.seed)
+    requests = bench_rpc.build_requests(config)
+    packed = packed_rank_requests(requests["RankPlacements"])
+    spec = {"predictor": "rls", "outlier_gate": True, "warm_records": 2000, "seed": settings.seed,
+            "devices": bench_rpc.DEVICES, "server": "thread", "max_workers": 8, "metrics": True,
+            "max_candidates": settings.candidates}
+    servers: list[ServerProcess] = []
+    pool = ClientPool(1)
+    try:
+        service = ServerProcess(service_main, spec)
+        servers.append(service)
+        canned = bench_rpc.canned_responses(service.target, requests)
+        echo = ServerProcess(echo_main, {"max_workers": 8, "server": "thread",
+                                         "unary": {k: v for k, v in canned.items() if k != "ReportObservations"},
+                                         "streams": {"ReportObservations": canned["ReportObservations"]}})
+        servers.append(echo)
+
+        def closed(server: ServerProcess, path: str, payloads: list[bytes]) -> dict:
+            return bench_rpc.measure(pool, server, [{"kind": "closed", "path": path, "requests": payloads,
+                                                     "duration_s": settings.rpc_seconds}])
+
+        def best(measure: Callable[[], dict], key: str, lower: bool) -> dict:
+            runs = [measure() for _ in range(settings.rounds)]
+            return (min if lower else max)(runs, key=lambda r: r[key])
+
+        rows = []
+        for name in ("PredictLatency",):
+            echo_r = best(lambda n=name: closed(echo, method_path(n), requests[n]), "p50_ms", True)
+            svc_r = best(lambda n=name: closed(service, METHOD_PREFIX + n, requests[n]), "p50_ms", True)
+            rows.append(Row(f"{name} p50, 1 sequential client", svc_r["p50_ms"], "ms", "unary echo, same bytes",
+                            echo_r["p50_ms"], higher_is_better=False, target="≤ 1.3×"))
+        n = settings.candidates
+        echo_r = best(lambda: closed(echo, method_path("RankPlacements"), requests["RankPlacements"]), "per_s", False)
+        for label, payloads in (("classic", requests["RankPlacements"]), ("packed", packed)):
+            svc_r = best(lambda p=payloads: closed(service, METHOD_PREFIX + "RankPlacements", p), "per_s", False)
+            rows.append(Row(f"RankPlacements {n} candidates ({label} form)", svc_r["per_s"] * n, "cand/s",
+                            "unary echo of the classic request, same-size answer", echo_r["per_s"] * n,
+                            target="≥ 500,000/s, ≥ 0.5×"))
+        stream = "ReportObservations (batched)"
+        echo_r = best(lambda: bench_rpc.measure(pool, echo, [{"kind": "stream", "path": method_path(
+            "ReportObservations"), "messages": requests[stream]}]), "per_s", False)
+        svc_r = best(lambda: bench_rpc.measure(pool, service, [{"kind": "stream", "path": METHOD_PREFIX
+                                                                + "ReportObservations",
+                                                                "messages": requests[stream]}]), "per_s", False)
+        total = settings.ingest_records
+        rows.append(Row(f"ingest, {settings.ingest_batch}-record messages, 1 stream", svc_r["per_s"] * total,
+                        "rec/s", "client-streaming echo, same messages", echo_r["per_s"] * total,
+                        target="≥ 50,000/s, ≥ 0.5×"))
+    finally:
+        for server in servers:
+            server.stop()
+        pool.close()
+    rows += overload_rows(settings, requests["PredictLatency"])
+    return rows
+
+
+def packed_rank_requests(payloads: list[bytes]) -> list[bytes]:
+    """The same RankPlacements requests in the packed form, with per-candidate detail omitted."""
+    from predictor.rpc import columns
+    from predictor.rpc.protos import pb2
+
+    messages = pb2()
+    out = []
+    for payload in payloads:
+        request = messages.RankPlacementsRequest.FromString(payload)
+        out.append(columns.pack_rank_request(request, omit_detail=True).SerializeToString())
+    return out
+
+
+def offer_burst(payloads: list[bytes], calls: int, limit: int, seed: int = 0) -> dict[str, Any]:
+    """Start a service allowing ``limit`` RPCs in flight (2 workers), send ``calls`` PredictLatency
+    at once; count the refusals (``RESOURCE_EXHAUSTED``) and time each call from its send."""
+    import threading
+
+    import grpc
+
+    from experiments import bench_rpc
+    from predictor.rpc.names import METHOD_PREFIX
+    from predictor.rpc.server import create_server, stop_server
+    from predictor.service import Service, ServiceConfig
+    from predictor.service.synthetic import synthetic_records
+
+    service = Service(ServiceConfig(snapshot_every_s=0))
+    service.open()
+    for record in synthetic_records(500, seed=seed, devices=bench_rpc.DEVICES):
+        service.observe(record)
+    server, port = create_server("127.0.0.1:0", service, max_workers=2, max_concurrent_rpcs=limit)
+    server.start()
+    times: dict[str, list[float]] = {"answered": [], "refused": [], "other": []}
+    done = threading.Semaphore(0)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary(METHOD_PREFIX + "PredictLatency")
+            call(payloads[0], timeout=10)  # connected and warm
+
+            def finished(future: Any, sent: float) -> None:
+                elapsed = time.perf_counter() - sent
+                error = future.exception()
+                kind = ("answered" if error is None else
+                        "refused" if error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED else "other")
+                times[kind].append(elapsed)
+                done.release()
+
+            for i in range(calls):
+                sent = time.perf_counter()
+                call.future(payloads[i % len(payloads)], timeout=10).add_done_callback(
+                    lambda f, s=sent: finished(f, s))
+            for _ in range(calls):
+                done.acquire(timeout=30)
+    finally:
+        stop_server(server, service, grace=0.5)
+
+    def pct(values: list[float], q: float) -> float:
+        return 1e3 * float(np.percentile(values, q)) if values else math.nan
+
+    return {"answered": len(times["answered"]), "refused": len(times["refused"]), "other": len(times["other"]),
+            "refused_p99_ms": pct(times["refused"], 99), "answered_p50_ms": pct(times["answered"], 50)}
+
+
+def overload_rows(settings: Settings, payloads: list[bytes]) -> list[Row]:
+    """A service with ``overload_limit`` calls in flight, offered ``overload_calls`` at once (in-process)."""
+    result = offer_burst(payloads, calls=settings.overload_calls, limit=settings.overload_limit)
+    return [Row(f"overload: {settings.overload_calls} calls at once, limit {settings.overload_limit}",
+                result["refused_p99_ms"], "ms (p99 refusal)", "p50 of the answered calls",
+                result["answered_p50_ms"], higher_is_better=False,
+                target=f"refused {result['refused']}, answered {result['answered']}, "
+                       f"other errors {result['other']}")]
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def run(settings: Settings, console: Console, parts: tuple[str, ...] = ("replay", "rls", "rpc")) -> list[Row]:
+    """Measure every figure of ``parts`` with its floor; returns the rows in table order."""
+    rows: list[Row] = []
+    if "replay" in parts:
+        with tempfile.TemporaryDirectory() as folder:
+            log = Path(folder) / "replay.jsonl.gz"
+            resample(str(DEFAULT_DATASET), log, settings.replay_records, settings.seed)
+            console.print(f"replay: {settings.replay_records:,} records ...")
+            floor = max(json_floor(log) for _ in range(settings.rounds))
+            floor_name = "gzip + json.loads of the same file"
+            before, _ = replay_reference(log, typed=False)
+            reference, predicted = replay_reference(log)
+            fast, fast_predicted = replay_fast(log)
+            fine, _ = replay_fast(log, "rls:features='fine'")
+            agree = float(np.max(np.abs(fast_predicted - predicted) / predicted)) if predicted.size else 0.0
+            rows.append(Row("replay rls, json.loads + rules decoding (before)", before, "rec/s", floor_name, floor))
+            rows.append(Row("replay rls, typed decoding (predictor replay --prequential)", reference, "rec/s",
+                            floor_name, floor, target="≥ 50,000/s, ≥ 0.8×"))
+            rows.append(Row(f"replay rls --fast: + compiled blocks (max rel. diff {agree:.0e})", fast, "rec/s",
+                            floor_name, floor, target="≥ 50,000/s, ≥ 0.8×"))
+            rows.append(Row("replay rls:features='fine' --fast (fastest)", fine, "rec/s", floor_name, floor,
+                            target="≥ 100,000/s"))
+    if "rls" in parts:
+        console.print(f"RLS: {settings.rls_observations:,} observations ...")
+        rates = rls_rates(settings.rls_observations, settings.seed)
+        rows.append(Row("RLS predict+learn, 12 features, per observation", rates["rls"], "obs/s",
+                        "river BayesianLinearRegression, same stream", rates["river"], target="≥ 10×"))
+        rows.append(Row("RLS predict+learn, 12 features, compiled block", rates["kernel"], "obs/s",
+                        "river BayesianLinearRegression, same stream", rates["river"], target="≥ 10×"))
+    if "rpc" in parts:
+        console.print("RPC: service and echo servers ...")
+        rows += rpc_rows(settings)
+    return rows
+
+
+def _format(value: float, unit: str) -> str:
+    return f"{value:,.3f} {unit}" if value < 100 else f"{value:,.0f} {unit}"
+
+
+def table(rows: list[Row], title: str) -> Table:
+    """The rows as one rich table."""
+    out = Table(title=title)
+    for column in ("figure", "measured", "floor (same run)", "floor value", "figure / floor", "target"):
+        out.add_column(column, justify="right" if column in ("measured", "floor value", "figure / floor") else "left")
+    for row in rows:
+        ratio = f"{row.ratio:.2f}× " + ("(throughput)" if row.higher_is_better else "(latency)")
+        out.add_row(row.name, _format(row.value, row.unit), row.floor_name, _format(row.floor, row.unit.split()[0]),
+                    ratio, row.target)
+    return out
+
+
+def main(argv: list[str] | None = None) -> list[Row]:
+    """Parse the command line, run, print the table (and write ``--json``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small inputs, a few seconds (the test's run)")
+    parser.add_argument("--parts", default="replay,rls,rpc", help="comma-separated subset of replay,rls,rpc")
+    parser.add_argument("--replay-records", type=int, default=None, help="records in the replayed log")
+    parser.add_argument("--json", dest="json_out", default=None, help="also write the rows here as JSON")
+    parser.add_argument("--blas-threads", type=int, default=None, help="BLAS threads (default 1)")
+    args = parser.parse_args(argv)
+    pin_blas_threads(args.blas_threads)
+    settings = QUICK if args.quick else Settings()
+    if args.replay_records:
+        settings = dataclasses.replace(settings, replay_records=args.replay_records)
+    console = Console(width=max(Console().width, 160))
+    begin = time.perf_counter()
+    rows = run(settings, console, tuple(p.strip() for p in args.parts.split(",") if p.strip()))
+    console.print(table(rows, f"the data path beside its floors (one run, {time.perf_counter() - begin:.0f} s)"))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps([dataclasses.asdict(r) | {"ratio": r.ratio} for r in rows],
+                                                  indent=2) + "\n")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The blockwise replay (:mod:`predictor.fastreplay`) equals ``run_prequential`` within rounding."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from experiments.common import DEFAULT_DATASET as DEFAULT_LOG
+from predictor.evaluation import run_prequential
+from predictor.fastreplay import fast_prequential, prequential_rls, supports
+from predictor.logio import read_records, write_records
+from predictor.predictors import create
+from predictor.service.synthetic import synthetic_records
+
+
+def _records():
+    shipped, _ = read_records(DEFAULT_LOG)
+    return list(itertools.islice(shipped, 600)) + list(synthetic_records(400, seed=3))
+
+
+@pytest.mark.parametrize("spec", ["rls:non_negative=False", "rls:features='fine',non_negative=False",
+                                  "rls:forgetting=0.95,delta=10.0,non_negative=False",
+                                  "rls:features='coarse',log_target=False,non_negative=False"])
+def test_blockwise_replay_equals_the_reference(spec):
+    records = _records()
+    fast, slow = create(spec), create(spec)
+    assert supports(fast)
+    got = prequential_rls(fast, records, block=37)
+    expected = run_prequential(slow, records)
+    np.testing.assert_allclose(got.predicted, expected.predicted, rtol=1e-9)
+    assert got.measured == expected.measured
+    a, b = fast._models[""], slow._models[""]
+    assert a.index.columns == b.index.columns and (a.n_updates, a.n_refused) == (b.n_updates, b.n_refused)
+    np.testing.assert_allclose(a._weights, b._weights, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(fast._scale[""], slow._scale[""], rtol=1e-9)
+    assert (fast._seen, fast.n_learned, fast._slowdown_range) == (slow._seen, slow.n_learned, slow._slowdown_range)
+
+
+def test_fast_prequential_reads_a_log_and_falls_back_for_other_predictors(tmp_path):
+    records = _records()[:300]
+    path = tmp_path / "log.jsonl.gz"
+    write_records(path, records)
+    for spec in ("rls:non_negative=False", "rls", "rls:split_by='model'", "ewma"):
+        got = fast_prequential(path, spec)
+        expected = run_prequential(create(spec), read_records(path)[0])
+        np.testing.assert_allclose(got.predicted, expected.predicted, rtol=1e-9)
+    assert len(fast_prequential(path, "rls", limit=10).predicted) == 10
+    with pytest.raises(ValueError, match="blockwise replay takes rls"):
+        prequential_rls(create("rls:clip=2.0"), records)
+
+
+def test_replay_cli_fast_flag_gives_the_reference_summary(tmp_path):
+    import json
+
+    from predictor.cli import main
+
+    path = tmp_path / "log.jsonl.gz"
+    write_records(path, _records()[:300])
+    summaries = []
+    for extra in ([], ["--fast"]):
+        out = tmp_path / f"summary{len(extra)}.json"
+        assert main(["replay", str(path), "--prequential", "--json", str(out), *extra]) == 0
+        summaries.append(json.loads(out.read_text())["summary"])
+    assert summaries[0]["n"] == summaries[1]["n"] == 300
+    assert summaries[1]["mape"] == pytest.approx(summaries[0]["mape"], rel=1e-9)
