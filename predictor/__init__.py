@@ -23,7 +23,7 @@ Examples
 --------
 >>> from predictor import BatchSpec, InterferenceClient, Record, available_predictors, make_predictor
 >>> available_predictors()
-['ensemble', 'ewma', 'forest', 'rls', 'sgd', 'solo', 'static']
+['ensemble', 'ewma', 'forest', 'rls', 'sgd', 'solo', 'static', 'tree']
 >>> model = make_predictor("solo")
 >>> model.learn_one(Record("cpu0", BatchSpec("mlp", 2), latency_ms=4.0, solo_latency_ms=3.5))
 >>> model.predict_one(Record("cpu0", BatchSpec("mlp", 2), latency_ms=None))
