@@ -33,6 +33,7 @@ from predictor.rpc.security import open_channel
 from predictor.service.types import (
     Candidate,
     DeadlineAnswer,
+    InputPlace,
     ObservationReport,
     Prediction,
     Query,
@@ -154,11 +155,13 @@ class InterferenceClient:
         solo_latency_ms: float | None = None,
         batch_id: str = "",
         learned_only: bool = False,
+        where: InputPlace | None = None,
     ) -> Ranking:
         """One batch on many candidate devices (names use the live view), most slack first.
 
         ``batch_id`` names the batch, so that its observation calibrates the answer given;
-        ``learned_only`` refuses (``FailedPrecondition``) rather than answer from a fallback."""
+        ``learned_only`` refuses (``FailedPrecondition``) rather than answer from a fallback;
+        ``where`` says where the batch's input is and how large (transfer term, delay decision)."""
         cands = [Candidate(c) if isinstance(c, str) else c for c in candidates]
         request = self._pb2.RankPlacementsRequest(
             batch=convert.batch_to_pb(batch),
@@ -169,6 +172,7 @@ class InterferenceClient:
         )
         if solo_latency_ms is not None:
             request.solo_latency_ms = solo_latency_ms
+        convert.set_input(request, where)
         convert.set_deadline(request, deadline_ms, deadline_time)
         return convert.ranking_from_pb(self._call(self.stub.RankPlacements, request))
 
@@ -218,20 +222,25 @@ class InterferenceClient:
         memory_used_mb: float | None = None,
         load_ms: float | None = None,
         resident_models: Sequence[str] = (),
+        where: InputPlace | None = None,
+        transfer_ms: float | None = None,
     ) -> tuple[float, int]:
         """Report a batch started; returns its predicted latency (ms) and the batches running there.
 
-        Optionally with the device's memory (capacity, use), the time spent loading the model for it
-        and the models loaded on the device.
+        Optionally with the device's memory (capacity, use), the time spent loading the model for it,
+        the models loaded on the device, and where its input was (``where``) with the measured time to
+        move it (``transfer_ms``).
         """
         request = self._pb2.ReportBatchStartRequest(
             device=device, device_kind=device_kind, batch_id=batch_id, batch=convert.batch_to_pb(batch),
             resident_models=list(resident_models),
         )
         for name, value in (("elapsed_ms", elapsed_ms), ("memory_total_mb", memory_total_mb),
-                            ("memory_used_mb", memory_used_mb), ("load_ms", load_ms)):
+                            ("memory_used_mb", memory_used_mb), ("load_ms", load_ms),
+                            ("transfer_ms", transfer_ms)):
             if value is not None:
                 setattr(request, name, value)
+        convert.set_input(request, where)
         response = self._call(self.stub.ReportBatchStart, request)
         return response.predicted_latency_ms, response.running
 

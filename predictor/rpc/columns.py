@@ -153,6 +153,8 @@ def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns
         else:
             for j in range(offsets[i], offsets[i + 1]):
                 runners.add(model=models[j], batch_size=sizes[j], attrs=attrs[j], overlap=overlaps[j])
+    if ranking.delay is not None:
+        response.delay.CopyFrom(convert.delay_to_pb(ranking.delay))
     return response
 
 
@@ -267,7 +269,7 @@ def ranking_packed_to_pb(ranking: RankingColumns) -> Any:
     solo = ranking.solo_latency_ms
     require_finite_arrays("ranking", ranking.latency_ms, ranking.upper_bound_ms, ranking.slack_ms,
                           ranking.probability, solo)
-    return messages.RankPlacementsResponse(
+    response = messages.RankPlacementsResponse(
         deadline_ms=ranking.deadline_ms,
         packed=messages.PackedRanking(
             candidate_index=order.tolist(),
@@ -281,3 +283,6 @@ def ranking_packed_to_pb(ranking: RankingColumns) -> Any:
             observations_learned=ranking.observations_learned,
         ),
     )
+    if ranking.delay is not None:
+        response.delay.CopyFrom(convert.delay_to_pb(ranking.delay))
+    return response

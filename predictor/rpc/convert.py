@@ -28,8 +28,10 @@ from predictor.service.types import (
     CoRunnerSource,
     Deadline,
     DeadlineAnswer,
+    DelayDecision,
     DeviceMemory,
     DriftAlarm,
+    InputPlace,
     KindStatus,
     LogStatus,
     ObservationReport,
@@ -49,6 +51,8 @@ _BOUNDS_PB = {BoundSource.DEVICE_KIND: 1, BoundSource.POOLED: 2, BoundSource.FAL
 _BOUNDS = {v: k for k, v in _BOUNDS_PB.items()}
 _WAIT_SOURCES_PB = {"none": 0, "queue": 1, "rates": 2}
 _WAIT_SOURCES = {v: k for k, v in _WAIT_SOURCES_PB.items()}
+_LINKS_PB = {"": 0, "device": 1, "host": 2, "rack": 3, "remote": 4}
+_LINKS = {v: k for k, v in _LINKS_PB.items()}
 
 
 class NonFiniteAnswer(ServiceError):
@@ -117,7 +121,26 @@ def query_from_pb(message: Any) -> Query:
         solo_latency_ms=_optional(message, "solo_latency_ms"),
         batch_id=message.batch_id,
         learned_only=message.learned_only,
+        input=input_from_pb(message),
     )
+
+
+def input_from_pb(message: Any) -> InputPlace | None:
+    """The ``input_host``, ``input_device`` and ``input_bytes`` of a message (``None``: none set)."""
+    n_bytes = _optional(message, "input_bytes")
+    if n_bytes is None and not message.input_host and not message.input_device:
+        return None
+    return InputPlace(message.input_host, message.input_device, n_bytes)
+
+
+def set_input(message: Any, where: InputPlace | None) -> None:
+    """Set the input fields of a message (the client side)."""
+    if where is None:
+        return
+    message.input_host = where.host
+    message.input_device = where.device
+    if where.n_bytes is not None:
+        message.input_bytes = where.n_bytes
 
 
 def candidate_from_pb(message: Any) -> Candidate:
@@ -338,8 +361,9 @@ _WAIT_FIELDS = ("queue_wait_ms", "queue_wait_bound_ms", "completion_ms", "comple
 
 
 def queue_fields_to_pb(prediction: Prediction) -> dict[str, Any]:
-    """The queue and load fields of a ``Prediction`` message ({} when there is no term)."""
-    if prediction.queue_wait_source == "none" and not prediction.load_ms and not prediction.queue_saturated:
+    """The queue, load and transfer fields of a ``Prediction`` message ({} when there is no term)."""
+    if (prediction.queue_wait_source == "none" and not prediction.load_ms and not prediction.queue_saturated
+            and not prediction.transfer_link):
         return {}
     fields: dict[str, Any] = {
         "queue_saturated": prediction.queue_saturated,
@@ -352,7 +376,40 @@ def queue_fields_to_pb(prediction: Prediction) -> dict[str, Any]:
             fields[name] = value
     if prediction.queue_utilisation is not None:
         fields["queue_utilisation"] = prediction.queue_utilisation
+    if prediction.transfer_link:
+        require_finite("transfer", prediction.transfer_ms, prediction.transfer_bound_ms)
+        fields["transfer_ms"] = prediction.transfer_ms
+        fields["transfer_bound_ms"] = prediction.transfer_bound_ms
+        fields["transfer_link"] = _LINKS_PB[prediction.transfer_link]
     return fields
+
+
+def delay_to_pb(delay: DelayDecision) -> Any:
+    """A :class:`DelayDecision` as a ``DelayDecision`` message (non-finite times left unset)."""
+    require_finite("delay decision", delay.delay_limit_ms, delay.remote_transfer_ms)
+    message = pb2().DelayDecision(
+        choice=delay.choice, local_device=delay.local_device, remote_device=delay.remote_device,
+        delay_limit_ms=delay.delay_limit_ms, remote_transfer_ms=delay.remote_transfer_ms,
+        waits_observed=delay.waits_observed, reason=delay.reason,
+    )
+    for name in ("local_wait_ms", "local_completion_ms", "remote_completion_ms"):
+        value = getattr(delay, name)
+        if math.isfinite(value):
+            setattr(message, name, value)
+    return message
+
+
+def delay_from_pb(message: Any) -> DelayDecision | None:
+    """A ``DelayDecision`` message as a :class:`DelayDecision` (``None``: unset; unset times: inf or NaN)."""
+    if not message.choice:
+        return None
+    wait = message.local_wait_ms if message.HasField("local_wait_ms") else math.inf
+    return DelayDecision(
+        message.choice, message.local_device, message.remote_device, wait, message.delay_limit_ms,
+        message.local_completion_ms if message.HasField("local_completion_ms") else math.nan,
+        message.remote_completion_ms if message.HasField("remote_completion_ms") else math.nan,
+        message.remote_transfer_ms, message.waits_observed, message.reason,
+    )
 
 
 def placement_fields_to_pb(placement: PlacementAnswer) -> dict[str, Any]:
@@ -365,6 +422,11 @@ def placement_fields_to_pb(placement: PlacementAnswer) -> dict[str, Any]:
     if placement.memory_free_mb is not None:
         fields["memory_free_mb"] = placement.memory_free_mb
     return fields
+
+
+def start_transfer_from_pb(message: Any) -> tuple[InputPlace | None, float | None]:
+    """The input and measured transfer of a ``ReportBatchStartRequest``."""
+    return input_from_pb(message), _optional(message, "transfer_ms")
 
 
 def start_memory_from_pb(message: Any) -> DeviceMemory:
@@ -395,7 +457,7 @@ def ranking_to_pb(ranking: Ranking) -> Any:
     """A :class:`Ranking` as a ``RankPlacementsResponse``, placements in rank order."""
     require_finite("ranking", ranking.deadline_ms, *(v for p in ranking.placements for v in (p.slack_ms, p.probability)))
     messages = pb2()
-    return messages.RankPlacementsResponse(
+    response = messages.RankPlacementsResponse(
         placements=[
             messages.Placement(
                 device=p.device,
@@ -411,6 +473,9 @@ def ranking_to_pb(ranking: Ranking) -> Any:
         ],
         deadline_ms=ranking.deadline_ms,
     )
+    if ranking.delay is not None:
+        response.delay.CopyFrom(delay_to_pb(ranking.delay))
+    return response
 
 
 def observation_report_to_pb(report: ObservationReport) -> Any:
@@ -528,6 +593,7 @@ def query_to_pb(query: Query) -> Any:
     )
     if query.solo_latency_ms is not None:
         message.solo_latency_ms = query.solo_latency_ms
+    set_input(message, query.input)
     return message
 
 
@@ -602,6 +668,9 @@ def prediction_from_pb(message: Any) -> Prediction:
         queue_wait_source=_WAIT_SOURCES.get(message.queue_wait_source, "none"),
         queue_utilisation=_optional(message, "queue_utilisation"),
         load_ms=message.load_ms,
+        transfer_ms=message.transfer_ms,
+        transfer_bound_ms=message.transfer_bound_ms,
+        transfer_link=_LINKS.get(message.transfer_link, ""),
     )
 
 
@@ -636,6 +705,7 @@ def ranking_from_pb(message: Any) -> Ranking:
             for p in message.placements
         ),
         deadline_ms=message.deadline_ms,
+        delay=delay_from_pb(message.delay) if message.HasField("delay") else None,
     )
 
 

@@ -54,6 +54,7 @@ class InterferenceServicer:
             request.solo_latency_ms if request.HasField("solo_latency_ms") else None,
             batch_id=request.batch_id,
             learned_only=request.learned_only,
+            where=convert.input_from_pb(request),
         )
         if request.omit_detail:
             return columns.ranking_packed_to_pb(ranking)
@@ -78,6 +79,7 @@ class InterferenceServicer:
             convert.batch_from_pb(request.batch),
             request.elapsed_ms if request.HasField("elapsed_ms") else None,
             memory=convert.start_memory_from_pb(request),
+            **dict(zip(("where", "transfer_ms"), convert.start_transfer_from_pb(request), strict=True)),
         )
         return pb2().ReportBatchStartResponse(predicted_latency_ms=predicted, running=running)
 

@@ -45,6 +45,7 @@ from predictor.records import (
 )
 from predictor.service import monotone
 from predictor.service.admission import admission_queries
+from predictor.service.delay import decide
 from predictor.service.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -56,11 +57,14 @@ from predictor.service.liveview import RunningBatch
 from predictor.service.placements import CandidateColumns, RankingColumns, rank_order, valid_columns
 from predictor.service.state import ServiceState
 from predictor.service.terms import terms_of
+from predictor.service.transfers import NOWHERE
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,
     Deadline,
     DeadlineAnswer,
+    DelayDecision,
+    InputPlace,
     Prediction,
     Query,
     Ranking,
@@ -186,7 +190,7 @@ class Answering:
         planned = self.plan_query(query, prefix)
         if query.learned_only:
             self.check_learned(query, planned, prefix)
-        answer = self.answer(planned, confidence)
+        answer = self.answer(planned, confidence, where=self.input_place(query.input, prefix))
         self.remember(query.batch_id, answer)
         return answer.prediction(0)
 
@@ -198,7 +202,7 @@ class Answering:
         planned = self.plan_query(query, "query.")
         if query.learned_only:
             self.check_learned(query, planned)
-        answer = self.answer(planned, confidence, deadline_ms)
+        answer = self.answer(planned, confidence, deadline_ms, where=self.input_place(query.input, "query."))
         self.remember(query.batch_id, answer)
         slack = float(answer.slack_ms[0])
         return DeadlineAnswer(answer.feasible(0), slack, float(answer.probability[0]), deadline_ms, answer.prediction(0))
@@ -213,12 +217,13 @@ class Answering:
         *,
         batch_id: str = "",
         learned_only: bool = False,
+        where: InputPlace | None = None,
     ) -> Ranking:
         """Answers for one batch on many candidate devices, most slack first."""
         if not isinstance(candidates, CandidateColumns):
             candidates = CandidateColumns.from_candidates(candidates)
         return self.rank_columns(batch, candidates, deadline, confidence, solo_latency_ms,
-                                 batch_id=batch_id, learned_only=learned_only).to_ranking()
+                                 batch_id=batch_id, learned_only=learned_only, where=where).to_ranking()
 
     def rank_columns(
         self,
@@ -230,13 +235,16 @@ class Answering:
         *,
         batch_id: str = "",
         learned_only: bool = False,
+        where: InputPlace | None = None,
     ) -> RankingColumns:
         """:meth:`rank_placements`, answered column-wise: features and predictions of all
         candidates at once (what the RPC layer turns into its response).
 
         With a ``batch_id``, every candidate's answer is remembered: the observation of the batch
         (on whichever device it ran) calibrates the answer given for that device. With
-        ``learned_only``, an unseen model or device kind is refused (:class:`FailedPrecondition`)."""
+        ``learned_only``, an unseen model or device kind is refused (:class:`FailedPrecondition`).
+        With ``where`` (the input's place and size), every answer adds the input's transfer, and
+        the ranking says whether to wait for a device holding the input (:mod:`predictor.service.delay`)."""
         self.state.require_ready()
         confidence = self.confidence(confidence)
         if not len(candidates):
@@ -245,8 +253,9 @@ class Answering:
         if len(candidates) > limit:
             raise ResourceExhausted("candidates", f"{len(candidates)} candidates, at most {limit} allowed")
         deadline_ms = deadline.relative_ms(limit=self.state.config.max_value)
+        where = self.input_place(where, "")
         plan = self.plan_candidates(batch, candidates, solo_latency_ms)
-        ranking = self.answer(plan, confidence, deadline_ms)
+        ranking = self.answer(plan, confidence, deadline_ms, where=where)
         if learned_only and ranking.fallback is not None and ranking.fallback.any():
             i = int(np.flatnonzero(ranking.fallback)[0])
             query = Query(candidates.devices[i], batch, solo_latency_ms=solo_latency_ms)
@@ -254,7 +263,25 @@ class Answering:
         self.remember(batch_id, ranking)
         # The rows hold the candidates' own co-runners exactly when they were built on the same
         # columns (no live view, no per-candidate path).
-        return dataclasses.replace(ranking, runners_as_given=plan.rows.models is candidates.models)
+        return dataclasses.replace(ranking, runners_as_given=plan.rows.models is candidates.models,
+                                   delay=self.delay_decision(ranking))
+
+    def input_place(self, where: InputPlace | None, prefix: str) -> InputPlace | None:
+        """The input's place and size of a query, validated (fields named with ``prefix``)."""
+        if where is None or where == NOWHERE:
+            return None
+        where.validate(prefix, self.state.config.max_value)
+        return where if where.given else None
+
+    def delay_decision(self, ranking: RankingColumns) -> DelayDecision | None:
+        """Wait for a device holding the input, or go remote now (``None``: no input given)."""
+        terms = ranking.terms
+        if terms is None or terms.transfers is None or terms.transfer_ms is None:
+            return None
+        local = np.array([t.local for t in terms.transfers], dtype=bool)
+        completion = terms.extra_mean_ms + ranking.latency_ms
+        return decide(ranking.rows.devices, local, terms.fits, terms.wait_ms, terms.transfer_ms, completion,
+                      ranking.slack_ms, self.state.queues.observed_wait, self.state.config.delay_quantile)
 
     def confidence(self, confidence: float | None) -> float:
         """The confidence asked for (``None`` or 0: the configured default), validated."""
@@ -496,7 +523,8 @@ class Answering:
         )
         return plan.at_window(window), window
 
-    def answer(self, plan: Plan | Planned, confidence: float, deadline_ms: float | None = None) -> RankingColumns:
+    def answer(self, plan: Plan | Planned, confidence: float, deadline_ms: float | None = None,
+               where: InputPlace | None = None) -> RankingColumns:
         """Predictions, bounds (and, for a deadline, slack and probability) of every row, ranked.
 
         Latencies are monotone in crowding (:meth:`_latencies`); co-runners given by remaining
@@ -504,7 +532,7 @@ class Answering:
         fixed point. Ties of slack go to the less crowded device (:func:`rank_order`).
 
         A single query (a :class:`Planned`) is the one-row case; it gives the numbers its
-        one-row :class:`Plan` would.
+        one-row :class:`Plan` would. ``where``: the input's place and size (its transfer is a term).
         """
         state = self.state
         with state.lock:
@@ -516,7 +544,7 @@ class Answering:
                 shapes = [plan.shape or _record_shape(plan.record)] if isinstance(plan, Planned) else [
                     _record_shape(rows.record(i)) for i in range(n)]
             terms = terms_of(state.queues, state.memory, state.live, rows, confidence,
-                             state.calibrator.bound_factors(rows.device_kinds, confidence))
+                             state.calibrator.bound_factors(rows.device_kinds, confidence), state.transfers, where)
             uppers, probabilities, row_bounds, fallback, corrections = self._bounds(
                 plan, rows, latencies, shapes, confidence, deadline_ms,
                 None if terms is None else terms.extra_mean_ms,

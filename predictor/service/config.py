@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from predictor.calibration import check_confidence
 from predictor.rules import MAX_MAGNITUDE
+from predictor.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,13 @@ class ServiceConfig:
     live_horizon_s
         A batch restored after a restart is dropped when it started longer ago than this
         (wall-clock seconds; its batch has long ended). Default: ``stale_after_s``.
+    topology
+        Devices' hosts and racks and the links between them (:mod:`predictor.topology`); ``None``:
+        no device placed, default links (an input's transfer then counts as remote).
+    transfer_alpha
+        EWMA weight of the newest observed transfer in its link class's correction, in (0, 1].
+    delay_quantile
+        Quantile of the observed queue waits that sets the delay limit of delay scheduling, in (0, 1).
     max_value
         Largest magnitude of a number (latency, attribute, signal) in an observation learned
         from or a query answered; latencies must also be at least ``1 / max_value`` ms
@@ -178,6 +186,9 @@ class ServiceConfig:
     dedup_max_record_ids: int = 100_000
     live_log: bool = True
     live_horizon_s: float | None = None
+    topology: Topology | None = None
+    transfer_alpha: float = 0.2
+    delay_quantile: float = 0.9
 
     def __post_init__(self) -> None:
         check_confidence(self.default_confidence)
@@ -240,6 +251,10 @@ class ServiceConfig:
             raise ValueError(f"shape_gamma must lie in [0, 1), got {self.shape_gamma!r}")
         if not 0.0 < self.spread_rate <= 1.0:
             raise ValueError(f"spread_rate must lie in (0, 1], got {self.spread_rate!r}")
+        if not 0.0 < self.transfer_alpha <= 1.0:
+            raise ValueError(f"transfer_alpha must lie in (0, 1], got {self.transfer_alpha!r}")
+        if not 0.0 < self.delay_quantile < 1.0:
+            raise ValueError(f"delay_quantile must lie in (0, 1), got {self.delay_quantile!r}")
         if not 0.0 < self.signal_alpha <= 1.0:
             raise ValueError(f"signal_alpha must lie in (0, 1], got {self.signal_alpha!r}")
         if self.live_horizon_s is not None and not (

@@ -52,6 +52,7 @@ from predictor.service.types import (
     Deadline,
     DeadlineAnswer,
     DeviceMemory,
+    InputPlace,
     ObservationReport,
     Prediction,
     Query,
@@ -198,16 +199,27 @@ class Service:
         elapsed_ms: float | None = None,
         *,
         memory: DeviceMemory | None = None,
+        where: InputPlace | None = None,
+        transfer_ms: float | None = None,
     ) -> tuple[float, int]:
         """A batch started on ``device``; returns its predicted latency and how many run there now.
 
-        ``memory``: the device's memory and the model's load time as the collector read them.
+        ``memory``: the device's memory and the model's load time as the collector read them;
+        ``where`` and ``transfer_ms``: where the batch's input was, how large, and the time it took to
+        move it to the device (learned by its link class's correction).
         """
         self.state.require_ready()
         if elapsed_ms is not None:
             invalid_argument(rules.non_negative, elapsed_ms, "elapsed_ms")
         memory = memory or DeviceMemory()
         memory.validate(self.config.max_value)
+        if where is not None:
+            where.validate("", self.config.max_value)
+        if transfer_ms is not None:
+            invalid_argument(lambda v, p: rules.non_negative_within(v, p, self.config.max_value), transfer_ms,
+                             "transfer_ms")
+            if where is None or not where.given:
+                raise InvalidArgument("input_bytes", "is required with transfer_ms (the size of the input moved)")
         if not batch_id:
             raise InvalidArgument("batch_id", "must be a non-empty string")
         if not rules.name_ok(batch_id):
@@ -232,6 +244,8 @@ class Service:
             book.device_memory(device, memory.total_mb, memory.used_mb)
         if memory.load_ms is not None:
             book.load_time(batch.model, device_kind or self.live.kind_of(device), memory.load_ms)
+        if transfer_ms is not None and where is not None:
+            self.state.transfers.observe(device, where, transfer_ms)
         return predicted, running
 
     def batch_end(self, device: str, batch_id: str, *, memory: DeviceMemory | None = None) -> tuple[bool, int]:
@@ -296,11 +310,12 @@ class Service:
         *,
         batch_id: str = "",
         learned_only: bool = False,
+        where: InputPlace | None = None,
     ) -> Ranking:
         """Answers for one batch on many candidate devices, most slack first (see
         :meth:`Answering.rank_columns <predictor.service.answering.Answering.rank_columns>`)."""
         return self.answers.rank_placements(batch, candidates, deadline, confidence, solo_latency_ms,
-                                            batch_id=batch_id, learned_only=learned_only)
+                                            batch_id=batch_id, learned_only=learned_only, where=where)
 
     def rank_columns(
         self,
@@ -312,7 +327,8 @@ class Service:
         *,
         batch_id: str = "",
         learned_only: bool = False,
+        where: InputPlace | None = None,
     ) -> RankingColumns:
         """:meth:`rank_placements`, answered column-wise (what the RPC layer turns into its response)."""
         return self.answers.rank_columns(batch, candidates, deadline, confidence, solo_latency_ms,
-                                         batch_id=batch_id, learned_only=learned_only)
+                                         batch_id=batch_id, learned_only=learned_only, where=where)

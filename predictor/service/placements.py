@@ -39,6 +39,7 @@ from predictor.records import BatchSpec
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,
+    DelayDecision,
     PlacementAnswer,
     PlannedCoRunner,
     Prediction,
@@ -226,7 +227,9 @@ class RankingColumns:
     raw_latency_ms: np.ndarray | None = None
     """Per row: the predictor's latency before the calibrated correction (``None``: ``latency_ms``)."""
     terms: Terms | None = None
-    """Queue wait, load time and memory of every row (``None``: none known, the latency alone)."""
+    """Queue wait, load time, memory and transfer of every row (``None``: none known, the latency alone)."""
+    delay: DelayDecision | None = None
+    """Delay scheduling: wait for a device holding the input, or go remote now (``None``: not asked)."""
 
     def prediction(self, i: int) -> Prediction:
         """Candidate ``i``'s answer as a :class:`~predictor.service.types.Prediction`."""
@@ -252,11 +255,16 @@ class RankingColumns:
         )
 
     def term_fields(self, i: int) -> dict:
-        """Row ``i``'s queue and load fields of a :class:`~predictor.service.types.Prediction` ({} without terms)."""
+        """Row ``i``'s queue, load and transfer fields of a :class:`~predictor.service.types.Prediction`
+        ({} without terms)."""
         if self.terms is None:
             return {}
         wait = self.terms.waits[i]
+        transfer = self.terms.transfer(i)
         return {
+            "transfer_ms": transfer.mean_ms,
+            "transfer_bound_ms": transfer.bound_ms,
+            "transfer_link": transfer.link,
             "queue_wait_ms": wait.mean_ms,
             "queue_wait_bound_ms": wait.bound_ms,
             "queue_saturated": wait.saturated,
@@ -297,4 +305,4 @@ class RankingColumns:
             )
             for rank, i in enumerate(self.order.tolist(), start=1)
         )
-        return Ranking(placements, self.deadline_ms)
+        return Ranking(placements, self.deadline_ms, self.delay)

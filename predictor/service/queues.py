@@ -52,6 +52,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from predictor.queueing import mgc_wait
 from predictor.records import BatchSpec
 from predictor.service.errors import InvalidArgument, ResourceExhausted
@@ -100,6 +102,7 @@ class _Device:
     services: deque = field(default_factory=deque)  # durations, ms
     started: dict[str, float] = field(default_factory=dict)  # batch id -> start time, s
     in_flight: deque = field(default_factory=deque)  # batches running at each start
+    waits: deque = field(default_factory=deque)  # observed queue waits (queued -> started), ms
 
 
 class QueueBook:
@@ -138,6 +141,7 @@ class QueueBook:
         self.max_queued_per_device = max_queued_per_device
         self._devices: dict[str, _Device] = {}
         self._active: set[str] = set()  # devices with a queue reported or enough samples for rates
+        self._waits: deque[float] = deque(maxlen=window)  # observed queue waits, all devices, ms
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------- reports
@@ -148,7 +152,8 @@ class QueueBook:
                 raise ResourceExhausted("device", f"the queue book already tracks {self.max_devices} devices")
             state = self._devices[device] = _Device(arrivals=deque(maxlen=self.window),
                                                     services=deque(maxlen=self.window),
-                                                    in_flight=deque(maxlen=self.window))
+                                                    in_flight=deque(maxlen=self.window),
+                                                    waits=deque(maxlen=self.window))
         return state
 
     def _expire(self, state: _Device, now: float) -> None:
@@ -186,8 +191,13 @@ class QueueBook:
             now = self.clock()
             state = self._device(device)
             self._expire(state, now)
-            if state.queue.pop(batch_id, None) is None:
+            queued = state.queue.pop(batch_id, None)
+            if queued is None:
                 state.arrivals.append(now)
+            else:
+                waited = (now - queued.queued_at) * 1000.0
+                state.waits.append(waited)
+                self._waits.append(waited)
             if len(state.started) < self.max_queued_per_device or batch_id in state.started:
                 state.started[batch_id] = now
             state.in_flight.append(len(state.started))
@@ -239,6 +249,18 @@ class QueueBook:
                 return 0
             self._expire(state, self.clock())
             return len(state.queue)
+
+    def observed_wait(self, devices: Sequence[str], quantile: float) -> tuple[float | None, int]:
+        """The ``quantile`` of the queue waits observed (queued to started, ms) on ``devices``, pooled,
+        else on every device when they have fewer than ``min_samples``; and how many it is of
+        (``None``: fewer than ``min_samples`` anywhere)."""
+        with self._lock:
+            waits = [w for d in devices if (s := self._devices.get(d)) is not None for w in s.waits]
+            if len(waits) < self.min_samples:
+                waits = list(self._waits)
+        if len(waits) < self.min_samples:
+            return None, len(waits)
+        return float(np.quantile(waits, quantile)), len(waits)
 
     def rates(self, device: str) -> tuple[float, float, float, int] | None:
         """``(arrival rate per ms, E[S] ms, E[S^2] ms^2, concurrency)`` of ``device``, once ``min_samples`` of each."""

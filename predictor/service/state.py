@@ -33,6 +33,7 @@ from predictor.service.liveview import LiveView
 from predictor.service.memory import MemoryBook
 from predictor.service.monitor import REPLAY, ErrorMonitor
 from predictor.service.queues import QueueBook
+from predictor.service.transfers import TransferBook
 from predictor.service.types import KindStatus, LogStatus, Status
 from predictor.shape_calibration import ShapeCalibrator
 from predictor.shapes import ADMISSION
@@ -91,6 +92,7 @@ class ServiceState:
         self.filling = Filling(config.signal_alpha, config.max_devices)
         self.queues = QueueBook(clock, stale_after_s=config.stale_after_s, max_devices=config.max_devices)
         self.memory = MemoryBook(clock, max_devices=config.max_devices)
+        self.transfers = TransferBook(config.topology, alpha=config.transfer_alpha)
         self.lock = threading.RLock()
         self._ready = False
         self._listeners: list[Callable[[bool], None]] = []

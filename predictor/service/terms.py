@@ -1,17 +1,19 @@
-"""The terms a deadline answer adds to the execution latency: queue wait, model load, memory.
+"""The terms a deadline answer adds to the execution latency: queue wait, model load, memory, transfer.
 
 For every row of an answer (a query, or a ranking's candidates), :func:`terms_of` asks
-the queue book (:mod:`predictor.service.queues`) for the wait before the batch starts and
-the memory book (:mod:`predictor.service.memory`) for the load time and whether it fits.
+the queue book (:mod:`predictor.service.queues`) for the wait before the batch starts,
+the memory book (:mod:`predictor.service.memory`) for the load time and whether it fits,
+and, when the query says where its input is, the transfer book
+(:mod:`predictor.service.transfers`) for the time to move the input to the device.
 The answer then counts its slack from the *completion bound*::
 
-    completion_bound = wait bound + load + upper bound of the latency
+    completion_bound = wait bound + load + transfer bound + upper bound of the latency
 
-its probability from the deadline less the mean wait and the load, and ranks the
+its probability from the deadline less the mean wait, the load and the mean transfer, and ranks the
 candidates that do not fit in memory after those that do (each with its reason). A
 saturated queue has no finite wait: its completion bound is infinite, its probability 0.
 
-When neither book knows anything, :func:`terms_of` returns ``None`` and the answer is the
+When no book knows anything (and no input is given), :func:`terms_of` returns ``None`` and the answer is the
 latency alone, as before.
 """
 
@@ -27,11 +29,13 @@ from predictor.colocations import CoLocations
 from predictor.service.liveview import LiveView
 from predictor.service.memory import MemoryBook, MemoryNeed
 from predictor.service.queues import QueueBook, WaitEstimate, WaitSource
+from predictor.service.transfers import NO_TRANSFER, TransferBook, TransferEstimate
+from predictor.service.types import InputPlace
 
 
 @dataclass(frozen=True, eq=False)
 class Terms:
-    """Per row: the wait, the load time and the memory verdict."""
+    """Per row: the wait, the load time, the memory verdict and the input's transfer."""
 
     waits: list[WaitEstimate]
     wait_ms: np.ndarray
@@ -41,16 +45,25 @@ class Terms:
     free_mb: np.ndarray  # NaN: unknown
     fits: np.ndarray
     reasons: list[str]
+    transfers: list[TransferEstimate] | None = None  # None: no input given
+    transfer_ms: np.ndarray | None = None
+    transfer_bound_ms: np.ndarray | None = None
 
     @property
     def extra_bound_ms(self) -> np.ndarray:
         """What the completion bound adds to the latency's upper bound (inf: saturated)."""
-        return self.wait_bound_ms + self.load_ms
+        extra = self.wait_bound_ms + self.load_ms
+        return extra if self.transfer_bound_ms is None else extra + self.transfer_bound_ms
 
     @property
     def extra_mean_ms(self) -> np.ndarray:
         """What the expected completion adds to the expected latency (inf: saturated)."""
-        return self.wait_ms + self.load_ms
+        extra = self.wait_ms + self.load_ms
+        return extra if self.transfer_ms is None else extra + self.transfer_ms
+
+    def transfer(self, i: int) -> TransferEstimate:
+        """Row ``i``'s transfer (none when no input was given)."""
+        return NO_TRANSFER if self.transfers is None else self.transfers[i]
 
     def probabilities(self, probability_within: np.ndarray) -> np.ndarray:
         """Probabilities of meeting the deadline, 0 where the queue is saturated or memory lacks."""
@@ -63,7 +76,7 @@ class Terms:
 
     def deciding_term(self, i: int, latency_upper: float, solo: float) -> str:
         """The term that decided row ``i``: ``memory`` when it does not fit, else the largest share
-        of its completion bound (``queue``, ``load``, ``interference`` or ``solo``)."""
+        of its completion bound (``queue``, ``load``, ``transfer``, ``interference`` or ``solo``)."""
         if not self.fits[i]:
             return "memory"
         shares = {
@@ -71,6 +84,7 @@ class Terms:
             "interference": max(latency_upper - solo, 0.0),
             "queue": float(self.wait_bound_ms[i]),
             "load": float(self.load_ms[i]),
+            "transfer": self.transfer(i).bound_ms,
         }
         return max(shares, key=shares.__getitem__)
 
@@ -82,11 +96,15 @@ def terms_of(
     rows: CoLocations,
     confidence: float,
     bounds: dict[str, Bound],
+    transfers: TransferBook | None = None,
+    where: InputPlace | None = None,
 ) -> Terms | None:
-    """The terms of every row (``None`` when no device has a queue, rates or memory known)."""
+    """The terms of every row (``None`` when no device has a queue, rates or memory known, and no
+    input is given)."""
     batch = rows.batch
     devices = rows.devices
-    if not (queues.active_among(devices) or memory.relevant(batch.model, devices)):
+    moving = transfers is not None and where is not None and where.given
+    if not (moving or queues.active_among(devices) or memory.relevant(batch.model, devices)):
         return None
     n = len(rows)
     waits: list[WaitEstimate] = []
@@ -110,7 +128,13 @@ def terms_of(
             free[i] = need.free_mb
         fits[i] = need.fits
         reasons[i] = need.reason()
-    if all(w.source is WaitSource.NONE for w in waits) and not load.any() and not needed.any() and fits.all():
+    moved: list[TransferEstimate] | None = None
+    if moving:
+        assert transfers is not None and where is not None
+        by_device: dict[str, TransferEstimate] = {}
+        moved = [by_device.get(d) or by_device.setdefault(d, transfers.estimate(d, where, confidence))
+                 for d in devices]
+    elif all(w.source is WaitSource.NONE for w in waits) and not load.any() and not needed.any() and fits.all():
         return None
     return Terms(
         waits=waits,
@@ -121,6 +145,9 @@ def terms_of(
         free_mb=free,
         fits=fits,
         reasons=reasons,
+        transfers=moved,
+        transfer_ms=None if moved is None else np.array([t.mean_ms for t in moved], dtype=float),
+        transfer_bound_ms=None if moved is None else np.array([t.bound_ms for t in moved], dtype=float),
     )
 
 

@@ -49,6 +49,31 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
+class InputPlace:
+    """Where a batch's input is and how large it is (``n_bytes`` ``None``: not said: no transfer)."""
+
+    host: str = ""
+    device: str = ""
+    n_bytes: float | None = None
+
+    def validate(self, prefix: str, limit: float) -> None:
+        """Raise :class:`InvalidArgument` naming the first field (``{prefix}input_bytes``, as in the RPC)
+        that breaks its rule: names bounded, the size a finite number >= 0 within ``limit``."""
+        try:
+            rules.name(self.host, f"{prefix}input_host", required=False)
+            rules.name(self.device, f"{prefix}input_device", required=False)
+            if self.n_bytes is not None:
+                rules.non_negative_within(self.n_bytes, f"{prefix}input_bytes", limit)
+        except rules.RecordError as exc:
+            raise InvalidArgument(exc.field, exc.message) from None
+
+    @property
+    def given(self) -> bool:
+        """Whether the input's size is given (a transfer is then counted)."""
+        return self.n_bytes is not None
+
+
+@dataclass(frozen=True, slots=True)
 class Query:
     """A planned batch on one device."""
 
@@ -63,6 +88,8 @@ class Query:
     """Names the batch: its answer is remembered and calibrated on when its observation arrives."""
     learned_only: bool = False
     """Refuse (``FailedPrecondition``) rather than answer from a fallback for an unseen model or kind."""
+    input: InputPlace | None = None
+    """Where the batch's input is and how large it is: the answer adds its transfer to the device."""
 
     @classmethod
     def for_candidate(cls, batch: BatchSpec, candidate: Candidate, solo_latency_ms: float | None) -> Query:
@@ -141,16 +168,23 @@ class Prediction:
     queue_utilisation: float | None = None
     load_ms: float = 0.0
     """Time to load the model first (0: resident or unknown)."""
+    transfer_ms: float = 0.0
+    """Expected time to move the batch's input to the device (0: none given)."""
+    transfer_bound_ms: float = 0.0
+    """The transfer at the confidence."""
+    transfer_link: str = ""
+    """Link class of the transfer: ``device``, ``host``, ``rack``, ``remote`` ("": no input given)."""
 
     @property
     def completion_ms(self) -> float:
-        """Expected time from now to the batch's end: wait + load + latency."""
-        return self.queue_wait_ms + self.load_ms + self.latency_ms
+        """Expected time from now to the batch's end: wait + load + transfer + latency."""
+        return self.queue_wait_ms + self.load_ms + self.transfer_ms + self.latency_ms
 
     @property
     def completion_bound_ms(self) -> float:
-        """Its bound at the confidence: wait bound + load + upper bound (what slack is counted from)."""
-        return self.queue_wait_bound_ms + self.load_ms + self.upper_bound_ms
+        """Its bound at the confidence: wait bound + load + transfer bound + upper bound (what slack
+        is counted from)."""
+        return self.queue_wait_bound_ms + self.load_ms + self.transfer_bound_ms + self.upper_bound_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,9 +248,31 @@ class PlacementAnswer:
     infeasible_reason: str = ""
     """Why the device cannot take the batch whatever its slack (e.g. memory); "" when it can."""
     deciding_term: str = ""
-    """``memory``, ``queue``, ``load``, ``interference`` or ``solo`` ("" when no term was known)."""
+    """``memory``, ``queue``, ``load``, ``transfer``, ``interference`` or ``solo`` ("" when no term was known)."""
     memory_needed_mb: float = 0.0
     memory_free_mb: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DelayDecision:
+    """Delay scheduling: wait for the device holding the input, or take a remote one now
+    (:mod:`predictor.service.delay`).
+
+    ``choice``: ``local_now``, ``wait_local`` (wait up to ``delay_limit_ms`` for
+    ``local_device``, then take ``remote_device``) or ``remote_now``; completions are expected
+    times from now to the batch's end (NaN: no such device).
+    """
+
+    choice: str
+    local_device: str
+    remote_device: str
+    local_wait_ms: float
+    delay_limit_ms: float
+    local_completion_ms: float
+    remote_completion_ms: float
+    remote_transfer_ms: float
+    waits_observed: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +281,8 @@ class Ranking:
 
     placements: tuple[PlacementAnswer, ...]
     deadline_ms: float
+    delay: DelayDecision | None = None
+    """With an input given and a local device: wait for it, or go remote now."""
 
 
 @dataclass(frozen=True, slots=True)
