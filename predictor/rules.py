@@ -343,3 +343,19 @@ def non_negative_within(value: float, path: str, limit: float = MAX_MAGNITUDE) -
     if not magnitude_ok(value, limit):
         raise RecordError(path, f"magnitude {value:g} is beyond the limit of {limit:g}")
     return value
+
+
+MAX_INPUT_BYTES = 1e15
+"""Largest size of a batch's input, bytes (a petabyte): sizes are not bounded by ``max_value``."""
+
+
+def input_bytes_ok(value: float) -> bool:
+    """Whether a number is the size of an input: finite, >= 0, at most :data:`MAX_INPUT_BYTES`."""
+    return 0.0 <= value <= MAX_INPUT_BYTES
+
+
+def input_bytes(value: float, path: str) -> float:
+    """The size of a batch's input in bytes (:func:`input_bytes_ok`); raises :class:`RecordError`."""
+    if not input_bytes_ok(value):
+        raise RecordError(path, f"must be finite, >= 0 and at most {MAX_INPUT_BYTES:g} bytes, got {value!r}")
+    return value

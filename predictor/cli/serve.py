@@ -14,6 +14,7 @@ from typing import Any
 from predictor.rpc.serve import ServeOptions, serve
 from predictor.service import ServiceConfig
 from predictor.threads import blas_threads
+from predictor.topology import TopologyError, load_topology
 
 SERVE_EPILOG = """\
 start-up: the server listens at once with health NOT_SERVING; the snapshot in
@@ -90,6 +91,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--port-file", metavar="FILE", help="write the bound gRPC port to FILE once listening"
+    )
+    parser.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="devices' hosts and racks and the link bandwidths (TOML, or JSON for a .json name): a query "
+        "giving its input's place and size gets the transfer time added (see predictor.topology)",
     )
     durability = parser.add_argument_group("durability (with --state)")
     durability.add_argument(
@@ -186,8 +193,16 @@ def register(subparsers: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> ServiceConfig:
-    """The :class:`ServiceConfig` of parsed ``serve`` arguments."""
+    """The :class:`ServiceConfig` of parsed ``serve`` arguments (``SystemExit`` naming the field and
+    line of a bad ``--topology`` file)."""
+    topology = None
+    if getattr(args, "topology", None):
+        try:
+            topology = load_topology(args.topology)
+        except TopologyError as exc:
+            raise SystemExit(f"predictor serve: --topology {args.topology}: {exc}") from None
     return ServiceConfig(
+        topology=topology,
         predictor=args.predictor,
         snapshot_every_s=args.snapshot_every,
         max_candidates=args.max_candidates,

@@ -63,7 +63,7 @@ class InputPlace:
             rules.name(self.host, f"{prefix}input_host", required=False)
             rules.name(self.device, f"{prefix}input_device", required=False)
             if self.n_bytes is not None:
-                rules.non_negative_within(self.n_bytes, f"{prefix}input_bytes", limit)
+                rules.input_bytes(self.n_bytes, f"{prefix}input_bytes")
         except rules.RecordError as exc:
             raise InvalidArgument(exc.field, exc.message) from None
 
