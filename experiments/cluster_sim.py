@@ -35,10 +35,13 @@ warm-starts the services; the rest is the replay pool.
   ``End``): the answers add the wait;
 * ``ours+queue+memory``: and memory (capacity and use, peak memory, load time, models
   loaded) on the start and end reports: devices short of memory are infeasible, the load
-  time is added where the model is not loaded.
+  time is added where the model is not loaded;
+* ``ours+queue+memory+network``: and the network: the service is given the cluster's
+  topology (:func:`topology_of`), each query says where its input is and how large
+  (``RankPlacements`` with ``input_host``/``input_bytes``: the answers add the transfer),
+  and each start report the measured transfer (the link classes' corrections learn it).
 
-The network term (transfer time from the input's host) is not in the service yet: every
-policy pays the transfer, none is told about it.
+Every policy pays the transfer; only the last is told about it.
 
 **Reported** per policy and load: SLO attainment (batches finished within their deadline
 over all arrivals), goodput (those per simulated second), p99 latency (arrival to end),
@@ -73,9 +76,10 @@ from predictor.rpc.client import InterferenceClient
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import Service
 from predictor.service.config import ServiceConfig
-from predictor.service.types import Candidate, CoRunnerSource, PlannedCoRunner
+from predictor.service.types import Candidate, CoRunnerSource, InputPlace, PlannedCoRunner
+from predictor.topology import Link, Topology
 
-POLICIES = ("blind", "static", "ours", "ours+queue", "ours+queue+memory")
+POLICIES = ("blind", "static", "ours", "ours+queue", "ours+queue+memory", "ours+queue+memory+network")
 MODEL_MEMORY = {  # model: (weights MB, activations MB per item)
     "mlp": (300.0, 10.0), "mobilenet": (600.0, 40.0), "resnet": (1200.0, 80.0),
     "bert": (1800.0, 120.0), "vgg": (2500.0, 200.0), "gpt2": (3500.0, 250.0),
@@ -237,6 +241,7 @@ class Cluster:
         self.learn = policy.startswith("ours")
         self.queues = "queue" in policy
         self.memory = "memory" in policy
+        self.network = "network" in policy
 
     # ---------------------------------------------------------------- clock for the service
     def now_s(self) -> float:
@@ -251,6 +256,10 @@ class Cluster:
         same_rack = job.input_host // self.config.hosts_per_rack == device.rack
         gbps = self.config.host_gbps if same_rack else self.config.rack_gbps
         return self.config.input_mb * 8.0 / gbps  # MB * 8 / Gbit/s = ms
+
+    def input_of(self, job: Job) -> InputPlace:
+        """Where the job's input is and how large, as the service is told."""
+        return InputPlace(host=f"h{job.input_host}", n_bytes=self.config.input_mb * 1e6)
 
     # ---------------------------------------------------------------- placement
     def choose(self, job: Job) -> int:
@@ -273,7 +282,8 @@ class Cluster:
         t0 = time.perf_counter()
         ranking = self.client.rank_placements(job.template.batch, candidates, deadline_ms=job.deadline_ms,
                                               confidence=self.config.confidence,
-                                              solo_latency_ms=job.template.solo_latency_ms)
+                                              solo_latency_ms=job.template.solo_latency_ms,
+                                              where=self.input_of(job) if self.network else None)
         self.rank_s.append(time.perf_counter() - t0)
         best = ranking.placements[0]
         ties = [p for p in ranking.placements
@@ -313,10 +323,11 @@ class Cluster:
             if not self.queues:
                 pass  # the policy reports no queue (nor memory)
             elif self.memory:
+                moved = {"where": self.input_of(job), "transfer_ms": transfer} if self.network and transfer > 0 else {}
                 self.client.batch_start(device.name, str(job.ident), job.template.batch, device_kind=self.kind,
                                         memory_total_mb=self.config.memory_mb, memory_used_mb=used_before,
                                         load_ms=load_ms if load_ms > 0 else None,
-                                        resident_models=list(device.loaded))
+                                        resident_models=list(device.loaded), **moved)
             else:
                 self.client.batch_start(device.name, str(job.ident), job.template.batch, device_kind=self.kind)
             self.env.process(self.execute(device, job, span, transfer + load_ms + actual))
@@ -398,14 +409,29 @@ def start_service(policy: str, config: Config, warm: list[Record], warm_path: Pa
     predictor = create(spec, seed=config.seed)
     if predictor.name == "static":
         predictor.fit(warm)  # offline on the warm part, then frozen
+    topology = topology_of(config) if "network" in policy else None
     service = Service(ServiceConfig(predictor=spec, default_confidence=config.confidence, snapshot_every_s=0,
-                                    observation_log=False), predictor=predictor, clock=clock)
+                                    observation_log=False, topology=topology), predictor=predictor, clock=clock)
     server, port = create_server("127.0.0.1:0", service)
     server.start()
     service.open(warm_start=warm_path)
     client = InterferenceClient(f"127.0.0.1:{port}", timeout=30)
     client.wait_ready(30)
     return server, service, client
+
+
+def topology_of(config: Config) -> Topology:
+    """The simulated cluster as the service's topology: device ``dev{i}`` on host ``h{i // devices_per_host}``
+    in rack ``r{host // hosts_per_rack}``; same host: free; another host of the rack: ``host_gbps``;
+    another rack: ``rack_gbps`` (no latency), as :meth:`Cluster.transfer_ms` moves inputs."""
+    devices = {}
+    for i in range(config.devices):
+        host = i // config.devices_per_host
+        devices[f"dev{i}"] = (f"h{host}", f"r{host // config.hosts_per_rack}")
+    hosts = dict(devices.values())
+    links = {"device": Link(math.inf, 0.0), "host": Link(math.inf, 0.0),
+             "rack": Link(config.host_gbps / 8.0, 0.0), "remote": Link(config.rack_gbps / 8.0, 0.0)}
+    return Topology(devices, hosts, links)
 
 
 def capacity_per_s(config: Config, records: list[Record]) -> tuple[float, float, float]:

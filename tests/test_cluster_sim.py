@@ -8,7 +8,17 @@ import math
 
 import pytest
 
-from experiments.cluster_sim import POLICIES, Cluster, Config, Device, Job, footprint_mb, model_memory, run
+from experiments.cluster_sim import (
+    POLICIES,
+    Cluster,
+    Config,
+    Device,
+    Job,
+    footprint_mb,
+    model_memory,
+    run,
+    topology_of,
+)
 from experiments.datasets import load
 from experiments.scheduler_sim import LatencyPool
 from predictor.records import BatchSpec, Record
@@ -46,6 +56,24 @@ def test_transfer_time_follows_the_topology():
     assert cluster.transfer_ms(j, local) == 0.0
     assert cluster.transfer_ms(j, same_rack) == pytest.approx(2.0 * 8 / 25.0)
     assert cluster.transfer_ms(j, remote) == pytest.approx(2.0 * 8 / 10.0)
+
+
+def test_the_services_topology_is_the_simulated_one():
+    config = Config(devices=16, devices_per_host=4, hosts_per_rack=2, input_mb=2.0, host_gbps=25.0, rack_gbps=10.0)
+    cluster = Cluster(config, "blind", None, LatencyPool([]), "k", 0)
+    topology = topology_of(config)
+    j = job(0, "mlp", host=0)
+    for device in cluster.devices:
+        link = topology.link_class(device.name, input_host=f"h{j.input_host}")
+        assert topology.time_ms(link, config.input_mb * 1e6) == pytest.approx(cluster.transfer_ms(j, device))
+
+
+def test_network_policy_tells_the_service_the_input_and_the_transfers(default_dataset):
+    records = load(["cpu-default"], "")["cpu-default"][:600]
+    config = dataclasses.replace(Config(), devices=4, devices_per_host=1, hosts_per_rack=2, loads=(0.7,), arrivals=60,
+                                 input_mb=10.0, policies=("ours+queue+memory+network",))
+    r = run(config, records)["loads"]["0.7"]["policies"]["ours+queue+memory+network"]
+    assert r["finished"] == 60 and 0 <= r["slo_attainment"] <= 1 and r["goodput_per_s"] > 0
 
 
 def test_quick_run_places_and_finishes_every_batch(default_dataset):
