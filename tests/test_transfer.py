@@ -364,3 +364,31 @@ def test_packed_ranking_carries_the_delay_decision(served):
     plain = client.stub.RankPlacements(pb2.RankPlacementsRequest(
         batch=request.batch, deadline_ms=500.0, candidates=request.candidates))
     assert not plain.HasField("delay")
+
+
+def test_serve_with_a_topology_and_query_with_an_input(tmp_path, capsys):
+    from serve_process import start_server
+
+    from predictor.cli import main
+    from predictor.logio import write_records
+
+    log = tmp_path / "warm.jsonl"
+    write_records(log, synthetic_records(300, seed=2, devices=("g0", "g2")))
+    topology = tmp_path / "topology.toml"
+    topology.write_text(TOPOLOGY)
+    served = start_server(tmp_path, "--topology", str(topology), "--warm-start", str(log))
+    try:
+        with InterferenceClient(served.target) as client:
+            client.wait_ready(30)
+        target = ["--target", served.target]
+        batch = ["--model", "bert", "--batch-size", "4", "--input-host", "h2", "--input-bytes", "5e6"]
+        assert main(["query", *target, "predict", "--device", "g0", "--idle", *batch]) == 0
+        assert "over the remote link" in capsys.readouterr().out
+        assert main(["query", *target, "rank", "--devices", "g0,g2", "--deadline-ms", "500", *batch]) == 0
+        out = capsys.readouterr().out
+        assert "delay scheduling: local_now" in out and "g2" in out
+        assert main(["query", *target, "predict", "--device", "g0", "--idle", "--model", "bert",
+                     "--batch-size", "4", "--input-bytes", "-1"]) == 1
+        assert "query.input_bytes" in capsys.readouterr().out
+    finally:
+        served.kill()

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from predictor.records import BatchSpec
 from predictor.service import CoRunnerSource, PlannedCoRunner, Query, ServiceError
+from predictor.service.types import InputPlace
 
 
 def parse_key_values(items: list[str] | None, option: str) -> dict[str, float]:
@@ -118,6 +119,15 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attr", action="append", metavar="KEY=VALUE", help="batch attribute (repeatable)")
     parser.add_argument("--solo-ms", type=float, help="profiled solo latency of the batch")
     parser.add_argument("--confidence", type=float, help="confidence of the bound (default: the service's)")
+    parser.add_argument("--input-host", default="", help="host where the batch's input is (topology)")
+    parser.add_argument("--input-device", default="", help="device already holding the batch's input")
+    parser.add_argument("--input-bytes", type=float, help="size of the input: the answer adds its transfer")
+
+
+def _input(args: argparse.Namespace) -> InputPlace | None:
+    if args.input_bytes is None and not args.input_host and not args.input_device:
+        return None
+    return InputPlace(args.input_host, args.input_device, args.input_bytes)
 
 
 def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
@@ -143,6 +153,7 @@ def _query(args: argparse.Namespace) -> Query:
         co_runners=runners,
         co_runner_source=CoRunnerSource.EXPLICIT if explicit else CoRunnerSource.AUTO,
         solo_latency_ms=args.solo_ms,
+        input=_input(args),
     )
 
 
@@ -155,7 +166,9 @@ def prediction_rows(prediction: Any) -> list[tuple[str, str]]:
     runners = (
         ", ".join(f"{c.model}×{c.batch_size} ({c.overlap:.2f})" for c in prediction.co_runners) or "none"
     )
-    return [
+    transfer = [("transfer", f"{_fmt(prediction.transfer_ms)} ms over the {prediction.transfer_link} link "
+                             f"(bound {_fmt(prediction.transfer_bound_ms)} ms)")] if prediction.transfer_link else []
+    return transfer + [
         ("predicted latency", f"{_fmt(prediction.latency_ms)} ms"),
         ("solo latency", f"{_fmt(prediction.solo_latency_ms)} ms"),
         ("slowdown", f"{_fmt(prediction.slowdown, 3)}×"),
@@ -258,7 +271,8 @@ def _print_ranking(console: Any, client: Any, args: argparse.Namespace) -> None:
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     batch = BatchSpec(args.model, args.batch_size, parse_key_values(args.attr, "--attr"))
     ranking = client.rank_placements(
-        batch, devices, args.deadline_ms, confidence=args.confidence, solo_latency_ms=args.solo_ms
+        batch, devices, args.deadline_ms, confidence=args.confidence, solo_latency_ms=args.solo_ms,
+        where=_input(args),
     )
     table = Table(title=f"{args.model}×{args.batch_size}, deadline {ranking.deadline_ms:g} ms")
     for column in ("rank", "device", "feasible", "slack ms", "P(meet)", "predicted ms", "bound ms"):
@@ -273,4 +287,6 @@ def _print_ranking(console: Any, client: Any, args: argparse.Namespace) -> None:
             _fmt(p.prediction.latency_ms),
             _fmt(p.prediction.upper_bound_ms),
         )
+    if ranking.delay is not None:
+        table.caption = f"delay scheduling: {ranking.delay.choice}: {ranking.delay.reason}"
     console.print(table)
