@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from predictor.cli.serve import config_from_args
 from predictor.records import BatchSpec
 from predictor.rpc.client import InterferenceClient
+from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import Candidate, CoRunnerSource, InvalidArgument, Query, Service, ServiceConfig
 from predictor.service.delay import decide
@@ -247,15 +248,40 @@ def test_delay_rule_waits_within_the_learned_limit_else_goes_remote():
 def served():
     now = [1000.0]
     service = Service(ServiceConfig(snapshot_every_s=0, topology=parse_topology(TOPOLOGY)), clock=lambda: now[0])
-    server, port = create_server("127.0.0.1:0", service)
+    metrics = ServerMetrics(service)
+    server, port = create_server("127.0.0.1:0", service, metrics=metrics)
     server.start()
     service.open()
     for record in synthetic_records(300, seed=4):
         service.observe(record)
     with InterferenceClient(f"127.0.0.1:{port}") as client:
         client.wait_ready(10)
+        client.metrics, client.port = metrics, port
         yield client, now
+    metrics.stop()
     stop_server(server, service, grace=0.5)
+
+
+def test_reflection_and_metrics_cover_the_transfer_fields(served):
+    import urllib.request
+
+    import grpc
+    from google.protobuf import descriptor_pool
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+    client, _ = served
+    channel = grpc.insecure_channel(f"127.0.0.1:{client.port}")
+    try:
+        pool = descriptor_pool.DescriptorPool(ProtoReflectionDescriptorDatabase(channel))
+        assert "transfer_ms" in pool.FindMessageTypeByName("interference.v1.Prediction").fields_by_name
+        assert "input_bytes" in pool.FindMessageTypeByName("interference.v1.BatchQuery").fields_by_name
+        assert "delay" in pool.FindMessageTypeByName("interference.v1.RankPlacementsResponse").fields_by_name
+    finally:
+        channel.close()
+    http = client.metrics.serve(0, "127.0.0.1")
+    text = urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=5).read().decode()
+    assert 'interference_transfer_correction_ratio{link="rack"}' in text
+    assert 'interference_transfers_observed_total{link="remote"}' in text
 
 
 def test_predict_over_grpc_says_the_transfer_separately(served):

@@ -9,7 +9,8 @@
   ``interference_rolling_mape_percent{device_kind}``,
   ``interference_bound_coverage_ratio{device_kind}``,
   ``interference_drift_alarms_total{device_kind}``, ``interference_batches_running``,
-  ``interference_ready``, ``interference_batches_queued``, ``interference_devices_saturated``
+  ``interference_ready``, ``interference_batches_queued``, ``interference_devices_saturated``,
+  ``interference_transfer_correction_ratio{link}`` and ``interference_transfers_observed{link}``
   are read from the service at each scrape.
 
 Each :class:`ServerMetrics` has its own registry, so several servers (tests)
@@ -103,7 +104,17 @@ class _ServiceCollector(Collector):
         books = self.service.state.queues.summary()
         queued.add_metric([], books["queued"])
         saturated.add_metric([], books["saturated"])
-        yield from (learned, rejected, refused, duplicates, log_position, mape, coverage, alarms, running, ready, queued, saturated)
+        correction = GaugeMetricFamily(
+            "interference_transfer_correction_ratio",
+            "Learned factor on the topology's nominal transfer time, per link class.", labels=["link"])
+        transfers = CounterMetricFamily(
+            "interference_transfers_observed", "Transfers observed (ReportBatchStart transfer_ms), per link class.",
+            labels=["link"])
+        for link, (factor, n) in self.service.state.transfers.corrections().items():
+            correction.add_metric([link], factor)
+            transfers.add_metric([link], n)
+        yield from (learned, rejected, refused, duplicates, log_position, mape, coverage, alarms, running, ready, queued,
+                    saturated, correction, transfers)
 
 
 class ServerMetrics:
