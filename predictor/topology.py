@@ -77,6 +77,10 @@ LINK_CLASSES = ("device", "host", "rack", "remote")
 """The link classes, nearest first."""
 
 
+MIN_BANDWIDTH_GB_S = 1e-6
+"""Slowest link a topology may give (1 kB/s): a transfer time stays finite."""
+
+
 class TopologyError(RecordError):
     """A topology file field that breaks the rules (its path, what is wrong, and its line)."""
 
@@ -193,7 +197,9 @@ def _topology(data: Any) -> Topology:
         bandwidth = default.bandwidth_gb_s
         if "bandwidth_gb_s" in value:
             bandwidth = rules.positive(value["bandwidth_gb_s"], f"{path}.bandwidth_gb_s")
-            rules.magnitude(bandwidth, f"{path}.bandwidth_gb_s", rules.MAX_MAGNITUDE)
+            if not MIN_BANDWIDTH_GB_S <= bandwidth <= rules.MAX_MAGNITUDE:
+                raise RecordError(f"{path}.bandwidth_gb_s",
+                                  f"must lie in [{MIN_BANDWIDTH_GB_S:g}, {rules.MAX_MAGNITUDE:g}] GB/s, got {bandwidth:g}")
         latency = default.latency_ms
         if "latency_ms" in value:
             latency = rules.non_negative_within(rules.number(value["latency_ms"], f"{path}.latency_ms"),

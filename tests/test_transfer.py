@@ -78,6 +78,7 @@ def test_topology_link_classes_from_toml_and_json(tmp_path):
     ('[links.host]\nlatency_ms = 1.0\n', "toml", "links.rack.latency_ms", None),
     ('[links.host]\nlatency_ms = nan\n', "toml", "links.host.latency_ms", 2),
     ('[links.host]\nbandwidth_gb_s = -1\n', "toml", "links.host.bandwidth_gb_s", 2),
+    ('[links.remote]\nbandwidth_gb_s = 1e-9\n', "toml", "links.remote.bandwidth_gb_s", 2),
     ('[links.wifi]\nlatency_ms = 1\n', "toml", "links.wifi", 1),
     ('[hosts.h0]\nrack = "r0"\n[devices.g0]\nhost = "h0"\nrack = "r1"\n', "toml", "devices.g0.rack", 5),
     ('[devices.g0]\nhost = "h0"\nspeed = 3\n', "toml", "devices.g0.speed", 3),

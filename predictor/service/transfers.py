@@ -66,6 +66,10 @@ class TransferEstimate:
 NO_TRANSFER = TransferEstimate("", 0.0, 0.0)
 
 
+MIN_RATIO, MAX_RATIO = 1e-6, 1e6
+"""Observed over nominal transfer times are clipped to this range (a link is never a million times off)."""
+
+
 class LinkCorrection:
     """Online correction of one link class: EWMA of log ratios, conformal bound on ratios.
 
@@ -98,8 +102,8 @@ class LinkCorrection:
         """One observed transfer of nominal time ``nominal_ms`` that took ``observed_ms``."""
         if not (nominal_ms > 0 and observed_ms > 0):
             return
-        self.ratios.append(observed_ms / (nominal_ms * self.factor))
-        ratio = math.log(observed_ms / nominal_ms)
+        self.ratios.append(min(max(observed_ms / (nominal_ms * self.factor), MIN_RATIO), MAX_RATIO))
+        ratio = math.log(min(max(observed_ms / nominal_ms, MIN_RATIO), MAX_RATIO))
         self.log_ratio = ratio if self.n == 0 else self.log_ratio + self.alpha * (ratio - self.log_ratio)
         self.n += 1
 
