@@ -39,7 +39,12 @@ warm-starts the services; the rest is the replay pool.
 * ``ours+queue+memory+network``: and the network: the service is given the cluster's
   topology (:func:`topology_of`), each query says where its input is and how large
   (``RankPlacements`` with ``input_host``/``input_bytes``: the answers add the transfer),
-  and each start report the measured transfer (the link classes' corrections learn it).
+  and each start report the measured transfer (the link classes' corrections learn it);
+* ``ours+queue+memory+network+delay``: and delay scheduling as the ranking answers it
+  (``RankPlacementsResponse.delay``): ``local_now`` and ``remote_now`` place the batch on the
+  device named, ``wait_local`` queues it on the local device for at most ``T`` ms
+  (``delay_limit_ms``), after which a batch that has not started moves to the remote device
+  named; where the named device would miss the deadline, the most slack wins as before.
 
 Every policy pays the transfer; only the last is told about it.
 
@@ -79,7 +84,8 @@ from predictor.service.config import ServiceConfig
 from predictor.service.types import Candidate, CoRunnerSource, InputPlace, PlannedCoRunner
 from predictor.topology import Link, Topology
 
-POLICIES = ("blind", "static", "ours", "ours+queue", "ours+queue+memory", "ours+queue+memory+network")
+POLICIES = ("blind", "static", "ours", "ours+queue", "ours+queue+memory", "ours+queue+memory+network",
+            "ours+queue+memory+network+delay")
 MODEL_MEMORY = {  # model: (weights MB, activations MB per item)
     "mlp": (300.0, 10.0), "mobilenet": (600.0, 40.0), "resnet": (1200.0, 80.0),
     "bert": (1800.0, 120.0), "vgg": (2500.0, 200.0), "gpt2": (3500.0, 250.0),
@@ -242,6 +248,9 @@ class Cluster:
         self.queues = "queue" in policy
         self.memory = "memory" in policy
         self.network = "network" in policy
+        self.delay = "delay" in policy
+        self.moves: list[tuple[Job, int, float]] = []  # wait_local: (job, remote device, delay limit ms)
+        self.moved = 0
 
     # ---------------------------------------------------------------- clock for the service
     def now_s(self) -> float:
@@ -290,6 +299,15 @@ class Cluster:
                 if p.slack_ms >= best.slack_ms - 1e-9 * max(1.0, abs(best.slack_ms))
                 and p.infeasible_reason == best.infeasible_reason]
         chosen = self.ties.choice(ties) if math.isfinite(best.slack_ms) else best
+        delay = ranking.delay
+        if self.delay and delay is not None:
+            by_device = {p.device: p for p in ranking.placements}
+            named = by_device.get(delay.remote_device if delay.choice == "remote_now" else delay.local_device)
+            if named is not None and named.feasible:
+                chosen = named
+                remote = by_device.get(delay.remote_device)
+                if delay.choice == "wait_local" and remote is not None:
+                    self.moves.append((job, remote.candidate_index, delay.delay_limit_ms))
         job.predicted_ms = chosen.prediction.latency_ms
         return chosen.candidate_index
 
@@ -304,6 +322,27 @@ class Cluster:
             job.queued = True
             self.client.batch_queued(device.name, str(job.ident), job.template.batch, device_kind=self.kind)
         self.try_start(device)
+        for waiting, remote, limit in self.moves:
+            if math.isnan(waiting.start_ms):
+                self.env.process(self.give_up_after(waiting, remote, limit))
+        self.moves = []
+
+    def give_up_after(self, job: Job, remote: int, limit_ms: float):
+        """Delay scheduling: a batch still queued on its local device after ``limit_ms`` moves to ``remote``."""
+        yield self.env.timeout(max(limit_ms, 0.0))
+        local = self.devices[job.device]
+        if job not in local.queue:
+            return  # it started
+        local.queue.remove(job)
+        self.client.batch_end(local.name, str(job.ident))  # dropped from the local queue
+        self.moved += 1
+        job.device = remote
+        device = self.devices[remote]
+        device.queue.append(job)
+        if device.queue[0] is not job or not device.can_start(job):
+            self.client.batch_queued(device.name, str(job.ident), job.template.batch, device_kind=self.kind)
+        self.try_start(device)
+        self.try_start(local)
 
     def try_start(self, device: Device) -> None:
         """Start the queue's head batches while they may start (FIFO: a blocked head blocks the rest)."""
@@ -386,6 +425,7 @@ class Cluster:
             "mean_ms": float(latencies.mean()),
             "utilisation": float(np.mean([d.busy_ms for d in self.devices])) / horizon,
             "queued_share": sum(j.queued for j in self.done) / n,
+            "moved_share": self.moved / n,
             "rank_rpc_ms": 1000.0 * float(np.mean(self.rank_s)) if self.rank_s else float("nan"),
             "simulated_s": horizon / 1000.0,
         }

@@ -68,12 +68,14 @@ def test_the_services_topology_is_the_simulated_one():
         assert topology.time_ms(link, config.input_mb * 1e6) == pytest.approx(cluster.transfer_ms(j, device))
 
 
-def test_network_policy_tells_the_service_the_input_and_the_transfers(default_dataset):
+def test_network_and_delay_policy_runs_against_the_service(default_dataset):
     records = load(["cpu-default"], "")["cpu-default"][:600]
     config = dataclasses.replace(Config(), devices=4, devices_per_host=1, hosts_per_rack=2, loads=(0.7,), arrivals=60,
-                                 input_mb=10.0, policies=("ours+queue+memory+network",))
-    r = run(config, records)["loads"]["0.7"]["policies"]["ours+queue+memory+network"]
-    assert r["finished"] == 60 and 0 <= r["slo_attainment"] <= 1 and r["goodput_per_s"] > 0
+                                 input_mb=10.0, policies=("ours+queue+memory+network+delay",))
+    row = run(config, records)["loads"]["0.7"]["policies"]
+    for r in row.values():
+        assert r["finished"] == 60 and 0 <= r["slo_attainment"] <= 1 and r["goodput_per_s"] > 0
+        assert 0 <= r["moved_share"] <= 1
 
 
 def test_quick_run_places_and_finishes_every_batch(default_dataset):
