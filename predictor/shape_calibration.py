@@ -272,6 +272,20 @@ class ShapeCalibrator:
         correction = math.exp(min(max(_centre(terms), -700.0), 700.0))
         return correction, Bound(math.exp(min(log_factor, 700.0)), own.source, own.n)
 
+    def log_distribution(self, shape: QueryShape, kind: str, count: int, model: str,
+                         confidence: float) -> np.ndarray | None:
+        """The predictive distribution of a cell as log factors on a raw prediction, sorted:
+        ``centre + s * z`` for the normalised residuals ``z`` of the window the cell's bound is
+        read from (its own, or the one it borrows), centred as the calibrated point answer is
+        (:meth:`factors`); ``None`` when the cell answers from the fallback (no residuals).
+        What composing bounds of several answers convolves (:mod:`predictor.pipeline.compose`)."""
+        check_confidence(confidence)
+        terms = self._terms(shape, kind, count, model, confidence)
+        own = terms[-1]
+        if own.window is None:
+            return None
+        return _centre(terms) + own.s * own.window.sorted_array()
+
     def probabilities(self, shape: QueryShape, kind: str, count: int, model: str,
                       predicted: np.ndarray, limit_ms: float, confidence: float) -> np.ndarray:
         """Estimated probability that each latency is at most ``limit_ms``, consistent with
