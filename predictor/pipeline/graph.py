@@ -23,7 +23,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from predictor.service.errors import InvalidArgument
+
+class GraphError(ValueError):
+    """A malformed pipeline: ``field`` names the offending part of the request (``edges[2].to_stage``)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
 
 
 @dataclass(frozen=True)
@@ -47,10 +54,10 @@ class Dag:
 
     @classmethod
     def of(cls, n: int, edges: Sequence[tuple[int, int]], field: str = "edges") -> Dag:
-        """Validate ``edges`` over ``n`` stages (errors name ``field[i].from_stage`` and so on);
-        no edges with several stages: a chain in index order."""
+        """Validate ``edges`` over ``n`` stages (a :class:`GraphError` names ``field[i].from_stage``
+        and so on); no edges with several stages: a chain in index order."""
         if n < 1:
-            raise InvalidArgument("stages", "give at least one stage")
+            raise GraphError("stages", "give at least one stage")
         if not edges:
             edges = [(i, i + 1) for i in range(n - 1)]
         preds: list[set[int]] = [set() for _ in range(n)]
@@ -58,9 +65,9 @@ class Dag:
         for i, (u, v) in enumerate(edges):
             for name, value in (("from_stage", u), ("to_stage", v)):
                 if not 0 <= value < n:
-                    raise InvalidArgument(f"{field}[{i}].{name}", f"no stage {value} (there are {n})")
+                    raise GraphError(f"{field}[{i}].{name}", f"no stage {value} (there are {n})")
             if u == v:
-                raise InvalidArgument(f"{field}[{i}]", f"stage {u} cannot follow itself")
+                raise GraphError(f"{field}[{i}]", f"stage {u} cannot follow itself")
             preds[v].add(u)
             succs[u].add(v)
         order: list[int] = []
@@ -76,7 +83,7 @@ class Dag:
             ready.sort()
         if len(order) < n:
             cycle = sorted(i for i in range(n) if indegree[i] > 0)
-            raise InvalidArgument(field, f"the edges form a cycle through stages {cycle}")
+            raise GraphError(field, f"the edges form a cycle through stages {cycle}")
         return cls(n, tuple(tuple(sorted(p)) for p in preds), tuple(tuple(sorted(s)) for s in succs), order)
 
     @property

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from predictor.records import BatchSpec
-from predictor.service.types import Prediction
+
+if TYPE_CHECKING:  # the service's types import the service package, which imports this one
+    from predictor.service.types import Prediction
 
 
 class PipelineCost(enum.Enum):

@@ -27,7 +27,7 @@ import numpy as np
 from predictor import rules
 from predictor.pipeline.compose import N_SAMPLES, StageOption
 from predictor.pipeline.distributions import stage_factors
-from predictor.pipeline.graph import Dag, split_deadline
+from predictor.pipeline.graph import Dag, GraphError, split_deadline
 from predictor.pipeline.search import PlanResult, Problem, plan
 from predictor.pipeline.types import PipelineCost, PipelinePlan, PipelineStage, StagePlan
 from predictor.service.answering import Answering
@@ -73,7 +73,10 @@ class PipelinePlanner:
             raise ResourceExhausted("candidates", f"{len(candidates)} candidates, at most {MAX_PIPELINE_CANDIDATES} allowed")
         prices = _prices(price_per_s, len(candidates), cost, state.config.max_value)
         deadline_ms = deadline.relative_ms(limit=state.config.max_value)
-        dag = Dag.of(len(stages), list(edges))
+        try:
+            dag = Dag.of(len(stages), list(edges))
+        except GraphError as exc:
+            raise InvalidArgument(exc.field, exc.message) from None
         options, answers = [], []
         for s, stage in enumerate(stages):
             indices = _stage_candidates(stage, s, len(candidates))
