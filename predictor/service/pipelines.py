@@ -30,7 +30,7 @@ from predictor.pipeline.distributions import stage_factors
 from predictor.pipeline.graph import Dag, GraphError, split_deadline
 from predictor.pipeline.search import PlanResult, Problem, plan
 from predictor.pipeline.types import PipelineCost, PipelinePlan, PipelineStage, StagePlan
-from predictor.service.answering import Answering
+from predictor.service.answering import Answering, Plan
 from predictor.service.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, ServiceError
 from predictor.service.placements import CandidateColumns, RankingColumns
 from predictor.service.types import Candidate, Deadline
@@ -69,30 +69,40 @@ class PipelinePlanner:
             raise ResourceExhausted("stages", f"{len(stages)} stages, at most {MAX_STAGES} allowed")
         if not candidates:
             raise InvalidArgument("candidates", "give at least one candidate device")
-        if len(candidates) > MAX_PIPELINE_CANDIDATES:
-            raise ResourceExhausted("candidates", f"{len(candidates)} candidates, at most {MAX_PIPELINE_CANDIDATES} allowed")
+        limit = min(MAX_PIPELINE_CANDIDATES, state.config.max_candidates)
+        if len(candidates) > limit:
+            raise ResourceExhausted("candidates", f"{len(candidates)} candidates, at most {limit} allowed")
         prices = _prices(price_per_s, len(candidates), cost, state.config.max_value)
         deadline_ms = deadline.relative_ms(limit=state.config.max_value)
         try:
             dag = Dag.of(len(stages), list(edges))
         except GraphError as exc:
             raise InvalidArgument(exc.field, exc.message) from None
-        options, answers = [], []
+        # every stage validated and planned before any is answered: a rejected request changes nothing
+        planned = []
         for s, stage in enumerate(stages):
             indices = _stage_candidates(stage, s, len(candidates))
-            columns = self._answer(stage, s, [candidates[i] for i in indices], indices, confidence)
+            planned.append((indices, self._plan(stage, s, [candidates[i] for i in indices], indices)))
+        options, answers = [], []
+        for s, (stage, (indices, rows)) in enumerate(zip(stages, planned, strict=True)):
+            columns = self._answer(rows, s, indices, confidence)
             answers.append(columns)
             options.append(self._options(stage, s, columns, indices, confidence, prices))
         problem = Problem(dag, options, deadline_ms, confidence, n_samples=self.n_samples)
         result = plan(problem)
         return _answer(dag, stages, problem, result, answers, deadline_ms, confidence)
 
-    def _answer(self, stage: PipelineStage, s: int, candidates: list[Candidate], indices: list[int],
-                confidence: float) -> RankingColumns:
-        """Stage ``s`` answered on its candidates (errors renamed to the request's fields)."""
+    def _plan(self, stage: PipelineStage, s: int, candidates: list[Candidate], indices: list[int]) -> Plan:
+        """Stage ``s`` validated and planned on its candidates (errors renamed to the request's fields)."""
         try:
             columns = CandidateColumns.from_candidates(candidates)
-            planned = self.answers.plan_candidates(stage.batch, columns, stage.solo_latency_ms)
+            return self.answers.plan_candidates(stage.batch, columns, stage.solo_latency_ms)
+        except ServiceError as exc:
+            raise _renamed(exc, s, indices) from None
+
+    def _answer(self, planned: Plan, s: int, indices: list[int], confidence: float) -> RankingColumns:
+        """Stage ``s`` answered on its planned candidates (errors renamed to the request's fields)."""
+        try:
             return self.answers.answer(planned, confidence)
         except ServiceError as exc:
             raise _renamed(exc, s, indices) from None
