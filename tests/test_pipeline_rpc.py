@@ -209,6 +209,8 @@ def test_reflection_health_and_metrics_cover_plan_pipeline(server):
     text = urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=5).read().decode()
     assert 'interference_rpc_requests_total{code="OK",method="PlanPipeline"}' in text
     assert 'interference_rpc_requests_total{code="INVALID_ARGUMENT",method="PlanPipeline"}' in text
+    assert 'interference_pipeline_plans_total{outcome="feasible"}' in text
+    assert "interference_pipeline_searches_cut_total" in text
 
 
 def test_nothing_learned_and_no_solo_is_failed_precondition_naming_the_stage():

@@ -9,7 +9,8 @@
   ``interference_rolling_mape_percent{device_kind}``,
   ``interference_bound_coverage_ratio{device_kind}``,
   ``interference_drift_alarms_total{device_kind}``, ``interference_batches_running``,
-  ``interference_ready``, ``interference_batches_queued``, ``interference_devices_saturated``
+  ``interference_ready``, ``interference_batches_queued``, ``interference_devices_saturated``,
+  ``interference_pipeline_plans_total{outcome}``, ``interference_pipeline_searches_cut_total``
   are read from the service at each scrape.
 
 Each :class:`ServerMetrics` has its own registry, so several servers (tests)
@@ -103,7 +104,18 @@ class _ServiceCollector(Collector):
         books = self.service.state.queues.summary()
         queued.add_metric([], books["queued"])
         saturated.add_metric([], books["saturated"])
-        yield from (learned, rejected, refused, duplicates, log_position, mape, coverage, alarms, running, ready, queued, saturated)
+        plans = CounterMetricFamily(
+            "interference_pipeline_plans", "PlanPipeline answers, by outcome (feasible, infeasible).", labels=["outcome"]
+        )
+        counts = dict(self.service.pipelines.counts)
+        plans.add_metric(["feasible"], counts["feasible"])
+        plans.add_metric(["infeasible"], counts["infeasible"])
+        cut = CounterMetricFamily(
+            "interference_pipeline_searches_cut", "PlanPipeline searches stopped at their limit (best plan found answered)."
+        )
+        cut.add_metric([], counts["searches_cut"])
+        yield from (learned, rejected, refused, duplicates, log_position, mape, coverage, alarms, running, ready, queued,
+                    saturated, plans, cut)
 
 
 class ServerMetrics:

@@ -47,6 +47,8 @@ class PipelinePlanner:
     def __init__(self, answers: Answering, n_samples: int = N_SAMPLES):
         self.answers = answers
         self.n_samples = n_samples
+        self.counts = {"feasible": 0, "infeasible": 0, "searches_cut": 0}
+        """Plans answered, by outcome, and of them those whose search stopped at its limit (metrics)."""
 
     def plan(
         self,
@@ -90,6 +92,9 @@ class PipelinePlanner:
             options.append(self._options(stage, s, columns, indices, confidence, prices))
         problem = Problem(dag, options, deadline_ms, confidence, n_samples=self.n_samples)
         result = plan(problem)
+        with state.lock:
+            self.counts["feasible" if result.feasible else "infeasible"] += 1
+            self.counts["searches_cut"] += not result.optimal
         return _answer(dag, stages, problem, result, answers, deadline_ms, confidence)
 
     def _plan(self, stage: PipelineStage, s: int, candidates: list[Candidate], indices: list[int]) -> Plan:
