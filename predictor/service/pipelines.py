@@ -12,6 +12,10 @@ stage (memory lacks, the queue is saturated) are left out. The search
 within the deadline; the budgets split the deadline by dominators, weighted by each stage's
 own bound on its device (:func:`~predictor.pipeline.graph.split_deadline`).
 
+A stage's distribution is its latency's, shifted by its expected queue wait and model load;
+the wait's own tail enters through the composed bound's floor, the largest single stage's
+completion bound (wait bound + load + latency bound).
+
 The stages of one pipeline are not taken as each other's co-runners (a stage runs after its
 upstream stages; parallel branches on one device are the scheduler's to avoid).
 """
