@@ -150,7 +150,7 @@ class RlsPredictor(LatencyPredictor):
         its covariance, no drift detectors."""
         twin = copy.copy(self)
         twin.__dict__.pop("_last", None)
-        twin._solo = copy.deepcopy(self._solo)
+        twin._solo = self._solo.copy()
         twin._models = {key: model.frozen() for key, model in self._models.items()}
         twin._detectors = {}
         twin._scale = dict(self._scale)

@@ -497,7 +497,8 @@ class Answering:
         )
         return plan.at_window(window), window
 
-    def answer(self, plan: Plan | Planned, confidence: float, deadline_ms: float | None = None) -> RankingColumns:
+    def answer(self, plan: Plan | Planned, confidence: float, deadline_ms: float | None = None,
+               model: ModelVersion | None = None) -> RankingColumns:
         """Predictions, bounds (and, for a deadline, slack and probability) of every row, ranked.
 
         Latencies are monotone in crowding (:meth:`_latencies`); co-runners given by remaining
@@ -505,10 +506,11 @@ class Answering:
         fixed point. Ties of slack go to the less crowded device (:func:`rank_order`).
 
         A single query (a :class:`Planned`) is the one-row case; it gives the numbers its
-        one-row :class:`Plan` would.
+        one-row :class:`Plan` would. ``model``: the version to answer from (default: the latest
+        published, :meth:`ServiceState.model <predictor.service.state.ServiceState.model>`).
         """
         state = self.state
-        model = state.model()  # the latest published version: no lock held while answering
+        model = model or state.model()  # no lock held while answering
         latencies, rows, solo = self.predict_plan(plan, model)
         n = len(rows)
         shapes = plan.shapes if isinstance(plan, Plan) else None
