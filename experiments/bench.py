@@ -8,7 +8,8 @@ judged against, both measured here, now, on the same input:
   standard library (``gzip`` + ``json.loads`` per line); and the fast replay
   (:mod:`predictor.fastreplay`: typed decoding, per-block features, the
   compiled RLS kernel) against the same floor;
-* **ingest** (``ReportObservations``, one client stream of 256-record messages)
+* **ingest** (``ReportObservations``, one client stream of 256-record messages, the
+  service with a state folder: the observation log on, fsynced before each acknowledgement)
   against a client-streaming echo server (:mod:`experiments.echo_server`) that
   decodes the same messages and answers a canned response;
 * **PredictLatency under ingest**: the p99 of one sequential PredictLatency client while
@@ -198,9 +199,10 @@ def rpc_rows(settings: Settings) -> list[Row]:
                               ingest_batch=settings.ingest_batch, seed=settings.seed)
     requests = bench_rpc.build_requests(config)
     packed = packed_rank_requests(requests["RankPlacements"])
+    state = tempfile.TemporaryDirectory(prefix="bench-state-")
     spec = {"predictor": "rls", "outlier_gate": True, "warm_records": 2000, "seed": settings.seed,
             "devices": bench_rpc.DEVICES, "server": "thread", "max_workers": 8, "metrics": True,
-            "max_candidates": settings.candidates}
+            "max_candidates": settings.candidates, "state_dir": state.name}
     servers: list[ServerProcess] = []
     pool = ClientPool(2)
     try:
@@ -248,6 +250,7 @@ def rpc_rows(settings: Settings) -> list[Row]:
         for server in servers:
             server.stop()
         pool.close()
+        state.cleanup()
     rows += overload_rows(settings, requests["PredictLatency"])
     return rows
 

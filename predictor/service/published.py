@@ -35,7 +35,7 @@ from predictor.calibration import ConformalCalibrator, WindowCopies
 from predictor.predictors import LatencyPredictor
 from predictor.shape_calibration import ShapeCalibrator
 
-COPY_SHARE = 4.0
+COPY_SHARE = 10.0
 """A version is published at most once per this many times the time the last copy took."""
 
 
