@@ -54,13 +54,14 @@ Examples
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
 
-from predictor.calibration import Bound, BoundSource, ResidualWindow, check_confidence
+from predictor.calibration import Bound, BoundSource, ResidualWindow, WindowCopies, check_confidence
 from predictor.shapes import QueryShape
 
 POOL = "*"
@@ -98,6 +99,12 @@ class Spread:
 
     def __getstate__(self) -> tuple:
         return (self.m, self.s, self.n)
+
+    def clone(self) -> Spread:
+        """An independent copy."""
+        twin = Spread.__new__(Spread)
+        twin.m, twin.s, twin.n = self.m, self.s, self.n
+        return twin
 
     def __setstate__(self, state: tuple) -> None:
         self.m, self.s, self.n = state
@@ -177,6 +184,17 @@ class ShapeCalibrator:
         self._alphas: dict[Cell, list[float]] = {}
         self._kinds: set[str] = set()
         self.n_added = 0
+
+    def frozen(self, copies: WindowCopies | None = None) -> ShapeCalibrator:
+        """An independent copy to answer from while this one goes on learning (windows copied on
+        write, see :class:`~predictor.calibration.WindowCopies`)."""
+        copies = copies or WindowCopies()
+        twin = copy.copy(self)
+        twin._windows = {cell: copies.of(window) for cell, window in self._windows.items()}
+        twin._spreads = {key: spread.clone() for key, spread in self._spreads.items()}
+        twin._alphas = {cell: list(alphas) for cell, alphas in self._alphas.items()}
+        twin._kinds = set(self._kinds)
+        return twin
 
     # ------------------------------------------------------------------ pieces
     def n_residuals(self, shape: QueryShape, kind: str, count: int = ALL) -> int:

@@ -124,6 +124,11 @@ class ServiceConfig:
     live_horizon_s
         A batch restored after a restart is dropped when it started longer ago than this
         (wall-clock seconds; its batch has long ended). Default: ``stale_after_s``.
+    publish_every_records, publish_every_s
+        Answers are computed from a published copy of the model and calibrators
+        (:mod:`predictor.service.published`); while it learns, the learner publishes a new
+        one after this many records or this many seconds, whichever comes first (and at the
+        end of every observation stream, before acknowledging it).
     max_value
         Largest magnitude of a number (latency, attribute, signal) in an observation learned
         from or a query answered; latencies must also be at least ``1 / max_value`` ms
@@ -178,6 +183,8 @@ class ServiceConfig:
     dedup_max_record_ids: int = 100_000
     live_log: bool = True
     live_horizon_s: float | None = None
+    publish_every_records: int = 256
+    publish_every_s: float = 0.005
 
     def __post_init__(self) -> None:
         check_confidence(self.default_confidence)
@@ -200,6 +207,7 @@ class ServiceConfig:
             "dedup_window",
             "dedup_max_producers",
             "dedup_max_record_ids",
+            "publish_every_records",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -232,7 +240,7 @@ class ServiceConfig:
             raise ValueError(f"outlier_warmup must be >= 0, got {self.outlier_warmup!r}")
         if not (math.isfinite(self.max_value) and self.max_value > 1):
             raise ValueError(f"max_value must be finite and > 1, got {self.max_value!r}")
-        for name in ("answer_ttl_s", "unseen_sigma"):
+        for name in ("answer_ttl_s", "unseen_sigma", "publish_every_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be > 0, got {value!r}")
