@@ -8,9 +8,14 @@ judged against, both measured here, now, on the same input:
   standard library (``gzip`` + ``json.loads`` per line); and the fast replay
   (:mod:`predictor.fastreplay`: typed decoding, per-block features, the
   compiled RLS kernel) against the same floor;
-* **ingest** (``ReportObservations``, one client stream of 256-record messages)
+* **ingest** (``ReportObservations``, one client stream of 256-record messages, the
+  service with a state folder: the observation log on, fsynced before each acknowledgement)
   against a client-streaming echo server (:mod:`experiments.echo_server`) that
   decodes the same messages and answers a canned response;
+* **PredictLatency under ingest**: the p99 of one sequential PredictLatency client while
+  a second client streams observations (256-record messages) into the same service,
+  against the same client's p99 with no ingest (answers come from published model
+  versions, :mod:`predictor.service.published`, so learning should not stall them);
 * **PredictLatency** (one sequential client, p50) and **RankPlacements** with
   1,024 candidates (the classic and the packed request form) against a unary
   echo of the same request bytes returning a response of the same size;
@@ -194,11 +199,12 @@ def rpc_rows(settings: Settings) -> list[Row]:
                               ingest_batch=settings.ingest_batch, seed=settings.seed)
     requests = bench_rpc.build_requests(config)
     packed = packed_rank_requests(requests["RankPlacements"])
+    state = tempfile.TemporaryDirectory(prefix="bench-state-")
     spec = {"predictor": "rls", "outlier_gate": True, "warm_records": 2000, "seed": settings.seed,
             "devices": bench_rpc.DEVICES, "server": "thread", "max_workers": 8, "metrics": True,
-            "max_candidates": settings.candidates}
+            "max_candidates": settings.candidates, "state_dir": state.name}
     servers: list[ServerProcess] = []
-    pool = ClientPool(1)
+    pool = ClientPool(2)
     try:
         service = ServerProcess(service_main, spec)
         servers.append(service)
@@ -239,12 +245,40 @@ def rpc_rows(settings: Settings) -> list[Row]:
         rows.append(Row(f"ingest, {settings.ingest_batch}-record messages, 1 stream", svc_r["per_s"] * total,
                         "rec/s", "client-streaming echo, same messages", echo_r["per_s"] * total,
                         target="≥ 50,000/s, ≥ 0.5×"))
+        rows.append(predict_under_ingest(settings, pool, service, requests["PredictLatency"], requests[stream]))
     finally:
         for server in servers:
             server.stop()
         pool.close()
+        state.cleanup()
     rows += overload_rows(settings, requests["PredictLatency"])
     return rows
+
+
+def predict_under_ingest(settings: Settings, pool: Any, service: Any, predict: list[bytes],
+                         messages: list[bytes], repeats: int = 3) -> Row:
+    """PredictLatency p99 of one sequential client while a second client streams ``messages``
+    (``repeats`` times over, so that the stream outlasts the queries) into the same service,
+    against the same client's p99 alone; the better of ``settings.rounds`` runs of each."""
+    from predictor.rpc.names import METHOD_PREFIX
+
+    query = {"kind": "closed", "path": METHOD_PREFIX + "PredictLatency", "requests": predict,
+             "duration_s": settings.rpc_seconds, "target": service.target}
+    stream = {"kind": "stream", "path": METHOD_PREFIX + "ReportObservations", "messages": messages * repeats,
+              "target": service.target}
+    records = settings.ingest_records * repeats
+
+    def p99(results: list[dict]) -> float:
+        return 1e3 * float(np.percentile(results[0]["latency"], 99))
+
+    alone = min(p99(pool.run([query])) for _ in range(settings.rounds))
+    busy, rate = math.inf, 0.0
+    for _ in range(settings.rounds):
+        results = pool.run([query, stream])
+        if p99(results) < busy:
+            busy, rate = p99(results), records / results[1]["elapsed"]
+    return Row(f"PredictLatency p99 while 1 client ingests ({rate:,.0f} rec/s)", busy, "ms",
+               "the same client's p99, no ingest", alone, higher_is_better=False, target="≤ 1.3×")
 
 
 def packed_rank_requests(payloads: list[bytes]) -> list[bytes]:

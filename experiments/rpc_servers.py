@@ -40,7 +40,7 @@ def _build_service(spec: dict) -> Any:
             outlier_gate=spec.get("outlier_gate", True),
         )
     )
-    service.open()
+    service.open(spec.get("state_dir"))  # a state folder: the observation log on (fsync per stream)
     for record in synthetic_records(spec["warm_records"], seed=spec["seed"], devices=spec["devices"]):
         service.observe(record)
     return service

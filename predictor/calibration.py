@@ -46,6 +46,7 @@ Examples
 from __future__ import annotations
 
 import bisect
+import copy
 import enum
 import math
 from collections import deque
@@ -114,6 +115,22 @@ class ResidualWindow:
         self._order.append(residual)
         bisect.insort(self._sorted, residual)
         self._array = None
+        self._adds = self.__dict__.get("_adds", 0) + 1
+
+    @property
+    def adds(self) -> int:
+        """Residuals added since this window was made (or unpickled): a change count, not kept in snapshots."""
+        return self.__dict__.get("_adds", 0)
+
+    def clone(self) -> ResidualWindow:
+        """An independent copy (the same residuals, no re-sorting)."""
+        twin = ResidualWindow.__new__(ResidualWindow)
+        twin.size = self.size
+        twin._order = deque(self._order)
+        twin._sorted = list(self._sorted)
+        twin._array = self._array  # never changed in place: shared
+        twin._adds = self.adds
+        return twin
 
     def quantile(self, confidence: float) -> float:
         """The conformal quantile at ``confidence``; ``inf`` when ``n`` is too small for it."""
@@ -157,6 +174,44 @@ class ResidualWindow:
         self._order = deque(state["order"])
         self._sorted = sorted(self._order)
         self._array = None
+
+
+class WindowCopies:
+    """Copies of residual windows, remade only for windows that changed since the last copy.
+
+    What :meth:`ConformalCalibrator.frozen` and
+    :meth:`~predictor.shape_calibration.ShapeCalibrator.frozen` use to publish an immutable
+    calibrator often without copying every window each time (copy on write: a copy is never
+    changed, so consecutive frozen calibrators share the copies of unchanged windows).
+
+    Examples
+    --------
+    >>> window, copies = ResidualWindow(3), WindowCopies()
+    >>> window.add(0.5)
+    >>> first = copies.of(window)
+    >>> copies.of(window) is first
+    True
+    >>> window.add(0.7)
+    >>> copies.of(window) is first, first.values(), copies.of(window).values()
+    (False, [0.5], [0.5, 0.7])
+    """
+
+    def __init__(self) -> None:
+        self._copies: dict[int, tuple[ResidualWindow, int, ResidualWindow]] = {}
+        self._used: dict[int, tuple[ResidualWindow, int, ResidualWindow]] = {}
+
+    def of(self, window: ResidualWindow) -> ResidualWindow:
+        """A copy of ``window`` as it is now (the previous one when it has not changed since)."""
+        key = id(window)
+        held = self._used.get(key) or self._copies.get(key)
+        if held is None or held[0] is not window or held[1] != window.adds:
+            held = (window, window.adds, window.clone())
+        self._used[key] = held
+        return held[2]
+
+    def done(self) -> None:
+        """End one round of copies: forget the windows not copied in it (gone from the calibrators)."""
+        self._copies, self._used = self._used, {}
 
 
 class ConformalCalibrator:
@@ -231,6 +286,14 @@ class ConformalCalibrator:
         alpha = 1.0 - self.target
         shift = self._miss_shift.get(kind, 0.0) + self.adapt * (alpha - float(missed))
         self._miss_shift[kind] = min(max(shift, -0.9 * alpha), 0.0)
+
+    def frozen(self, copies: WindowCopies | None = None) -> ConformalCalibrator:
+        """An independent copy to answer from while this one goes on learning (see :class:`WindowCopies`)."""
+        copies = copies or WindowCopies()
+        twin = copy.copy(self)
+        twin._windows = {key: copies.of(window) for key, window in self._windows.items()}
+        twin._miss_shift = dict(self._miss_shift)
+        return twin
 
     # -------------------------------------------------------------- answering
     def n_residuals(self, kind: str) -> int:

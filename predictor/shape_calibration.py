@@ -54,13 +54,14 @@ Examples
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
 
-from predictor.calibration import Bound, BoundSource, ResidualWindow, check_confidence
+from predictor.calibration import Bound, BoundSource, ResidualWindow, WindowCopies, check_confidence
 from predictor.shapes import QueryShape
 
 POOL = "*"
@@ -98,6 +99,12 @@ class Spread:
 
     def __getstate__(self) -> tuple:
         return (self.m, self.s, self.n)
+
+    def clone(self) -> Spread:
+        """An independent copy."""
+        twin = Spread.__new__(Spread)
+        twin.m, twin.s, twin.n = self.m, self.s, self.n
+        return twin
 
     def __setstate__(self, state: tuple) -> None:
         self.m, self.s, self.n = state
@@ -177,6 +184,17 @@ class ShapeCalibrator:
         self._alphas: dict[Cell, list[float]] = {}
         self._kinds: set[str] = set()
         self.n_added = 0
+
+    def frozen(self, copies: WindowCopies | None = None) -> ShapeCalibrator:
+        """An independent copy to answer from while this one goes on learning (windows copied on
+        write, see :class:`~predictor.calibration.WindowCopies`)."""
+        copies = copies or WindowCopies()
+        twin = copy.copy(self)
+        twin._windows = {cell: copies.of(window) for cell, window in self._windows.items()}
+        twin._spreads = {key: spread.clone() for key, spread in self._spreads.items()}
+        twin._alphas = {cell: list(alphas) for cell, alphas in self._alphas.items()}
+        twin._kinds = set(self._kinds)
+        return twin
 
     # ------------------------------------------------------------------ pieces
     def n_residuals(self, shape: QueryShape, kind: str, count: int = ALL) -> int:
@@ -271,6 +289,20 @@ class ShapeCalibrator:
         log_factor = _largest(terms)
         correction = math.exp(min(max(_centre(terms), -700.0), 700.0))
         return correction, Bound(math.exp(min(log_factor, 700.0)), own.source, own.n)
+
+    def log_distribution(self, shape: QueryShape, kind: str, count: int, model: str,
+                         confidence: float) -> np.ndarray | None:
+        """The predictive distribution of a cell as log factors on a raw prediction, sorted:
+        ``centre + s * z`` for the normalised residuals ``z`` of the window the cell's bound is
+        read from (its own, or the one it borrows), centred as the calibrated point answer is
+        (:meth:`factors`); ``None`` when the cell answers from the fallback (no residuals).
+        What composing bounds of several answers convolves (:mod:`predictor.pipeline.compose`)."""
+        check_confidence(confidence)
+        terms = self._terms(shape, kind, count, model, confidence)
+        own = terms[-1]
+        if own.window is None:
+            return None
+        return _centre(terms) + own.s * own.window.sorted_array()
 
     def probabilities(self, shape: QueryShape, kind: str, count: int, model: str,
                       predicted: np.ndarray, limit_ms: float, confidence: float) -> np.ndarray:

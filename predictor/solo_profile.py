@@ -45,6 +45,15 @@ class SoloProfile:
         self._total = 0.0
         self._count = 0
 
+    def copy(self) -> SoloProfile:
+        """An independent copy (the tables hold immutable values: shallow copies suffice)."""
+        twin = SoloProfile.__new__(SoloProfile)
+        twin.__dict__.update(self.__dict__)
+        twin._profiled = dict(self._profiled)
+        twin._alone = dict(self._alone)
+        twin._lowest = dict(self._lowest)
+        return twin
+
     def _has_room(self, key: Key) -> bool:
         return key in self._lowest or len(self._lowest) < self.max_keys
 

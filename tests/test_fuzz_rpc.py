@@ -466,6 +466,57 @@ def get_status(served: Served, data: st.DataObject) -> None:
     assert fingerprint(served.service) == before
 
 
+def plan_pipeline(served: Served, data: st.DataObject) -> None:
+    n_stages = data.draw(st.integers(min_value=1, max_value=3))
+    n = data.draw(st.integers(min_value=1, max_value=3))
+    request = pb2.PlanPipelineRequest(
+        stages=[pb2.PipelineStage(name=f"s{i}", batch=batch()) for i in range(n_stages)],
+        candidates=[
+            pb2.PlacementCandidate(device=f"sim{i % 2}", device_kind="SimGPU", co_runners=[co_runner()],
+                                   co_runner_source=pb2.CO_RUNNER_SOURCE_EXPLICIT)
+            for i in range(n)
+        ],
+        deadline_ms=50.0,
+    )
+    way = data.draw(st.sampled_from(["candidate", "stage", "edge", "count", "price", "deadline"]))
+    if way == "candidate":
+        i = data.draw(st.integers(min_value=0, max_value=n - 1))
+        broken = _break(data, request.candidates[i], CANDIDATE_BREAKERS, f"candidates[{i}].")
+    elif way == "stage":
+        i = data.draw(st.integers(min_value=0, max_value=n_stages - 1))
+        breakers = [
+            _in_batch("model", BAD_NAME),
+            _in_batch("batch_size", BAD_SIZE),
+            _map_value(lambda m: m.batch.attrs, "batch.attrs"),
+            _set("solo_latency_ms", NOT_POSITIVE),
+        ]
+        broken = _break(data, request.stages[i], breakers, f"stages[{i}].")
+    elif way == "edge":
+        u = data.draw(st.integers(min_value=0, max_value=n_stages - 1))
+        request.edges.add(from_stage=u, to_stage=data.draw(st.integers(min_value=n_stages, max_value=2**32 - 1)))
+        broken = {"edges[0].to_stage"}
+    elif way == "count":
+        what = data.draw(st.sampled_from(["candidates", "stages"]))
+        if what == "candidates":
+            many = data.draw(st.sampled_from([0, MAX_CANDIDATES + 1]))
+            del request.candidates[:]
+            for i in range(many):
+                request.candidates.add(device=f"sim{i}", co_runner_source=pb2.CO_RUNNER_SOURCE_EXPLICIT)
+        else:
+            many = data.draw(st.sampled_from([0, 65]))
+            del request.stages[:]
+            for _ in range(many):
+                request.stages.add(batch=batch())
+        broken = {what}
+    elif way == "price":
+        request.cost = pb2.PIPELINE_COST_PRICE
+        request.price_per_s.extend([1.0] * (n - 1) + [data.draw(NEGATIVE)])
+        broken = {"price_per_s", f"price_per_s[{n - 1}]"}
+    else:
+        broken = {data.draw(st.sampled_from([_deadline_ms, _no_deadline, _confidence]))(data, request, "")}
+    check_rejected(served, "PlanPipeline", request, broken, unknown_fields(data))
+
+
 PROPERTIES = {
     "PredictLatency": predict_latency,
     "CheckDeadline": check_deadline,
@@ -474,6 +525,7 @@ PROPERTIES = {
     "ReportBatchStart": report_batch_start,
     "ReportBatchEnd": report_batch_end,
     "GetStatus": get_status,
+    "PlanPipeline": plan_pipeline,
 }
 
 
@@ -507,6 +559,7 @@ def test_undecodable_bytes_are_invalid_argument(served, method, cut, data):
         "ReportBatchStart": pb2.ReportBatchStartRequest(device="sim0", batch_id="x", batch=batch()),
         "ReportBatchEnd": pb2.ReportBatchEndRequest(device="sim0", batch_id="x"),
         "GetStatus": pb2.GetStatusRequest(),
+        "PlanPipeline": pb2.PlanPipelineRequest(stages=[pb2.PipelineStage(batch=batch())], deadline_ms=5.0),
     }[method].SerializeToString()
     way = data.draw(st.sampled_from(["truncate", "bad-utf8", "bad-tag"]))
     if way == "truncate":  # a message that ends in the middle of a field: its length runs past the end

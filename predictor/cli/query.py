@@ -8,6 +8,8 @@ Examples (against ``predictor serve`` on the default port)::
         --attr l2_util=0.07 --co-runner vgg19:4:0.8 --solo-ms 5.5
     predictor query deadline --device cpu0 --model bert --batch-size 2 --deadline-ms 40
     predictor query rank --devices cpu0,cpu1 --model mlp --batch-size 8 --deadline-ms 30
+    predictor query plan --stage resnet:8 --stage bert:4 --stage mlp:8 --edge 0:1 --edge 0:2 \\
+        --devices cpu0,cpu1 --deadline-ms 120 [--prices 1.0,2.5]
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from predictor.pipeline.types import PipelineCost, PipelineStage
 from predictor.records import BatchSpec
-from predictor.service import CoRunnerSource, PlannedCoRunner, Query, ServiceError
+from predictor.service import Candidate, CoRunnerSource, PlannedCoRunner, Query, ServiceError
 from predictor.service.types import InputPlace
 
 
@@ -57,10 +60,10 @@ def parse_co_runner(text: str) -> PlannedCoRunner:
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``query`` sub-command and its ``predict``, ``deadline``, ``rank`` and ``status``."""
+    """Add the ``query`` sub-command and its ``predict``, ``deadline``, ``rank``, ``plan`` and ``status``."""
     parser = subparsers.add_parser(
         "query",
-        help="ask a running service: predict, deadline, rank, status",
+        help="ask a running service: predict, deadline, rank, plan, status",
         description="Ask a running prediction service and print the answer.",
     )
     parser.add_argument("--target", default="localhost:50051", help="host:port (default localhost:50051)")
@@ -78,6 +81,16 @@ def register(subparsers: Any) -> None:
     rank.add_argument("--devices", required=True, help="comma list of devices")
     add_batch_arguments(rank)
     rank.add_argument("--deadline-ms", type=float, required=True, help="deadline, ms from now")
+    pipeline = what.add_parser("plan", help="plan a pipeline: a device and a budget per stage for one deadline")
+    pipeline.add_argument("--stage", action="append", required=True, metavar="MODEL:BATCH[:SOLO_MS]",
+                          help="a stage (repeatable, in order)")
+    pipeline.add_argument("--edge", action="append", metavar="FROM:TO",
+                          help="stage FROM must end before stage TO starts (repeatable); none: a chain")
+    pipeline.add_argument("--devices", required=True, help="comma list of candidate devices")
+    pipeline.add_argument("--idle", action="store_true", help="the devices run nothing else (no live view)")
+    pipeline.add_argument("--deadline-ms", type=float, required=True, help="end-to-end deadline, ms from now")
+    pipeline.add_argument("--confidence", type=float, help="confidence of the bound (default: the service's)")
+    pipeline.add_argument("--prices", help="comma list of prices per busy second, one per device: minimise price")
     what.add_parser("status", help="observations learned, rolling error, coverage, drift alarms")
     parser.set_defaults(func=run)
 
@@ -258,9 +271,14 @@ def run(args: argparse.Namespace) -> int:
                 )
             elif args.what == "rank":
                 _print_ranking(console, client, args)
+            elif args.what == "plan":
+                console.print(plan_table(_plan(client, args)))
         except ServiceError as exc:
             console.print(f"[red]{type(exc).__name__}[/red]: {exc}")
             return 1
+        except ValueError as exc:  # a malformed option
+            console.print(f"[red]error[/red]: {exc}")
+            return 2
         except grpc.RpcError as exc:  # e.g. UNAUTHENTICATED, PERMISSION_DENIED
             console.print(f"[red]{exc.code().name}[/red]: {exc.details()}")
             return 1
@@ -290,3 +308,62 @@ def _print_ranking(console: Any, client: Any, args: argparse.Namespace) -> None:
     if ranking.delay is not None:
         table.caption = f"delay scheduling: {ranking.delay.choice}: {ranking.delay.reason}"
     console.print(table)
+
+
+def parse_stage(text: str) -> PipelineStage:
+    """``MODEL:BATCH[:SOLO_MS]`` to a pipeline stage."""
+    parts = text.split(":")
+    try:
+        if len(parts) not in (2, 3) or not parts[0]:
+            raise ValueError
+        solo = float(parts[2]) if len(parts) == 3 else None
+        return PipelineStage(BatchSpec(parts[0], int(parts[1])), name=parts[0], solo_latency_ms=solo)
+    except ValueError:
+        raise ValueError(f"--stage: expected MODEL:BATCH[:SOLO_MS], got {text!r}") from None
+
+
+def parse_edge(text: str) -> tuple[int, int]:
+    """``FROM:TO`` to an edge."""
+    try:
+        u, v = text.split(":")
+        return int(u), int(v)
+    except ValueError:
+        raise ValueError(f"--edge: expected FROM:TO (stage indices), got {text!r}") from None
+
+
+def _plan(client: Any, args: argparse.Namespace) -> Any:
+    stages = [parse_stage(s) for s in args.stage]
+    edges = [parse_edge(e) for e in args.edge or []]
+    names = [d.strip() for d in args.devices.split(",") if d.strip()]
+    source = CoRunnerSource.EXPLICIT if args.idle else CoRunnerSource.AUTO
+    devices = [Candidate(d, co_runner_source=source) for d in names]
+    prices: list[float] = []
+    if args.prices:
+        try:
+            prices = [float(p) for p in args.prices.split(",")]
+        except ValueError:
+            raise ValueError(f"--prices: expected a comma list of numbers, got {args.prices!r}") from None
+    return client.plan_pipeline(
+        stages, devices, args.deadline_ms, edges=edges, confidence=args.confidence,
+        cost=PipelineCost.PRICE if prices else PipelineCost.BUSY_TIME, price_per_s=prices,
+    )
+
+
+def plan_table(plan: Any) -> Table:
+    """A pipeline plan as a table, one row per stage."""
+    verdict = "feasible" if plan.feasible else "INFEASIBLE"
+    table = Table(
+        title=f"pipeline: {verdict}; bound @ {plan.confidence:g} {plan.composed_bound_ms:.2f} ms "
+        f"(sum of stage bounds {plan.sum_of_stage_bounds_ms:.2f}) for a deadline of {plan.deadline_ms:g} ms",
+    )
+    for column in ("stage", "device", "budget ms", "start ms", "expected ms", "bound ms", "cost"):
+        table.add_column(column, justify="right")
+    for s in plan.stages:
+        table.add_row(f"{s.stage_index} {s.name}", s.device, _fmt(s.budget_ms), _fmt(s.expected_start_ms),
+                      _fmt(s.expected_ms), _fmt(s.upper_bound_ms), _fmt(s.cost, 3))
+    table.caption = (
+        f"P(meets deadline) {plan.probability:.4f}; expected {plan.expected_ms:.2f} ms; cost {plan.cost:.3f}; "
+        f"critical path {list(plan.critical_path)}; {plan.search}, {plan.plans_evaluated} plans evaluated"
+        + ("" if plan.optimal else " (search limit reached)")
+    )
+    return table

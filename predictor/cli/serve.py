@@ -189,6 +189,15 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="the Prometheus endpoint needs 'authorization: Bearer <token>' with a token of --auth-token-file",
     )
+    parser.add_argument(
+        "--trace",
+        choices=("off", "console", "otlp"),
+        default="off",
+        help="OpenTelemetry traces of every RPC: off (default), console (JSON spans on stdout) or otlp "
+        "(a collector over OTLP/gRPC; needs opentelemetry-exporter-otlp-proto-grpc)",
+    )
+    parser.add_argument("--trace-endpoint", metavar="HOST:PORT", default=None,
+                        help="where --trace otlp sends spans (default localhost:4317)")
     parser.set_defaults(func=run)
 
 
@@ -231,6 +240,8 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         metrics_token=args.metrics_token,
+        trace=args.trace,
+        trace_endpoint=args.trace_endpoint,
         state_dir=args.state,
         warm_start=args.warm_start,
         grace_s=args.grace,

@@ -8,6 +8,7 @@ Subclasses implement :meth:`predict_slowdown` and :meth:`learn_slowdown`.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 from abc import ABC, abstractmethod
@@ -152,6 +153,15 @@ class LatencyPredictor(ABC):
     def clone(self) -> LatencyPredictor:
         """A fresh, unfitted predictor with the same hyperparameters."""
         return type(self)(**self.params())
+
+    def frozen(self) -> LatencyPredictor:
+        """An independent copy that predicts what this one predicts now, to answer from while
+        this one goes on learning (the service's published model version).
+
+        The copy is for predicting only: subclasses may leave out what learning alone needs.
+        The default is a deep copy.
+        """
+        return copy.deepcopy(self)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())

@@ -12,6 +12,7 @@ Adds, around :class:`~predictor.regressors.rls.RLS`:
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -143,6 +144,18 @@ class RlsPredictor(LatencyPredictor):
             self.non_negative = True
             for model in self._models.values():
                 model.non_negative_contention = True
+
+    def frozen(self) -> RlsPredictor:
+        """An independent copy for predicting only (see the base class): each key's model without
+        its covariance, no drift detectors."""
+        twin = copy.copy(self)
+        twin.__dict__.pop("_last", None)
+        twin._solo = self._solo.copy()
+        twin._models = {key: model.frozen() for key, model in self._models.items()}
+        twin._detectors = {}
+        twin._scale = dict(self._scale)
+        twin._seen = dict(self._seen)
+        return twin
 
     def monotone_in_crowding(self) -> bool:
         """Whether contention weights are kept non-negative (see ``non_negative``)."""

@@ -40,6 +40,7 @@ Examples
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 
@@ -115,6 +116,24 @@ class RLS:
         state = dict(self.__dict__)
         state.pop("_projected", None)
         return state
+
+    def frozen(self) -> RLS:
+        """An independent copy for predicting only: the same predictions as this model now.
+
+        The covariance, which only learning reads, is left out (``None``: the copy cannot
+        learn); the projected weights are computed once here, not by each reader.
+        """
+        twin = copy.copy(self)
+        twin.__dict__.pop("_projected", None)
+        twin._s = None
+        twin._weights = self._weights.copy()
+        twin._column_scale = self._column_scale.copy()
+        twin._constrained = self._constrained.copy()
+        twin.index = copy.copy(self.index)
+        twin.index.columns = dict(self.index.columns)
+        twin.index._layouts = dict(self.index._layouts)  # arrays never changed in place: shared
+        twin.predicting_weights()
+        return twin
 
     @property
     def weights(self) -> dict[str, float]:

@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from predictor.pipeline.types import PipelineCost, PipelinePlan, PipelineStage
 from predictor.records import BatchSpec, Record
 from predictor.rpc import convert
 from predictor.rpc.errors import from_rpc_error
@@ -175,6 +176,34 @@ class InterferenceClient:
         convert.set_input(request, where)
         convert.set_deadline(request, deadline_ms, deadline_time)
         return convert.ranking_from_pb(self._call(self.stub.RankPlacements, request))
+
+    def plan_pipeline(
+        self,
+        stages: Sequence[PipelineStage],
+        candidates: Sequence[Candidate | str],
+        deadline_ms: float | None = None,
+        *,
+        edges: Sequence[tuple[int, int]] = (),
+        deadline_time: float | None = None,
+        confidence: float | None = None,
+        cost: PipelineCost = PipelineCost.BUSY_TIME,
+        price_per_s: Sequence[float] = (),
+    ) -> PipelinePlan:
+        """A device and a latency budget per stage of a pipeline (``edges``: its DAG, none: a chain
+        in order) such that the composed end-to-end bound meets the deadline, at least ``cost``
+        (busy time, or ``price_per_s`` per candidate)."""
+        cands = [Candidate(c) if isinstance(c, str) else c for c in candidates]
+        pb2 = self._pb2
+        request = pb2.PlanPipelineRequest(
+            stages=[convert.stage_to_pb(s) for s in stages],
+            edges=[pb2.PipelineEdge(from_stage=u, to_stage=v) for u, v in edges],
+            candidates=[convert.candidate_to_pb(c) for c in cands],
+            confidence=confidence or 0.0,
+            cost=convert.pipeline_cost_to_pb(cost),
+            price_per_s=list(price_per_s),
+        )
+        convert.set_deadline(request, deadline_ms, deadline_time)
+        return convert.pipeline_plan_from_pb(self._call(self.stub.PlanPipeline, request))
 
     # ----------------------------------------------------------------- collector calls
     def report_observations(

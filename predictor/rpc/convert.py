@@ -19,6 +19,7 @@ import numpy as np
 
 from predictor import rules
 from predictor.calibration import BoundSource
+from predictor.pipeline.types import PipelineCost, PipelinePlan, PipelineStage, StagePlan
 from predictor.records import SCHEMA, BatchSpec, CoRunner, Record, RecordError, parse_record
 from predictor.rpc.protos import pb2
 from predictor.service.dedup import DedupKey
@@ -53,6 +54,8 @@ _WAIT_SOURCES_PB = {"none": 0, "queue": 1, "rates": 2}
 _WAIT_SOURCES = {v: k for k, v in _WAIT_SOURCES_PB.items()}
 _LINKS_PB = {"": 0, "device": 1, "host": 2, "rack": 3, "remote": 4}
 _LINKS = {v: k for k, v in _LINKS_PB.items()}
+_COSTS = {0: PipelineCost.BUSY_TIME, 1: PipelineCost.BUSY_TIME, 2: PipelineCost.PRICE}
+_COSTS_PB = {PipelineCost.BUSY_TIME: 1, PipelineCost.PRICE: 2}
 
 
 class NonFiniteAnswer(ServiceError):
@@ -152,6 +155,28 @@ def candidate_from_pb(message: Any) -> Candidate:
         co_runner_source=co_runner_source_from_pb(message.co_runner_source),
         signals=dict(message.signals),
     )
+
+
+def stage_from_pb(message: Any) -> PipelineStage:
+    """A ``PipelineStage`` message as a :class:`PipelineStage`."""
+    return PipelineStage(
+        batch=batch_from_pb(message.batch),
+        name=message.name,
+        solo_latency_ms=_optional(message, "solo_latency_ms"),
+        candidates=tuple(message.candidates),
+    )
+
+
+def edges_from_pb(messages: Iterable[Any]) -> list[tuple[int, int]]:
+    """``PipelineEdge`` messages as ``(from_stage, to_stage)`` pairs."""
+    return [(e.from_stage, e.to_stage) for e in messages]
+
+
+def pipeline_cost_from_pb(value: int) -> PipelineCost:
+    """A ``PipelineCost`` enum value (unknown values: an :class:`InvalidArgument` naming ``cost``)."""
+    if value not in _COSTS:
+        raise InvalidArgument("cost", f"unknown cost {value}")
+    return _COSTS[value]
 
 
 def deadline_from_pb(message: Any) -> Deadline:
@@ -478,6 +503,46 @@ def ranking_to_pb(ranking: Ranking) -> Any:
     return response
 
 
+def pipeline_plan_to_pb(answer: PipelinePlan) -> Any:
+    """A :class:`PipelinePlan` as a ``PlanPipelineResponse`` (:class:`NonFiniteAnswer` if a number is not finite)."""
+    require_finite(
+        "pipeline plan", answer.composed_bound_ms, answer.probability, answer.expected_ms, answer.cost,
+        answer.deadline_ms, answer.confidence, answer.sum_of_stage_bounds_ms,
+        *(v for s in answer.stages for v in (s.budget_ms, s.expected_ms, s.upper_bound_ms, s.cost,
+                                              s.expected_start_ms)),
+    )
+    messages = pb2()
+    return messages.PlanPipelineResponse(
+        feasible=answer.feasible,
+        composed_bound_ms=answer.composed_bound_ms,
+        probability=answer.probability,
+        expected_ms=answer.expected_ms,
+        cost=answer.cost,
+        stages=[
+            messages.StagePlan(
+                stage_index=s.stage_index,
+                name=s.name,
+                device=s.device,
+                candidate_index=s.candidate_index,
+                budget_ms=s.budget_ms,
+                expected_ms=s.expected_ms,
+                upper_bound_ms=s.upper_bound_ms,
+                cost=s.cost,
+                prediction=prediction_to_pb(s.prediction),
+                expected_start_ms=s.expected_start_ms,
+            )
+            for s in answer.stages
+        ],
+        deadline_ms=answer.deadline_ms,
+        confidence=answer.confidence,
+        critical_path=list(answer.critical_path),
+        sum_of_stage_bounds_ms=answer.sum_of_stage_bounds_ms,
+        search=answer.search,
+        optimal=answer.optimal,
+        plans_evaluated=answer.plans_evaluated,
+    )
+
+
 def observation_report_to_pb(report: ObservationReport) -> Any:
     """An :class:`ObservationReport` as a ``ReportObservationsResponse``."""
     messages = pb2()
@@ -608,6 +673,19 @@ def candidate_to_pb(candidate: Candidate) -> Any:
     )
 
 
+def stage_to_pb(stage: PipelineStage) -> Any:
+    """A :class:`PipelineStage` as a ``PipelineStage`` message (the client side)."""
+    message = pb2().PipelineStage(name=stage.name, batch=batch_to_pb(stage.batch), candidates=list(stage.candidates))
+    if stage.solo_latency_ms is not None:
+        message.solo_latency_ms = stage.solo_latency_ms
+    return message
+
+
+def pipeline_cost_to_pb(cost: PipelineCost) -> int:
+    """A :class:`PipelineCost` as its enum value."""
+    return _COSTS_PB[cost]
+
+
 def set_deadline(message: Any, deadline_ms: float | None, deadline_time: float | None) -> None:
     """Set a request's relative (``deadline_ms``) or absolute (``deadline_time``, Unix s) deadline."""
     if deadline_ms is not None:
@@ -706,6 +784,39 @@ def ranking_from_pb(message: Any) -> Ranking:
         ),
         deadline_ms=message.deadline_ms,
         delay=delay_from_pb(message.delay) if message.HasField("delay") else None,
+    )
+
+
+def pipeline_plan_from_pb(message: Any) -> PipelinePlan:
+    """A ``PlanPipelineResponse`` as a :class:`PipelinePlan` (the client side)."""
+    return PipelinePlan(
+        feasible=message.feasible,
+        composed_bound_ms=message.composed_bound_ms,
+        probability=message.probability,
+        expected_ms=message.expected_ms,
+        cost=message.cost,
+        stages=tuple(
+            StagePlan(
+                stage_index=s.stage_index,
+                name=s.name,
+                device=s.device,
+                candidate_index=s.candidate_index,
+                budget_ms=s.budget_ms,
+                expected_ms=s.expected_ms,
+                upper_bound_ms=s.upper_bound_ms,
+                cost=s.cost,
+                prediction=prediction_from_pb(s.prediction),
+                expected_start_ms=s.expected_start_ms,
+            )
+            for s in message.stages
+        ),
+        deadline_ms=message.deadline_ms,
+        confidence=message.confidence,
+        critical_path=tuple(message.critical_path),
+        sum_of_stage_bounds_ms=message.sum_of_stage_bounds_ms,
+        search=message.search,
+        optimal=message.optimal,
+        plans_evaluated=message.plans_evaluated,
     )
 
 

@@ -10,6 +10,7 @@
   ``interference_bound_coverage_ratio{device_kind}``,
   ``interference_drift_alarms_total{device_kind}``, ``interference_batches_running``,
   ``interference_ready``, ``interference_batches_queued``, ``interference_devices_saturated``,
+  ``interference_pipeline_plans_total{outcome}``, ``interference_pipeline_searches_cut_total``,
   ``interference_transfer_correction_ratio{link}`` and ``interference_transfers_observed{link}``
   are read from the service at each scrape.
 
@@ -113,8 +114,18 @@ class _ServiceCollector(Collector):
         for link, (factor, n) in self.service.state.transfers.corrections().items():
             correction.add_metric([link], factor)
             transfers.add_metric([link], n)
+        plans = CounterMetricFamily(
+            "interference_pipeline_plans", "PlanPipeline answers, by outcome (feasible, infeasible).", labels=["outcome"]
+        )
+        counts = dict(self.service.pipelines.counts)
+        plans.add_metric(["feasible"], counts["feasible"])
+        plans.add_metric(["infeasible"], counts["infeasible"])
+        cut = CounterMetricFamily(
+            "interference_pipeline_searches_cut", "PlanPipeline searches stopped at their limit (best plan found answered)."
+        )
+        cut.add_metric([], counts["searches_cut"])
         yield from (learned, rejected, refused, duplicates, log_position, mape, coverage, alarms, running, ready, queued,
-                    saturated, correction, transfers)
+                    saturated, correction, transfers, plans, cut)
 
 
 class ServerMetrics:

@@ -39,6 +39,8 @@ class ServeOptions:
     metrics_port: int = 9464  # 0: no metrics endpoint
     metrics_host: str = "127.0.0.1"  # the metrics endpoint's address (not the service's)
     metrics_token: bool = False  # scrapes need a bearer token of auth_token_file
+    trace: str = "off"  # OpenTelemetry exporter of RPC spans: off, console, otlp (predictor.rpc.tracing)
+    trace_endpoint: str | None = None  # where otlp sends spans
     state_dir: str | None = None
     warm_start: str | None = None
     grace_s: float = 5.0
@@ -88,10 +90,12 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
     """Run the service until ``stop`` is set (or a signal arrives); returns the exit status."""
     from predictor.rpc.metrics import ServerMetrics  # grpc: not at CLI parse
     from predictor.rpc.server import create_server, stop_server  # grpc: not at CLI parse
+    from predictor.rpc.tracing import tracing_from_option
 
     stop = stop or threading.Event()
     try:
         credentials, policy = security_from_options(options)
+        tracing = tracing_from_option(options.trace, options.trace_endpoint)
     except ValueError as exc:
         print(f"predictor serve: error: {exc}", file=sys.stderr)
         return 2
@@ -106,6 +110,7 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         metrics=metrics,
         credentials=credentials,
         auth=policy,
+        tracing=tracing.interceptor if tracing is not None else None,
     )
     server.start()
     transport = "mutual TLS" if options.tls_client_ca else "TLS" if credentials is not None else "plaintext"
@@ -114,6 +119,8 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         flush=True,
     )
     print(f"predictor serve: {policy.describe()}", flush=True)
+    if tracing is not None:
+        print(f"predictor serve: OpenTelemetry traces of every RPC to {options.trace}", flush=True)
     if policy.token_digests and credentials is None:
         log.warning(
             "bearer tokens over a plaintext port can be read off the network: use --tls-cert/--tls-key"
@@ -154,6 +161,8 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
     print(f"predictor serve: stopping (grace {options.grace_s:g} s)", flush=True)
     stop_server(server, service, options.grace_s)
     metrics.stop()
+    if tracing is not None:
+        tracing.shutdown()
     if service.state_dir is not None:
         print(f"predictor serve: state saved in {service.state_dir}", flush=True)
     return 0

@@ -47,6 +47,7 @@ def create_server(
     interceptors: Sequence[grpc.ServerInterceptor] = (),
     credentials: grpc.ServerCredentials | None = None,
     auth: AuthPolicy | None = None,
+    tracing: grpc.ServerInterceptor | None = None,
 ) -> tuple[grpc.Server, int]:
     """Build (not start) a server for ``service`` bound to ``address``; returns it and its port.
 
@@ -72,10 +73,15 @@ def create_server(
     auth
         Who may call what (:class:`~predictor.rpc.security.AuthPolicy`; default: everyone).
         Undecodable requests are answered ``INVALID_ARGUMENT`` in any case.
+    tracing
+        OpenTelemetry's server interceptor (:mod:`predictor.rpc.tracing`), put outermost so that
+        calls refused by auth or overload are traced too; omitted: no tracing.
     """
     pb2, pb2_grpc = load()
     # metrics, auth and decoding in one interceptor, per-method work done once (see predictor.rpc.thin)
     all_interceptors = [ThinInterceptor(metrics, auth or AuthPolicy()), *interceptors]
+    if tracing is not None:
+        all_interceptors.insert(0, tracing)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         interceptors=all_interceptors,

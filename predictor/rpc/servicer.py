@@ -100,6 +100,20 @@ class InterferenceServicer:
         return pb2().ReportBatchQueuedResponse(queued=queued, queue_wait_ms=wait, predicted_latency_ms=predicted)
 
     @grpc_errors
+    def PlanPipeline(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """A device and a latency budget per stage of a pipeline, meeting one end-to-end deadline."""
+        answer = self.service.plan_pipeline(
+            [convert.stage_from_pb(s) for s in request.stages],
+            convert.edges_from_pb(request.edges),
+            [convert.candidate_from_pb(c) for c in request.candidates],
+            convert.deadline_from_pb(request),
+            convert.confidence_from_pb(request.confidence),
+            convert.pipeline_cost_from_pb(request.cost),
+            list(request.price_per_s),
+        )
+        return convert.pipeline_plan_to_pb(answer)
+
+    @grpc_errors
     def GetStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
         """The service's status."""
         return convert.status_to_pb(self.service.status())

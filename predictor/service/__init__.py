@@ -4,6 +4,7 @@ Import :class:`Service` from :mod:`predictor.service.core`; this package
 re-exports the names a caller needs.
 """
 
+from predictor.pipeline.types import PipelineCost, PipelinePlan, PipelineStage, StagePlan
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.service.errors import (
@@ -39,6 +40,9 @@ __all__ = [
     "InvalidArgument",
     "NotFound",
     "OutlierRejected",
+    "PipelineCost",
+    "PipelinePlan",
+    "PipelineStage",
     "PlacementAnswer",
     "PlannedCoRunner",
     "Prediction",
@@ -50,6 +54,7 @@ __all__ = [
     "ServiceConfig",
     "ServiceError",
     "SnapshotError",
+    "StagePlan",
     "Status",
     "Unavailable",
 ]

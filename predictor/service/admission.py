@@ -25,6 +25,7 @@ coverage per query shape, model and co-runner count.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -66,6 +67,7 @@ class AnswerMemory:
         self.clock = clock
         self._answers: OrderedDict[tuple[str, str], Answered] = OrderedDict()
         self.expired = 0
+        self._lock = threading.Lock()  # answers remember without the service's lock
 
     def __len__(self) -> int:
         return len(self._answers)
@@ -73,16 +75,18 @@ class AnswerMemory:
     def remember(self, batch_id: str, device: str, answered: Answered) -> None:
         """Keep ``answered`` for the batch (a later answer about the same batch and device replaces it)."""
         key = (batch_id, device)
-        self._answers.pop(key, None)
-        self._answers[key] = answered
-        self._expire(answered.at)
-        while len(self._answers) > self.capacity:
-            self._answers.popitem(last=False)
-            self.expired += 1
+        with self._lock:
+            self._answers.pop(key, None)
+            self._answers[key] = answered
+            self._expire(answered.at)
+            while len(self._answers) > self.capacity:
+                self._answers.popitem(last=False)
+                self.expired += 1
 
     def take(self, batch_id: str, device: str) -> Answered | None:
         """The answer given about the batch on ``device`` (forgotten now), if still remembered."""
-        answered = self._answers.pop((batch_id, device), None)
+        with self._lock:
+            answered = self._answers.pop((batch_id, device), None)
         if answered is not None and self.clock() - answered.at > self.ttl_s:
             self.expired += 1
             return None
@@ -104,6 +108,7 @@ class AnswerMemory:
         self.clock = time.monotonic
         self._answers = OrderedDict()
         self.expired = 0
+        self._lock = threading.Lock()
 
 
 def record_shape(record: Record) -> QueryShape:
@@ -167,11 +172,13 @@ class AdmissionCalibration:
         self.n_linked = 0
 
     def remember(self, batch_id: str, device: str, shape: QueryShape, kind: str, co_runners: int, model: str,
-                 predicted_ms: float, answered_ms: float = math.nan) -> None:
+                 predicted_ms: float, answered_ms: float = math.nan, *,
+                 calibrator: ShapeCalibrator | None = None) -> None:
         """Keep an answer given about ``batch_id`` (the predictor's latency, and the latency
-        answered) to calibrate on its outcome."""
+        answered) to calibrate on its outcome; ``calibrator`` (default: this one's, live) bounds it
+        (the published copy the answer was computed from)."""
         count = count_bucket(co_runners)
-        upper = self.calibrator.bound(shape, kind, count, model, predicted_ms, self.confidence).upper_ms
+        upper = (calibrator or self.calibrator).bound(shape, kind, count, model, predicted_ms, self.confidence).upper_ms
         self.memory.remember(batch_id, device, Answered(shape, kind, count, model, predicted_ms, upper,
                                                         self.memory.clock(), answered_ms))
 

@@ -55,6 +55,7 @@ from predictor.service.errors import (
 )
 from predictor.service.liveview import RunningBatch
 from predictor.service.placements import CandidateColumns, RankingColumns, rank_order, valid_columns
+from predictor.service.published import ModelVersion
 from predictor.service.state import ServiceState
 from predictor.service.terms import terms_of
 from predictor.service.transfers import NOWHERE
@@ -524,7 +525,7 @@ class Answering:
         return plan.at_window(window), window
 
     def answer(self, plan: Plan | Planned, confidence: float, deadline_ms: float | None = None,
-               where: InputPlace | None = None) -> RankingColumns:
+               where: InputPlace | None = None, model: ModelVersion | None = None) -> RankingColumns:
         """Predictions, bounds (and, for a deadline, slack and probability) of every row, ranked.
 
         Latencies are monotone in crowding (:meth:`_latencies`); co-runners given by remaining
@@ -533,28 +534,29 @@ class Answering:
 
         A single query (a :class:`Planned`) is the one-row case; it gives the numbers its
         one-row :class:`Plan` would. ``where``: the input's place and size (its transfer is a term).
+        ``model``: the version to answer from (default: the latest
+        published, :meth:`ServiceState.model <predictor.service.state.ServiceState.model>`).
         """
         state = self.state
-        with state.lock:
-            predictor = state.predictor
-            latencies, rows, solo = self.predict_plan(plan)
-            n = len(rows)
-            shapes = plan.shapes if isinstance(plan, Plan) else None
-            if shapes is None:
-                shapes = [plan.shape or _record_shape(plan.record)] if isinstance(plan, Planned) else [
-                    _record_shape(rows.record(i)) for i in range(n)]
-            terms = terms_of(state.queues, state.memory, state.live, rows, confidence,
-                             state.calibrator.bound_factors(rows.device_kinds, confidence), state.transfers, where)
-            uppers, probabilities, row_bounds, fallback, corrections = self._bounds(
-                plan, rows, latencies, shapes, confidence, deadline_ms,
-                None if terms is None else terms.extra_mean_ms,
-            )
-            if terms is not None and deadline_ms is not None:
-                probabilities = terms.probabilities(probabilities)
-            raw = latencies
-            if state.config.point_correction:
-                latencies = latencies * corrections
-            learned = predictor.n_learned
+        model = model or state.model()  # no lock held while answering
+        latencies, rows, solo = self.predict_plan(plan, model)
+        n = len(rows)
+        shapes = plan.shapes if isinstance(plan, Plan) else None
+        if shapes is None:
+            shapes = [plan.shape or _record_shape(plan.record)] if isinstance(plan, Planned) else [
+                _record_shape(rows.record(i)) for i in range(n)]
+        terms = terms_of(state.queues, state.memory, state.live, rows, confidence,
+                         model.calibrator.bound_factors(rows.device_kinds, confidence), state.transfers, where)
+        uppers, probabilities, row_bounds, fallback, corrections = self._bounds(
+            plan, rows, latencies, shapes, confidence, deadline_ms,
+            None if terms is None else terms.extra_mean_ms, model,
+        )
+        if terms is not None and deadline_ms is not None:
+            probabilities = terms.probabilities(probabilities)
+        raw = latencies
+        if state.config.point_correction:
+            latencies = latencies * corrections
+        learned = model.observations_learned
         if deadline_ms is None:
             deadline_ms, slack, order = math.nan, _filled(n, math.nan), np.arange(n)
         elif terms is None:
@@ -585,15 +587,16 @@ class Answering:
             terms=terms,
         )
 
-    def predict_plan(self, plan: Plan | Planned) -> tuple[np.ndarray, CoLocations, float]:
+    def predict_plan(self, plan: Plan | Planned, model: ModelVersion | None = None) -> tuple[np.ndarray, CoLocations, float]:
         """The predicted latency of every row (the latency half of :meth:`answer`), the rows as
         predicted (co-runners with their effective overlaps), and the solo latency used.
 
         Latencies are monotone in crowding (:meth:`_latencies`); co-runners given by remaining
-        time get their overlap from the predicted window at its fixed point. Call under the
-        state's lock.
+        time get their overlap from the predicted window at its fixed point. ``model``: the
+        version to predict by (default: the latest published, :meth:`ServiceState.model
+        <predictor.service.state.ServiceState.model>`).
         """
-        predictor = self.state.predictor
+        predictor = (model or self.state.model()).predictor
         first = plan.record if isinstance(plan, Planned) else plan.rows.record(0)
         solo = predictor.solo_latency(first)
         predicted, latencies = self._latencies(predictor, plan, solo)
@@ -609,6 +612,7 @@ class Answering:
         confidence: float,
         deadline_ms: float | None,
         extra_ms: np.ndarray | None = None,
+        model: ModelVersion | None = None,
     ) -> tuple[np.ndarray, np.ndarray, list[Bound], np.ndarray, np.ndarray]:
         """Upper bounds, probabilities of meeting the deadline, how each bound was calibrated,
         which answers are fallbacks, and the calibrated corrections of the predictions, per row.
@@ -622,12 +626,13 @@ class Answering:
         """
         state = self.state
         config = state.config
-        calibrator = state.admission.calibrator
+        version = model or state.model()
+        calibrator = version.shapes
         n = len(rows)
         model = rows.batch.model
         first = plan.record if isinstance(plan, Planned) else rows.record(0)
-        unseen_model = not state.predictor.knows_solo(first)
-        if unseen_model and state.predictor.n_learned == 0:
+        unseen_model = not version.predictor.knows_solo(first)
+        if unseen_model and version.observations_learned == 0:
             raise FailedPrecondition(
                 "solo_latency_ms",
                 "nothing learned yet and no solo latency given: no basis for an answer "
@@ -683,10 +688,11 @@ class Answering:
         shape and predicted latency of each, through the path every query takes
         (:meth:`plan_query`, then :meth:`predict_plan`). Questions the query rules refuse are left out."""
         out = []
+        live = self.state.live_model()  # the learner's own model, under its lock
         for shape, query in admission_queries(record):
             try:
                 planned = self.plan_query(query, "record.")
-                latency = float(self.predict_plan(planned)[0][0])
+                latency = float(self.predict_plan(planned, live)[0][0])
             except ServiceError:
                 continue
             out.append((shape, latency))
@@ -695,14 +701,15 @@ class Answering:
     def check_learned(self, query: Query, planned: Planned, prefix: str = "query.") -> None:
         """For a query asking for a learned answer only: :class:`FailedPrecondition` when the
         model's solo latency is unknown (neither given nor profiled) or its device kind unseen."""
-        if not self.state.predictor.knows_solo(planned.record):
+        model = self.state.model()
+        if not model.predictor.knows_solo(planned.record):
             raise FailedPrecondition(
                 f"{prefix}batch.model",
                 f"no learned answer for {query.batch.model!r} at batch size {query.batch.batch_size}: "
                 "never observed and no solo_latency_ms given",
             )
         kind = planned.record.device_kind
-        if not self.state.admission.calibrator.knows_kind(kind):
+        if not model.shapes.knows_kind(kind):
             raise FailedPrecondition(f"{prefix}device_kind", f"no learned answer for device kind {kind!r}: never observed")
 
     def remember(self, batch_id: str, columns: RankingColumns, indices: Sequence[int] | None = None) -> None:
@@ -714,14 +721,14 @@ class Answering:
         rows = columns.rows
         counts = np.diff(rows.offsets).tolist()
         raw = columns.latency_ms if columns.raw_latency_ms is None else columns.raw_latency_ms
-        with self.state.lock:
-            admission = self.state.admission
-            for i in range(len(rows)) if indices is None else indices:
-                if columns.fallback is not None and columns.fallback[i]:
-                    continue  # a guess is not calibrated on
-                admission.remember(batch_id, rows.devices[i], QueryShape.parse(columns.shapes[i]),
-                                   rows.device_kinds[i], counts[i], rows.batch.model, float(raw[i]),
-                                   float(columns.latency_ms[i]))
+        admission = self.state.admission
+        shapes = self.state.model().shapes  # bounds of the version answered from; no lock (the memory has its own)
+        for i in range(len(rows)) if indices is None else indices:
+            if columns.fallback is not None and columns.fallback[i]:
+                continue  # a guess is not calibrated on
+            admission.remember(batch_id, rows.devices[i], QueryShape.parse(columns.shapes[i]),
+                               rows.device_kinds[i], counts[i], rows.batch.model, float(raw[i]),
+                               float(columns.latency_ms[i]), calibrator=shapes)
 
 
 def _predict(predictor: LatencyPredictor, rows: Record | CoLocations) -> np.ndarray:

@@ -132,6 +132,11 @@ class ServiceConfig:
         EWMA weight of the newest observed transfer in its link class's correction, in (0, 1].
     delay_quantile
         Quantile of the observed queue waits that sets the delay limit of delay scheduling, in (0, 1).
+    publish_every_records, publish_every_s
+        Answers are computed from a published copy of the model and calibrators
+        (:mod:`predictor.service.published`); while it learns, the learner publishes a new
+        one after this many records or this many seconds, whichever comes first (and at the
+        end of every observation stream, before acknowledging it).
     max_value
         Largest magnitude of a number (latency, attribute, signal) in an observation learned
         from or a query answered; latencies must also be at least ``1 / max_value`` ms
@@ -189,6 +194,8 @@ class ServiceConfig:
     topology: Topology | None = None
     transfer_alpha: float = 0.2
     delay_quantile: float = 0.9
+    publish_every_records: int = 256
+    publish_every_s: float = 0.005
 
     def __post_init__(self) -> None:
         check_confidence(self.default_confidence)
@@ -211,6 +218,7 @@ class ServiceConfig:
             "dedup_window",
             "dedup_max_producers",
             "dedup_max_record_ids",
+            "publish_every_records",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -243,7 +251,7 @@ class ServiceConfig:
             raise ValueError(f"outlier_warmup must be >= 0, got {self.outlier_warmup!r}")
         if not (math.isfinite(self.max_value) and self.max_value > 1):
             raise ValueError(f"max_value must be finite and > 1, got {self.max_value!r}")
-        for name in ("answer_ttl_s", "unseen_sigma"):
+        for name in ("answer_ttl_s", "unseen_sigma", "publish_every_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be > 0, got {value!r}")

@@ -30,11 +30,12 @@ Examples
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from predictor import rules
 from predictor.logio import ReadReport
+from predictor.pipeline.types import PipelineCost, PipelinePlan, PipelineStage
 from predictor.predictors import LatencyPredictor
 from predictor.records import BatchSpec, Record
 from predictor.service import wal
@@ -43,6 +44,7 @@ from predictor.service.config import ServiceConfig
 from predictor.service.errors import FailedPrecondition, InvalidArgument
 from predictor.service.ingest import Ingest, Observed
 from predictor.service.liveview import LiveView
+from predictor.service.pipelines import PipelinePlanner
 from predictor.service.placements import CandidateColumns, RankingColumns
 from predictor.service.ratelimit import RateLimiter
 from predictor.service.state import ServiceState
@@ -85,6 +87,7 @@ class Service:
         self.state = ServiceState(config, predictor, clock)
         self.ingest = Ingest(self.state)
         self.answers = Answering(self.state)
+        self.pipelines = PipelinePlanner(self.answers)
         if config.admission_replay:
             # Degraded replay: the admission-time answers about each observed batch go the way real queries go.
             self.ingest.replay = self.answers.replay
@@ -332,3 +335,17 @@ class Service:
         """:meth:`rank_placements`, answered column-wise (what the RPC layer turns into its response)."""
         return self.answers.rank_columns(batch, candidates, deadline, confidence, solo_latency_ms,
                                          batch_id=batch_id, learned_only=learned_only, where=where)
+
+    def plan_pipeline(
+        self,
+        stages: Sequence[PipelineStage],
+        edges: Sequence[tuple[int, int]],
+        candidates: Sequence[Candidate],
+        deadline: Deadline,
+        confidence: float | None = None,
+        cost: PipelineCost = PipelineCost.BUSY_TIME,
+        price_per_s: Sequence[float] = (),
+    ) -> PipelinePlan:
+        """A device and a latency budget per stage of a pipeline, at least cost, such that the composed
+        end-to-end bound meets ``deadline`` (see :mod:`predictor.service.pipelines`)."""
+        return self.pipelines.plan(stages, edges, candidates, deadline, confidence, cost, price_per_s)

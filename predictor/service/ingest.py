@@ -4,8 +4,10 @@
 a decoded ``coloc/v1`` object, or the :class:`~predictor.rules.RecordError` of a record
 that could not be converted, which is reported at its place in the stream); the
 transport layer converts its messages before they get here. Each record is
-scored prequentially (predict, bound, then learn) under the state's lock, so
-answers never see a half-updated model; it is refused when it breaks the
+scored prequentially (predict, bound, then learn) under the state's lock; answers
+read published copies (:mod:`predictor.service.published`), which the learner renews
+every few milliseconds and at the end of each stream, so they never see a
+half-updated model nor wait for learning; it is refused when it breaks the
 magnitude limits, comes faster than its sender's rate, or is an outlier.
 """
 
@@ -88,6 +90,7 @@ class Ingest:
                 replays = self.replay(record) if self.replay is not None else []
                 predicted = self._learn(record, kind, client or record.source)
                 state.admission.observe(record, kind, predicted, replays, batch_id)
+                state.changed()
         finally:
             if batch_id:
                 state.live.end(record.device, batch_id, required=False)
@@ -161,6 +164,25 @@ class Ingest:
         """
         state = self.state
         state.require_ready()
+        with state.learning():
+            report = self._report(items, client, peer)
+        state.publish()  # what is acknowledged is in the answers that follow
+        if state.obs_log is not None and state.obs_log.is_open:
+            report.log_sequence = state.obs_log.last_seq
+            try:
+                state.obs_log.sync(report.log_sequence)  # the answer is the acknowledgement
+            except wal.LogError as exc:
+                raise Unavailable(f"observations learned but not synced to the log: {exc}") from None
+        return report
+
+    def _report(
+        self,
+        items: Iterable[tuple[Observed, str] | tuple[Observed, str, DedupKey | None]],
+        client: str,
+        peer: str,
+    ) -> ObservationReport:
+        """The records of a stream into the model, each accepted or rejected (see :meth:`report_observations`)."""
+        state = self.state
         report = ObservationReport()
         limit = state.config.max_stream_records
         for index, (item, batch_id, *named) in enumerate(items):
@@ -194,12 +216,6 @@ class Ingest:
             else:
                 report.accepted += 1
         report.observations_learned = state.predictor.n_learned
-        if state.obs_log is not None and state.obs_log.is_open:
-            report.log_sequence = state.obs_log.last_seq
-            try:
-                state.obs_log.sync(report.log_sequence)  # the answer is the acknowledgement
-            except wal.LogError as exc:
-                raise Unavailable(f"observations learned but not synced to the log: {exc}") from None
         return report
 
     def warm_start(self, path: str | Path, *, tolerant: bool = True) -> ReadReport:

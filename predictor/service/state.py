@@ -4,16 +4,19 @@
 error monitor, the outlier gates, the live view, readiness and the counters,
 behind one lock; it writes and restores its snapshot, replays the observation
 log (write-ahead) after it, and reports :meth:`ServiceState.status`. Learning
-(:mod:`predictor.service.ingest`) and answering
-(:mod:`predictor.service.answering`) both work on it.
+(:mod:`predictor.service.ingest`) works on it under the lock; answering
+(:mod:`predictor.service.answering`) reads the latest published
+:class:`~predictor.service.published.ModelVersion` (:meth:`ServiceState.model`),
+without the lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -32,6 +35,7 @@ from predictor.service.gates import OutlierGates
 from predictor.service.liveview import LiveView
 from predictor.service.memory import MemoryBook
 from predictor.service.monitor import REPLAY, ErrorMonitor
+from predictor.service.published import ModelVersion, Publisher
 from predictor.service.queues import QueueBook
 from predictor.service.transfers import TransferBook
 from predictor.service.types import KindStatus, LogStatus, Status
@@ -114,6 +118,67 @@ class ServiceState:
         self.live_report: livelog.LiveRestoreReport | None = None
         self.stop = threading.Event()
         self.snapshotter: threading.Thread | None = None
+        # published versions (what answers read): see predictor.service.published
+        self.generation = 0  # changes to what answers read, by the learner
+        self.publisher = Publisher(config.publish_every_records, config.publish_every_s)
+        self._learning = 0  # observation streams in progress
+        self._learning_lock = threading.Lock()
+        self.version: ModelVersion = self.publisher.copy(0, self.predictor, self.calibrator, self.admission.calibrator)
+
+    # ------------------------------------------------------------------ published versions
+    def changed(self) -> None:
+        """The learner changed what answers read (call under the lock); publishes when due."""
+        self.generation += 1
+        if self.publisher.due():
+            self._publish()
+
+    def _publish(self) -> ModelVersion:
+        self.version = self.publisher.copy(self.generation, self.predictor, self.calibrator, self.admission.calibrator)
+        return self.version
+
+    def publish(self) -> ModelVersion:
+        """Publish a version of what the learner holds now, unless the latest one is it (takes the lock)."""
+        with self.lock:
+            if self.version.generation != self.generation:
+                self._publish()
+            return self.version
+
+    def model(self) -> ModelVersion:
+        """The version answers are computed from: the latest published, never waiting on learning.
+
+        While nothing is being learned, a stale version is replaced first (a query after
+        learning ends sees all of it). While a stream is learning, the learner publishes every
+        few milliseconds; a version older than that (a stream idle between records) is replaced
+        here only if the lock is free at once.
+        """
+        version = self.version
+        if version.generation == self.generation:
+            return version
+        if not self._learning:
+            return self.publish()
+        if self.publisher.overdue() and self.lock.acquire(blocking=False):
+            try:
+                if self.version.generation != self.generation:
+                    self._publish()
+                return self.version
+            finally:
+                self.lock.release()
+        return version
+
+    def live_model(self) -> ModelVersion:
+        """What the learner holds now, as a version without copies (for the learner, under the lock)."""
+        return Publisher.live(self.generation, self.predictor, self.calibrator, self.admission.calibrator)
+
+    @contextlib.contextmanager
+    def learning(self) -> Iterator[None]:
+        """Mark an observation stream in progress (answers then never wait to publish)."""
+        with self._learning_lock:
+            self._learning += 1
+        try:
+            yield
+        finally:
+            with self._learning_lock:
+                self._learning -= 1
 
     def new_gates(self) -> OutlierGates | None:
         """Fresh outlier gates as configured (``None``: no gate)."""
@@ -212,6 +277,7 @@ class ServiceState:
         if self.state_dir is not None and self.config.snapshot_every_s > 0:
             self.snapshotter = threading.Thread(target=self._snapshot_loop, name="snapshots", daemon=True)
             self.snapshotter.start()
+        self.publish()
         self.set_ready(True)
         return said
 
@@ -364,6 +430,8 @@ class ServiceState:
             self.dedup = dedup
             self.changes = 0
             self.snapshot_sequence = int(header.get("log_sequence", 0))
+            self.generation += 1
+            self._publish()
         self.live.restore_devices(dict(state.get("devices", {})))
         self.last_snapshot_time = float(header.get("created", time.time()))
         return header
