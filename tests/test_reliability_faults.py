@@ -24,36 +24,15 @@ from pathlib import Path
 
 import grpc
 import pytest
+from reference_answers import answers_of, reference_answers
 from serve_process import start_server
 
-from predictor.records import BatchSpec
-from predictor.rpc import convert
 from predictor.rpc.client import InterferenceClient
-from predictor.service import CoRunnerSource, Query, Service, ServiceConfig, Unavailable
+from predictor.service import Unavailable
 from predictor.service.synthetic import synthetic_records
 from predictor.service.wal import DIR_NAME
 
-QUERIES = [
-    Query("sim0", BatchSpec("bert", 4, {"l2_util": 0.5, "dram_util": 0.4}), co_runner_source=CoRunnerSource.EXPLICIT),
-    Query("sim1", BatchSpec("mlp", 2, {"l2_util": 0.1, "dram_util": 0.6}), co_runner_source=CoRunnerSource.EXPLICIT),
-]
 STREAM = 25
-
-
-def answers_of(predict) -> list[float]:
-    out = []
-    for query in QUERIES:
-        p = predict(query, 0.9)
-        out += [p.latency_ms, p.upper_bound_ms]
-    return out
-
-
-def reference_answers(records) -> list[float]:
-    reference = Service(ServiceConfig(snapshot_every_s=0))
-    reference.open()
-    items = ((convert.record_from_pb(convert.record_to_pb(r)), "") for r in records)
-    assert reference.report_observations(items).accepted == len(records)
-    return answers_of(reference.predict)
 
 
 def segments(state: Path) -> list[Path]:
