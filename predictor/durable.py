@@ -1,4 +1,4 @@
-"""Durability helpers shared by snapshots and the observation log."""
+"""Durability helpers shared by snapshots, the observation log and the live view's side log."""
 
 from __future__ import annotations
 
@@ -18,3 +18,14 @@ def fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def close_quietly(fd: int | None) -> None:
+    """Close a file descriptor that is being given up (after a failed write, or at a stop),
+    ignoring a failure to close it: there is nothing left to save in it."""
+    if fd is None:
+        return
+    try:
+        os.close(fd)
+    except OSError:
+        pass

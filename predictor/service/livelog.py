@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from predictor.durable import fsync_dir
+from predictor.durable import close_quietly, fsync_dir
 from predictor.records import BatchSpec
 from predictor.service.errors import ServiceError
 
@@ -267,11 +267,7 @@ class LiveLog:
     def close_fd(self) -> None:
         """Close the log file (it is reopened by the next write)."""
         fd, self._fd = self._fd, None
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        close_quietly(fd)
 
     def close(self) -> None:
         """Stop logging (a graceful stop)."""

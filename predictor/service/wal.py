@@ -68,7 +68,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from predictor.durable import fsync_dir
+from predictor.durable import close_quietly, fsync_dir
 from predictor.records import Record, RecordError, parse_record, record_to_dict
 from predictor.service.dedup import DedupKey
 
@@ -391,11 +391,7 @@ class ObservationLog:
     def _abandon(self) -> None:
         """Drop a segment whose last write failed (its torn tail is reported at the next replay)."""
         fd, self._fd = self._fd, None
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        close_quietly(fd)
 
     def _seal(self) -> None:
         """Fsync (unless ``never``) and close the current segment."""
