@@ -71,7 +71,7 @@ from pathlib import Path
 import numpy as np
 import simpy
 
-from experiments.common import finish, start
+from experiments.common import finish, plot_against_load, start
 from experiments.datasets import load
 from experiments.scheduler_sim import LatencyPool, observed, poisson_arrivals, without_signals
 from predictor.logio import write_records
@@ -541,28 +541,9 @@ def markdown(results: dict) -> str:
 
 def plot(results: dict, path: Path, title: str) -> None:
     """SLO attainment, goodput, p99 and utilisation against load, a line per policy."""
-    import matplotlib  # heavy: only when plotting
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # after use("Agg")
-
-    loads = [float(k) for k in results["loads"]]
-    policies = list(next(iter(results["loads"].values()))["policies"])
     panels = (("slo_attainment", "SLO attainment (%)", 100), ("goodput_per_s", "goodput (met / s)", 1),
               ("p99_ms", "p99 latency (ms)", 1), ("utilisation", "device utilisation (%)", 100))
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
-    for ax, (key, label, scale) in zip(axes, panels, strict=True):
-        for policy in policies:
-            ax.plot(loads, [scale * results["loads"][k]["policies"][policy][key] for k in results["loads"]],
-                    marker="o", label=policy)
-        ax.set_title(label, fontsize=10)
-        ax.set_xlabel("offered load")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    plot_against_load(results, "policies", panels, path, title)
 
 
 def main() -> None:

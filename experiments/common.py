@@ -127,3 +127,37 @@ def machine() -> dict[str, Any]:
         pass
     blas = sorted(set(threads.blas_threads().values()))
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "blas_threads": blas}
+
+
+def plot_against_load(results: dict[str, Any], group: str, panels: tuple[tuple[str, str, float], ...],
+                      path: Path, title: str, *, xlabel: str = "offered load",
+                      figsize: tuple[float, float] = (15, 3.4), legend_size: int = 7,
+                      percent_ylabel: bool = False) -> None:
+    """One panel per metric against load, a line per member of ``group``.
+
+    ``results["loads"][load][group][member][key]`` holds the figures; each panel is
+    ``(key, title, scale)`` (scale 100 for shares shown in %, with a "%" axis label when
+    ``percent_ylabel``).
+    """
+    import matplotlib  # heavy: only when plotting
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # after use("Agg")
+
+    loads = [float(k) for k in results["loads"]]
+    members = list(next(iter(results["loads"].values()))[group])
+    fig, axes = plt.subplots(1, len(panels), figsize=figsize)
+    for ax, (key, label, scale) in zip(axes, panels, strict=True):
+        for member in members:
+            ax.plot(loads, [scale * results["loads"][k][group][member][key] for k in results["loads"]],
+                    marker="o", label=member)
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel(xlabel)
+        if percent_ylabel and scale == 100:
+            ax.set_ylabel("%")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=legend_size)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

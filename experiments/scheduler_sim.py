@@ -92,7 +92,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.common import finish, start
+from experiments.common import finish, plot_against_load, start
 from experiments.datasets import load
 from predictor.logio import write_records
 from predictor.predictors import create
@@ -366,30 +366,10 @@ def markdown(results: dict) -> str:
 
 def plot(results: dict, path: Path, title: str) -> None:
     """Miss rate, rejection rate, goodput and utilisation against offered load, a line per dispatcher."""
-    import matplotlib  # heavy: matplotlib only when plotting
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # after use("Agg")
-
-    loads = [float(k) for k in results["loads"]]
-    labels = list(next(iter(results["loads"].values()))["dispatchers"])
     metrics = (("miss_rate", "deadline-miss rate (placed)", 100), ("rejection_rate", "rejection rate", 100),
                ("goodput_per_s", "goodput (met deadlines / s)", 1), ("utilisation", "device utilisation", 100))
-    fig, axes = plt.subplots(1, 4, figsize=(14, 3.4))
-    for ax, (key, label_, scale) in zip(axes, metrics, strict=True):
-        for label in labels:
-            ax.plot(loads, [scale * results["loads"][k]["dispatchers"][label][key] for k in results["loads"]],
-                    marker="o", label=label)
-        ax.set_title(label_, fontsize=10)
-        ax.set_xlabel("offered load (x nominal capacity)")
-        if scale == 100:
-            ax.set_ylabel("%")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    plot_against_load(results, "dispatchers", metrics, path, title, xlabel="offered load (x nominal capacity)",
+                      figsize=(14, 3.4), legend_size=8, percent_ylabel=True)
 
 
 def run(config: Config, records: list[Record]) -> dict:
