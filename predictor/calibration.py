@@ -143,6 +143,14 @@ class ResidualWindow:
         n = len(self._sorted)
         return n > 0 and conformal_rank(n, confidence) <= n
 
+    def supported_quantile(self, confidence: float) -> float | None:
+        """:meth:`quantile` where :meth:`supports` holds, else ``None`` (one rank computed for both)."""
+        n = len(self._sorted)
+        if not n:
+            return None
+        k = conformal_rank(n, confidence)
+        return self._sorted[k - 1] if k <= n else None
+
     def cdf(self, x: float) -> float:
         """Conformal ``P(r <= x)``: residuals at or below ``x`` over ``n + 1``."""
         return bisect.bisect_right(self._sorted, x) / (len(self._sorted) + 1)

@@ -55,6 +55,7 @@ Examples
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -232,40 +233,76 @@ class ShapeCalibrator:
 
     def _term(self, shape: QueryShape, kind: str, count: int, model: str, confidence: float,
               override: dict[Cell, float] | None = None) -> _Term:
-        # Cells in order of preference; each population (linked, replayed) at the level its own
-        # adaptive adjustment for the query's (kind, count) sets.
-        for kinds, source in (((kind,), BoundSource.DEVICE_KIND), ((POOL,), BoundSource.POOLED)):
-            for stand_in in shape.chain():
-                for cell_kind in kinds:
-                    for prefix, c in ((LINKED, count), ("", count), (LINKED, ALL), ("", ALL)):
-                        key = prefix + stand_in.key
-                        window = self._windows.get((key, cell_kind, c))
-                        if window is None or len(window) < self.min_residuals:
-                            continue
-                        phi = self._phi((key, kind, count), confidence, override)
-                        level = min(max(1.0 - (1.0 - confidence) * phi, 1e-6), 1.0 - 1e-9)
-                        if not window.supports(level):
-                            continue
-                        m, s = self._spread(key, kind, count, model)
-                        return _Term(m + s * window.quantile(level), source, len(window), window, m, s, phi)
+        return self._term_levels(shape, kind, count, model, (confidence,), override)[0]
+
+    def _term_levels(self, shape: QueryShape, kind: str, count: int, model: str,
+                     confidences: tuple[float, ...], override: dict[Cell, float] | None = None) -> list[_Term]:
+        """One count's term at each of ``confidences``, in one walk over the cells.
+
+        Cells in order of preference; each population (linked, replayed) at the level its own
+        adaptive adjustment for the query's (kind, count) sets. Each level takes the first cell
+        that supports it, exactly as a walk for that level alone would.
+        """
+        out: list[_Term | None] = [None] * len(confidences)
+        left = len(confidences)
+        windows, alphas_of, min_residuals = self._windows, self._alphas, self.min_residuals
+        for cell_kind, source in ((kind, BoundSource.DEVICE_KIND), (POOL, BoundSource.POOLED)):
+            for key, c in _lookups(shape, count):
+                window = windows.get((key, cell_kind, c))
+                if window is None:
+                    continue
+                n = len(window)
+                if n < min_residuals:
+                    continue
+                cell = (key, kind, count)
+                if override is not None and cell in override:
+                    alphas, fixed = None, override[cell]
+                else:
+                    alphas, fixed = alphas_of.get(cell), 1.0
+                spread = None
+                for at, confidence in enumerate(confidences):
+                    if out[at] is not None:
+                        continue
+                    if alphas is None:
+                        phi = fixed
+                    else:
+                        i = _nearest_level(confidence)
+                        phi = alphas[i] / (1.0 - GRID[i])
+                    level = min(max(1.0 - (1.0 - confidence) * phi, 1e-6), 1.0 - 1e-9)
+                    z = window.supported_quantile(level)
+                    if z is None:
+                        continue
+                    if spread is None:
+                        spread = self._spread(key, kind, count, model)
+                    m, s = spread
+                    out[at] = _Term(m + s * z, source, n, window, m, s, phi)
+                    left -= 1
+                if not left:
+                    return out  # type: ignore[return-value]
         # The widest cell left, at its largest residual, before a guess.
-        for stand_in in shape.chain():
-            window = self._windows.get((stand_in.key, POOL, ALL))
-            if window is not None and len(window) >= self.min_residuals:
-                m, s = self._spread(stand_in.key, kind, count, model)
-                return _Term(m + s * window.sorted_array()[-1], BoundSource.POOLED, len(window), window, m, s, 1.0)
-        z = _NORMAL.inv_cdf(confidence)
-        return _Term(z * self.fallback_sigma, BoundSource.FALLBACK, 0, None, 0.0, self.fallback_sigma, 1.0)
+        widest = None
+        for key in _chain_keys(shape):
+            window = windows.get((key, POOL, ALL))
+            if window is not None and len(window) >= min_residuals:
+                m, s = self._spread(key, kind, count, model)
+                widest = _Term(m + s * window.sorted_array()[-1], BoundSource.POOLED, len(window), window, m, s, 1.0)
+                break
+        for at, confidence in enumerate(confidences):
+            if out[at] is None:
+                out[at] = widest or _Term(_inv_cdf(confidence) * self.fallback_sigma, BoundSource.FALLBACK, 0, None,
+                                          0.0, self.fallback_sigma, 1.0)
+        return out  # type: ignore[return-value]
 
     def _terms(self, shape: QueryShape, kind: str, count: int, model: str, confidence: float,
                override: dict[Cell, float] | None = None) -> list[_Term]:
-        # Monotone: every count 0..k and every shape a nested query can have (the query's own
-        # cell last), so that adding a co-runner never lowers the centre or the width.
-        if not self.monotone:
-            return [self._term(shape.idle if count == 0 else shape, kind, count, model, confidence, override)]
-        cells = [(shape.idle, 0)] + [(s, j) for j in range(1, count + 1) for s in shape.nested()]
-        cells.sort(key=lambda cell: (cell[0] == shape and cell[1] == count))  # own cell last (stable)
-        return [self._term(s, kind, j, model, confidence, override) for s, j in cells]
+        return [terms[0] for terms in self._terms_levels(shape, kind, count, model, (confidence,), override)]
+
+    def _terms_levels(self, shape: QueryShape, kind: str, count: int, model: str,
+                      confidences: tuple[float, ...], override: dict[Cell, float] | None = None) -> list[list[_Term]]:
+        """Per cell a bound is made of (:func:`_cells`, the query's own cell last), its term at
+        each of ``confidences``."""
+        return [self._term_levels(s, kind, j, model, confidences, override)
+                for s, j in _cells(shape, count, self.monotone)]
 
     # ------------------------------------------------------------------ answering
     def bound(self, shape: QueryShape, kind: str, count: int, model: str, predicted: float,
@@ -284,11 +321,24 @@ class ShapeCalibrator:
         """The correction of a prediction (``exp`` of its centre: the prediction times it is the
         calibrated point answer) and the bound of a 1 ms prediction (see :meth:`factor`)."""
         check_confidence(confidence)
-        terms = self._terms(shape, kind, count, model, confidence)
-        own = terms[-1]
-        log_factor = _largest(terms)
-        correction = math.exp(min(max(_centre(terms), -700.0), 700.0))
-        return correction, Bound(math.exp(min(log_factor, 700.0)), own.source, own.n)
+        return _factors(self._terms(shape, kind, count, model, confidence))
+
+    def score(self, shape: QueryShape, kind: str, count: int, model: str, confidence: float, *,
+              actual: float, predicted: float) -> tuple[float, Bound, float]:
+        """:meth:`factors` at ``confidence`` as the calibrator stands, then :meth:`add` the
+        outcome (a replayed answer): the correction, the bound of a 1 ms prediction and the
+        residual. The same numbers as the two calls in turn, with the cells walked once for
+        ``confidence`` and every level adaptive conformal inference tracks."""
+        check_confidence(confidence)
+        if confidence in GRID:
+            levels = self._terms_levels(shape, kind, count, model, GRID)
+            at = GRID.index(confidence)
+            correction, bound = _factors([cell_terms[at] for cell_terms in levels])
+        else:
+            levels = None
+            correction, bound = _factors(self._terms(shape, kind, count, model, confidence))
+        residual = self.add(shape, kind, count, model, actual=actual, predicted=predicted, levels=levels)
+        return correction, bound, residual
 
     def log_distribution(self, shape: QueryShape, kind: str, count: int, model: str,
                          confidence: float) -> np.ndarray | None:
@@ -329,19 +379,21 @@ class ShapeCalibrator:
 
     # ------------------------------------------------------------------ learning
     def add(self, shape: QueryShape, kind: str, count: int, model: str, *, actual: float,
-            predicted: float, linked: bool = False) -> float:
+            predicted: float, linked: bool = False, levels: list[list[_Term]] | None = None) -> float:
         """Record the outcome of an answer of ``shape`` given before ``actual`` was learned;
         returns the residual ``log(actual / predicted)``.
 
         ``linked``: the answer was really given (matched by batch id), not replayed; such
-        residuals have cells of their own, preferred where they hold enough.
+        residuals have cells of their own, preferred where they hold enough. ``levels``: the
+        terms of ``shape`` at every :data:`GRID` level as the calibrator stands now
+        (:meth:`_terms_levels`; replayed residuals only), to spare computing them again.
         """
         if not (actual > 0 and predicted > 0 and math.isfinite(actual) and math.isfinite(predicted)):
             raise ValueError(f"actual and predicted must be finite and > 0, got {actual!r}, {predicted!r}")
         residual = math.log(actual / predicted)
         key = (LINKED if linked else "") + shape.key
         if self.gamma:
-            self._adapt(shape, key, kind, count, model, residual)
+            self._adapt(shape, key, kind, count, model, residual, None if linked else levels)
         m, s = self._spread(key, kind, count, model)
         score = (residual - m) / s
         for cell in ((key, kind, count), (key, kind, ALL), (key, POOL, count), (key, POOL, ALL)):
@@ -363,10 +415,14 @@ class ShapeCalibrator:
         self.n_added += 1
         return residual
 
-    def _adapt(self, shape: QueryShape, key: str, kind: str, count: int, model: str, residual: float) -> None:
+    def _adapt(self, shape: QueryShape, key: str, kind: str, count: int, model: str, residual: float,
+               levels: list[list[_Term]] | None = None) -> None:
         # alpha_{t+1} = alpha_t + gamma (alpha - err_t), per grid level and per population (``key``:
         # linked or replayed), err_t from the bound answered with this population's adjustment,
         # bounded to [alpha / 20, 5 alpha]; only once the population's own cell answers.
+        # ``levels``: the terms at every GRID level, per cell (:meth:`_terms_levels`), when the
+        # caller has them. A level's bound reads only its own alpha of this cell, so the terms of
+        # all levels, taken before any alpha moves, are those the levels taken one by one would see.
         cell = (key, kind, count)
         own = self._windows.get(cell)
         if own is None or len(own) < self.min_residuals:
@@ -376,9 +432,11 @@ class ShapeCalibrator:
             if len(self._alphas) >= self.max_cells:
                 return
             alphas = self._alphas[cell] = [1.0 - level for level in GRID]
+        if levels is None:
+            levels = self._terms_levels(shape, kind, count, model, GRID)
         for i, level in enumerate(GRID):
             alpha = 1.0 - level
-            terms = self._terms(shape, kind, count, model, level, {cell: alphas[i] / alpha})
+            terms = [cell_terms[i] for cell_terms in levels]
             if terms[-1].source is BoundSource.FALLBACK:
                 continue
             missed = residual > _largest(terms)
@@ -408,7 +466,49 @@ def _largest(terms: list[_Term]) -> float:
     return _centre(terms) + max(widths)
 
 
+def _factors(terms: list[_Term]) -> tuple[float, Bound]:
+    """The correction and the bound of a 1 ms prediction of a cell's terms (see :meth:`ShapeCalibrator.factors`)."""
+    own = terms[-1]
+    log_factor = _largest(terms)
+    correction = math.exp(min(max(_centre(terms), -700.0), 700.0))
+    return correction, Bound(math.exp(min(log_factor, 700.0)), own.source, own.n)
+
+
+@functools.lru_cache(maxsize=1024)
 def _nearest_level(confidence: float) -> int:
     """Index of the grid level nearest to ``confidence`` in log miss rate."""
     target = math.log(max(1.0 - confidence, 1e-12))
     return min(range(len(GRID)), key=lambda i: abs(math.log(1.0 - GRID[i]) - target))
+
+
+@functools.lru_cache(maxsize=1024)
+def _inv_cdf(confidence: float) -> float:
+    """The standard normal quantile at ``confidence``."""
+    return _NORMAL.inv_cdf(confidence)
+
+
+@functools.lru_cache(maxsize=256)
+def _chain_keys(shape: QueryShape) -> tuple[str, ...]:
+    """The keys of :meth:`QueryShape.chain`."""
+    return tuple(stand_in.key for stand_in in shape.chain())
+
+
+@functools.lru_cache(maxsize=1024)
+def _lookups(shape: QueryShape, count: int) -> tuple[tuple[str, int], ...]:
+    """The ``(population key, count)`` cells a term of ``shape`` and ``count`` reads, in order of
+    preference (per device kind): each stand-in of the chain, linked then replayed, the count
+    then all counts."""
+    return tuple((prefix + key, c) for key in _chain_keys(shape)
+                 for prefix, c in ((LINKED, count), ("", count), (LINKED, ALL), ("", ALL)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cells(shape: QueryShape, count: int, monotone: bool) -> tuple[tuple[QueryShape, int], ...]:
+    """The ``(shape, count)`` terms of a bound, the query's own last. Monotone: every count
+    ``0..k`` and every shape a nested query can have, so that adding a co-runner never lowers
+    the centre or the width; else the query's own alone."""
+    if not monotone:
+        return ((shape.idle if count == 0 else shape, count),)
+    cells = [(shape.idle, 0)] + [(s, j) for j in range(1, count + 1) for s in shape.nested()]
+    cells.sort(key=lambda cell: (cell[0] == shape and cell[1] == count))  # own cell last (stable)
+    return tuple(cells)

@@ -202,9 +202,10 @@ class AdmissionCalibration:
         for shape, predicted in [(record_shape(record), predicted_ms), *replays]:
             if not (math.isfinite(predicted) and predicted > 0):
                 continue
-            correction, factor = self.calibrator.factors(shape, kind, count, model, self.confidence)
+            # the answer as it would have been given, scored, then its outcome calibrated on
+            correction, factor, _ = self.calibrator.score(shape, kind, count, model, self.confidence,
+                                                          actual=actual, predicted=predicted)
             answered = predicted * correction if self.point_correction else predicted
             self.monitor.update(REPLAY, shape.key, kind, model, count, actual=actual, predicted=answered,
                                 covered=actual <= predicted * factor.upper_ms,
                                 calibrated=factor.source is not BoundSource.FALLBACK)
-            self.calibrator.add(shape, kind, count, model, actual=actual, predicted=predicted)
