@@ -126,6 +126,14 @@ def admission_queries(record: Record) -> list[tuple[QueryShape, Query]]:
     * its co-runners with their overlaps, no signals (when the record has signals).
     """
     own = record_shape(record)
+    n = len(record.co_runners)
+    wanted = []  # (shape, with overlaps): a query is built only for a shape asked
+    for shape, with_overlaps in ((QueryShape.of(n, 0, 0, signals=False), False),
+                                 (QueryShape.of(n, n, 0, signals=False), True)):
+        if shape != own and all(shape != s for s, _ in wanted):
+            wanted.append((shape, with_overlaps))
+    if not wanted:
+        return []
     base = {
         "device": record.device,
         "batch": record.batch,
@@ -133,20 +141,12 @@ def admission_queries(record: Record) -> list[tuple[QueryShape, Query]]:
         "co_runner_source": CoRunnerSource.EXPLICIT,
         "solo_latency_ms": record.solo_latency_ms,
     }
-    n = len(record.co_runners)
-    unknown = Query(co_runners=tuple(PlannedCoRunner(r.model, r.batch_size, r.attrs) for r in record.co_runners),
-                    **base)
-    with_overlaps = Query(
-        co_runners=tuple(PlannedCoRunner(r.model, r.batch_size, r.attrs, overlap=r.overlap)
-                         for r in record.co_runners),
-        **base,
-    )
-    out = []
-    for shape, query in ((QueryShape.of(n, 0, 0, signals=False), unknown),
-                         (QueryShape.of(n, n, 0, signals=False), with_overlaps)):
-        if shape != own and all(shape != s for s, _ in out):
-            out.append((shape, query))
-    return out
+    return [
+        (shape, Query(co_runners=tuple(PlannedCoRunner(r.model, r.batch_size, r.attrs,
+                                                       overlap=r.overlap if with_overlaps else None)
+                                       for r in record.co_runners), **base))
+        for shape, with_overlaps in wanted
+    ]
 
 
 class AdmissionCalibration:
