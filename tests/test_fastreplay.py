@@ -20,7 +20,8 @@ def _records():
     return list(itertools.islice(shipped, 600)) + list(synthetic_records(400, seed=3))
 
 
-@pytest.mark.parametrize("spec", ["rls:non_negative=False", "rls:features='fine',non_negative=False",
+@pytest.mark.parametrize("spec", ["rls", "rls:features='fine'", "rls:forgetting=0.95,delta=10.0",
+                                  "rls:non_negative=False", "rls:features='fine',non_negative=False",
                                   "rls:forgetting=0.95,delta=10.0,non_negative=False",
                                   "rls:features='coarse',log_target=False,non_negative=False"])
 def test_blockwise_replay_equals_the_reference(spec):
@@ -34,6 +35,7 @@ def test_blockwise_replay_equals_the_reference(spec):
     a, b = fast._models[""], slow._models[""]
     assert a.index.columns == b.index.columns and (a.n_updates, a.n_refused) == (b.n_updates, b.n_refused)
     np.testing.assert_allclose(a._weights, b._weights, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(a.predicting_weights(), b.predicting_weights(), rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(fast._scale[""], slow._scale[""], rtol=1e-9)
     assert (fast._seen, fast.n_learned, fast._slowdown_range) == (slow._seen, slow.n_learned, slow._slowdown_range)
 
