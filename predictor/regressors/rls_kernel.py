@@ -157,32 +157,35 @@ def _find_gain(s, c, w, mask, pinned, gain):  # pragma: no cover
         if mask[i] and w[i] < 0:
             active[k] = i
             k += 1
-    found = 0
     if not k:
-        return found
+        return 0
+    covariance = np.empty((d, d))  # c * S from its upper triangle, as RLS.covariance
+    for j in range(d):
+        for i in range(d):
+            covariance[i, j] = c * (s[i, j] if i <= j else s[j, i])
     moved = np.empty(d)
+    found = 0
     for _ in range(8):
         square = np.empty((k, k))
-        rows = np.empty((k, d))
-        for p in range(k):
-            i = active[p]
-            for j in range(d):  # the covariance c * S from its upper triangle
-                rows[p, j] = c * (s[i, j] if i <= j else s[j, i])
-            for q in range(k):
-                square[p, q] = rows[p, active[q]]
+        for q in range(k):
+            for p in range(k):
+                square[p, q] = covariance[active[p], active[q]]
         try:
-            solved = np.linalg.solve(square, rows)
-        except Exception:  # singular (or not finite): keep the last gain found
+            solved = np.linalg.solve(square, w[active[:k]])
+        except Exception:  # singular (or not finite): keep the last set found
             break
         if not np.isfinite(solved).all():
             break
-        for p in range(k):
-            pinned[p] = active[p]
-            for i in range(d):
-                gain[i, p] = solved[p, i]
         found = k
-        _projected(w, mask, pinned, gain, k, moved, False)
+        pinned[:k] = active[:k]
+        for i in range(d):  # w - P[:, A] solved, as dgemv: one dot product per row
+            acc = 0.0
+            for p in range(k):
+                acc += covariance[i, active[p]] * solved[p]
+            moved[i] = w[i] - acc
         more = 0
+        for p in range(k):
+            moved[active[p]] = 0.0
         for i in range(d):
             if mask[i] and moved[i] < 0:
                 more += 1
@@ -200,7 +203,37 @@ def _find_gain(s, c, w, mask, pinned, gain):  # pragma: no cover
                 n += 1
         k = n
         active[:k] = merged[:k]
-    return found
+    if not found:
+        return 0
+    k = found
+    free = np.empty(d - k, dtype=np.int64)
+    n = p = 0
+    for i in range(d):
+        if p < k and pinned[p] == i:
+            p += 1
+        else:
+            free[n] = i
+            n += 1
+    square = np.empty((k, k))
+    right = np.empty((k, d - k))
+    for p in range(k):
+        for q in range(k):
+            square[p, q] = covariance[pinned[p], pinned[q]]
+        for f in range(d - k):
+            right[p, f] = covariance[pinned[p], free[f]]
+    try:
+        rows = np.linalg.solve(square, right)
+    except Exception:
+        return 0
+    if not np.isfinite(rows).all():
+        return 0
+    for p in range(k):
+        for i in range(d):
+            gain[i, p] = 0.0
+        gain[pinned[p], p] = 1.0
+        for f in range(d - k):
+            gain[free[f], p] = rows[p, f]
+    return k
 
 
 @njit(cache=True, nogil=True, inline="always")
