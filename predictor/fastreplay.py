@@ -3,8 +3,10 @@
 :func:`~predictor.evaluation.run_prequential` calls
 :meth:`~predictor.predictors.base.LatencyPredictor.predict_learn_one` per
 record. For the ``rls`` predictor (one model, no clipping, no drift reset:
-its defaults) :func:`prequential_rls` does the same steps in another order of
-work, not of arithmetic:
+its defaults, the non-negative contention weights included) :func:`prequential_rls`
+does the same steps in another order of work, not of arithmetic; it is what
+``predictor replay --prequential`` and ``predictor evaluate --prequential`` run
+for such a predictor (``--reference``: record by record):
 
 1. per record, in stream order, the parts that depend only on the stream
    (features, the solo latency and plausible slowdown range at that point,
@@ -13,7 +15,8 @@ work, not of arithmetic:
    column that has its scale);
 2. per block of such records, every RLS step in one compiled call over the
    sparse rows (:func:`~predictor.regressors.rls_kernel.learn_sparse`), which also gives each
-   record's prediction before its own step;
+   record's prediction before its own step (from the projected weights) and its unconstrained fit
+   (for the running residual scale);
 3. a record that grows the model (a new feature name, a column's first
    non-zero value), and the first record, go through the reference
    ``predict_learn_one`` after the block before them is learned.

@@ -53,7 +53,7 @@ def test_fast_prequential_reads_a_log_and_falls_back_for_other_predictors(tmp_pa
         prequential_rls(create("rls:clip=2.0"), records)
 
 
-def test_replay_cli_fast_flag_gives_the_reference_summary(tmp_path):
+def test_replay_cli_compiled_default_gives_the_reference_summary(tmp_path):
     import json
 
     from predictor.cli import main
@@ -61,9 +61,10 @@ def test_replay_cli_fast_flag_gives_the_reference_summary(tmp_path):
     path = tmp_path / "log.jsonl.gz"
     write_records(path, _records()[:300])
     summaries = []
-    for extra in ([], ["--fast"]):
-        out = tmp_path / f"summary{len(extra)}.json"
+    for extra in (["--reference"], [], ["--fast"]):
+        out = tmp_path / f"summary{len(summaries)}.json"
         assert main(["replay", str(path), "--prequential", "--json", str(out), *extra]) == 0
         summaries.append(json.loads(out.read_text())["summary"])
-    assert summaries[0]["n"] == summaries[1]["n"] == 300
+    assert summaries[0]["n"] == summaries[1]["n"] == summaries[2]["n"] == 300
     assert summaries[1]["mape"] == pytest.approx(summaries[0]["mape"], rel=1e-9)
+    assert summaries[2] == summaries[1]
