@@ -133,11 +133,14 @@ def _projected(w, mask, pinned, gain, k, out, clip):  # pragma: no cover
     for i in range(d):
         out[i] = w[i]
     if k:
-        for i in range(d):  # as dgemv: one dot product per row
-            acc = 0.0
-            for p in range(k):
-                acc += gain[i, p] * w[pinned[p]]
-            out[i] = w[i] - acc
+        for i in range(d):
+            out[i] = 0.0
+        for p in range(k):  # gain @ w[pinned] column by column (contiguous, vectorised), then w minus it
+            wp = w[pinned[p]]
+            for i in range(d):
+                out[i] += gain[i, p] * wp
+        for i in range(d):
+            out[i] = w[i] - out[i]
         for p in range(k):
             out[pinned[p]] = 0.0
     if clip:
