@@ -14,7 +14,7 @@ for such a predictor (``--reference``: record by record):
    model need not grow for them (every name known, a non-zero value only in a
    column that has its scale);
 2. per block of such records, every RLS step in one compiled call over the
-   sparse rows (:func:`~predictor.regressors.rls_kernel.learn_sparse`), which also gives each
+   sparse rows (:func:`~predictor.regressors.rls_kernel.learn_sparse_fits`), which also gives each
    record's prediction before its own step (from the projected weights) and its unconstrained fit
    (for the running residual scale);
 3. a record that grows the model (a new feature name, a column's first
@@ -57,7 +57,7 @@ def supports(predictor: LatencyPredictor) -> bool:
 
 def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: int = BLOCK) -> Scored:
     """:func:`~predictor.evaluation.run_prequential` of ``predictor`` (see :func:`supports`), blockwise."""
-    from predictor.regressors.rls_kernel import learn_sparse
+    from predictor.regressors.rls_kernel import learn_sparse_fits
 
     if not supports(predictor):
         raise ValueError("the blockwise replay takes rls with split_by=None, clip=0 and drift_reset=False")
@@ -75,8 +75,8 @@ def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: i
         model = predictor._models[key]
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum([r.size for r in rows], out=offsets[1:])
-        raw, fits = learn_sparse(model, offsets, np.concatenate(rows), np.concatenate(values),
-                                 np.asarray(targets))
+        raw, fits = learn_sparse_fits(model, offsets, np.concatenate(rows), np.concatenate(values),
+                                      np.asarray(targets))
         scale, seen = predictor._scale.get(key), predictor._seen.get(key, 0)
         for value, fit, target, (solo, low, high) in zip(raw.tolist(), fits.tolist(), targets, bounds,
                                                          strict=True):

@@ -360,7 +360,8 @@ def learn_rows(model: RLS, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:
 
 
 def learn_rows_fits(model: RLS, rows: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`learn_rows`, also returning each row's unconstrained fit ``x'w`` before its step."""
+    """:func:`learn_rows`, also returning each row's unconstrained fit ``x'w`` before its step
+    (the same as the prediction unless ``non_negative_contention``)."""
     rows = np.ascontiguousarray(rows, dtype=float)
     targets = np.ascontiguousarray(targets, dtype=float)
     d = model._weights.size
@@ -376,13 +377,20 @@ def learn_rows_fits(model: RLS, rows: np.ndarray, targets: np.ndarray) -> tuple[
 
 
 def learn_sparse(model: RLS, offsets: np.ndarray, positions: np.ndarray, values: np.ndarray,
-                 targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`learn_rows_fits` of sparse rows: row ``t`` has ``values[offsets[t]:offsets[t + 1]]`` (raw, not
+                 targets: np.ndarray) -> np.ndarray:
+    """:func:`learn_rows` of sparse rows: row ``t`` has ``values[offsets[t]:offsets[t + 1]]`` (raw, not
     scaled) at columns ``positions[...]`` (from the model's index; column 0, the intercept, implied).
 
     Every row must fit the model as it is: no new column, and a non-zero value only where the
-    column has its scale (see :func:`scaled_row`). Returns the predictions and the unconstrained fits.
+    column has its scale (see :func:`scaled_row`). Returns each row's prediction before its step.
     """
+    return learn_sparse_fits(model, offsets, positions, values, targets)[0]
+
+
+def learn_sparse_fits(model: RLS, offsets: np.ndarray, positions: np.ndarray, values: np.ndarray,
+                      targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`learn_sparse`, also returning each row's unconstrained fit ``x'w`` before its step
+    (the same as the prediction unless ``non_negative_contention``)."""
     predictions, fits = np.empty(targets.size), np.empty(targets.size)
     if not targets.size:
         return predictions, fits
