@@ -68,3 +68,22 @@ def test_replay_cli_compiled_default_gives_the_reference_summary(tmp_path):
     assert summaries[0]["n"] == summaries[1]["n"] == summaries[2]["n"] == 300
     assert summaries[1]["mape"] == pytest.approx(summaries[0]["mape"], rel=1e-9)
     assert summaries[2] == summaries[1]
+
+
+def test_evaluate_prequential_gives_the_reference_summaries(tmp_path):
+    """``predictor evaluate --prequential`` learns rls in compiled blocks: the record-by-record summary."""
+    import json
+
+    from predictor.cli import main
+    from predictor.evaluation import summarize
+
+    records = _records()[:300]
+    path, out = tmp_path / "log.jsonl.gz", tmp_path / "out.json"
+    write_records(path, records)
+    specs = ("rls", "rls:features='fine'", "rls:split_by='model'")
+    assert main(["evaluate", str(path), "--predictors", ",".join(specs), "--prequential", "--json", str(out)]) == 0
+    got = json.loads(out.read_text())["datasets"]["log"]["predictors"]
+    for spec in specs:
+        expected = summarize(run_prequential(create(spec), read_records(path)[0]))
+        assert got[spec]["n"] == expected["n"] == 300
+        assert got[spec]["mape"] == pytest.approx(expected["mape"], rel=1e-9)
