@@ -3,8 +3,10 @@
 :func:`~predictor.evaluation.run_prequential` calls
 :meth:`~predictor.predictors.base.LatencyPredictor.predict_learn_one` per
 record. For the ``rls`` predictor (one model, no clipping, no drift reset:
-its defaults) :func:`prequential_rls` does the same steps in another order of
-work, not of arithmetic:
+its defaults, the non-negative contention weights included) :func:`prequential_rls`
+does the same steps in another order of work, not of arithmetic; it is what
+``predictor replay --prequential`` and ``predictor evaluate --prequential`` run
+for such a predictor (``--reference``: record by record):
 
 1. per record, in stream order, the parts that depend only on the stream
    (features, the solo latency and plausible slowdown range at that point,
@@ -12,8 +14,9 @@ work, not of arithmetic:
    model need not grow for them (every name known, a non-zero value only in a
    column that has its scale);
 2. per block of such records, every RLS step in one compiled call over the
-   sparse rows (:func:`~predictor.regressors.rls_kernel.learn_sparse`), which also gives each
-   record's prediction before its own step;
+   sparse rows (:func:`~predictor.regressors.rls_kernel.learn_sparse_fits`), which also gives each
+   record's prediction before its own step (from the projected weights) and its unconstrained fit
+   (for the running residual scale);
 3. a record that grows the model (a new feature name, a column's first
    non-zero value), and the first record, go through the reference
    ``predict_learn_one`` after the block before them is learned.
@@ -46,20 +49,18 @@ BLOCK = 256
 
 
 def supports(predictor: LatencyPredictor) -> bool:
-    """Whether :func:`prequential_rls` applies: ``rls`` with one model, no clipping, no drift reset,
-    and unconstrained weights (``non_negative=False``: the compiled kernel does not project the
-    contention weights; the constrained default replays through the reference path)."""
+    """Whether :func:`prequential_rls` applies: ``rls`` with one model, no clipping and no drift reset
+    (its defaults; the non-negative projection of the contention weights is compiled too)."""
     return (type(predictor) is RlsPredictor and predictor.split_by is None and not predictor.clip
-            and not predictor.drift_reset and not predictor.non_negative)
+            and not predictor.drift_reset)
 
 
 def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: int = BLOCK) -> Scored:
     """:func:`~predictor.evaluation.run_prequential` of ``predictor`` (see :func:`supports`), blockwise."""
-    from predictor.regressors.rls_kernel import learn_sparse
+    from predictor.regressors.rls_kernel import learn_sparse_fits
 
     if not supports(predictor):
-        raise ValueError("the blockwise replay takes rls with split_by=None, clip=0, drift_reset=False "
-                         "and non_negative=False")
+        raise ValueError("the blockwise replay takes rls with split_by=None, clip=0 and drift_reset=False")
     scored = Scored()
     key = ""
     rows: list[np.ndarray] = []  # the column positions of each pending record's features
@@ -74,15 +75,16 @@ def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: i
         model = predictor._models[key]
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum([r.size for r in rows], out=offsets[1:])
-        raw = learn_sparse(model, offsets, np.concatenate(rows), np.concatenate(values),
-                           np.asarray(targets)).tolist()
+        raw, fits = learn_sparse_fits(model, offsets, np.concatenate(rows), np.concatenate(values),
+                                      np.asarray(targets))
         scale, seen = predictor._scale.get(key), predictor._seen.get(key, 0)
-        for value, target, (solo, low, high) in zip(raw, targets, bounds, strict=True):
+        for value, fit, target, (solo, low, high) in zip(raw.tolist(), fits.tolist(), targets, bounds,
+                                                         strict=True):
             slowdown = math.exp(min(value, 10.0)) if predictor.log_target else value
             if not math.isfinite(slowdown):
                 slowdown = 1.0
             scored.predicted.append(solo * min(max(slowdown, low), high))
-            residual = abs(target - value)
+            residual = abs(target - fit)  # the unconstrained fit's, as RlsPredictor._learn_vector
             scale = 0.98 * (residual if scale is None else scale) + 0.02 * residual
         predictor._scale[key] = scale  # type: ignore[assignment]
         predictor._seen[key] = seen + len(rows)

@@ -20,7 +20,8 @@ def _records():
     return list(itertools.islice(shipped, 600)) + list(synthetic_records(400, seed=3))
 
 
-@pytest.mark.parametrize("spec", ["rls:non_negative=False", "rls:features='fine',non_negative=False",
+@pytest.mark.parametrize("spec", ["rls", "rls:features='fine'", "rls:forgetting=0.95,delta=10.0",
+                                  "rls:non_negative=False", "rls:features='fine',non_negative=False",
                                   "rls:forgetting=0.95,delta=10.0,non_negative=False",
                                   "rls:features='coarse',log_target=False,non_negative=False"])
 def test_blockwise_replay_equals_the_reference(spec):
@@ -34,6 +35,7 @@ def test_blockwise_replay_equals_the_reference(spec):
     a, b = fast._models[""], slow._models[""]
     assert a.index.columns == b.index.columns and (a.n_updates, a.n_refused) == (b.n_updates, b.n_refused)
     np.testing.assert_allclose(a._weights, b._weights, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(a.predicting_weights(), b.predicting_weights(), rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(fast._scale[""], slow._scale[""], rtol=1e-9)
     assert (fast._seen, fast.n_learned, fast._slowdown_range) == (slow._seen, slow.n_learned, slow._slowdown_range)
 
@@ -51,7 +53,7 @@ def test_fast_prequential_reads_a_log_and_falls_back_for_other_predictors(tmp_pa
         prequential_rls(create("rls:clip=2.0"), records)
 
 
-def test_replay_cli_fast_flag_gives_the_reference_summary(tmp_path):
+def test_replay_cli_compiled_default_gives_the_reference_summary(tmp_path):
     import json
 
     from predictor.cli import main
@@ -59,9 +61,29 @@ def test_replay_cli_fast_flag_gives_the_reference_summary(tmp_path):
     path = tmp_path / "log.jsonl.gz"
     write_records(path, _records()[:300])
     summaries = []
-    for extra in ([], ["--fast"]):
-        out = tmp_path / f"summary{len(extra)}.json"
+    for extra in (["--reference"], [], ["--fast"]):
+        out = tmp_path / f"summary{len(summaries)}.json"
         assert main(["replay", str(path), "--prequential", "--json", str(out), *extra]) == 0
         summaries.append(json.loads(out.read_text())["summary"])
-    assert summaries[0]["n"] == summaries[1]["n"] == 300
+    assert summaries[0]["n"] == summaries[1]["n"] == summaries[2]["n"] == 300
     assert summaries[1]["mape"] == pytest.approx(summaries[0]["mape"], rel=1e-9)
+    assert summaries[2] == summaries[1]
+
+
+def test_evaluate_prequential_gives_the_reference_summaries(tmp_path):
+    """``predictor evaluate --prequential`` learns rls in compiled blocks: the record-by-record summary."""
+    import json
+
+    from predictor.cli import main
+    from predictor.evaluation import summarize
+
+    records = _records()[:300]
+    path, out = tmp_path / "log.jsonl.gz", tmp_path / "out.json"
+    write_records(path, records)
+    specs = ("rls", "rls:features='fine'", "rls:split_by='model'")
+    assert main(["evaluate", str(path), "--predictors", ",".join(specs), "--prequential", "--json", str(out)]) == 0
+    got = json.loads(out.read_text())["datasets"]["log"]["predictors"]
+    for spec in specs:
+        expected = summarize(run_prequential(create(spec), read_records(path)[0]))
+        assert got[spec]["n"] == expected["n"] == 300
+        assert got[spec]["mape"] == pytest.approx(expected["mape"], rel=1e-9)

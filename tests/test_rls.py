@@ -118,3 +118,41 @@ def test_unscaled_no_forgetting_equals_plain_ridge(data, delta):
     reference = np.linalg.solve(design.T @ design + np.eye(d + 1) / delta, design.T @ target)
     learned = np.array([rls.weights["intercept"]] + [rls.weights.get(f"x{i}", 0.0) for i in range(d)])
     np.testing.assert_allclose(learned, reference, rtol=1e-5, atol=1e-5 * (1 + np.abs(reference).max()))
+
+
+def _projection_by_full_solves(model: RLS) -> np.ndarray:
+    """The projection as first defined: the whole gain ``P[:, A] P[A, A]^-1`` solved for every candidate set."""
+    mask, weights, covariance = model._constrained_columns(), model._weights, model.covariance
+    active, found = np.flatnonzero(mask & (weights < 0)), None
+    for _ in range(8) if active.size else ():
+        matrix = np.linalg.solve(covariance[np.ix_(active, active)], covariance[active, :]).T
+        found = (active, matrix)
+        moved = weights - matrix @ weights[active]
+        moved[active] = 0.0
+        more = np.flatnonzero(mask & (moved < 0))
+        if not more.size:
+            break
+        active = np.union1d(active, more)
+    projected = weights.copy()
+    if found is not None:
+        projected = weights - found[1] @ weights[found[0]]
+        projected[found[0]] = 0.0
+    return np.where(mask, np.maximum(projected, 0.0), projected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), width=st.integers(2, 24), contention=st.integers(1, 24),
+       n=st.integers(32, 200), forgetting=st.sampled_from([1.0, 0.998, 0.95]))
+def test_the_projection_equals_the_constrained_solution_by_full_solves(seed, width, contention, n, forgetting):
+    """The gain search with one right-hand side per candidate set, and the gain solved only on the
+    rows outside the pinned set, gives the projection of the search with whole gains."""
+    rng = np.random.default_rng(seed)
+    names = [f"co:f{i}" if i < contention else f"f{i}" for i in range(width)]
+    model = RLS(forgetting, 1.0, non_negative_contention=True)
+    values = rng.normal(size=(n, width))
+    targets = values @ rng.normal(size=width) - values.sum(axis=1) + 0.3 * rng.normal(size=n)
+    for row, target in zip(values, targets, strict=True):
+        model.learn_one(dict(zip(names, row.tolist(), strict=True)), float(target))
+    model._gain = model._find_gain(model._constrained_columns())  # the pinned set of the current weights
+    model.__dict__.pop("_projected", None)
+    np.testing.assert_allclose(model.predicting_weights(), _projection_by_full_solves(model), rtol=1e-9, atol=1e-12)

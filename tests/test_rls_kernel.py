@@ -22,6 +22,7 @@ def _reference(model: RLS, names, values, targets) -> np.ndarray:
 
 def _assert_same(a: RLS, b: RLS) -> None:
     assert (a.n_updates, a.n_refused, a.index.columns) == (b.n_updates, b.n_refused, b.index.columns)
+    assert a.__dict__.get("n_resets", 0) == b.__dict__.get("n_resets", 0)
     np.testing.assert_allclose(a._weights, b._weights, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(a.covariance, b.covariance, rtol=1e-9, atol=1e-9 * max(1.0, b.delta))
     np.testing.assert_allclose([a._scale, a._trace_s], [b._scale, b._trace_s], rtol=1e-9)
@@ -56,6 +57,32 @@ def test_block_kernel_equals_reference_on_random_streams(stream, forgetting, del
     expected = _reference(slow, names, values, targets)
     _assert_same(fast, slow)
     np.testing.assert_allclose(predicted, expected, rtol=1e-9, atol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(stream=streams(), forgetting=st.sampled_from([1.0, 0.998, 0.95]), delta=st.sampled_from([0.01, 1.0, 100.0]),
+       block=st.integers(1, 80), contention=st.integers(1, 14), long=st.booleans())
+def test_block_kernel_projects_like_the_reference_on_random_streams(stream, forgetting, delta, block, contention,
+                                                                     long):
+    """With ``non_negative_contention``: the same predictions (from the projected weights), the same
+    pinned set and gain, searched anew every PROJECT_EVERY updates inside the compiled run."""
+    names, values, targets = stream
+    names = tuple(f"co:{name}" if i < contention else name for i, name in enumerate(names))
+    if long:  # several searches of the pinned set
+        values, targets = np.tile(values, (4, 1)), np.tile(targets, 4)
+    targets = targets - values.sum(axis=1)  # pushes the contention weights below 0
+    fast, slow = (RLS(forgetting, delta, non_negative_contention=True) for _ in range(2))
+    predicted = np.concatenate([learn_block(fast, names, values[i : i + block], targets[i : i + block])
+                                for i in range(0, len(values), block)])
+    expected = _reference(slow, names, values, targets)
+    _assert_same(fast, slow)
+    np.testing.assert_allclose(predicted, expected, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(fast.predicting_weights(), slow.predicting_weights(), rtol=1e-9, atol=1e-9)
+    gains = [m.__dict__.get("_gain") for m in (fast, slow)]
+    assert (gains[0] is None) == (gains[1] is None)
+    if gains[1] is not None:
+        np.testing.assert_array_equal(gains[0][0], gains[1][0])
+        np.testing.assert_allclose(gains[0][1], gains[1][1], rtol=1e-9, atol=1e-9)
 
 
 def test_kernel_refuses_a_non_finite_step_and_reopens_lost_definiteness_like_the_reference():

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from predictor.cli.evaluate import add_protocol_arguments, protocol_label, results_table, score
 from predictor.evaluation import run_prequential, summarize
+from predictor.fastreplay import fast_prequential
 from predictor.logio import ReadReport, iter_records, read_records
 from predictor.predictors import create
 from predictor.progress import progress_bar
@@ -21,8 +22,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("log", help="coloc/v1 log (.jsonl or .jsonl.gz)")
     parser.add_argument("--predictor", default="rls", help="name or name:key=value,... (default rls)")
     add_protocol_arguments(parser)
-    parser.add_argument("--fast", action="store_true",
-                        help="with --prequential: learn rls in compiled blocks (same results within 1e-9)")
+    parser.add_argument("--reference", action="store_true",
+                        help="with --prequential: learn record by record in Python, never in compiled blocks "
+                        "(by default rls, split_by/clip/drift_reset unset, learns in compiled blocks: the same "
+                        "results within 1e-9)")
+    parser.add_argument("--fast", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for scripts
     parser.add_argument("--json", dest="json_out", help="write the summary as JSON here")
     parser.set_defaults(func=run)
 
@@ -32,14 +36,12 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     report = ReadReport()
     if args.prequential:  # a stream: never held in memory
-        if args.fast:
-            from predictor.fastreplay import fast_prequential
-
-            scored = fast_prequential(args.log, args.predictor, seed=args.seed, tolerant=args.tolerant,
-                                      report=report)
-        else:
+        if args.reference:
             records = iter_records(args.log, tolerant=args.tolerant, report=report)
             scored = run_prequential(create(args.predictor, seed=args.seed), records)
+        else:
+            scored = fast_prequential(args.log, args.predictor, seed=args.seed, tolerant=args.tolerant,
+                                      report=report)
         loaded = started
     else:
         records, report = read_records(args.log, tolerant=args.tolerant)

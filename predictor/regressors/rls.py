@@ -262,29 +262,48 @@ class RLS:
         return weights
 
     def _find_gain(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The pinned set ``A`` of the projection and its gain ``P[:, A] P[A, A]^-1``."""
+        """The pinned set ``A`` of the projection and its gain ``P[:, A] P[A, A]^-1``.
+
+        The search needs only the moved weights ``w - P[:, A] P[A, A]^-1 w[A]`` (one solve with one
+        right-hand side per candidate set); the gain is computed once, for the set found, and only
+        on the rows outside it (its rows in ``A`` are the identity's: the projection sets ``w[A]`` to 0
+        whatever they hold). The compiled kernel (:func:`predictor.regressors.rls_kernel._find_gain`)
+        follows the same steps.
+        """
         weights = self._weights
         active = np.flatnonzero(mask & (weights < 0))
         none = (np.zeros(0, dtype=np.intp), np.zeros((weights.size, 0)))
         if not active.size:
             return none
         covariance = self.covariance
-        found = none
+        pinned = None
         for _ in range(8):
             try:
-                matrix = np.linalg.solve(covariance[np.ix_(active, active)], covariance[active, :]).T
+                solved = np.linalg.solve(covariance[np.ix_(active, active)], weights[active])
             except np.linalg.LinAlgError:
                 break
-            if not np.isfinite(matrix).all():
+            if not np.isfinite(solved).all():
                 break
-            found = (active, matrix)
-            moved = weights - matrix @ weights[active]
+            pinned = active
+            moved = weights - covariance[:, active] @ solved
             moved[active] = 0.0
             more = np.flatnonzero(mask & (moved < 0))
             if not more.size:
                 break
             active = np.union1d(active, more)
-        return found
+        if pinned is None:
+            return none
+        free = np.setdiff1d(np.arange(weights.size), pinned)
+        try:
+            rows = np.linalg.solve(covariance[np.ix_(pinned, pinned)], covariance[np.ix_(pinned, free)])
+        except np.linalg.LinAlgError:
+            return none
+        if not np.isfinite(rows).all():
+            return none
+        matrix = np.zeros((weights.size, pinned.size))
+        matrix[free] = rows.T
+        matrix[pinned, np.arange(pinned.size)] = 1.0
+        return pinned, matrix
 
     def predict_vector(self, vector: np.ndarray) -> float:
         """Prediction for a scaled vector from :meth:`vectorize`."""

@@ -44,15 +44,16 @@ import math
 import numpy as np
 from numba import njit
 
-from predictor.regressors.rls import RESCALE_ABOVE, RLS
+from predictor.regressors.rls import PROJECT_EVERY, RESCALE_ABOVE, RLS
 
-# state vector layout: scale c, trace of S, updates, refused
-_C, _TRACE, _UPDATES, _REFUSED = 0, 1, 2, 3
+# state vector layout: scale c, trace of S, updates, refused, resets (all absolute), pinned columns of the gain
+_C, _TRACE, _UPDATES, _REFUSED, _RESETS, _PINNED = 0, 1, 2, 3, 4, 5
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _step(s, w, state, x, target, lam, delta, bound, rescale_above, sx, new_w):  # pragma: no cover
-    """The reference ``learn_vector`` of one scaled row ``x``; returns its prediction before the step."""
+    """The reference ``learn_vector`` of one scaled row ``x``; returns its prediction ``x'w`` before the step
+    and whether the step was taken."""
     d = w.size
     c = state[_C]
     # sx = S x over the upper triangle (column by column, as reference dsymv)
@@ -82,9 +83,10 @@ def _step(s, w, state, x, target, lam, delta, bound, rescale_above, sx, new_w): 
             finite = False
     if not finite:
         state[_REFUSED] += 1.0
-        return xw
+        return xw, False
     if quad < 0:  # lost definiteness: re-open P = delta * I, keep the weights
         state[_REFUSED] += 1.0
+        state[_RESETS] += 1.0
         for j in range(d):
             for i in range(d):
                 s[i, j] = 0.0
@@ -93,7 +95,7 @@ def _step(s, w, state, x, target, lam, delta, bound, rescale_above, sx, new_w): 
         state[_TRACE] = delta * d
         if state[_C] * state[_TRACE] > bound:
             state[_C] = bound / state[_TRACE]
-        return xw
+        return xw, False
     for i in range(d):
         w[i] = new_w[i]
     alpha = -c / denominator
@@ -120,27 +122,165 @@ def _step(s, w, state, x, target, lam, delta, bound, rescale_above, sx, new_w): 
     state[_C] = c
     state[_TRACE] = trace
     state[_UPDATES] += 1.0
-    return xw
+    return xw, True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _projected(w, mask, pinned, gain, k, out, clip):  # pragma: no cover
+    """``out`` = the reference ``predicting_weights``: ``w - gain @ w[pinned]``, the pinned
+    columns at 0 (``k`` pinned columns), then with ``clip`` every constrained weight clipped at 0."""
+    d = w.size
+    for i in range(d):
+        out[i] = w[i]
+    if k:
+        for i in range(d):
+            out[i] = 0.0
+        for p in range(k):  # gain @ w[pinned] column by column (contiguous, vectorised), then w minus it
+            wp = w[pinned[p]]
+            for i in range(d):
+                out[i] += gain[i, p] * wp
+        for i in range(d):
+            out[i] = w[i] - out[i]
+        for p in range(k):
+            out[pinned[p]] = 0.0
+    if clip:
+        for i in range(d):
+            if mask[i] and out[i] < 0.0:
+                out[i] = 0.0
 
 
 @njit(cache=True, nogil=True)
-def _rls_rows(s, w, state, rows, targets, lam, delta, bound, rescale_above, predictions):  # pragma: no cover
-    """:func:`_step` of every row of ``rows`` in order."""
+def _find_gain(s, c, w, mask, pinned, gain):  # pragma: no cover
+    """The reference ``RLS._find_gain``: writes the pinned set into ``pinned`` and its gain
+    ``P[:, A] P[A, A]^-1`` into the first columns of ``gain``; returns how many are pinned."""
+    d = w.size
+    active = np.empty(d, dtype=np.int64)
+    k = 0
+    for i in range(d):
+        if mask[i] and w[i] < 0:
+            active[k] = i
+            k += 1
+    if not k:
+        return 0
+    covariance = np.empty((d, d))  # c * S from its upper triangle, as RLS.covariance
+    for j in range(d):
+        for i in range(d):
+            covariance[i, j] = c * (s[i, j] if i <= j else s[j, i])
+    moved = np.empty(d)
+    found = 0
+    for _ in range(8):
+        square = np.empty((k, k))
+        for q in range(k):
+            for p in range(k):
+                square[p, q] = covariance[active[p], active[q]]
+        try:
+            solved = np.linalg.solve(square, w[active[:k]])
+        except Exception:  # singular (or not finite): keep the last set found
+            break
+        if not np.isfinite(solved).all():
+            break
+        found = k
+        pinned[:k] = active[:k]
+        for i in range(d):  # w - P[:, A] solved, as dgemv: one dot product per row
+            acc = 0.0
+            for p in range(k):
+                acc += covariance[i, active[p]] * solved[p]
+            moved[i] = w[i] - acc
+        more = 0
+        for p in range(k):
+            moved[active[p]] = 0.0
+        for i in range(d):
+            if mask[i] and moved[i] < 0:
+                more += 1
+        if not more:
+            break
+        merged = np.empty(k + more, dtype=np.int64)  # the union, sorted
+        p = n = 0
+        for i in range(d):
+            if p < k and active[p] == i:
+                merged[n] = i
+                n += 1
+                p += 1
+            elif mask[i] and moved[i] < 0:
+                merged[n] = i
+                n += 1
+        k = n
+        active[:k] = merged[:k]
+    if not found:
+        return 0
+    k = found
+    free = np.empty(d - k, dtype=np.int64)
+    n = p = 0
+    for i in range(d):
+        if p < k and pinned[p] == i:
+            p += 1
+        else:
+            free[n] = i
+            n += 1
+    square = np.empty((k, k))
+    right = np.empty((k, d - k))
+    for p in range(k):
+        for q in range(k):
+            square[p, q] = covariance[pinned[p], pinned[q]]
+        for f in range(d - k):
+            right[p, f] = covariance[pinned[p], free[f]]
+    try:
+        rows = np.linalg.solve(square, right)
+    except Exception:
+        return 0
+    if not np.isfinite(rows).all():
+        return 0
+    for p in range(k):
+        for i in range(d):
+            gain[i, p] = 0.0
+        gain[pinned[p], p] = 1.0
+        for f in range(d - k):
+            gain[free[f], p] = rows[p, f]
+    return k
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _learn(s, w, state, x, target, lam, delta, bound, rescale_above, sx, new_w, mask, pinned, gain,
+           project_every, projected):  # pragma: no cover
+    """:func:`_step` of one row with, where ``mask`` is non-empty (``non_negative_contention``), the
+    prediction from the projected weights and the gain searched anew every ``project_every`` updates;
+    returns the prediction and ``x'w`` (the unconstrained fit)."""
+    d = w.size
+    prediction = 0.0
+    if mask.size:
+        _projected(w, mask, pinned, gain, int(state[_PINNED]), projected, True)
+        for i in range(d):
+            prediction += x[i] * projected[i]
+    xw, taken = _step(s, w, state, x, target, lam, delta, bound, rescale_above, sx, new_w)
+    if not mask.size:
+        return xw, xw
+    if taken and int(state[_UPDATES]) % project_every == 0:
+        state[_PINNED] = _find_gain(s, state[_C], w, mask, pinned, gain)
+    return prediction, xw
+
+
+@njit(cache=True, nogil=True)
+def _rls_rows(s, w, state, rows, targets, lam, delta, bound, rescale_above, mask, pinned, gain, project_every,
+              predictions, fits):  # pragma: no cover
+    """:func:`_learn` of every row of ``rows`` in order."""
     d = w.size
     sx = np.empty(d)
     new_w = np.empty(d)
+    projected = np.empty(d)
     for t in range(rows.shape[0]):
-        predictions[t] = _step(s, w, state, rows[t], targets[t], lam, delta, bound, rescale_above, sx, new_w)
+        predictions[t], fits[t] = _learn(s, w, state, rows[t], targets[t], lam, delta, bound, rescale_above, sx,
+                                         new_w, mask, pinned, gain, project_every, projected)
 
 
 @njit(cache=True, nogil=True)
 def _rls_sparse(s, w, state, scale, offsets, positions, values, targets, lam, delta, bound, rescale_above,
-                predictions):  # pragma: no cover
-    """:func:`_step` of every sparse row (``positions``/``values`` of row ``t`` in
+                mask, pinned, gain, project_every, predictions, fits):  # pragma: no cover
+    """:func:`_learn` of every sparse row (``positions``/``values`` of row ``t`` in
     ``offsets[t]:offsets[t + 1]``, column 0 implied) scaled as ``RLS.vectorize`` scales it."""
     d = w.size
     sx = np.empty(d)
     new_w = np.empty(d)
+    projected = np.empty(d)
     x = np.zeros(d)
     for t in range(offsets.size - 1):
         for i in range(d):
@@ -149,11 +289,62 @@ def _rls_sparse(s, w, state, scale, offsets, positions, values, targets, lam, de
         for k in range(offsets[t], offsets[t + 1]):
             p = positions[k]
             x[p] = values[k] / scale[p] if scale[p] > 0 else 0.0
-        predictions[t] = _step(s, w, state, x, targets[t], lam, delta, bound, rescale_above, sx, new_w)
+        predictions[t], fits[t] = _learn(s, w, state, x, targets[t], lam, delta, bound, rescale_above, sx, new_w,
+                                         mask, pinned, gain, project_every, projected)
+
+
+class _Run:
+    """A model's state as the kernels take it (:meth:`arguments`), and written back (:meth:`finish`)."""
+
+    def __init__(self, model: RLS):
+        self.model = model
+        if not model._s.flags.f_contiguous:
+            model._s = np.asfortranarray(model._s)
+        d = model._weights.size
+        self.weights = np.array(model._weights, dtype=float)  # learn_vector rebinds, never mutates, the weights
+        self.state = np.array([model._scale, model._trace_s, model.n_updates, model.n_refused,
+                               model.__dict__.get("n_resets", 0), 0.0])
+        self.constrained = bool(model.__dict__.get("non_negative_contention", False))
+        if self.constrained:
+            self.mask = model._constrained_columns()
+            self.pinned = np.zeros(d, dtype=np.int64)
+            self.gain = np.zeros((d, d), order="F")
+            found = model.__dict__.get("_gain")
+            if found is not None and found[0].size:
+                active, matrix = found
+                k = active.size
+                self.pinned[:k] = active
+                self.gain[: matrix.shape[0], :k] = matrix  # rows of columns added since: no covariance, 0
+                self.state[_PINNED] = k
+        else:
+            self.mask = np.zeros(0, dtype=bool)
+            self.pinned = np.zeros(0, dtype=np.int64)
+            self.gain = np.zeros((0, 0), order="F")
+
+    def arguments(self) -> tuple:
+        """The kernels' arguments after the rows: the learning constants and the projection's state."""
+        model = self.model
+        return (float(model.forgetting), float(model.delta), float(model.trace_bound), RESCALE_ABOVE,
+                self.mask, self.pinned, self.gain, PROJECT_EVERY)
+
+    def finish(self) -> None:
+        """Write the learned state back into the model."""
+        model, state = self.model, self.state
+        model._weights = self.weights
+        model._scale, model._trace_s = float(state[_C]), float(state[_TRACE])
+        updates, refused, resets = int(state[_UPDATES]), int(state[_REFUSED]), int(state[_RESETS])
+        if self.constrained and updates // PROJECT_EVERY != model.n_updates // PROJECT_EVERY:
+            k = int(state[_PINNED])
+            model._gain = (self.pinned[:k].astype(np.intp), np.array(self.gain[:, :k]))
+        model.n_updates, model.n_refused = updates, refused
+        if resets != model.__dict__.get("n_resets", 0):
+            model.n_resets = resets
+        model.__dict__.pop("_projected", None)
 
 
 def learn_rows(model: RLS, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """:meth:`RLS.learn_vector` of each scaled row in order; returns each row's prediction before its step.
+    """:meth:`RLS.learn_vector` of each scaled row in order; returns each row's prediction before its step
+    (:meth:`RLS.predict_vector`: with ``non_negative_contention``, from the projected weights).
 
     Parameters
     ----------
@@ -165,25 +356,24 @@ def learn_rows(model: RLS, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:
     targets
         ``n`` targets.
     """
+    return learn_rows_fits(model, rows, targets)[0]
+
+
+def learn_rows_fits(model: RLS, rows: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`learn_rows`, also returning each row's unconstrained fit ``x'w`` before its step
+    (the same as the prediction unless ``non_negative_contention``)."""
     rows = np.ascontiguousarray(rows, dtype=float)
     targets = np.ascontiguousarray(targets, dtype=float)
     d = model._weights.size
     if rows.ndim != 2 or rows.shape[1] != d or targets.shape != (rows.shape[0],):
         raise ValueError(f"rows must be n x {d} with n targets, got {rows.shape} and {targets.shape}")
-    predictions = np.empty(rows.shape[0])
+    predictions, fits = np.empty(rows.shape[0]), np.empty(rows.shape[0])
     if not rows.shape[0]:
-        return predictions
-    if not model._s.flags.f_contiguous:
-        model._s = np.asfortranarray(model._s)
-    weights = np.array(model._weights, dtype=float)  # learn_vector rebinds, never mutates, the weights
-    state = np.array([model._scale, model._trace_s, 0.0, 0.0])
-    _rls_rows(model._s, weights, state, rows, targets, float(model.forgetting), float(model.delta),
-              float(model.trace_bound), RESCALE_ABOVE, predictions)
-    model._weights = weights
-    model._scale, model._trace_s = float(state[_C]), float(state[_TRACE])
-    model.n_updates += int(state[_UPDATES])
-    model.n_refused += int(state[_REFUSED])
-    return predictions
+        return predictions, fits
+    run = _Run(model)
+    _rls_rows(model._s, run.weights, run.state, rows, targets, *run.arguments(), predictions, fits)
+    run.finish()
+    return predictions, fits
 
 
 def learn_sparse(model: RLS, offsets: np.ndarray, positions: np.ndarray, values: np.ndarray,
@@ -192,24 +382,24 @@ def learn_sparse(model: RLS, offsets: np.ndarray, positions: np.ndarray, values:
     scaled) at columns ``positions[...]`` (from the model's index; column 0, the intercept, implied).
 
     Every row must fit the model as it is: no new column, and a non-zero value only where the
-    column has its scale (see :func:`scaled_row`).
+    column has its scale (see :func:`scaled_row`). Returns each row's prediction before its step.
     """
-    predictions = np.empty(targets.size)
+    return learn_sparse_fits(model, offsets, positions, values, targets)[0]
+
+
+def learn_sparse_fits(model: RLS, offsets: np.ndarray, positions: np.ndarray, values: np.ndarray,
+                      targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`learn_sparse`, also returning each row's unconstrained fit ``x'w`` before its step
+    (the same as the prediction unless ``non_negative_contention``)."""
+    predictions, fits = np.empty(targets.size), np.empty(targets.size)
     if not targets.size:
-        return predictions
-    if not model._s.flags.f_contiguous:
-        model._s = np.asfortranarray(model._s)
-    weights = np.array(model._weights, dtype=float)
-    state = np.array([model._scale, model._trace_s, 0.0, 0.0])
-    _rls_sparse(model._s, weights, state, model._column_scale, np.asarray(offsets, dtype=np.int64),
+        return predictions, fits
+    run = _Run(model)
+    _rls_sparse(model._s, run.weights, run.state, model._column_scale, np.asarray(offsets, dtype=np.int64),
                 np.asarray(positions, dtype=np.int64), np.asarray(values, dtype=float),
-                np.asarray(targets, dtype=float), float(model.forgetting), float(model.delta),
-                float(model.trace_bound), RESCALE_ABOVE, predictions)
-    model._weights = weights
-    model._scale, model._trace_s = float(state[_C]), float(state[_TRACE])
-    model.n_updates += int(state[_UPDATES])
-    model.n_refused += int(state[_REFUSED])
-    return predictions
+                np.asarray(targets, dtype=float), *run.arguments(), predictions, fits)
+    run.finish()
+    return predictions, fits
 
 
 def scaled_row(model: RLS, names: tuple[str, ...], values: np.ndarray) -> np.ndarray | None:
