@@ -39,7 +39,7 @@ from predictor.ray_serve.inference import InferenceRequest
 from predictor.ray_serve.learner import learner_named
 from predictor.ray_serve.pinned import PinnedService
 from predictor.records import BatchSpec
-from predictor.service import Candidate, CoRunnerSource, Deadline, ServiceConfig, ServiceError
+from predictor.service import Candidate, CoRunnerSource, Deadline, Service, ServiceConfig, ServiceError
 
 log = logging.getLogger("predictor.ray_serve.router")
 
@@ -52,6 +52,32 @@ def inference_request(pending: PendingRequest | None) -> InferenceRequest | None
         if isinstance(value, InferenceRequest):
             return value
     return None
+
+
+def rank_replicas(service: Service, request: InferenceRequest, states: list[tuple[str, ColocationState | None]],
+                  ledger: Ledger, confidence: float, now_s: float | None = None) -> list[tuple[int, float]]:
+    """Replicas best first for ``request``: ``(index in states, predicted latency ms)``.
+
+    ``states``: per replica, its key in ``ledger`` and its reported co-location state (``None``:
+    not reported yet: a device of unknown kind). Its co-runners are the ledger's union
+    (:meth:`Ledger.co_runners <predictor.ray_serve.colocation.Ledger.co_runners>`); the ranking is the
+    service's (:meth:`Service.rank_placements <predictor.service.Service.rank_placements>`): feasible
+    first, most slack of the calibrated upper bound first.
+
+    Raises :class:`~predictor.service.ServiceError` when the service cannot answer (nothing
+    learned and no solo latency reported).
+    """
+    now_s = time.time() if now_s is None else now_s
+    candidates, solo = [], None
+    for key, state in states:
+        if state is not None and solo is None:
+            solo = state.solo_ms.get(solo_key(request.model, request.batch_size))
+        co_runners = tuple(ledger.co_runners(key, state, now_s))
+        device, kind = (state.device, state.device_kind) if state is not None else (key, "")
+        candidates.append(Candidate(device, kind, co_runners, CoRunnerSource.EXPLICIT))
+    ranking = service.rank_placements(BatchSpec(request.model, request.batch_size), candidates,
+                                      Deadline(ms=request.deadline_ms), confidence, solo)
+    return [(p.candidate_index, p.prediction.latency_ms) for p in ranking.placements]
 
 
 class InterferenceAwareRouter(FIFOMixin, RequestRouter):
@@ -114,25 +140,11 @@ class InterferenceAwareRouter(FIFOMixin, RequestRouter):
     # ------------------------------------------------------------------ routing
     def rank(self, request: InferenceRequest, replicas: list[RunningReplica],
              now_s: float | None = None) -> list[tuple[RunningReplica, float]]:
-        """``replicas`` best first for ``request``, each with its predicted latency (ms).
-
-        Raises :class:`~predictor.service.ServiceError` when the service cannot answer
-        (nothing learned and no solo latency), ``ValueError`` for malformed routing stats.
-        """
-        now_s = time.time() if now_s is None else now_s
-        candidates, solo = [], None
-        for replica in replicas:
-            state = ColocationState.from_stats(replica.routing_stats)
-            device = state.device if state else replica.replica_id.unique_id
-            kind = state.device_kind if state else ""
-            if state is not None and solo is None:
-                solo = state.solo_ms.get(solo_key(request.model, request.batch_size))
-            co_runners = self.ledger.co_runners(replica.replica_id.unique_id, state, now_s)
-            candidates.append(Candidate(device, kind, tuple(co_runners), CoRunnerSource.EXPLICIT))
-        ranking = self.pinned.service.rank_placements(
-            BatchSpec(request.model, request.batch_size), candidates, Deadline(ms=request.deadline_ms),
-            self.confidence, solo)
-        return [(replicas[p.candidate_index], p.prediction.latency_ms) for p in ranking.placements]
+        """``replicas`` best first for ``request``, each with its predicted latency (ms)
+        (:func:`rank_replicas` on their routing stats and this router's ledger)."""
+        states = [(r.replica_id.unique_id, ColocationState.from_stats(r.routing_stats)) for r in replicas]
+        ranked = rank_replicas(self.pinned.service, request, states, self.ledger, self.confidence, now_s)
+        return [(replicas[i], ms) for i, ms in ranked]
 
     async def choose_replicas(self, candidate_replicas: list[RunningReplica],
                               pending_request: PendingRequest | None = None) -> list[list[RunningReplica]]:
