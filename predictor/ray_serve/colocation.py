@@ -73,9 +73,14 @@ class RunningBatch:
         left = self.expected_ms - (now_s - self.started_s) * 1000.0
         return max(round(left, 9), MIN_REMAINING_SHARE * self.expected_ms)
 
-    def co_runner(self, now_s: float) -> PlannedCoRunner:
-        """This batch as a co-runner of a planned batch, given by its expected time left."""
-        return PlannedCoRunner(self.model, self.batch_size, remaining_ms=self.remaining_ms(now_s))
+    def co_runner(self, now_s: float, window_ms: float | None = None) -> PlannedCoRunner:
+        """This batch as a co-runner of a planned batch: by its expected time left, or, given the planned
+        batch's expected window (``window_ms``, e.g. its solo latency), by the share of that window it
+        overlaps (no fixed point of window and overlap to solve: cheaper for a router)."""
+        remaining = self.remaining_ms(now_s)
+        if window_ms is None:
+            return PlannedCoRunner(self.model, self.batch_size, remaining_ms=remaining)
+        return PlannedCoRunner(self.model, self.batch_size, overlap=min(1.0, remaining / window_ms))
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,12 +180,14 @@ class Ledger:
         with self._lock:
             return len(self._open.get(replica, {}))
 
-    def co_runners(self, replica: str, state: ColocationState | None, now_s: float) -> list[PlannedCoRunner]:
+    def co_runners(self, replica: str, state: ColocationState | None, now_s: float,
+                   window_ms: float | None = None) -> list[PlannedCoRunner]:
         """What runs on ``replica`` at ``now_s``: this router's open requests, then the reported
-        batches that are neither among them nor known completed, each once."""
+        batches that are neither among them nor known completed, each once (``window_ms``: see
+        :meth:`RunningBatch.co_runner`)."""
         with self._lock:
             mine = self._open.get(replica, {})
             batches = list(mine.values())
             if state is not None:
                 batches += [b for b in state.running if b.request_id not in mine and b.request_id not in self._done]
-        return [b.co_runner(now_s) for b in batches]
+        return [b.co_runner(now_s, window_ms) for b in batches]

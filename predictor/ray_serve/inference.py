@@ -194,6 +194,10 @@ class InferenceReplica:
             self._flush(force=True)
             return len(self.running)
 
+    def solo_profile(self) -> dict[str, float]:
+        """The solo latency (ms) profiled at start, per :func:`~predictor.ray_serve.colocation.solo_key`."""
+        return dict(self.solo_ms)
+
     def record_routing_stats(self) -> dict[str, Any]:
         """Serve's routing stats hook: this replica's co-location state."""
         with self._lock:

@@ -4,9 +4,9 @@ Ray Serve's default router samples two replicas and sends the request to the one
 shorter queue. A queue length says nothing of *what* runs there: one long batch slows a new
 one more than two short ones do. :class:`InterferenceAwareRouter` instead asks the
 interference prediction service, for every candidate replica, what the request's latency
-would be beside the batches running there, and ranks the replicas by the deadline slack of
-the calibrated upper bound (:meth:`Service.rank_placements <predictor.service.Service.rank_placements>`):
-feasible replicas first, most slack first.
+would be beside the batches running there
+(:meth:`Service.rank_placements <predictor.service.Service.rank_placements>`), and ranks the
+replicas where the predicted latency meets the request's deadline first, then by predicted latency.
 
 What runs on a replica comes from its routing stats
 (:class:`~predictor.ray_serve.colocation.ColocationState`, reported by
@@ -60,30 +60,36 @@ def rank_replicas(service: Service, request: InferenceRequest, states: list[tupl
 
     ``states``: per replica, its key in ``ledger`` and its reported co-location state (``None``:
     not reported yet: a device of unknown kind). Its co-runners are the ledger's union
-    (:meth:`Ledger.co_runners <predictor.ray_serve.colocation.Ledger.co_runners>`); the ranking is the
-    service's (:meth:`Service.rank_placements <predictor.service.Service.rank_placements>`): feasible
-    first, most slack of the calibrated upper bound first.
+    (:meth:`Ledger.co_runners <predictor.ray_serve.colocation.Ledger.co_runners>`), each overlapping the
+    request's solo window by its expected time left (when a replica reported that solo latency); the ranking is the
+    service's answers (:meth:`Service.rank_placements <predictor.service.Service.rank_placements>`):
+    replicas whose predicted latency meets the deadline first, then the lowest predicted latency.
 
     Raises :class:`~predictor.service.ServiceError` when the service cannot answer (nothing
     learned and no solo latency reported).
     """
     now_s = time.time() if now_s is None else now_s
-    candidates, solo = [], None
+    key_of = solo_key(request.model, request.batch_size)
+    solo = next((s.solo_ms[key_of] for _, s in states if s is not None and key_of in s.solo_ms), None)
+    candidates = []
     for key, state in states:
-        if state is not None and solo is None:
-            solo = state.solo_ms.get(solo_key(request.model, request.batch_size))
-        co_runners = tuple(ledger.co_runners(key, state, now_s))
+        co_runners = tuple(ledger.co_runners(key, state, now_s, solo))
         device, kind = (state.device, state.device_kind) if state is not None else (key, "")
         candidates.append(Candidate(device, kind, co_runners, CoRunnerSource.EXPLICIT))
     ranking = service.rank_placements(BatchSpec(request.model, request.batch_size), candidates,
                                       Deadline(ms=request.deadline_ms), confidence, solo)
-    return [(p.candidate_index, p.prediction.latency_ms) for p in ranking.placements]
+    # By predicted latency (the replicas meeting the deadline come first): the upper bounds' factors
+    # differ between co-runner counts (each count is calibrated apart), which would let a replica with
+    # more co-runners outrank an idle one; the point prediction orders replicas by interference.
+    placements = sorted(ranking.placements, key=lambda p: (p.prediction.latency_ms > ranking.deadline_ms,
+                                                          p.prediction.latency_ms))
+    return [(p.candidate_index, p.prediction.latency_ms) for p in placements]
 
 
 class InterferenceAwareRouter(FIFOMixin, RequestRouter):
     """Ranks replicas by the service's predicted latency and deadline slack (see the module documentation)."""
 
-    def initialize_state(self, learner: str = "", confidence: float = 0.9, refresh_s: float = 0.1,
+    def initialize_state(self, learner: str = "", confidence: float = 0.9, refresh_s: float = 1.0,
                          predictor: str = "rls", **_: Any) -> None:
         """Set up from ``request_router_kwargs``.
 
