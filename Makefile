@@ -23,7 +23,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/pip install --quiet $(TORCH_PIN)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,ray]'
 	touch $@
 
 PYTHON_VENV := $(BIN)/python
