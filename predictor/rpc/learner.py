@@ -10,7 +10,10 @@ what an acknowledgement covers is in every worker's answers after it.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
+import os
 import signal
 import sys
 import threading
@@ -29,6 +32,7 @@ from predictor.service.shards import ShardMap
 from predictor.snapshot import SnapshotError
 
 log = logging.getLogger("predictor.serve")
+PR_SET_PDEATHSIG = 1
 
 
 def learner_socket(folder: str | Path, shard: int) -> Path:
@@ -68,10 +72,15 @@ class LearnerServicer(InterferenceServicer):
 
 
 def child_signals(stop: threading.Event) -> None:
-    """A child of the supervisor stops on SIGTERM (sent by it, in order) and ignores SIGINT (a terminal's ^C
-    reaches the whole process group; the supervisor stops the children itself)."""
+    """A child of the supervisor stops on SIGTERM (sent by it, in order, or by the kernel when the supervisor
+    dies) and ignores SIGINT (a terminal's ^C reaches the whole process group; the supervisor stops the
+    children itself)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(OSError, AttributeError):  # Linux: SIGTERM when the parent dies
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() == 1:  # the parent died before the line above
+        stop.set()
 
 
 def run_learner(config: ServiceConfig, options: Any, shard: int, shards: ShardMap, folder: str,
@@ -101,7 +110,7 @@ def run_learner(config: ServiceConfig, options: Any, shard: int, shards: ShardMa
         server.stop(0).wait()
         return 2
     publisher.start()
-    print(f"predictor serve: learner {shard}: {said}; SERVING", flush=True)
+    print(f"predictor serve: learner {shard} (pid {os.getpid()}): {said}; SERVING", flush=True)
     stop.wait()
     stop_server(server, service, options.grace_s)
     publisher.stop()

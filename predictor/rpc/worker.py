@@ -17,7 +17,7 @@ positions of the stream the client sent.
 from __future__ import annotations
 
 import logging
-import sys
+import os
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -237,7 +237,7 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
         pass
     if not stop.is_set():
         service.mark_ready()
-        print(f"predictor serve: worker {index} answering on port {bound}", file=sys.stdout, flush=True)
+        print(f"predictor serve: worker {index} (pid {os.getpid()}) answering on port {bound}", flush=True)
     stop.wait()
     stop_server(server, service, options.grace_s)
     servicer.close()

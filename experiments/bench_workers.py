@@ -1,0 +1,131 @@
+"""Answer throughput of ``predictor serve --workers N``: PredictLatency calls/s with 1, 2, ... workers.
+
+Starts one ``predictor serve`` per worker count, side by side (each a real process tree: with
+``--workers N > 1`` a learner and N answering processes on one port), every one warm-started from
+the same ``warm_records`` synthetic observations. Then, ``repeats`` times and interleaved over the
+servers, ``clients`` client processes (:class:`experiments.rpc_load.ClientPool`: each its own
+connection, so that ``SO_REUSEPORT`` spreads them over the workers) call PredictLatency back to
+back for ``duration_s`` (a closed loop of sequential clients; the same pool of pre-serialised
+queries as :mod:`experiments.bench_rpc`). Prints calls/s per server and the ratio to one worker,
+taken within each repeat (medians over the repeats), and checks that every server answers the pool
+with the same bytes.
+
+Run: ``.venv/bin/python -m experiments.bench_workers`` (``--workers 1,2 --clients 4 --repeats 3``)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+from rich.console import Console
+from rich.table import Table
+
+from experiments import bench_rpc
+from experiments.common import ROOT, finish, start
+from experiments.rpc_load import ClientPool
+from predictor.logio import write_records
+from predictor.rpc.client import InterferenceClient
+from predictor.rpc.names import METHOD_PREFIX
+from predictor.service.synthetic import synthetic_records
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The study's settings; each field is also a ``--field`` option."""
+
+    workers: tuple[int, ...] = (1, 2)
+    clients: int = 4
+    duration_s: float = 4.0
+    repeats: int = 3
+    warm_records: int = 300
+    n_queries: int = 64
+    seed: int = 0
+
+
+def start_server(folder: Path, workers: int, warm: Path) -> tuple[subprocess.Popen, str]:
+    """``predictor serve --workers N`` on a free port; returns the process and its target once ready."""
+    port_file = folder / f"w{workers}.port"
+    log = open(folder / f"w{workers}.log", "wb")  # noqa: SIM115 - kept open for the process's life
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "predictor.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
+         "--port-file", str(port_file), "--grace", "0.5", "--workers", str(workers), "--warm-start", str(warm)],
+        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    deadline = time.monotonic() + 600
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"--workers {workers} did not start:\n{(folder / f'w{workers}.log').read_text()}")
+        time.sleep(0.1)
+    target = f"127.0.0.1:{int(port_file.read_text())}"
+    with InterferenceClient(target) as client:
+        client.wait_ready(600)
+    return proc, target
+
+
+def same_answers(targets: dict[int, str], requests: list[bytes]) -> bool:
+    """Whether every server answers every request with the same bytes."""
+    answers = {}
+    for workers, target in targets.items():
+        with grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
+            call = channel.unary_unary(METHOD_PREFIX + "PredictLatency")
+            answers[workers] = [call(r, timeout=30) for r in requests]
+    first = next(iter(answers.values()))
+    return all(a == first for a in answers.values())
+
+
+def main() -> None:
+    """Start the servers, measure them interleaved, print the table."""
+    config, out = start("bench_workers", Config(), __doc__.splitlines()[0])
+    requests = bench_rpc.build_requests(bench_rpc.Config(n_queries=config.n_queries, ingest_records=1,
+                                                         seed=config.seed))["PredictLatency"]
+    folder = Path(tempfile.mkdtemp(prefix="bench-workers-"))
+    warm = folder / "warm.jsonl.gz"
+    write_records(warm, synthetic_records(config.warm_records, seed=config.seed + 1, devices=bench_rpc.DEVICES))
+    servers = {w: start_server(folder, w, warm) for w in config.workers}
+    targets = {w: target for w, (_, target) in servers.items()}
+    pool = ClientPool(config.clients)
+    rates: dict[int, list[float]] = {w: [] for w in config.workers}
+    try:
+        identical = same_answers(targets, requests)
+        for _ in range(config.repeats):
+            for workers, target in targets.items():
+                task = {"kind": "closed", "target": target, "path": METHOD_PREFIX + "PredictLatency",
+                        "requests": requests, "duration_s": config.duration_s}
+                results = pool.run([task] * config.clients)
+                if sum(r["errors"] for r in results):
+                    raise RuntimeError(f"--workers {workers}: {sum(r['errors'] for r in results)} calls failed")
+                rates[workers].append(sum(r["calls"] / r["elapsed"] for r in results))
+    finally:
+        pool.close()
+        for proc, _ in servers.values():
+            proc.send_signal(signal.SIGTERM)
+        for proc, _ in servers.values():
+            proc.wait(timeout=120)
+    base = config.workers[0]
+    table = Table(title=f"PredictLatency, {config.clients} sequential clients (closed loop, {config.duration_s:g} s), "
+                        f"median of {config.repeats}; {os.cpu_count()} CPUs")
+    for column in ("server", "calls/s", f"ratio to --workers {base}", "per repeat (calls/s)"):
+        table.add_column(column, justify="right" if column != "server" else "left")
+    results = {"identical_answers": identical, "rates": rates, "ratio": {}}
+    for workers in config.workers:
+        ratio = statistics.median(r / b for r, b in zip(rates[workers], rates[base], strict=True))
+        results["ratio"][workers] = ratio
+        table.add_row(f"--workers {workers}", f"{statistics.median(rates[workers]):,.0f}", f"{ratio:.2f}x",
+                      " ".join(f"{r:,.0f}" for r in rates[workers]))
+    console = Console()
+    console.print(table)
+    console.print(f"same answers from every server: {identical}")
+    finish(out, results)
+
+
+if __name__ == "__main__":
+    main()
