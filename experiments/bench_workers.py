@@ -8,7 +8,7 @@ connection, so that ``SO_REUSEPORT`` spreads them over the workers) call Predict
 back for ``duration_s`` (a closed loop of sequential clients; the same pool of pre-serialised
 queries as :mod:`experiments.bench_rpc`). Prints calls/s per server and the ratio to one worker,
 taken within each repeat (medians over the repeats), and checks that every server answers the pool
-with the same bytes.
+with the same predictions (naming the fields that differ otherwise).
 
 Run: ``.venv/bin/python -m experiments.bench_workers`` (``--workers 1,2 --clients 4 --repeats 3``)
 """
@@ -35,6 +35,7 @@ from experiments.rpc_load import ClientPool
 from predictor.logio import write_records
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.names import METHOD_PREFIX
+from predictor.rpc.protos import pb2
 from predictor.service.synthetic import synthetic_records
 
 
@@ -71,15 +72,20 @@ def start_server(folder: Path, workers: int, warm: Path) -> tuple[subprocess.Pop
     return proc, target
 
 
-def same_answers(targets: dict[int, str], requests: list[bytes]) -> bool:
-    """Whether every server answers every request with the same bytes."""
+def differing_answers(targets: dict[int, str], requests: list[bytes]) -> dict[int, list[str]]:
+    """Per server, the fields of its answers that differ from the first server's (none: the same answers)."""
     answers = {}
+    decode = pb2().PredictLatencyResponse.FromString
     for workers, target in targets.items():
         with grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
             call = channel.unary_unary(METHOD_PREFIX + "PredictLatency")
-            answers[workers] = [call(r, timeout=30) for r in requests]
+            answers[workers] = [decode(call(r, timeout=30)).prediction for r in requests]
     first = next(iter(answers.values()))
-    return all(a == first for a in answers.values())
+    return {
+        workers: sorted({f.name for a, b in zip(these, first, strict=True) for f, _ in a.ListFields()
+                         if getattr(a, f.name) != getattr(b, f.name)})
+        for workers, these in answers.items()
+    }
 
 
 def main() -> None:
@@ -95,7 +101,7 @@ def main() -> None:
     pool = ClientPool(config.clients)
     rates: dict[int, list[float]] = {w: [] for w in config.workers}
     try:
-        identical = same_answers(targets, requests)
+        differing = differing_answers(targets, requests)
         for _ in range(config.repeats):
             for workers, target in targets.items():
                 task = {"kind": "closed", "target": target, "path": METHOD_PREFIX + "PredictLatency",
@@ -115,7 +121,7 @@ def main() -> None:
                         f"median of {config.repeats}; {os.cpu_count()} CPUs")
     for column in ("server", "calls/s", f"ratio to --workers {base}", "per repeat (calls/s)"):
         table.add_column(column, justify="right" if column != "server" else "left")
-    results = {"identical_answers": identical, "rates": rates, "ratio": {}}
+    results = {"differing_fields": differing, "rates": rates, "ratio": {}}
     for workers in config.workers:
         ratio = statistics.median(r / b for r, b in zip(rates[workers], rates[base], strict=True))
         results["ratio"][workers] = ratio
@@ -123,7 +129,9 @@ def main() -> None:
                       " ".join(f"{r:,.0f}" for r in rates[workers]))
     console = Console()
     console.print(table)
-    console.print(f"same answers from every server: {identical}")
+    for workers, fields in differing.items():
+        console.print(f"--workers {workers}: answers equal to --workers {base}'s" if not fields
+                      else f"--workers {workers}: answers differ from --workers {base}'s in {', '.join(fields)}")
     finish(out, results)
 
 

@@ -153,8 +153,11 @@ def _metric(text: str, name: str, **labels: str) -> float:
 
 def test_shards_learn_their_device_kinds_and_metrics_sum_over_workers(tmp_path):
     state = tmp_path / "state"
+    warm = tmp_path / "warm.jsonl.gz"  # split by shard: each learner warm-starts on its kinds only
+    write_records(warm, synthetic_records(10, seed=1, device_kind="KindA") + synthetic_records(10, seed=2,
+                                                                                              device_kind="KindB"))
     server = start_server(tmp_path, "--workers", "2", "--shard", "KindA", "--shard", "KindB", "--state", str(state),
-                          "--metrics-port", str(free_port()), name="sharded", timeout=240)
+                          "--warm-start", str(warm), "--metrics-port", str(free_port()), name="sharded", timeout=240)
     a = synthetic_records(40, seed=7, device_kind="KindA")
     b = synthetic_records(30, seed=8, device_kind="KindB")
     mixed = [r for pair in zip(a, b, strict=False) for r in pair] + a[len(b):]
@@ -166,10 +169,10 @@ def test_shards_learn_their_device_kinds_and_metrics_sum_over_workers(tmp_path):
         again = client.report_observations(mixed, timeout=60, producer_id="p", first_sequence=1)
         assert (again.accepted, again.duplicates) == (0, 70)  # exactly once across the split
         kinds = {k.device_kind: k.observations for k in client.status().device_kinds}
-        assert kinds == {"KindA": 40, "KindB": 30}
+        assert kinds == {"KindA": 50, "KindB": 40}
         query = Query("sim0", BatchSpec("bert", 4, {"l2_util": 0.5}), device_kind="KindB",
                       co_runner_source=CoRunnerSource.EXPLICIT)
-        assert client.predict(query).observations_learned == 30  # answered from shard 1's version
+        assert client.predict(query).observations_learned == 40  # answered from shard 1's version
 
         # Prometheus: PredictLatency counted in every worker process, summed on the endpoint
         for _ in range(3):
@@ -185,7 +188,7 @@ def test_shards_learn_their_device_kinds_and_metrics_sum_over_workers(tmp_path):
     finally:
         assert server.stop(timeout=60) == 0
     # each shard's state folder holds its kinds only
-    for shard, kind, n in ((0, "KindA", 40), (1, "KindB", 30)):
+    for shard, kind, n in ((0, "KindA", 50), (1, "KindB", 40)):
         one = start_server(tmp_path, "--state", str(state / f"shard-{shard}"), name=f"shard{shard}")
         try:
             c = InterferenceClient(one.target)

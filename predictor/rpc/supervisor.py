@@ -58,6 +58,22 @@ def run_folder() -> Path:
     return folder
 
 
+def split_warm_start(path: str | None, shards: ShardMap, folder: Path) -> list[str | None]:
+    """The ``--warm-start`` log of each shard: the log itself with one shard, else its records of the
+    shard's kinds, written to the run folder (lines that do not parse are left out, as a warm start does)."""
+    if path is None or len(shards) == 1:
+        return [path] * len(shards)
+    from predictor.logio import read_records, write_records
+
+    records, _ = read_records(path, tolerant=True)
+    paths = []
+    for shard in range(len(shards)):
+        part = folder / f"warm-start-{shard}.jsonl.gz"
+        write_records(part, (r for r in records if shards.shard_of(r.device_kind) == shard))
+        paths.append(str(part))
+    return paths
+
+
 class _Child:
     """One supervised process, started again when it dies."""
 
@@ -111,11 +127,19 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
             return options.state_dir
         return str(Path(options.state_dir) / f"shard-{shard}")
 
+    try:
+        warm = split_warm_start(options.warm_start, shards, folder)
+    except (OSError, ValueError) as exc:
+        print(f"predictor serve: error: --warm-start {options.warm_start}: {exc}", file=sys.stderr)
+        reserved.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        return 2
+
     def learner(shard: int) -> Callable[[], Any]:
         def start() -> Any:
             process = ctx.Process(
                 target=run_learner, name=f"learner-{shard}",
-                args=(config, options, shard, shards, str(folder), state_dir(shard), options.warm_start),
+                args=(config, options, shard, shards, str(folder), state_dir(shard), warm[shard]),
             )
             process.start()
             return process
