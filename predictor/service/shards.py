@@ -31,11 +31,11 @@ class ShardMap:
 
     def __post_init__(self) -> None:
         if not self.kinds:
-            raise ValueError("shards: at least one shard is needed")
+            raise ValueError("--shard: at least one shard is needed")
         for index, kinds in enumerate(self.kinds):
             for kind in kinds:
                 if kind in self._owner:
-                    raise ValueError(f"shard: device kind {kind!r} is named by shards {self._owner[kind]} and {index}")
+                    raise ValueError(f"--shard: device kind {kind!r} is named by shards {self._owner[kind]} and {index}")
                 self._owner[kind] = index
 
     @classmethod
@@ -45,7 +45,7 @@ class ShardMap:
         for spec in specs:
             kinds = frozenset(k.strip() for k in spec.split(",") if k.strip())
             if not kinds:
-                raise ValueError(f"shard: {spec!r} names no device kind")
+                raise ValueError(f"--shard: {spec!r} names no device kind")
             shards.append(kinds)
         return cls(tuple(shards) or (frozenset(),))
 
