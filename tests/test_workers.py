@@ -3,7 +3,8 @@
 * N answering workers answer exactly as one process does for the same model version;
 * observations sent to any worker are learned by the learner, and are in every worker's answers
   once acknowledged;
-* killing the workers loses no acknowledged observation (the supervisor starts them again);
+* killing the workers, or the learner, loses no acknowledged observation (the supervisor starts
+  them again);
 * observations are routed to the learner of their device kind's shard;
 * the Prometheus endpoint sums a counter over the worker processes (multiprocess mode).
 """
@@ -26,6 +27,7 @@ from predictor.logio import write_records
 from predictor.records import BatchSpec
 from predictor.rpc.client import InterferenceClient
 from predictor.service import Candidate, CoRunnerSource, PlannedCoRunner, Query
+from predictor.service.errors import Unavailable
 from predictor.service.synthetic import synthetic_records
 
 CONNECTIONS = 8  # separate channels: SO_REUSEPORT spreads connections over the workers
@@ -124,6 +126,22 @@ def test_workers_answer_as_one_process_and_learn_what_any_worker_acknowledged(tm
                  and len(pids(multi, "worker")) == 2, what="workers started again")
         m.wait_ready(60)
         assert answers_of_every_connection(multi.target) == [reference] * CONNECTIONS
+
+        # the learner dies (SIGKILL): started again on its state folder, it holds every acknowledged record
+        learner = pids(multi, "learner")[0]
+        os.kill(learner, signal.SIGKILL)
+        wait_for(lambda: pids(multi, "learner")[0] != learner, what="learner started again")
+        last = synthetic_records(70, seed=9)[60:]
+        report = None
+        while report is None:  # the writes forwarded meanwhile fail UNAVAILABLE (the producer resends)
+            try:
+                report = m.report_observations(last, timeout=30, producer_id="late", first_sequence=1)
+            except Unavailable:
+                time.sleep(0.2)
+        assert report.accepted == 10 and m.status().observations_learned == 270
+        s.report_observations(last, timeout=30)
+        reference = answers(s)
+        assert answers_of_every_connection(multi.target) == [reference] * CONNECTIONS
     finally:
         assert multi.stop(timeout=60) == 0
         single.stop()
@@ -132,7 +150,7 @@ def test_workers_answer_as_one_process_and_learn_what_any_worker_acknowledged(tm
     try:
         client = InterferenceClient(again.target)
         client.wait_ready(120)
-        assert client.status().observations_learned == 260
+        assert client.status().observations_learned == 270
         assert answers(client) == reference
     finally:
         again.stop()

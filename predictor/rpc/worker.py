@@ -35,6 +35,8 @@ from predictor.service.workers import WorkerState, worker_service
 
 log = logging.getLogger("predictor.serve")
 
+LEARNER_RECONNECT_MS = 500
+"""The longest wait between tries to reach a learner that is starting again (gRPC's default grows to 2 min)."""
 NO_DEADLINE_S = 365 * 86400.0
 """A call's time remaining beyond this means it has no deadline (gRPC's infinite future)."""
 MAX_REJECTIONS = 100
@@ -68,7 +70,8 @@ class WorkerServicer(InterferenceServicer):
         self.state = state
         _, pb2_grpc = load()
         options = [("grpc.max_receive_message_length", max_message_bytes),
-                   ("grpc.max_send_message_length", max_message_bytes)]
+                   ("grpc.max_send_message_length", max_message_bytes),
+                   ("grpc.max_reconnect_backoff_ms", LEARNER_RECONNECT_MS)]
         self.channels = [grpc.insecure_channel(f"unix:{learner_socket(folder, i)}", options=options)
                          for i in range(len(state.shards))]
         self.stubs = [pb2_grpc.InterferenceServiceStub(channel) for channel in self.channels]
