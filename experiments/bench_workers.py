@@ -10,6 +10,9 @@ queries as :mod:`experiments.bench_rpc`). Prints calls/s per server and the rati
 taken within each repeat (medians over the repeats), and checks that every server answers the pool
 with the same predictions (naming the fields that differ otherwise).
 
+With ``--baseline DIR`` (a checkout of an earlier commit, its generated code in place), that
+checkout's single process is measured beside them: ``--workers 1`` must be no slower.
+
 Run: ``.venv/bin/python -m experiments.bench_workers`` (``--workers 1,2 --clients 4 --repeats 3``)
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -49,22 +53,25 @@ class Config:
     repeats: int = 3
     warm_records: int = 300
     n_queries: int = 64
+    baseline: str = ""  # a checkout of the code before this change (e.g. from `git archive`): its single process too
     seed: int = 0
 
 
-def start_server(folder: Path, workers: int, warm: Path) -> tuple[subprocess.Popen, str]:
-    """``predictor serve --workers N`` on a free port; returns the process and its target once ready."""
-    port_file = folder / f"w{workers}.port"
-    log = open(folder / f"w{workers}.log", "wb")  # noqa: SIM115 - kept open for the process's life
+def start_server(folder: Path, label: str, args: list[str], root: Path = ROOT) -> tuple[subprocess.Popen, str]:
+    """``predictor serve ARGS`` of the checkout at ``root`` on a free port; returns the process and its
+    target once it answers."""
+    name = re.sub(r"\W+", "-", label).strip("-")
+    port_file, log_path = folder / f"{name}.port", folder / f"{name}.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - kept open for the process's life
     proc = subprocess.Popen(
         [sys.executable, "-m", "predictor.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
-         "--port-file", str(port_file), "--grace", "0.5", "--workers", str(workers), "--warm-start", str(warm)],
-        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+         "--port-file", str(port_file), "--grace", "0.5", *args],
+        stdout=log, stderr=subprocess.STDOUT, cwd=root, env=dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(root)),
     )
     deadline = time.monotonic() + 600
     while not port_file.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"--workers {workers} did not start:\n{(folder / f'w{workers}.log').read_text()}")
+            raise RuntimeError(f"{label} did not start:\n{log_path.read_text()}")
         time.sleep(0.1)
     target = f"127.0.0.1:{int(port_file.read_text())}"
     with InterferenceClient(target) as client:
@@ -72,19 +79,19 @@ def start_server(folder: Path, workers: int, warm: Path) -> tuple[subprocess.Pop
     return proc, target
 
 
-def differing_answers(targets: dict[int, str], requests: list[bytes]) -> dict[int, list[str]]:
+def differing_answers(targets: dict[str, str], requests: list[bytes]) -> dict[str, list[str]]:
     """Per server, the fields of its answers that differ from the first server's (none: the same answers)."""
     answers = {}
     decode = pb2().PredictLatencyResponse.FromString
-    for workers, target in targets.items():
+    for label, target in targets.items():
         with grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
             call = channel.unary_unary(METHOD_PREFIX + "PredictLatency")
-            answers[workers] = [decode(call(r, timeout=30)).prediction for r in requests]
+            answers[label] = [decode(call(r, timeout=30)).prediction for r in requests]
     first = next(iter(answers.values()))
     return {
-        workers: sorted({f.name for a, b in zip(these, first, strict=True) for f, _ in a.ListFields()
-                         if getattr(a, f.name) != getattr(b, f.name)})
-        for workers, these in answers.items()
+        label: sorted({f.name for a, b in zip(these, first, strict=True) for f, _ in a.ListFields()
+                       if getattr(a, f.name) != getattr(b, f.name)})
+        for label, these in answers.items()
     }
 
 
@@ -96,42 +103,46 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="bench-workers-"))
     warm = folder / "warm.jsonl.gz"
     write_records(warm, synthetic_records(config.warm_records, seed=config.seed + 1, devices=bench_rpc.DEVICES))
-    servers = {w: start_server(folder, w, warm) for w in config.workers}
-    targets = {w: target for w, (_, target) in servers.items()}
+    servers = {f"--workers {w}": start_server(folder, f"workers {w}", ["--workers", str(w), "--warm-start", str(warm)])
+               for w in config.workers}
+    if config.baseline:  # the single process of another checkout (before this change)
+        servers[f"baseline {config.baseline}"] = start_server(folder, "baseline", ["--warm-start", str(warm)],
+                                                              Path(config.baseline).resolve())
+    targets = {label: target for label, (_, target) in servers.items()}
     pool = ClientPool(config.clients)
-    rates: dict[int, list[float]] = {w: [] for w in config.workers}
+    rates: dict[str, list[float]] = {label: [] for label in servers}
     try:
         differing = differing_answers(targets, requests)
         for _ in range(config.repeats):
-            for workers, target in targets.items():
+            for label, target in targets.items():
                 task = {"kind": "closed", "target": target, "path": METHOD_PREFIX + "PredictLatency",
                         "requests": requests, "duration_s": config.duration_s}
                 results = pool.run([task] * config.clients)
                 if sum(r["errors"] for r in results):
-                    raise RuntimeError(f"--workers {workers}: {sum(r['errors'] for r in results)} calls failed")
-                rates[workers].append(sum(r["calls"] / r["elapsed"] for r in results))
+                    raise RuntimeError(f"{label}: {sum(r['errors'] for r in results)} calls failed")
+                rates[label].append(sum(r["calls"] / r["elapsed"] for r in results))
     finally:
         pool.close()
         for proc, _ in servers.values():
             proc.send_signal(signal.SIGTERM)
         for proc, _ in servers.values():
             proc.wait(timeout=120)
-    base = config.workers[0]
+    base = next(iter(servers))
     table = Table(title=f"PredictLatency, {config.clients} sequential clients (closed loop, {config.duration_s:g} s), "
                         f"median of {config.repeats}; {os.cpu_count()} CPUs")
-    for column in ("server", "calls/s", f"ratio to --workers {base}", "per repeat (calls/s)"):
+    for column in ("server", "calls/s", f"ratio to {base}", "per repeat (calls/s)"):
         table.add_column(column, justify="right" if column != "server" else "left")
     results = {"differing_fields": differing, "rates": rates, "ratio": {}}
-    for workers in config.workers:
-        ratio = statistics.median(r / b for r, b in zip(rates[workers], rates[base], strict=True))
-        results["ratio"][workers] = ratio
-        table.add_row(f"--workers {workers}", f"{statistics.median(rates[workers]):,.0f}", f"{ratio:.2f}x",
-                      " ".join(f"{r:,.0f}" for r in rates[workers]))
+    for label in servers:
+        ratio = statistics.median(r / b for r, b in zip(rates[label], rates[base], strict=True))
+        results["ratio"][label] = ratio
+        table.add_row(label, f"{statistics.median(rates[label]):,.0f}", f"{ratio:.2f}x",
+                      " ".join(f"{r:,.0f}" for r in rates[label]))
     console = Console()
     console.print(table)
-    for workers, fields in differing.items():
-        console.print(f"--workers {workers}: answers equal to --workers {base}'s" if not fields
-                      else f"--workers {workers}: answers differ from --workers {base}'s in {', '.join(fields)}")
+    for label, fields in differing.items():
+        console.print(f"{label}: answers equal to {base}'s" if not fields
+                      else f"{label}: answers differ from {base}'s in {', '.join(fields)}")
     finish(out, results)
 
 
