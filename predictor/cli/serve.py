@@ -25,6 +25,7 @@ NOT_SERVING, --grace seconds for the calls in flight, a final snapshot in --stat
 
 examples:
   predictor serve --state state/ --warm-start predictor/data/cpu-default.jsonl.gz
+  predictor serve --workers 2 --state state/      # 2 answering processes, 1 learner
   grpcurl -plaintext localhost:50051 list            # reflection
   grpcurl -plaintext -d '{"query": {"device": "cpu0", "batch": {"model": "mlp", "batch_size": 4},
       "co_runner_source": "CO_RUNNER_SOURCE_EXPLICIT"}}' \\
@@ -198,6 +199,17 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--trace-endpoint", metavar="HOST:PORT", default=None,
                         help="where --trace otlp sends spans (default localhost:4317)")
+    scale = parser.add_argument_group("scaling out (one machine)")
+    scale.add_argument(
+        "--workers", type=int, default=1, metavar="N",
+        help="answering processes on the port (SO_REUSEPORT); N > 1 also runs a learner process per shard "
+        "that the workers forward observations to and read published model versions from (default 1: one process)",
+    )
+    scale.add_argument(
+        "--shard", action="append", metavar="KINDS",
+        help="with --workers > 1: the device kinds (comma-separated) of one learner (repeatable; kinds named by "
+        "none go to the first; state in --state/shard-<i>)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -255,6 +267,8 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         auth_token_file=args.auth_token_file,
         allowed_clients=tuple(args.allowed_client or ()),
         protect_reads=args.protect_reads,
+        workers=args.workers,
+        shards=tuple(args.shard or ()),
     )
 
 

@@ -128,7 +128,57 @@ class _ServiceCollector(Collector):
                     saturated, correction, transfers, plans, cut)
 
 
-class ServerMetrics:
+class MetricsEndpoint:
+    """A ``/metrics`` HTTP endpoint of :attr:`registry` (see :meth:`serve`)."""
+
+    registry: CollectorRegistry
+    _http: Any = None
+
+    def serve(self, port: int, host: str = "127.0.0.1", auth: AuthPolicy | None = None) -> int:
+        """Serve ``/metrics`` over HTTP on ``host:port`` (0: any free port); returns the port.
+
+        With ``auth`` (a policy with tokens), a scrape needs ``authorization: Bearer <token>``
+        with one of its tokens; otherwise it is answered ``401``.
+        """
+        app = make_wsgi_app(self.registry)
+        if auth is not None and auth.token_digests:
+            app = _token_required(app, auth)
+        server = make_server(host, port, app, ThreadingWSGIServer, handler_class=_SilentHandler)
+        threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+        self._http = server
+        return int(server.server_port)
+
+    def stop(self) -> None:
+        """Stop the ``/metrics`` HTTP server, if serving."""
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+
+
+class MultiProcessMetrics(MetricsEndpoint):
+    """The RPC metrics of every process of ``predictor serve --workers N``, summed.
+
+    prometheus-client's multiprocess mode: each process (workers and learners) started with
+    ``PROMETHEUS_MULTIPROC_DIR`` set writes its counters and histograms to its own files in that
+    folder; :class:`~prometheus_client.multiprocess.MultiProcessCollector` sums them at each
+    scrape (the counts of a process that died stay in the sums).
+
+    Parameters
+    ----------
+    folder
+        The multiprocess folder (empty at start).
+    """
+
+    def __init__(self, folder: str):
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        self.registry = CollectorRegistry()
+        MultiProcessCollector(self.registry, path=folder)
+        self._http = None
+
+
+class ServerMetrics(MetricsEndpoint):
     """Metrics of one server and its service.
 
     Parameters
@@ -152,7 +202,7 @@ class ServerMetrics:
             registry=self.registry,
         )
         self.registry.register(_ServiceCollector(service))
-        self._http: Any = None
+        self._http = None
 
     def interceptor(self) -> grpc.ServerInterceptor:
         """A server interceptor counting and timing every RPC into these metrics."""
@@ -162,27 +212,6 @@ class ServerMetrics:
         """Count one RPC of ``method`` ending with ``code`` and record its handling time."""
         self.requests.labels(method, code.name).inc()
         self.latency.labels(method).observe(seconds)
-
-    def serve(self, port: int, host: str = "127.0.0.1", auth: AuthPolicy | None = None) -> int:
-        """Serve ``/metrics`` over HTTP on ``host:port`` (0: any free port); returns the port.
-
-        With ``auth`` (a policy with tokens), a scrape needs ``authorization: Bearer <token>``
-        with one of its tokens; otherwise it is answered ``401``.
-        """
-        app = make_wsgi_app(self.registry)
-        if auth is not None and auth.token_digests:
-            app = _token_required(app, auth)
-        server = make_server(host, port, app, ThreadingWSGIServer, handler_class=_SilentHandler)
-        threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
-        self._http = server
-        return int(server.server_port)
-
-    def stop(self) -> None:
-        """Stop the ``/metrics`` HTTP server, if serving."""
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-            self._http = None
 
 
 def _token_required(app: Callable, policy: AuthPolicy) -> Callable:

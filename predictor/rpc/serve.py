@@ -10,6 +10,9 @@ Security (``--tls-cert``/``--tls-key``, ``--tls-client-ca`` for mutual TLS,
 ``--auth-token-file``, ``--allowed-client``, ``--protect-reads``) is described
 in :mod:`predictor.rpc.security`; durability (``--fsync``) in
 :mod:`predictor.service.wal`.
+
+``--workers N`` (N > 1) runs learner processes and N answering processes on the port instead
+(:mod:`predictor.rpc.supervisor`); ``--workers 1``, the default, is the single process below.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ class ServeOptions:
     auth_token_file: str | None = None
     allowed_clients: tuple[str, ...] = ()
     protect_reads: bool = False
+    workers: int = 1  # answering processes; > 1: learner processes and workers (predictor.rpc.supervisor)
+    shards: tuple[str, ...] = ()  # --shard: device kinds per learner (predictor.service.shards)
 
 
 def security_from_options(options: ServeOptions) -> tuple[Any, Any]:
@@ -99,6 +104,17 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
     except ValueError as exc:
         print(f"predictor serve: error: {exc}", file=sys.stderr)
         return 2
+    if options.workers < 1:
+        print(f"predictor serve: error: --workers must be >= 1, got {options.workers}", file=sys.stderr)
+        return 2
+    if options.shards and options.workers < 2:
+        print("predictor serve: error: --shard needs --workers 2 or more (one process learns every kind)",
+              file=sys.stderr)
+        return 2
+    if options.workers > 1:
+        from predictor.rpc.supervisor import serve_workers
+
+        return serve_workers(config, options, stop, _write_port_file, _install_signal_handlers)
     service = Service(config)
     metrics = ServerMetrics(service)
     server, port = create_server(

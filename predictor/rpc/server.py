@@ -48,6 +48,7 @@ def create_server(
     credentials: grpc.ServerCredentials | None = None,
     auth: AuthPolicy | None = None,
     tracing: grpc.ServerInterceptor | None = None,
+    servicer: InterferenceServicer | None = None,
 ) -> tuple[grpc.Server, int]:
     """Build (not start) a server for ``service`` bound to ``address``; returns it and its port.
 
@@ -76,6 +77,9 @@ def create_server(
     tracing
         OpenTelemetry's server interceptor (:mod:`predictor.rpc.tracing`), put outermost so that
         calls refused by auth or overload are traced too; omitted: no tracing.
+    servicer
+        The RPCs' servicer (default: :class:`~predictor.rpc.servicer.InterferenceServicer` of ``service``;
+        a learner's or an answering worker's in ``predictor serve --workers N``).
     """
     pb2, pb2_grpc = load()
     # metrics, auth and decoding in one interceptor, per-method work done once (see predictor.rpc.thin)
@@ -91,7 +95,7 @@ def create_server(
         ],
         maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
-    pb2_grpc.add_InterferenceServiceServicer_to_server(InterferenceServicer(service), server)
+    pb2_grpc.add_InterferenceServiceServicer_to_server(servicer or InterferenceServicer(service), server)
 
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

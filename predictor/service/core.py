@@ -74,6 +74,9 @@ class Service:
         An already built predictor (default: built from ``config.predictor``).
     clock
         Monotonic clock of the live view, in seconds.
+    state
+        The state to answer from, built already (an answering worker's
+        :class:`~predictor.service.workers.WorkerState`; default: a new one of ``config``).
     """
 
     def __init__(
@@ -82,9 +85,10 @@ class Service:
         *,
         predictor: LatencyPredictor | None = None,
         clock: Callable[[], float] = time.monotonic,
+        state: ServiceState | None = None,
     ):
         self.config = config = config or ServiceConfig()
-        self.state = ServiceState(config, predictor, clock)
+        self.state = state if state is not None else ServiceState(config, predictor, clock)
         self.ingest = Ingest(self.state)
         self.answers = Answering(self.state)
         self.pipelines = PipelinePlanner(self.answers)

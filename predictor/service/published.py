@@ -19,6 +19,11 @@ When a version is published (:class:`Publisher`):
   query asked after learning ends sees everything learned, as if it had read the
   live model.
 
+Across processes (``predictor serve --workers N``), a learner process also writes its versions
+to a file replaced atomically, with a memory-mapped generation counter that answering processes
+check on every call (:mod:`predictor.service.version_file`, :mod:`predictor.service.file_publisher`,
+:mod:`predictor.service.workers`).
+
 Copies are cheap where they are made often: the RLS predictor copies its weights,
 not its covariance (:meth:`~predictor.regressors.rls.RLS.frozen`); the calibrators
 re-copy only the residual windows that changed since the previous version

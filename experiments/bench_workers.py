@@ -1,0 +1,150 @@
+"""Answer throughput of ``predictor serve --workers N``: PredictLatency calls/s with 1, 2, ... workers.
+
+Starts one ``predictor serve`` per worker count, side by side (each a real process tree: with
+``--workers N > 1`` a learner and N answering processes on one port), every one warm-started from
+the same ``warm_records`` synthetic observations. Then, ``repeats`` times and interleaved over the
+servers, ``clients`` client processes (:class:`experiments.rpc_load.ClientPool`: each its own
+connection, so that ``SO_REUSEPORT`` spreads them over the workers) call PredictLatency back to
+back for ``duration_s`` (a closed loop of sequential clients; the same pool of pre-serialised
+queries as :mod:`experiments.bench_rpc`). Prints calls/s per server and the ratio to one worker,
+taken within each repeat (medians over the repeats), and checks that every server answers the pool
+with the same predictions (naming the fields that differ otherwise).
+
+With ``--baseline DIR`` (a checkout of an earlier commit, its generated code in place), that
+checkout's single process is measured beside them: ``--workers 1`` must be no slower.
+
+Run: ``.venv/bin/python -m experiments.bench_workers`` (``--workers 1,2 --clients 4 --repeats 3``)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+from rich.console import Console
+from rich.table import Table
+
+from experiments import bench_rpc
+from experiments.common import ROOT, finish, start
+from experiments.rpc_load import ClientPool
+from predictor.logio import write_records
+from predictor.rpc.client import InterferenceClient
+from predictor.rpc.names import METHOD_PREFIX
+from predictor.rpc.protos import pb2
+from predictor.service.synthetic import synthetic_records
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The study's settings; each field is also a ``--field`` option."""
+
+    workers: tuple[int, ...] = (1, 2)
+    clients: int = 4
+    duration_s: float = 4.0
+    repeats: int = 3
+    warm_records: int = 300
+    n_queries: int = 64
+    baseline: str = ""  # a checkout of the code before this change (e.g. from `git archive`): its single process too
+    seed: int = 0
+
+
+def start_server(folder: Path, label: str, args: list[str], root: Path = ROOT) -> tuple[subprocess.Popen, str]:
+    """``predictor serve ARGS`` of the checkout at ``root`` on a free port; returns the process and its
+    target once it answers."""
+    name = re.sub(r"\W+", "-", label).strip("-")
+    port_file, log_path = folder / f"{name}.port", folder / f"{name}.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - kept open for the process's life
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "predictor.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
+         "--port-file", str(port_file), "--grace", "0.5", *args],
+        stdout=log, stderr=subprocess.STDOUT, cwd=root, env=dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(root)),
+    )
+    deadline = time.monotonic() + 600
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{label} did not start:\n{log_path.read_text()}")
+        time.sleep(0.1)
+    target = f"127.0.0.1:{int(port_file.read_text())}"
+    with InterferenceClient(target) as client:
+        client.wait_ready(600)
+    return proc, target
+
+
+def differing_answers(targets: dict[str, str], requests: list[bytes]) -> dict[str, list[str]]:
+    """Per server, the fields of its answers that differ from the first server's (none: the same answers)."""
+    answers = {}
+    decode = pb2().PredictLatencyResponse.FromString
+    for label, target in targets.items():
+        with grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
+            call = channel.unary_unary(METHOD_PREFIX + "PredictLatency")
+            answers[label] = [decode(call(r, timeout=30)).prediction for r in requests]
+    first = next(iter(answers.values()))
+    return {
+        label: sorted({f.name for a, b in zip(these, first, strict=True) for f, _ in a.ListFields()
+                       if getattr(a, f.name) != getattr(b, f.name)})
+        for label, these in answers.items()
+    }
+
+
+def main() -> None:
+    """Start the servers, measure them interleaved, print the table."""
+    config, out = start("bench_workers", Config(), __doc__.splitlines()[0])
+    requests = bench_rpc.build_requests(bench_rpc.Config(n_queries=config.n_queries, ingest_records=1,
+                                                         seed=config.seed))["PredictLatency"]
+    folder = Path(tempfile.mkdtemp(prefix="bench-workers-"))
+    warm = folder / "warm.jsonl.gz"
+    write_records(warm, synthetic_records(config.warm_records, seed=config.seed + 1, devices=bench_rpc.DEVICES))
+    servers = {f"--workers {w}": start_server(folder, f"workers {w}", ["--workers", str(w), "--warm-start", str(warm)])
+               for w in config.workers}
+    if config.baseline:  # the single process of another checkout (before this change)
+        servers[f"baseline {config.baseline}"] = start_server(folder, "baseline", ["--warm-start", str(warm)],
+                                                              Path(config.baseline).resolve())
+    targets = {label: target for label, (_, target) in servers.items()}
+    pool = ClientPool(config.clients)
+    rates: dict[str, list[float]] = {label: [] for label in servers}
+    try:
+        differing = differing_answers(targets, requests)
+        for _ in range(config.repeats):
+            for label, target in targets.items():
+                task = {"kind": "closed", "target": target, "path": METHOD_PREFIX + "PredictLatency",
+                        "requests": requests, "duration_s": config.duration_s}
+                results = pool.run([task] * config.clients)
+                if sum(r["errors"] for r in results):
+                    raise RuntimeError(f"{label}: {sum(r['errors'] for r in results)} calls failed")
+                rates[label].append(sum(r["calls"] / r["elapsed"] for r in results))
+    finally:
+        pool.close()
+        for proc, _ in servers.values():
+            proc.send_signal(signal.SIGTERM)
+        for proc, _ in servers.values():
+            proc.wait(timeout=120)
+    base = next(iter(servers))
+    table = Table(title=f"PredictLatency, {config.clients} sequential clients (closed loop, {config.duration_s:g} s), "
+                        f"median of {config.repeats}; {os.cpu_count()} CPUs")
+    for column in ("server", "calls/s", f"ratio to {base}", "per repeat (calls/s)"):
+        table.add_column(column, justify="right" if column != "server" else "left")
+    results = {"differing_fields": differing, "rates": rates, "ratio": {}}
+    for label in servers:
+        ratio = statistics.median(r / b for r, b in zip(rates[label], rates[base], strict=True))
+        results["ratio"][label] = ratio
+        table.add_row(label, f"{statistics.median(rates[label]):,.0f}", f"{ratio:.2f}x",
+                      " ".join(f"{r:,.0f}" for r in rates[label]))
+    console = Console()
+    console.print(table)
+    for label, fields in differing.items():
+        console.print(f"{label}: answers equal to {base}'s" if not fields
+                      else f"{label}: answers differ from {base}'s in {', '.join(fields)}")
+    finish(out, results)
+
+
+if __name__ == "__main__":
+    main()

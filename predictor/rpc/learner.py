@@ -1,0 +1,117 @@
+"""The learner process of one shard in ``predictor serve --workers N``.
+
+It is the single-process service (snapshot, observation log, exactly-once learning, live view),
+reachable only by the answering workers through a Unix socket in the run's private folder. Its
+servicer (:class:`LearnerServicer`) takes the caller the worker names (:mod:`predictor.rpc.forwarding`)
+and, before it answers a write (observations, batch starts, ends and queued batches), publishes the
+model and the books to the version files (:class:`~predictor.service.file_publisher.FilePublisher`):
+what an acknowledgement covers is in every worker's answers after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from predictor.rpc.forwarding import adopt_forwarded_caller
+from predictor.rpc.servicer import InterferenceServicer
+from predictor.service.config import ServiceConfig
+from predictor.service.core import Service
+from predictor.service.file_publisher import FilePublisher
+from predictor.service.shards import ShardMap
+from predictor.snapshot import SnapshotError
+
+log = logging.getLogger("predictor.serve")
+PR_SET_PDEATHSIG = 1
+
+
+def learner_socket(folder: str | Path, shard: int) -> Path:
+    """The Unix socket of ``shard``'s learner in the run's folder."""
+    return Path(folder) / f"learner-{shard}.sock"
+
+
+class LearnerServicer(InterferenceServicer):
+    """The service's servicer, publishing to the version files before it acknowledges a write."""
+
+    def __init__(self, service: Service, publisher: FilePublisher):
+        super().__init__(service)
+        self.publisher = publisher
+
+    def _published(self, handler: Callable[..., Any], request: Any, context: grpc.ServicerContext) -> Any:
+        adopt_forwarded_caller(context)
+        try:
+            return handler(request, context)
+        finally:
+            self.publisher.flush(books=True)
+
+    def ReportObservations(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        """Learn the stream as one process does; published before it is acknowledged."""
+        return self._published(super().ReportObservations, request_iterator, context)
+
+    def ReportBatchStart(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """A batch started (live view); published before it is answered."""
+        return self._published(super().ReportBatchStart, request, context)
+
+    def ReportBatchEnd(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """A batch ended (live view); published before it is answered."""
+        return self._published(super().ReportBatchEnd, request, context)
+
+    def ReportBatchQueued(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """A batch joined a queue; published before it is answered."""
+        return self._published(super().ReportBatchQueued, request, context)
+
+
+def child_signals(stop: threading.Event) -> None:
+    """A child of the supervisor stops on SIGTERM (sent by it, in order, or by the kernel when the supervisor
+    dies) and ignores SIGINT (a terminal's ^C reaches the whole process group; the supervisor stops the
+    children itself)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(OSError, AttributeError):  # Linux: SIGTERM when the parent dies
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() == 1:  # the parent died before the line above
+        stop.set()
+
+
+def run_learner(config: ServiceConfig, options: Any, shard: int, shards: ShardMap, folder: str,
+                state_dir: str | None, warm_start: str | None) -> int:
+    """Entry of a learner process: serve ``shard``'s learning on its socket until SIGTERM."""
+    from predictor.rpc.metrics import ServerMetrics
+    from predictor.rpc.server import create_server, stop_server
+
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s learner-{shard} %(levelname)s %(message)s")
+    stop = threading.Event()
+    child_signals(stop)
+    service = Service(config)
+    publisher = FilePublisher(service.state, folder, shard, shards, config.publish_every_s)
+    server, _ = create_server(
+        f"unix:{learner_socket(folder, shard)}",
+        service,
+        max_workers=options.max_workers,
+        max_message_bytes=options.max_message_bytes,
+        metrics=ServerMetrics(service),
+        servicer=LearnerServicer(service, publisher),
+    )
+    server.start()
+    try:
+        said = service.open(state_dir, warm_start)
+    except (SnapshotError, OSError, ValueError) as exc:
+        print(f"predictor serve: learner {shard}: error: {exc}", file=sys.stderr, flush=True)
+        server.stop(0).wait()
+        return 2
+    publisher.start()
+    print(f"predictor serve: learner {shard} (pid {os.getpid()}): {said}; SERVING", flush=True)
+    stop.wait()
+    stop_server(server, service, options.grace_s)
+    publisher.stop()
+    return 0

@@ -1,0 +1,216 @@
+"""``predictor serve --workers N``: real processes, real gRPC on a free port.
+
+* N answering workers answer exactly as one process does for the same model version;
+* observations sent to any worker are learned by the learner, and are in every worker's answers
+  once acknowledged;
+* killing the workers, or the learner, loses no acknowledged observation (the supervisor starts
+  them again);
+* observations are routed to the learner of their device kind's shard;
+* the Prometheus endpoint sums a counter over the worker processes (multiprocess mode).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+from serve_process import ServeProcess, start_server
+
+from predictor.logio import write_records
+from predictor.records import BatchSpec
+from predictor.rpc.client import InterferenceClient
+from predictor.service import Candidate, CoRunnerSource, PlannedCoRunner, Query
+from predictor.service.errors import Unavailable
+from predictor.service.synthetic import synthetic_records
+
+CONNECTIONS = 8  # separate channels: SO_REUSEPORT spreads connections over the workers
+QUERIES = [
+    Query("sim0", BatchSpec("bert", 4, {"l2_util": 0.5, "dram_util": 0.4}), co_runner_source=CoRunnerSource.EXPLICIT),
+    Query(
+        "sim1",
+        BatchSpec("mlp", 2, {"l2_util": 0.1, "dram_util": 0.6}),
+        co_runners=(PlannedCoRunner("resnet", 8, {"l2_util": 0.3, "dram_util": 0.2}, overlap=0.7),),
+        co_runner_source=CoRunnerSource.EXPLICIT,
+    ),
+]
+CANDIDATES = [Candidate("sim0", "SimGPU"), Candidate("sim1", "SimGPU", co_runner_source=CoRunnerSource.EXPLICIT)]
+
+
+def answers(client: InterferenceClient) -> list:
+    """PredictLatency, CheckDeadline and RankPlacements answers of ``client``'s server."""
+    out: list = []
+    for query in QUERIES:
+        for confidence in (0.5, 0.99):
+            p = client.predict(query, confidence)
+            out.append((p.latency_ms, p.upper_bound_ms, p.observations_learned, p.residuals))
+        d = client.check_deadline(query, 40.0, confidence=0.9)
+        out.append((d.feasible, d.slack_ms, d.probability))
+    ranking = client.rank_placements(BatchSpec("bert", 4, {"l2_util": 0.5}), CANDIDATES, 40.0)
+    out.append([(r.device, r.prediction.latency_ms, r.prediction.upper_bound_ms) for r in ranking.placements])
+    return out
+
+
+def connection(target: str) -> InterferenceClient:
+    """A client on a TCP connection of its own (gRPC otherwise shares one among channels to a target)."""
+    return InterferenceClient(channel=grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]))
+
+
+def answers_of_every_connection(target: str) -> list[list]:
+    clients = [connection(target) for _ in range(CONNECTIONS)]
+    try:
+        return [answers(c) for c in clients]
+    finally:
+        for c in clients:
+            c.channel.close()
+
+
+def pids(server: ServeProcess, role: str) -> dict[int, int]:
+    """``{index: pid}`` of the workers or learners, from the server's log (the latest of each index)."""
+    return {int(i): int(p) for i, p in re.findall(rf"{role} (\d+) \(pid (\d+)\)", server.output())}
+
+
+def wait_for(condition, timeout: float = 90.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def warm_log(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("warm") / "warm.jsonl.gz"
+    write_records(path, synthetic_records(200, seed=5))
+    return path
+
+
+def test_workers_answer_as_one_process_and_learn_what_any_worker_acknowledged(tmp_path, warm_log):
+    multi = start_server(tmp_path / "multi", "--workers", "2", "--warm-start", str(warm_log), "--state",
+                         str(tmp_path / "multi" / "state"), "--fsync", "always", name="multi", timeout=240)
+    single = start_server(tmp_path / "single", "--warm-start", str(warm_log), "--state",
+                          str(tmp_path / "single" / "state"), "--fsync", "always", name="single")
+    try:
+        m, s = InterferenceClient(multi.target), InterferenceClient(single.target)
+        m.wait_ready(120)
+        s.wait_ready(120)
+        reference = answers(s)
+        assert reference[0][2] == 200
+        assert answers_of_every_connection(multi.target) == [reference] * CONNECTIONS
+
+        # observations through any worker: in every worker's answers as soon as acknowledged
+        more = synthetic_records(60, seed=6)
+        for start in range(0, 60, 20):
+            via = connection(multi.target)
+            report = via.report_observations(more[start : start + 20], timeout=30)
+            via.channel.close()
+            assert report.accepted == 20 and report.log_sequence >= start + 20
+            s.report_observations(more[start : start + 20], timeout=30)
+            reference = answers(s)
+            assert reference[0][2] == 200 + start + 20
+            assert answers_of_every_connection(multi.target) == [reference] * CONNECTIONS
+        assert m.status().observations_learned == 260
+
+        # the workers die (SIGKILL) after the acknowledgements: nothing acknowledged is lost
+        before = pids(multi, "worker")
+        assert len(before) == 2
+        for pid in before.values():
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: set(pids(multi, "worker").values()).isdisjoint(before.values())
+                 and len(pids(multi, "worker")) == 2, what="workers started again")
+        m.wait_ready(60)
+        assert answers_of_every_connection(multi.target) == [reference] * CONNECTIONS
+
+        # the learner dies (SIGKILL): started again on its state folder, it holds every acknowledged record
+        learner = pids(multi, "learner")[0]
+        os.kill(learner, signal.SIGKILL)
+        wait_for(lambda: pids(multi, "learner")[0] != learner, what="learner started again")
+        last = synthetic_records(70, seed=9)[60:]
+        report = None
+        while report is None:  # the writes forwarded meanwhile fail UNAVAILABLE (the producer resends)
+            try:
+                report = m.report_observations(last, timeout=30, producer_id="late", first_sequence=1)
+            except Unavailable:
+                time.sleep(0.2)
+        assert report.accepted == 10 and m.status().observations_learned == 270
+        s.report_observations(last, timeout=30)
+        reference = answers(s)
+        assert answers_of_every_connection(multi.target) == [reference] * CONNECTIONS
+    finally:
+        assert multi.stop(timeout=60) == 0
+        single.stop()
+    # the learner's state folder is a single process's: restarted with one process, it holds them all
+    again = start_server(tmp_path / "multi", "--state", str(tmp_path / "multi" / "state"), name="again")
+    try:
+        client = InterferenceClient(again.target)
+        client.wait_ready(120)
+        assert client.status().observations_learned == 270
+        assert answers(client) == reference
+    finally:
+        again.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_shards_learn_their_device_kinds_and_metrics_sum_over_workers(tmp_path):
+    state = tmp_path / "state"
+    warm = tmp_path / "warm.jsonl.gz"  # split by shard: each learner warm-starts on its kinds only
+    write_records(warm, synthetic_records(10, seed=1, device_kind="KindA") + synthetic_records(10, seed=2,
+                                                                                              device_kind="KindB"))
+    server = start_server(tmp_path, "--workers", "2", "--shard", "KindA", "--shard", "KindB", "--state", str(state),
+                          "--warm-start", str(warm), "--metrics-port", str(free_port()), name="sharded", timeout=240)
+    a = synthetic_records(40, seed=7, device_kind="KindA")
+    b = synthetic_records(30, seed=8, device_kind="KindB")
+    mixed = [r for pair in zip(a, b, strict=False) for r in pair] + a[len(b):]
+    try:
+        client = InterferenceClient(server.target)
+        client.wait_ready(120)
+        report = client.report_observations(mixed, timeout=60, producer_id="p", first_sequence=1)
+        assert (report.accepted, report.rejected) == (70, 0)
+        again = client.report_observations(mixed, timeout=60, producer_id="p", first_sequence=1)
+        assert (again.accepted, again.duplicates) == (0, 70)  # exactly once across the split
+        kinds = {k.device_kind: k.observations for k in client.status().device_kinds}
+        assert kinds == {"KindA": 50, "KindB": 40}
+        query = Query("sim0", BatchSpec("bert", 4, {"l2_util": 0.5}), device_kind="KindB",
+                      co_runner_source=CoRunnerSource.EXPLICIT)
+        assert client.predict(query).observations_learned == 40  # answered from shard 1's version
+
+        # Prometheus: PredictLatency counted in every worker process, summed on the endpoint
+        for _ in range(3):
+            for c in [connection(server.target) for _ in range(CONNECTIONS)]:
+                c.predict(query)
+                c.channel.close()
+        folder = Path(re.search(r"run folder (\S+)\)", server.output()).group(1)) / "metrics"
+        counter_pids = {p.name.split("_")[1].split(".")[0] for p in folder.glob("counter_*.db")}
+        assert {str(p) for p in pids(server, "worker").values()} <= counter_pids  # two workers counted
+        port = re.search(r"metrics of all processes on http://127.0.0.1:(\d+)/metrics", server.output()).group(1)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert _metric(text, "interference_rpc_requests_total", method="PredictLatency", code="OK") == 1 + 3 * CONNECTIONS
+    finally:
+        assert server.stop(timeout=60) == 0
+    # each shard's state folder holds its kinds only
+    for shard, kind, n in ((0, "KindA", 50), (1, "KindB", 40)):
+        one = start_server(tmp_path, "--state", str(state / f"shard-{shard}"), name=f"shard{shard}")
+        try:
+            c = InterferenceClient(one.target)
+            c.wait_ready(120)
+            assert {k.device_kind: k.observations for k in c.status().device_kinds} == {kind: n}
+        finally:
+            one.stop()
