@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
 import pickle
+import signal
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from predictor.colocations import CoLocations
 from predictor.predictors import create
 from predictor.records import BatchSpec, CoRunner, Record
+from predictor.regressors import refit_worker
 from predictor.regressors.boosted import BoostedResidual
 from predictor.regressors.trees import fit_trees
 from predictor.testing import CHECKS, check_predictor, default_records
@@ -69,9 +72,10 @@ def _pairs(n, seed=0):
     return records
 
 
-def test_a_refit_never_blocks_a_prediction_and_the_swap_is_deterministic():
+@pytest.mark.parametrize("worker", ["process", "thread"])
+def test_a_refit_never_blocks_a_prediction_and_the_swap_is_deterministic(worker):
     records = _pairs(700)
-    first = create("tree:first_fit=300,refit_every=300,swap_after=100")
+    first = create(f"tree:first_fit=300,refit_every=300,swap_after=100,worker='{worker}'")
     second = create("tree:first_fit=300,refit_every=300,swap_after=100,background=False")
     for r in records[:350]:
         first.learn_one(r)
@@ -83,6 +87,49 @@ def test_a_refit_never_blocks_a_prediction_and_the_swap_is_deterministic():
         second.learn_one(r)
     assert first.predict_many(records[:50]) == second.predict_many(records[:50])
     assert first.regressor.n_refits == 2
+    _assert_same_trees(first.regressor.trees, second.regressor.trees)
+
+
+def _assert_same_trees(a, b):
+    assert a is not None and b is not None and a.names == b.names
+    for field in ("feature", "threshold", "left", "right", "value", "roots"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+
+
+def test_the_worker_process_fits_the_trees_a_thread_fits():
+    names, X, y = ("a", "b", "co:c"), *_regression(1500)
+    here = fit_trees(X, y, names=names, monotone=[0, 0, 1], n_estimators=80)
+    there = refit_worker.submit(fit_trees, X, y, names=names, monotone=[0, 0, 1], n_estimators=80).result()
+    assert refit_worker.worker_pids() and os.getpid() not in refit_worker.worker_pids()
+    _assert_same_trees(here, there)
+
+
+def _regression(n, seed=6):
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, 3))
+    return X, np.sin(4 * X[:, 0]) * X[:, 1] + X[:, 2] + 0.05 * rng.normal(size=n)
+
+
+def test_a_dying_refit_worker_is_replaced_and_the_refit_redone():
+    records = _pairs(1000, seed=7)
+    spec = "tree:first_fit=300,refit_every=300,swap_after=100,n_estimators=300"
+    model, reference = create(spec), create(spec + ",background=False")
+    for r in records[:300]:
+        model.learn_one(r)
+        reference.learn_one(r)
+    assert model.regressor.refit_pending
+    killed = refit_worker.worker_pids()
+    assert killed
+    os.kill(killed[0], signal.SIGKILL)  # the worker dies during (or before) this refit
+    for r in records[300:]:
+        model.learn_one(r)
+        reference.learn_one(r)
+    assert model.regressor.n_refits == reference.regressor.n_refits == 3
+    assert model.regressor.n_refit_failures == 0
+    _assert_same_trees(model.regressor.trees, reference.regressor.trees)
+    assert model.predict_many(records[:50]) == reference.predict_many(records[:50])
+    alive = refit_worker.worker_pids()  # the later refits ran in a fresh worker
+    assert alive and killed[0] not in alive
 
 
 def test_pickle_during_a_refit_redoes_it_identically():
@@ -140,6 +187,8 @@ def test_bad_arguments_are_named():
         BoostedResidual(refit_every=10, swap_after=20)
     with pytest.raises(ValueError, match="window"):
         create("tree:window=1")
+    with pytest.raises(ValueError, match="worker"):
+        create("tree:worker='gpu'")
     with pytest.raises(ValueError, match="split_by"):
         create("ensemble:split_by='colour'")
 

@@ -13,7 +13,7 @@ The contention features (``co:*``, ``co_model:*``, ``pair:*``, ``x:*``) carry mo
 constraints (``monotone=True``): more co-runners, more overlap, or busier co-runners never
 lower the trees' answer.
 
-Refits run in a worker thread every ``refit_every`` observations on the last ``window`` and
+Refits run in a worker process (or thread) every ``refit_every`` observations on the last ``window`` and
 never hold up an answer; the RLS corrector tracks the trees' residual in between (see the
 regressor's docstring for how the swap stays deterministic).
 """
@@ -57,7 +57,10 @@ class TreePredictor(LatencyPredictor):
     corrector_forgetting, corrector_delta
         The RLS corrector's forgetting factor and prior scale.
     background
-        Refit in a worker thread (``False``: inside the learning call).
+        Refit away from the learning call (``False``: inside it).
+    worker
+        Where a background refit runs: ``"process"`` (a persistent worker process, off this
+        process's GIL) or ``"thread"``; both give the same trees.
     """
 
     name = "tree"
@@ -76,6 +79,7 @@ class TreePredictor(LatencyPredictor):
         corrector_forgetting: float = 0.995,
         corrector_delta: float = 0.1,
         background: bool = True,
+        worker: str = "process",
         seed: int = 0,
     ):
         super().__init__(seed=seed)
@@ -91,12 +95,13 @@ class TreePredictor(LatencyPredictor):
         self.corrector_forgetting = corrector_forgetting
         self.corrector_delta = corrector_delta
         self.background = background
+        self.worker = worker
         self._model = BoostedResidual(
             window=window, refit_every=refit_every, first_fit=first_fit, swap_after=swap_after,
             n_estimators=n_estimators, num_leaves=num_leaves, learning_rate=learning_rate,
             min_child_samples=min_child_samples, increasing=",".join(CONTENTION_PREFIXES) if monotone else "",
             corrector_forgetting=corrector_forgetting, corrector_delta=corrector_delta,
-            background=background, seed=seed,
+            background=background, worker=worker, seed=seed,
         )
         self._target_range = (math.inf, -math.inf)
 
@@ -139,6 +144,10 @@ class TreePredictor(LatencyPredictor):
         state = dict(self.__dict__)
         state.pop("_last", None)
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("worker", "process")  # snapshots from before the worker process
 
     def _clamp(self, value: float) -> float:
         low, high = self._target_range
