@@ -14,6 +14,10 @@ it dies, the pool is broken: :func:`restart` replaces it, and the caller redoes 
 itself (:class:`~predictor.regressors.boosted.BoostedResidual` does, so a dying worker costs
 one slow swap, never a wrong or a missing model).
 
+As with any ``spawn`` or ``forkserver`` worker, the worker imports the main module of the
+program (as ``__mp_main__``): a script that trains a ``tree`` learner must keep its top-level
+work under ``if __name__ == "__main__":`` (the project's entry points, run with ``-m``, do).
+
 Examples
 --------
 >>> import operator
@@ -29,7 +33,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 
-NICENESS = 10
+NICENESS = 5
 """How much lower the worker's scheduling priority is than the serving process's."""
 
 _LOCK = threading.Lock()
