@@ -12,6 +12,7 @@ import pytest
 
 from predictor.colocations import CoLocations
 from predictor.predictors import create
+from predictor.predictors.tree import work_columns, work_features
 from predictor.records import BatchSpec, CoRunner, Record
 from predictor.regressors import refit_worker
 from predictor.regressors.boosted import BoostedResidual
@@ -217,3 +218,15 @@ def test_walk_handles_single_leaf_trees():
     X = np.random.default_rng(3).random((100, 3))
     trees, booster = fit_trees(X, np.full(100, 2.5), names=("a", "b", "c"), n_estimators=5, return_booster=True)
     assert trees.predict_vector(X[0]) == booster.predict(X[:1])[0] == pytest.approx(2.5)
+
+
+def test_work_features_multiply_attributes_by_batch_sizes():
+    record = Record("d0", BatchSpec("bert", 4, {"seq": 100.0}), 1.0,
+                    co_runners=(CoRunner("gpt2", 2, {"seq": 64.0}, overlap=0.5), CoRunner("vit", 8, {"seq": 10.0},
+                                                                                           overlap=0.0),
+                                CoRunner("vit", 3, {"size": 224.0}, overlap=1.0)))
+    assert work_features(record) == {"own:seq*batch": 400.0, "co:seq*batch": 64.0, "co:size*batch": 672.0}
+    rows = CoLocations.from_records([record])
+    names, values = work_columns(rows)
+    assert dict(zip(names, values[0].tolist(), strict=True)) == {**work_features(record)}
+    assert "own:seq*batch" not in create("tree:work=False")._parts(record)[0]
