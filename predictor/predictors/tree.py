@@ -110,7 +110,7 @@ class TreePredictor(LatencyPredictor):
         window: int = 8000,
         refit_every: int = 1000,
         first_fit: int = 200,
-        swap_after: int = 500,
+        swap_after: int = 100,
         n_estimators: int = 300,
         num_leaves: int = 31,
         learning_rate: float = 0.1,
