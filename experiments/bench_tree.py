@@ -13,7 +13,7 @@
    (``tree:worker='thread'``, the baseline) and once in the worker process (``tree``, the
    default), in the same run: both services up, their blocks interleaved.
 
-Run: ``.venv/bin/python -m experiments.bench_tree`` (about a minute); writes
+Run: ``.venv/bin/python -m experiments.bench_tree`` (about 3 minutes); writes
 ``experiments/results/bench_tree/``.
 """
 

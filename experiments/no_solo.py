@@ -27,7 +27,7 @@ Two protocols, every predictor fed the same records:
    (seeded), each of ``loco_predictors`` and the offline fit learn all records but that
    configuration's and are scored on it.
 
-Run: ``.venv/bin/python -m experiments.no_solo`` (about 10 minutes on 2 shared cores); writes
+Run: ``.venv/bin/python -m experiments.no_solo`` (about 4 minutes on 2 shared cores); writes
 ``experiments/results/no_solo/{config.json,results.json,results.md}``.
 """
 
