@@ -17,6 +17,7 @@ from predictor.records import BatchSpec, CoRunner, Record
 from predictor.regressors import refit_worker
 from predictor.regressors.boosted import BoostedResidual
 from predictor.regressors.trees import fit_trees
+from predictor.snapshot import restore_predictor, snapshot_predictor
 from predictor.testing import CHECKS, check_predictor, default_records
 
 SMALL_TREE = "tree:first_fit=8,refit_every=8,swap_after=3,n_estimators=8,min_child_samples=2"
@@ -230,3 +231,18 @@ def test_work_features_multiply_attributes_by_batch_sizes():
     names, values = work_columns(rows)
     assert dict(zip(names, values[0].tolist(), strict=True)) == {**work_features(record)}
     assert "own:seq*batch" not in create("tree:work=False")._parts(record)[0]
+
+
+def test_a_snapshot_taken_while_the_worker_process_refits_restores_the_same_model():
+    records = _pairs(800, seed=8)
+    model = create("tree:first_fit=300,refit_every=300,swap_after=150")
+    for r in records[:320]:
+        model.learn_one(r)
+    assert model.regressor.refit_pending and model.regressor._pending.future is not None  # in the worker
+    restored = restore_predictor(snapshot_predictor(model))
+    for r in records[320:]:
+        model.learn_one(r)
+        restored.learn_one(r)
+    assert restored.regressor.n_refits == model.regressor.n_refits == 2
+    _assert_same_trees(restored.regressor.trees, model.regressor.trees)
+    assert restored.predict_many(records[:30]) == model.predict_many(records[:30])
