@@ -9,9 +9,11 @@
    a free port, warmed up on ``train`` records; one client sends ``calls`` sequential
    ``PredictLatency`` requests per block, alternating blocks with no refit and blocks while a
    refit runs in the background (a new one started whenever the last has finished), ``rounds``
-   times; p50 and p99 of each kind, and their ratio.
+   times; p50 and p99 of each kind, and their ratio. Once with the refit in a worker thread
+   (``tree:worker='thread'``, the baseline) and once in the worker process (``tree``, the
+   default), in the same run: both services up, their blocks interleaved.
 
-Run: ``.venv/bin/python -m experiments.bench_tree`` (about a minute); writes
+Run: ``.venv/bin/python -m experiments.bench_tree`` (about 3 minutes); writes
 ``experiments/results/bench_tree/``.
 """
 
@@ -37,6 +39,7 @@ class Config:
     repeats: int = 10
     calls: int = 300
     rounds: int = 5
+    refit_specs: tuple[str, ...] = ("tree:worker='thread'", "tree")
     seed: int = 0
 
 
@@ -80,76 +83,103 @@ def hot_path(config: Config, records) -> dict[str, float]:
     return out
 
 
-def refit_impact(config: Config, records) -> dict[str, float]:
-    """PredictLatency p50/p99 with and without a refit running, over real gRPC."""
-    from predictor.rpc.client import InterferenceClient
-    from predictor.rpc.server import create_server, stop_server
-    from predictor.service import Service, ServiceConfig
-    from predictor.service.errors import OutlierRejected
-    from predictor.service.types import CoRunnerSource, PlannedCoRunner, Query
+class _Served:
+    """One service behind a real gRPC server, warmed up, with a client and the queries it sends."""
 
-    service = Service(ServiceConfig(predictor="tree", snapshot_every_s=0))
-    server, port = create_server("127.0.0.1:0", service)
-    server.start()
-    service.open()
-    for r in records[: config.train]:
-        try:
-            service.observe(r)
-        except OutlierRejected:
-            pass
-    regressor = service.state.predictor.regressor
-    queries = [Query(r.device, r.batch, co_runners=tuple(PlannedCoRunner(c.model, c.batch_size, dict(c.attrs),
-                                                                          overlap=c.overlap)
-                                                         for c in r.co_runners),
-                     co_runner_source=CoRunnerSource.EXPLICIT, signals=dict(r.signals),
-                     solo_latency_ms=r.solo_latency_ms)
-               for r in records[config.train : config.train + 200]]
-    idle: list[float] = []
-    busy: list[float] = []
-    refit_seconds: list[float] = []
-    with InterferenceClient(f"127.0.0.1:{port}") as client:
-        client.wait_ready(10)
-        for q in queries[:50]:
-            client.predict(q)
-        for _ in range(config.rounds):
-            while regressor.refit_running:
-                time.sleep(0.01)
-            for i in range(config.calls):
-                t = time.perf_counter()
-                client.predict(queries[i % len(queries)])
-                idle.append(time.perf_counter() - t)
-            started = None
-            done = 0
-            while done < config.calls:
-                if not regressor.refit_running:
-                    if started is not None:
-                        refit_seconds.append(time.perf_counter() - started)
-                    with service.state.lock:
-                        regressor._pending = None  # a benchmark: discard the last refit's trees, start another
-                        regressor.start_refit()
-                    started = time.perf_counter()
-                t = time.perf_counter()
-                client.predict(queries[done % len(queries)])
-                elapsed = time.perf_counter() - t
-                if regressor.refit_running:
-                    busy.append(elapsed)
-                done += 1
-    stop_server(server, service, grace=0.5)
-    ms = 1e3
-    out = {"idle_p50_ms": float(np.median(idle)) * ms, "idle_p99_ms": float(np.percentile(idle, 99)) * ms,
-           "refit_p50_ms": float(np.median(busy)) * ms, "refit_p99_ms": float(np.percentile(busy, 99)) * ms,
-           "calls_idle": len(idle), "calls_during_refit": len(busy),
-           "refit_seconds_median": float(np.median(refit_seconds)) if refit_seconds else float("nan")}
-    out["p99_ratio"] = out["refit_p99_ms"] / out["idle_p99_ms"]
-    out["p50_ratio"] = out["refit_p50_ms"] / out["idle_p50_ms"]
-    return out
+    def __init__(self, spec: str, config: Config, records):
+        from predictor.rpc.client import InterferenceClient
+        from predictor.rpc.server import create_server
+        from predictor.service import Service, ServiceConfig
+        from predictor.service.errors import OutlierRejected
+        from predictor.service.types import CoRunnerSource, PlannedCoRunner, Query
+
+        self.service = Service(ServiceConfig(predictor=spec, snapshot_every_s=0))
+        self.server, port = create_server("127.0.0.1:0", self.service)
+        self.server.start()
+        self.service.open()
+        for r in records[: config.train]:
+            try:
+                self.service.observe(r)
+            except OutlierRejected:
+                pass
+        self.regressor = self.service.state.predictor.regressor
+        self.queries = [Query(r.device, r.batch,
+                              co_runners=tuple(PlannedCoRunner(c.model, c.batch_size, dict(c.attrs), overlap=c.overlap)
+                                               for c in r.co_runners),
+                              co_runner_source=CoRunnerSource.EXPLICIT, signals=dict(r.signals),
+                              solo_latency_ms=r.solo_latency_ms)
+                        for r in records[config.train : config.train + 200]]
+        self.client = InterferenceClient(f"127.0.0.1:{port}").__enter__()
+        self.client.wait_ready(10)
+        for q in self.queries[:50]:
+            self.client.predict(q)
+        self.idle: list[float] = []
+        self.busy: list[float] = []
+        self.refit_seconds: list[float] = []
+
+    def idle_block(self, calls: int) -> None:
+        """``calls`` requests with no refit running."""
+        while self.regressor.refit_running:
+            time.sleep(0.01)
+        for i in range(calls):
+            t = time.perf_counter()
+            self.client.predict(self.queries[i % len(self.queries)])
+            self.idle.append(time.perf_counter() - t)
+
+    def busy_block(self, calls: int) -> None:
+        """``calls`` requests, a refit started whenever the last has finished; timed while one runs."""
+        started = None
+        for i in range(calls):
+            if not self.regressor.refit_running:
+                if started is not None:
+                    self.refit_seconds.append(time.perf_counter() - started)
+                with self.service.state.lock:
+                    self.regressor._pending = None  # a benchmark: discard the last refit's trees, start another
+                    self.regressor.start_refit()
+                started = time.perf_counter()
+            t = time.perf_counter()
+            self.client.predict(self.queries[i % len(self.queries)])
+            elapsed = time.perf_counter() - t
+            if self.regressor.refit_running:
+                self.busy.append(elapsed)
+        while self.regressor.refit_running:  # the last refit's duration (no calls timed meanwhile)
+            time.sleep(0.005)
+        if started is not None:
+            self.refit_seconds.append(time.perf_counter() - started)
+
+    def close(self) -> dict[str, float]:
+        """Stop the server; the figures."""
+        from predictor.rpc.server import stop_server
+
+        self.client.__exit__(None, None, None)
+        stop_server(self.server, self.service, grace=0.5)
+        ms = 1e3
+        idle, busy = self.idle, self.busy
+        out = {"idle_p50_ms": float(np.median(idle)) * ms, "idle_p99_ms": float(np.percentile(idle, 99)) * ms,
+               "refit_p50_ms": float(np.median(busy)) * ms, "refit_p99_ms": float(np.percentile(busy, 99)) * ms,
+               "calls_idle": len(idle), "calls_during_refit": len(busy),
+               "refit_seconds_median": float(np.median(self.refit_seconds)) if self.refit_seconds else float("nan")}
+        out["p99_ratio"] = out["refit_p99_ms"] / out["idle_p99_ms"]
+        out["p50_ratio"] = out["refit_p50_ms"] / out["idle_p50_ms"]
+        return out
+
+
+def refit_impact(config: Config, records) -> dict[str, dict[str, float]]:
+    """PredictLatency p50/p99 with and without a refit running, over real gRPC, for each of
+    ``config.refit_specs``: one service each, their blocks interleaved round by round."""
+    served = {spec: _Served(spec, config, records) for spec in config.refit_specs}
+    for _ in range(config.rounds):
+        for target in served.values():
+            target.idle_block(config.calls)
+            target.busy_block(config.calls)
+    return {f"refit {spec}": target.close() for spec, target in served.items()}
 
 
 def main() -> None:
     """Run both parts and print them."""
     config, out = start("bench_tree", Config(), __doc__.splitlines()[0])
     records, _ = read_records(DEFAULT_DATASET)
-    results = {"hot_path": hot_path(config, records), "refit": refit_impact(config, records)}
+    results = {"hot_path": hot_path(config, records), **refit_impact(config, records)}
     for part, values in results.items():
         print(part)
         for key, value in values.items():

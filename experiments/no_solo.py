@@ -27,7 +27,7 @@ Two protocols, every predictor fed the same records:
    (seeded), each of ``loco_predictors`` and the offline fit learn all records but that
    configuration's and are scored on it.
 
-Run: ``.venv/bin/python -m experiments.no_solo`` (about 10 minutes on 2 shared cores); writes
+Run: ``.venv/bin/python -m experiments.no_solo`` (about 4 minutes on 2 shared cores); writes
 ``experiments/results/no_solo/{config.json,results.json,results.md}``.
 """
 
@@ -55,6 +55,10 @@ BATCH_SIZES = (1, 2, 4, 8)
 OPS_PER_LAYER = {"bert": 14, "gpt2": 16, "t5": 20, "resnet": 9, "vit": 12}
 
 
+PREVIOUS_TREE = "tree:work=False,n_estimators=150,num_leaves=15,window=4000,swap_after=100"
+"""The ``tree`` learner before the work features and the larger defaults (for the before/after figures)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """What the study runs."""
@@ -63,8 +67,7 @@ class Config:
     noise: float = 0.03
     split: float = 0.75
     loco_configs: int = 6
-    predictors: tuple[str, ...] = ("solo", "rls", "sgd", "tree", "tree:n_estimators=300,num_leaves=31,window=8000",
-                                   "ensemble")
+    predictors: tuple[str, ...] = ("solo", "rls", "sgd", "tree", "tree:work=False", PREVIOUS_TREE, "ensemble")
     loco_predictors: tuple[str, ...] = ("rls", "tree")
     seed: int = 0
 

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import math
+import os
 import pickle
+import signal
 
 import numpy as np
 import pytest
 
 from predictor.colocations import CoLocations
 from predictor.predictors import create
+from predictor.predictors.tree import work_columns, work_features
 from predictor.records import BatchSpec, CoRunner, Record
+from predictor.regressors import refit_worker
 from predictor.regressors.boosted import BoostedResidual
 from predictor.regressors.trees import fit_trees
+from predictor.snapshot import restore_predictor, snapshot_predictor
 from predictor.testing import CHECKS, check_predictor, default_records
 
 SMALL_TREE = "tree:first_fit=8,refit_every=8,swap_after=3,n_estimators=8,min_child_samples=2"
@@ -69,9 +74,10 @@ def _pairs(n, seed=0):
     return records
 
 
-def test_a_refit_never_blocks_a_prediction_and_the_swap_is_deterministic():
+@pytest.mark.parametrize("worker", ["process", "thread"])
+def test_a_refit_never_blocks_a_prediction_and_the_swap_is_deterministic(worker):
     records = _pairs(700)
-    first = create("tree:first_fit=300,refit_every=300,swap_after=100")
+    first = create(f"tree:first_fit=300,refit_every=300,swap_after=100,worker='{worker}'")
     second = create("tree:first_fit=300,refit_every=300,swap_after=100,background=False")
     for r in records[:350]:
         first.learn_one(r)
@@ -83,6 +89,49 @@ def test_a_refit_never_blocks_a_prediction_and_the_swap_is_deterministic():
         second.learn_one(r)
     assert first.predict_many(records[:50]) == second.predict_many(records[:50])
     assert first.regressor.n_refits == 2
+    _assert_same_trees(first.regressor.trees, second.regressor.trees)
+
+
+def _assert_same_trees(a, b):
+    assert a is not None and b is not None and a.names == b.names
+    for field in ("feature", "threshold", "left", "right", "value", "roots"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+
+
+def test_the_worker_process_fits_the_trees_a_thread_fits():
+    names, X, y = ("a", "b", "co:c"), *_regression(1500)
+    here = fit_trees(X, y, names=names, monotone=[0, 0, 1], n_estimators=80)
+    there = refit_worker.submit(fit_trees, X, y, names=names, monotone=[0, 0, 1], n_estimators=80).result()
+    assert refit_worker.worker_pids() and os.getpid() not in refit_worker.worker_pids()
+    _assert_same_trees(here, there)
+
+
+def _regression(n, seed=6):
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, 3))
+    return X, np.sin(4 * X[:, 0]) * X[:, 1] + X[:, 2] + 0.05 * rng.normal(size=n)
+
+
+def test_a_dying_refit_worker_is_replaced_and_the_refit_redone():
+    records = _pairs(1000, seed=7)
+    spec = "tree:first_fit=300,refit_every=300,swap_after=100,n_estimators=300"
+    model, reference = create(spec), create(spec + ",background=False")
+    for r in records[:300]:
+        model.learn_one(r)
+        reference.learn_one(r)
+    assert model.regressor.refit_pending
+    killed = refit_worker.worker_pids()
+    assert killed
+    os.kill(killed[0], signal.SIGKILL)  # the worker dies during (or before) this refit
+    for r in records[300:]:
+        model.learn_one(r)
+        reference.learn_one(r)
+    assert model.regressor.n_refits == reference.regressor.n_refits == 3
+    assert model.regressor.n_refit_failures == 0
+    _assert_same_trees(model.regressor.trees, reference.regressor.trees)
+    assert model.predict_many(records[:50]) == reference.predict_many(records[:50])
+    alive = refit_worker.worker_pids()  # the later refits ran in a fresh worker
+    assert alive and killed[0] not in alive
 
 
 def test_pickle_during_a_refit_redoes_it_identically():
@@ -140,6 +189,8 @@ def test_bad_arguments_are_named():
         BoostedResidual(refit_every=10, swap_after=20)
     with pytest.raises(ValueError, match="window"):
         create("tree:window=1")
+    with pytest.raises(ValueError, match="worker"):
+        create("tree:worker='gpu'")
     with pytest.raises(ValueError, match="split_by"):
         create("ensemble:split_by='colour'")
 
@@ -168,3 +219,30 @@ def test_walk_handles_single_leaf_trees():
     X = np.random.default_rng(3).random((100, 3))
     trees, booster = fit_trees(X, np.full(100, 2.5), names=("a", "b", "c"), n_estimators=5, return_booster=True)
     assert trees.predict_vector(X[0]) == booster.predict(X[:1])[0] == pytest.approx(2.5)
+
+
+def test_work_features_multiply_attributes_by_batch_sizes():
+    record = Record("d0", BatchSpec("bert", 4, {"seq": 100.0}), 1.0,
+                    co_runners=(CoRunner("gpt2", 2, {"seq": 64.0}, overlap=0.5), CoRunner("vit", 8, {"seq": 10.0},
+                                                                                           overlap=0.0),
+                                CoRunner("vit", 3, {"size": 224.0}, overlap=1.0)))
+    assert work_features(record) == {"own:seq*batch": 400.0, "co:seq*batch": 64.0, "co:size*batch": 672.0}
+    rows = CoLocations.from_records([record])
+    names, values = work_columns(rows)
+    assert dict(zip(names, values[0].tolist(), strict=True)) == {**work_features(record)}
+    assert "own:seq*batch" not in create("tree:work=False")._parts(record)[0]
+
+
+def test_a_snapshot_taken_while_the_worker_process_refits_restores_the_same_model():
+    records = _pairs(800, seed=8)
+    model = create("tree:first_fit=300,refit_every=300,swap_after=150")
+    for r in records[:320]:
+        model.learn_one(r)
+    assert model.regressor.refit_pending and model.regressor._pending.future is not None  # in the worker
+    restored = restore_predictor(snapshot_predictor(model))
+    for r in records[320:]:
+        model.learn_one(r)
+        restored.learn_one(r)
+    assert restored.regressor.n_refits == model.regressor.n_refits == 2
+    _assert_same_trees(restored.regressor.trees, model.regressor.trees)
+    assert restored.predict_many(records[:30]) == model.predict_many(records[:30])

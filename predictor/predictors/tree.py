@@ -13,7 +13,7 @@ The contention features (``co:*``, ``co_model:*``, ``pair:*``, ``x:*``) carry mo
 constraints (``monotone=True``): more co-runners, more overlap, or busier co-runners never
 lower the trees' answer.
 
-Refits run in a worker thread every ``refit_every`` observations on the last ``window`` and
+Refits run in a worker process (or thread) every ``refit_every`` observations on the last ``window`` and
 never hold up an answer; the RLS corrector tracks the trees' residual in between (see the
 regressor's docstring for how the swap stays deterministic).
 """
@@ -26,15 +26,53 @@ from collections.abc import Iterable
 import numpy as np
 
 from predictor.colocations import CoLocations
-from predictor.features import feature_matrix, fine_features
+from predictor.features import CO, OWN, feature_matrix, fine_features
 from predictor.predictors.base import LatencyPredictor
 from predictor.records import Record
 from predictor.regressors.boosted import BoostedResidual
 
 CONTENTION_PREFIXES = ("co:", "co_model:", "pair:", "x:")
 """Feature-name prefixes of the contention features (monotone non-decreasing with ``monotone``)."""
+WORK = "*batch"
+"""Suffix of the work features: an attribute times the batch size (own ``own:K*batch``, co-runners'
+overlap-weighted ``co:K*batch``, monotone like the other ``co:`` features)."""
 MARGIN = math.log(2.0)
 """Answers stay within a factor 2 of the range of targets seen."""
+
+
+def work_features(record: Record) -> dict[str, float]:
+    """Each attribute times the batch size: the batch's own (``own:K*batch``) and the co-runners',
+    overlap-weighted and summed (``co:K*batch``; a co-runner of overlap 0 adds nothing).
+
+    The work a batch does grows with its attributes (a sequence length, an input size) and its
+    size together; the fine features carry them apart (attributes, log batch sizes), which a
+    tree can only combine with many splits.
+    """
+    batch = record.batch
+    out = {f"{OWN}{key}{WORK}": value * batch.batch_size for key, value in batch.attrs.items()}
+    for runner in record.co_runners:
+        if runner.overlap == 0.0:
+            continue
+        weight = runner.overlap * runner.batch_size
+        for key, value in runner.attrs.items():
+            name = f"{CO}{key}{WORK}"
+            out[name] = out.get(name, 0.0) + weight * value
+    return out
+
+
+def work_columns(rows: CoLocations) -> tuple[tuple[str, ...], np.ndarray]:
+    """:func:`work_features` of every row as columns (a row without a feature has 0 there)."""
+    n = len(rows)
+    batch = rows.batch
+    names = [f"{OWN}{key}{WORK}" for key in batch.attrs]
+    columns = [np.full(n, value * batch.batch_size) for value in batch.attrs.values()]
+    owner = rows.rows_of_runners()
+    weights = np.asarray(rows.overlaps, dtype=float) * np.asarray(rows.batch_sizes, dtype=float)
+    for key in sorted({key for attrs in rows.attrs for key in attrs}):
+        values = np.array([attrs.get(key, 0.0) for attrs in rows.attrs], dtype=float)
+        names.append(f"{CO}{key}{WORK}")
+        columns.append(np.bincount(owner, weights=weights * values, minlength=n))
+    return tuple(names), np.column_stack(columns) if columns else np.zeros((n, 0))
 
 
 class TreePredictor(LatencyPredictor):
@@ -54,28 +92,35 @@ class TreePredictor(LatencyPredictor):
         LightGBM's settings.
     monotone
         Constrain the trees to be non-decreasing in the contention features.
+    work
+        Add the :func:`work_features` (attributes times batch sizes) to the fine features.
     corrector_forgetting, corrector_delta
         The RLS corrector's forgetting factor and prior scale.
     background
-        Refit in a worker thread (``False``: inside the learning call).
+        Refit away from the learning call (``False``: inside it).
+    worker
+        Where a background refit runs: ``"process"`` (a persistent worker process, off this
+        process's GIL) or ``"thread"``; both give the same trees.
     """
 
     name = "tree"
 
     def __init__(
         self,
-        window: int = 4000,
+        window: int = 8000,
         refit_every: int = 1000,
         first_fit: int = 200,
         swap_after: int = 100,
-        n_estimators: int = 150,
-        num_leaves: int = 15,
+        n_estimators: int = 300,
+        num_leaves: int = 31,
         learning_rate: float = 0.1,
         min_child_samples: int = 10,
         monotone: bool = True,
+        work: bool = True,
         corrector_forgetting: float = 0.995,
         corrector_delta: float = 0.1,
         background: bool = True,
+        worker: str = "process",
         seed: int = 0,
     ):
         super().__init__(seed=seed)
@@ -88,15 +133,17 @@ class TreePredictor(LatencyPredictor):
         self.learning_rate = learning_rate
         self.min_child_samples = min_child_samples
         self.monotone = monotone
+        self.work = work
         self.corrector_forgetting = corrector_forgetting
         self.corrector_delta = corrector_delta
         self.background = background
+        self.worker = worker
         self._model = BoostedResidual(
             window=window, refit_every=refit_every, first_fit=first_fit, swap_after=swap_after,
             n_estimators=n_estimators, num_leaves=num_leaves, learning_rate=learning_rate,
             min_child_samples=min_child_samples, increasing=",".join(CONTENTION_PREFIXES) if monotone else "",
             corrector_forgetting=corrector_forgetting, corrector_delta=corrector_delta,
-            background=background, seed=seed,
+            background=background, worker=worker, seed=seed,
         )
         self._target_range = (math.inf, -math.inf)
 
@@ -107,19 +154,22 @@ class TreePredictor(LatencyPredictor):
 
     # ------------------------------------------------------------------ features
     @staticmethod
-    def parts(record: Record) -> tuple[dict[str, float], dict[str, str]]:
-        """The regressor's input for ``record``: numbers (the fine features, whether the record has a
-        solo latency and its log) and categories (the model, the device kind)."""
+    def parts(record: Record, work: bool = True) -> tuple[dict[str, float], dict[str, str]]:
+        """The regressor's input for ``record``: numbers (the fine features, the :func:`work_features`
+        unless ``work`` is false, whether the record has a solo latency and its log) and categories
+        (the model, the device kind)."""
         numeric = fine_features(record)
+        if work:
+            numeric.update(work_features(record))
         solo = record.solo_latency_ms
         numeric["has_solo"] = 1.0 if solo else 0.0
         numeric["log_solo"] = math.log(solo) if solo else 0.0
         return numeric, {"model": record.batch.model, "kind": record.device_kind}
 
     @classmethod
-    def features(cls, record: Record) -> dict[str, object]:
+    def features(cls, record: Record, work: bool = True) -> dict[str, object]:
         """:meth:`parts` as one dict (the regressor's river-style input)."""
-        numeric, categories = cls.parts(record)
+        numeric, categories = cls.parts(record, work)
         return {**numeric, **categories}
 
     @staticmethod
@@ -131,7 +181,7 @@ class TreePredictor(LatencyPredictor):
         last = getattr(self, "_last", None)
         if last is not None and last[0] is record:
             return last[1]
-        parts = self.parts(record)
+        parts = self.parts(record, self.work)
         self._last = (record, parts)
         return parts
 
@@ -139,6 +189,11 @@ class TreePredictor(LatencyPredictor):
         state = dict(self.__dict__)
         state.pop("_last", None)
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("worker", "process")  # snapshots from before the worker process
+        self.__dict__.setdefault("work", False)  # ... and from before the work features
 
     def _clamp(self, value: float) -> float:
         low, high = self._target_range
@@ -193,8 +248,9 @@ class TreePredictor(LatencyPredictor):
         n = len(rows)
         solo = rows.solo_latency_ms
         offset = math.log(solo) if solo else 0.0
-        names = (*matrix.names, "has_solo", "log_solo")
-        values = np.hstack([matrix.values, np.tile([1.0 if solo else 0.0, offset], (n, 1))])
+        work_names, work = work_columns(rows) if self.work else ((), np.zeros((n, 0)))
+        names = (*matrix.names, *work_names, "has_solo", "log_solo")
+        values = np.hstack([matrix.values, work, np.tile([1.0 if solo else 0.0, offset], (n, 1))])
         raw = self._model.predict_matrix(
             names, values, {"model": [rows.batch.model] * n, "kind": list(rows.device_kinds)}
         )

@@ -2,9 +2,11 @@
 
 :class:`BoostedResidual` is a river regressor over feature dicts (numbers, and strings taken
 as categories). It keeps the last ``window`` observations as rows of a matrix and, every
-``refit_every`` observations, fits LightGBM gradient-boosted trees on them in a worker thread
-(:mod:`predictor.regressors.trees`; LightGBM releases the GIL while it trains, so answers go
-on meanwhile). The fitted trees replace the current ones exactly ``swap_after`` observations
+``refit_every`` observations, fits LightGBM gradient-boosted trees on them
+(:mod:`predictor.regressors.trees`) in a persistent worker process
+(:mod:`predictor.regressors.refit_worker`; or a worker thread, ``worker="thread"``), so
+answers go on meanwhile without sharing the GIL with the refit; if the worker process dies,
+the refit is redone in the learning call and a fresh worker takes the next one. The fitted trees replace the current ones exactly ``swap_after`` observations
 after the refit started (waiting for it there only if it has not finished by then), so the
 same stream always gives the same model, whatever the timing: clones, pickles and snapshots
 stay exact. On top, a recursive-least-squares corrector (:class:`~predictor.regressors.rls.RLS`)
@@ -29,15 +31,19 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import BrokenExecutor, CancelledError, Future
 
 import numpy as np
 from river import base
 
+from predictor.regressors import refit_worker
 from predictor.regressors.feature_index import FeatureIndex
 from predictor.regressors.rls import RLS
 from predictor.regressors.trees import TreeArrays, fit_trees
 
 Features = Mapping[str, object]
+WORKERS = ("process", "thread")
+"""Where a background refit may run."""
 
 
 class _Refit:
@@ -50,43 +56,74 @@ class _Refit:
         self.trees: TreeArrays | None = None
         self.error: BaseException | None = None
         self.thread: threading.Thread | None = None
+        self.future: Future | None = None
+
+    def _indexed(self, trees: TreeArrays) -> TreeArrays:
+        """``trees`` with their splits pointing at index columns (the walk reads the whole index vector)."""
+        internal = trees.feature >= 0
+        feature = trees.feature.copy()
+        feature[internal] = self.columns[trees.feature[internal]]
+        return TreeArrays(self.names, feature, trees.threshold, trees.left, trees.right, trees.value, trees.roots)
 
     def run(self, params: dict) -> None:
         """Fit the trees (in whichever thread calls this); an error is kept, not raised."""
         try:
-            trees = fit_trees(self.X, self.y, names=self.names, monotone=self.monotone, **params)
-            # The walk reads the whole index vector: point the splits at index columns.
-            internal = trees.feature >= 0
-            feature = trees.feature.copy()
-            feature[internal] = self.columns[trees.feature[internal]]
-            self.trees = TreeArrays(self.names, feature, trees.threshold, trees.left, trees.right,
-                                    trees.value, trees.roots)
+            self.trees = self._indexed(fit_trees(self.X, self.y, names=self.names, monotone=self.monotone, **params))
         except Exception as exc:  # noqa: BLE001 - a failed refit keeps the old trees; counted by the owner
             self.error = exc
 
-    def start(self, params: dict, background: bool) -> None:
-        """Run now, or in a daemon thread."""
-        if not background:
-            self.run(params)
+    def start(self, params: dict, where: str) -> None:
+        """Run now (``"call"``), in a daemon thread (``"thread"``) or in the worker process (``"process"``;
+        in a thread if no worker process can be started here)."""
+        if where == "process":
+            for _ in range(2):  # a worker that died idle broke the pool: once more with a fresh one
+                try:
+                    self.future = refit_worker.submit(fit_trees, self.X, self.y, names=self.names,
+                                                      monotone=self.monotone, **params)
+                    return
+                except BrokenExecutor:
+                    refit_worker.restart()
+                except Exception:  # noqa: BLE001 - no worker process here (a sandbox, shutdown): a thread
+                    break
+            where = "thread"
+        if where == "thread":
+            self.thread = threading.Thread(target=self.run, args=(params,), name="tree-refit", daemon=True)
+            self.thread.start()
             return
-        self.thread = threading.Thread(target=self.run, args=(params,), name="tree-refit", daemon=True)
-        self.thread.start()
+        self.run(params)
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread or the worker process is still fitting."""
+        if self.future is not None:
+            return not self.future.done()
+        return self.thread is not None and self.thread.is_alive()
 
     def result(self, params: dict) -> TreeArrays | None:
-        """The fitted trees (waiting for the thread; fitting here if no thread ran, e.g. after unpickling)."""
-        if self.thread is not None:
+        """The fitted trees (waiting for the thread or the worker; fitting here if none ran, e.g. after
+        unpickling, or if the worker process died)."""
+        if self.future is not None:
+            future, self.future = self.future, None
+            try:
+                self.trees = self._indexed(future.result())
+            except (BrokenExecutor, CancelledError):
+                refit_worker.restart()  # the worker died: a fresh one for the next refit, this one here
+                self.run(params)
+            except Exception as exc:  # noqa: BLE001 - as in run
+                self.error = exc
+        elif self.thread is not None:
             self.thread.join()
         elif self.trees is None and self.error is None:
             self.run(params)
         return self.trees
 
     def __getstate__(self) -> dict:
-        # The inputs only: whether the thread has finished must not change a pickle.
-        return {k: v for k, v in self.__dict__.items() if k not in ("trees", "error", "thread")}
+        # The inputs only: whether the fit has finished must not change a pickle.
+        return {k: v for k, v in self.__dict__.items() if k not in ("trees", "error", "thread", "future")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.trees, self.error, self.thread = None, None, None
+        self.trees, self.error, self.thread, self.future = None, None, None, None
 
 
 class BoostedResidual(base.Regressor):
@@ -114,7 +151,11 @@ class BoostedResidual(base.Regressor):
     max_features
         Most distinct feature names kept (memory bound).
     background
-        Fit in a worker thread (``False``: in the learning call, for tests and batch use).
+        Fit away from the learning call (``False``: in it, for tests and batch use).
+    worker
+        Where a background refit runs: ``"process"`` (a persistent worker process,
+        :mod:`~predictor.regressors.refit_worker`: the refit never holds this process's GIL) or
+        ``"thread"`` (a worker thread). Both give the same trees.
     seed
         LightGBM's seed.
     """
@@ -134,6 +175,7 @@ class BoostedResidual(base.Regressor):
         corrector_delta: float = 0.1,
         max_features: int = 256,
         background: bool = True,
+        worker: str = "process",
         seed: int = 0,
     ):
         for name, value, low in (("window", window, 2), ("refit_every", refit_every, 1),
@@ -146,6 +188,8 @@ class BoostedResidual(base.Regressor):
             raise ValueError(f"swap_after must be <= refit_every ({refit_every}), got {swap_after!r}")
         if not 0 < learning_rate <= 1:
             raise ValueError(f"learning_rate must lie in (0, 1], got {learning_rate!r}")
+        if worker not in WORKERS:
+            raise ValueError(f"worker must be one of {', '.join(map(repr, WORKERS))}, got {worker!r}")
         if not isinstance(increasing, str):
             raise ValueError(f"increasing must be a comma-separated string of prefixes, got {increasing!r}")
         RLS(corrector_forgetting, corrector_delta)  # validates the corrector's arguments
@@ -163,6 +207,7 @@ class BoostedResidual(base.Regressor):
         self.corrector_delta = corrector_delta
         self.max_features = max_features
         self.background = background
+        self.worker = worker
         self.seed = seed
         self._index = FeatureIndex(max_features)
         self._codes: dict[str, dict[str, int]] = {}
@@ -291,7 +336,7 @@ class BoostedResidual(base.Regressor):
         refit = _Refit(self._count, X, self._targets[:n].copy(), names, columns, monotone)
         self._pending = refit
         self._corrector_rows = []
-        refit.start(self._params(), self.background)
+        refit.start(self._params(), self.worker if self.background else "call")
         if self.swap_after == 0:
             self._swap()
 
@@ -396,9 +441,8 @@ class BoostedResidual(base.Regressor):
 
     @property
     def refit_running(self) -> bool:
-        """Whether a refit's worker thread is running now."""
-        thread = self._pending.thread if self._pending is not None else None
-        return thread is not None and thread.is_alive()
+        """Whether a refit is running now (in its worker thread or process, or queued for the process)."""
+        return self._pending is not None and self._pending.running
 
     @property
     def refit_pending(self) -> bool:
@@ -410,6 +454,7 @@ class BoostedResidual(base.Regressor):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("worker", "process")  # snapshots from before the worker process
         pending = self._pending
         if pending is not None and self.background:
-            pending.start(self._params(), True)  # redo the refit a pickle interrupted (same inputs, same trees)
+            pending.start(self._params(), self.worker)  # redo the refit a pickle interrupted (same inputs, same trees)
