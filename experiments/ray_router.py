@@ -1,6 +1,6 @@
 """Ray Serve's default router against the interference-aware router, on one workload, in one run.
 
-Two inference applications of the same deployment (:class:`~predictor.ray_serve.inference.InferenceReplica`,
+Two inference applications of the same deployment (:class:`~collectors.ray_inference.InferenceReplica`,
 two replicas, each pinned to one core and running three of the project's CPU models) differ only in
 their request router: Serve's default power-of-two-choices (shortest queue of two) and
 :class:`~predictor.ray_serve.router.InterferenceAwareRouter` (ranked by the service's predicted latency
@@ -66,7 +66,7 @@ async def drive(handle: Any, arrivals: list[tuple[float, str, int]], solo: dict[
                 tag: str) -> list[tuple[float, float, str, float]]:
     """Replay ``arrivals`` open-loop; returns per request (latency ms, deadline ms, kind, execution ms)."""
     from predictor.ray_serve.colocation import solo_key
-    from predictor.ray_serve.inference import InferenceRequest
+    from predictor.ray_serve.requests import InferenceRequest
 
     async def one(i: int, at: float, model: str, batch_size: int, t0: float) -> tuple[float, float, str, float]:
         await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
@@ -105,7 +105,7 @@ def main() -> None:
     from ray import serve
     from ray.serve.config import RequestRouterConfig
 
-    from predictor.ray_serve.inference import InferenceReplica
+    from collectors.ray_inference import InferenceReplica
     from predictor.ray_serve.learner import learner_named
     from predictor.ray_serve.local import start_local_ray
     from predictor.ray_serve.router import InterferenceAwareRouter

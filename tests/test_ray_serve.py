@@ -15,11 +15,12 @@ import pytest
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]')")
 serve = pytest.importorskip("ray.serve", reason="ray[serve] is not installed (pip install -e '.[ray]')")
 
+from collectors.ray_inference import InferenceReplica  # noqa: E402
 from predictor.ray_serve.colocation import ColocationState, Ledger, RunningBatch, solo_key  # noqa: E402
-from predictor.ray_serve.inference import InferenceReplica, InferenceRequest  # noqa: E402
 from predictor.ray_serve.learner import learner_named, stop_learner  # noqa: E402
 from predictor.ray_serve.local import start_local_ray  # noqa: E402
 from predictor.ray_serve.pinned import PinnedService  # noqa: E402
+from predictor.ray_serve.requests import InferenceRequest  # noqa: E402
 from predictor.ray_serve.router import InterferenceAwareRouter, rank_replicas  # noqa: E402
 from predictor.ray_serve.service_app import deploy_service  # noqa: E402
 from predictor.records import BatchSpec, parse_record  # noqa: E402

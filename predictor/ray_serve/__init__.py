@@ -7,8 +7,9 @@
   CheckDeadline and RankPlacements from the learner's latest version;
 * :mod:`~predictor.ray_serve.colocation` — what an inference replica reports running (its
   co-location state, through Serve's routing stats) and the router's ledger of what it sent;
-* :mod:`~predictor.ray_serve.inference` — an inference deployment of the project's CPU models
-  that reports its co-location state and its observations;
+* :mod:`~predictor.ray_serve.requests` — what an inference deployment is asked and answers;
+  the deployment itself, the project's CPU models reporting their co-location state and their
+  observations, is :mod:`collectors.ray_inference` (the workload side, beside the models);
 * :mod:`~predictor.ray_serve.router` — the request router that ranks replicas by the service's
   predicted latency and deadline slack rather than by queue length.
 

@@ -10,12 +10,12 @@ replicas where the predicted latency meets the request's deadline first, then by
 
 What runs on a replica comes from its routing stats
 (:class:`~predictor.ray_serve.colocation.ColocationState`, reported by
-:class:`~predictor.ray_serve.inference.InferenceReplica`) together with the router's own
+:class:`~collectors.ray_inference.InferenceReplica`) together with the router's own
 :class:`~predictor.ray_serve.colocation.Ledger` of the requests it sent and that have not
 completed. The predictions come from a :class:`~predictor.ray_serve.pinned.PinnedService`
 in the router's process, kept at the learner actor's latest model version (asked for every
 ``refresh_s``, off the routing path). Until the learner has learned anything, or for a
-request that is not an :class:`~predictor.ray_serve.inference.InferenceRequest`, every
+request that is not an :class:`~predictor.ray_serve.requests.InferenceRequest`, every
 candidate is one rank and Serve's queue-length choice decides.
 
 Use it through the deployment's request router configuration::
@@ -35,9 +35,9 @@ from typing import Any
 from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from predictor.ray_serve.colocation import ColocationState, Ledger, RunningBatch, solo_key
-from predictor.ray_serve.inference import InferenceRequest
 from predictor.ray_serve.learner import learner_named
 from predictor.ray_serve.pinned import PinnedService
+from predictor.ray_serve.requests import InferenceRequest
 from predictor.records import BatchSpec
 from predictor.service import Candidate, CoRunnerSource, Deadline, Service, ServiceConfig, ServiceError
 
@@ -45,7 +45,7 @@ log = logging.getLogger("predictor.ray_serve.router")
 
 
 def inference_request(pending: PendingRequest | None) -> InferenceRequest | None:
-    """The :class:`~predictor.ray_serve.inference.InferenceRequest` a pending request carries, if any."""
+    """The :class:`~predictor.ray_serve.requests.InferenceRequest` a pending request carries, if any."""
     if pending is None:
         return None
     for value in (*pending.args, *pending.kwargs.values()):

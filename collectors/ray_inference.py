@@ -20,7 +20,6 @@ import statistics
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ray import serve
@@ -28,64 +27,13 @@ from ray import serve
 from collectors.tracker import Tracker
 from predictor.ray_serve.colocation import ColocationState, RunningBatch, solo_key
 from predictor.ray_serve.learner import learner_named
+from predictor.ray_serve.requests import InferenceRequest, InferenceResult
 from predictor.records import Record, record_to_dict
 
 FLUSH_RECORDS = 32
 """Observations are sent to the learner in groups of this many ..."""
 FLUSH_S = 0.2
 """... or once this many seconds have passed since the last group (whichever comes first)."""
-
-
-@dataclass(frozen=True, slots=True)
-class InferenceRequest:
-    """One batch to run.
-
-    Attributes
-    ----------
-    request_id
-        The caller's id of the request (unique; reported while it runs).
-    model, batch_size
-        What to run.
-    deadline_ms
-        Its deadline from submission, in ms (what the interference-aware router ranks replicas by).
-    """
-
-    request_id: str
-    model: str
-    batch_size: int
-    deadline_ms: float
-
-    def __post_init__(self) -> None:
-        if not self.request_id:
-            raise ValueError("request_id must be a non-empty string")
-        if not self.model:
-            raise ValueError("model must be a non-empty string")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
-        if not self.deadline_ms > 0:
-            raise ValueError(f"deadline_ms must be > 0, got {self.deadline_ms!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class InferenceResult:
-    """What a replica answers: where the batch ran, and for how long.
-
-    Attributes
-    ----------
-    request_id
-        The request's id.
-    device
-        The replica's device.
-    latency_ms
-        The batch's execution time on the replica.
-    co_runners
-        How many other batches ran there when it started.
-    """
-
-    request_id: str
-    device: str
-    latency_ms: float
-    co_runners: int
 
 
 def _pin(rank: int, pin_cores: bool) -> str:
