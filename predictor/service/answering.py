@@ -94,6 +94,16 @@ class Planned:
         """Whether some co-runner is given by remaining time (its overlap follows the prediction)."""
         return any(ms is not None for ms in self.remaining_ms)
 
+    def at_window(self, window: float) -> Record:
+        """The record with each remaining-time co-runner's overlap for the predicted ``window``:
+        ``min(remaining / window, 1)``, or 1 for an idle window (<= 0), as :meth:`Plan.at_window`."""
+        runners = tuple(
+            runner if ms is None else CoRunner(runner.model, runner.batch_size, runner.attrs,
+                                               1.0 if window <= 0 else min(ms / window, 1.0))
+            for runner, ms in zip(self.record.co_runners, self.remaining_ms, strict=True)
+        )
+        return dataclasses.replace(self.record, co_runners=runners)
+
 
 @dataclasses.dataclass
 class Plan:
@@ -507,11 +517,10 @@ class Answering:
         """
         if isinstance(plan, Planned):
             record = plan.record
-            if (
-                not plan.moving
-                and monotone.direct(predictor, record.batch.attrs)
-                and not monotone.needs_clipping(record)
-            ):
+            per_record = monotone.direct(predictor, record.batch.attrs) and not monotone.needs_clipping(record)
+            if plan.moving:
+                return self._moving_one(predictor, plan, solo, per_record)
+            if per_record:
                 return record, _predict(predictor, record)
             plan = Plan.of([plan])
         if not plan.moving:
@@ -522,6 +531,25 @@ class Answering:
         window = monotone.fixed_point(
             lambda w: monotone.latencies(predictor, plan.at_window(w)), moving, solo, high, low
         )
+        return plan.at_window(window), window
+
+    @staticmethod
+    def _moving_one(
+        predictor: LatencyPredictor, planned: Planned, solo: float, per_record: bool
+    ) -> tuple[CoLocations, np.ndarray]:
+        """:meth:`_latencies` of a single query with co-runners given by remaining time: the same
+        fixed point (:func:`monotone.fixed_point_one`, on floats), each window's prediction by the
+        per-record path where the predictor answers directly (``per_record``), else by its
+        monotone construction over the one row (whose terms are computed once)."""
+        plan = Plan.of([planned])
+        if per_record:
+            def predict(window: float) -> float:
+                return float(predictor.predict_many([planned.at_window(window)])[0])
+        else:
+            def predict(window: float) -> float:
+                return float(monotone.latencies(predictor, plan.at_window(np.array([window])))[0])
+        low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
+        window = np.array([monotone.fixed_point_one(predict, solo, high, low)])
         return plan.at_window(window), window
 
     def answer(self, plan: Plan | Planned, confidence: float, deadline_ms: float | None = None,
