@@ -353,16 +353,28 @@ def feature_matrix(rows: CoLocations, features: str = "interactions") -> Feature
     if columns is None:
         return None
     names = tuple(columns)
-    blocks = [np.column_stack(list(columns.values()))]
-    if features == "interactions":
-        keys = _quantity_keys(names)
-        if keys is None:
-            return None
-        extra, first, second = _interaction_layout(keys, rows.batch.model)
-        quantities = np.column_stack([columns[k] for k in keys])
-        blocks += [quantities[:, first] * quantities[:, second], quantities]
-        names += tuple(extra)
-    return FeatureMatrix(names, np.hstack(blocks) if len(blocks) > 1 else blocks[0])
+    if features == "fine":
+        return FeatureMatrix(names, np.column_stack(list(columns.values())))
+    keys = _quantity_keys(names)
+    if keys is None:
+        return None
+    extra, first, second = _interaction_layout(keys, rows.batch.model)
+    at = _quantity_columns(names, keys)
+    # one matrix, filled in place: the fine columns, the products of the quantities, the quantities
+    fine, pairs = len(names), first.size
+    values = np.empty((len(rows), fine + pairs + len(keys)))
+    np.stack(list(columns.values()), axis=1, out=values[:, :fine])
+    quantities = values[:, fine + pairs:]
+    np.take(values, at, axis=1, out=quantities)
+    np.multiply(quantities[:, first], quantities[:, second], out=values[:, fine:fine + pairs])
+    return FeatureMatrix(names + tuple(extra), values)
+
+
+@functools.lru_cache(maxsize=1024)
+def _quantity_columns(names: tuple[str, ...], keys: tuple[str, ...]) -> np.ndarray:
+    """The column of each of ``keys`` among ``names``."""
+    where = {name: j for j, name in enumerate(names)}
+    return np.array([where[k] for k in keys], dtype=np.intp)
 
 
 class EwmaCoLocation:

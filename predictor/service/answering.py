@@ -20,6 +20,7 @@ A single query is the one-row case: :meth:`Answering.predict` and
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -70,7 +71,7 @@ from predictor.service.types import (
     Query,
     Ranking,
 )
-from predictor.shapes import QueryShape, count_bucket
+from predictor.shapes import MAX_COUNT, QueryShape
 
 T = TypeVar("T")
 _NONE = np.zeros(0, dtype=np.intp)
@@ -420,7 +421,7 @@ class Answering:
         with_overlap = _per_row(candidates.has_overlap, candidates.offsets)
         with_remaining = _per_row(candidates.has_remaining, candidates.offsets)
         shapes = [
-            QueryShape.of(int(n), int(o), int(r), signals=bool(sig))
+            _shape_of(n, o, r, bool(sig))
             for n, o, r, sig in zip(counts.tolist(), with_overlap.tolist(), with_remaining.tolist(),
                                     candidates.signals, strict=True)
         ]
@@ -666,15 +667,15 @@ class Answering:
                 "nothing learned yet and no solo latency given: no basis for an answer "
                 "(give solo_latency_ms, or report observations first)",
             )
-        counts = np.diff(rows.offsets).tolist()
+        buckets = np.minimum(np.diff(rows.offsets), MAX_COUNT).tolist()  # count_bucket of every row
         uppers = np.empty(n)
         probabilities = _filled(n, math.nan)
         row_bounds: list[Bound] = [None] * n  # type: ignore[list-item]
         fallback = np.zeros(n, dtype=bool)
         corrections = np.ones(n)
         groups: dict[tuple[QueryShape, str, int], list[int]] = {}
-        for i, (shape, kind, count) in enumerate(zip(shapes, rows.device_kinds, counts, strict=True)):
-            groups.setdefault((shape, kind, count_bucket(count)), []).append(i)
+        for i, cell in enumerate(zip(shapes, rows.device_kinds, buckets, strict=True)):
+            groups.setdefault(cell, []).append(i)
         z = NormalDist().inv_cdf(confidence) * config.unseen_sigma
 
         def within(cell: tuple[QueryShape, str, int, bool], predicted: np.ndarray, limit: float) -> np.ndarray:
@@ -767,6 +768,13 @@ def _predict(predictor: LatencyPredictor, rows: Record | CoLocations) -> np.ndar
     if len(rows) == 1:
         return np.asarray(predictor.predict_many([rows.record(0)]), dtype=float)
     return predictor.predict_colocations(rows)
+
+
+@functools.lru_cache(maxsize=256)
+def _shape_of(co_runners: int, overlaps: int, remaining: int, signals: bool) -> QueryShape:
+    """:meth:`QueryShape.of <predictor.shapes.QueryShape.of>` of a candidate's counts, looked up
+    (a ranking has thousands of candidates and a few shapes)."""
+    return QueryShape.of(co_runners, overlaps, remaining, signals=signals)
 
 
 def _filled(n: int, value: float) -> np.ndarray:
