@@ -143,24 +143,40 @@ def fine_features(record: Record) -> Features:
     ``co:K``; ``sig:S`` device signals. A co-runner of overlap 0 counts in
     ``co:count`` only.
     """
-    features = _batch_features(record.batch)
-    model_sums = [prefix.format(own=record.batch.model) for prefix in MODEL_SUMS]
-    for runner in record.co_runners:
-        weight = runner.overlap
-        _add(features, COUNT, 1.0)
-        if weight == 0.0:
-            continue
-        for name, value_of in RUNNER_SUMS.items():
-            _add(features, name, weight if value_of is None else weight * value_of(runner.batch_size))
-        for prefix in model_sums:
-            _add(features, prefix + runner.model, weight)
-        for key, value in runner.attrs.items():
-            _add(features, CO + key, weight * value)
-    _add_crosses(features, record.batch.attrs)
+    batch = record.batch
+    features = _batch_features(batch)
+    runners = record.co_runners
+    if runners:
+        # The sums of _add, inlined: this is every answer's and every observation's hot path.
+        get = features.get
+        model_sums = _model_sums(batch.model)
+        for runner in runners:
+            weight = runner.overlap
+            features[COUNT] = get(COUNT, 0.0) + 1.0
+            if weight == 0.0:
+                continue
+            for name, value_of in _RUNNER_SUMS:
+                features[name] = get(name, 0.0) + (weight if value_of is None else weight * value_of(runner.batch_size))
+            for prefix in model_sums:
+                name = prefix + runner.model
+                features[name] = get(name, 0.0) + weight
+            for key, value in runner.attrs.items():
+                name = CO + key
+                features[name] = get(name, 0.0) + weight * value
+        _add_crosses(features, batch.attrs)
     for key, value in record.signals.items():
         if key not in OUTCOME_SIGNALS:
             features[SIGNAL + key] = value
     return features
+
+
+_RUNNER_SUMS = tuple(RUNNER_SUMS.items())
+
+
+@functools.lru_cache(maxsize=4096)
+def _model_sums(own: str) -> tuple[str, ...]:
+    """The :data:`MODEL_SUMS` prefixes of a batch of model ``own``."""
+    return tuple(prefix.format(own=own) for prefix in MODEL_SUMS)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -185,8 +201,9 @@ def interaction_features(record: Record) -> Features:
     keys = crossed_keys(tuple(features))
     names, first, second = _interaction_layout(keys, record.batch.model)
     values = np.fromiter(map(features.__getitem__, keys), dtype=float, count=len(keys))
-    extra = np.concatenate([values[first] * values[second], values])
-    features.update(zip(names, extra.tolist(), strict=True))
+    products = values[first]
+    products *= values[second]
+    features.update(zip(names, itertools.chain(products.tolist(), values.tolist()), strict=True))
     return features
 
 
@@ -304,7 +321,7 @@ def _fine_columns(rows: CoLocations) -> dict[str, np.ndarray] | None:
         w, row_of = rows.overlaps, layout.row_of
         for name, values in layout.runner_values.items():
             columns[name] = np.bincount(row_of, w if values is None else w * values, minlength=n)
-        model_sums = [prefix.format(own=rows.batch.model) for prefix in MODEL_SUMS]
+        model_sums = _model_sums(rows.batch.model)
         for model, positions in layout.by_model.items():
             total = np.bincount(row_of[positions], w[positions], minlength=n)
             for prefix in model_sums:
@@ -336,16 +353,28 @@ def feature_matrix(rows: CoLocations, features: str = "interactions") -> Feature
     if columns is None:
         return None
     names = tuple(columns)
-    blocks = [np.column_stack(list(columns.values()))]
-    if features == "interactions":
-        keys = _quantity_keys(names)
-        if keys is None:
-            return None
-        extra, first, second = _interaction_layout(keys, rows.batch.model)
-        quantities = np.column_stack([columns[k] for k in keys])
-        blocks += [quantities[:, first] * quantities[:, second], quantities]
-        names += tuple(extra)
-    return FeatureMatrix(names, np.hstack(blocks) if len(blocks) > 1 else blocks[0])
+    if features == "fine":
+        return FeatureMatrix(names, np.column_stack(list(columns.values())))
+    keys = _quantity_keys(names)
+    if keys is None:
+        return None
+    extra, first, second = _interaction_layout(keys, rows.batch.model)
+    at = _quantity_columns(names, keys)
+    # one matrix, filled in place: the fine columns, the products of the quantities, the quantities
+    fine, pairs = len(names), first.size
+    values = np.empty((len(rows), fine + pairs + len(keys)))
+    np.stack(list(columns.values()), axis=1, out=values[:, :fine])
+    quantities = values[:, fine + pairs:]
+    np.take(values, at, axis=1, out=quantities)
+    np.multiply(quantities[:, first], quantities[:, second], out=values[:, fine:fine + pairs])
+    return FeatureMatrix(names + tuple(extra), values)
+
+
+@functools.lru_cache(maxsize=1024)
+def _quantity_columns(names: tuple[str, ...], keys: tuple[str, ...]) -> np.ndarray:
+    """The column of each of ``keys`` among ``names``."""
+    where = {name: j for j, name in enumerate(names)}
+    return np.array([where[k] for k in keys], dtype=np.intp)
 
 
 class EwmaCoLocation:

@@ -20,6 +20,7 @@ A single query is the one-row case: :meth:`Answering.predict` and
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -70,7 +71,7 @@ from predictor.service.types import (
     Query,
     Ranking,
 )
-from predictor.shapes import QueryShape, count_bucket
+from predictor.shapes import MAX_COUNT, QueryShape
 
 T = TypeVar("T")
 _NONE = np.zeros(0, dtype=np.intp)
@@ -93,6 +94,16 @@ class Planned:
     def moving(self) -> bool:
         """Whether some co-runner is given by remaining time (its overlap follows the prediction)."""
         return any(ms is not None for ms in self.remaining_ms)
+
+    def at_window(self, window: float) -> Record:
+        """The record with each remaining-time co-runner's overlap for the predicted ``window``:
+        ``min(remaining / window, 1)``, or 1 for an idle window (<= 0), as :meth:`Plan.at_window`."""
+        runners = tuple(
+            runner if ms is None else CoRunner(runner.model, runner.batch_size, runner.attrs,
+                                               1.0 if window <= 0 else min(ms / window, 1.0))
+            for runner, ms in zip(self.record.co_runners, self.remaining_ms, strict=True)
+        )
+        return dataclasses.replace(self.record, co_runners=runners)
 
 
 @dataclasses.dataclass
@@ -410,7 +421,7 @@ class Answering:
         with_overlap = _per_row(candidates.has_overlap, candidates.offsets)
         with_remaining = _per_row(candidates.has_remaining, candidates.offsets)
         shapes = [
-            QueryShape.of(int(n), int(o), int(r), signals=bool(sig))
+            _shape_of(n, o, r, bool(sig))
             for n, o, r, sig in zip(counts.tolist(), with_overlap.tolist(), with_remaining.tolist(),
                                     candidates.signals, strict=True)
         ]
@@ -507,11 +518,10 @@ class Answering:
         """
         if isinstance(plan, Planned):
             record = plan.record
-            if (
-                not plan.moving
-                and monotone.direct(predictor, record.batch.attrs)
-                and not monotone.needs_clipping(record)
-            ):
+            per_record = monotone.direct(predictor, record.batch.attrs) and not monotone.needs_clipping(record)
+            if plan.moving:
+                return self._moving_one(predictor, plan, solo, per_record)
+            if per_record:
                 return record, _predict(predictor, record)
             plan = Plan.of([plan])
         if not plan.moving:
@@ -522,6 +532,25 @@ class Answering:
         window = monotone.fixed_point(
             lambda w: monotone.latencies(predictor, plan.at_window(w)), moving, solo, high, low
         )
+        return plan.at_window(window), window
+
+    @staticmethod
+    def _moving_one(
+        predictor: LatencyPredictor, planned: Planned, solo: float, per_record: bool
+    ) -> tuple[CoLocations, np.ndarray]:
+        """:meth:`_latencies` of a single query with co-runners given by remaining time: the same
+        fixed point (:func:`monotone.fixed_point_one`, on floats), each window's prediction by the
+        per-record path where the predictor answers directly (``per_record``), else by its
+        monotone construction over the one row (whose terms are computed once)."""
+        plan = Plan.of([planned])
+        if per_record:
+            def predict(window: float) -> float:
+                return float(predictor.predict_many([planned.at_window(window)])[0])
+        else:
+            def predict(window: float) -> float:
+                return float(monotone.latencies(predictor, plan.at_window(np.array([window])))[0])
+        low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
+        window = np.array([monotone.fixed_point_one(predict, solo, high, low)])
         return plan.at_window(window), window
 
     def answer(self, plan: Plan | Planned, confidence: float, deadline_ms: float | None = None,
@@ -638,15 +667,15 @@ class Answering:
                 "nothing learned yet and no solo latency given: no basis for an answer "
                 "(give solo_latency_ms, or report observations first)",
             )
-        counts = np.diff(rows.offsets).tolist()
+        buckets = np.minimum(np.diff(rows.offsets), MAX_COUNT).tolist()  # count_bucket of every row
         uppers = np.empty(n)
         probabilities = _filled(n, math.nan)
         row_bounds: list[Bound] = [None] * n  # type: ignore[list-item]
         fallback = np.zeros(n, dtype=bool)
         corrections = np.ones(n)
         groups: dict[tuple[QueryShape, str, int], list[int]] = {}
-        for i, (shape, kind, count) in enumerate(zip(shapes, rows.device_kinds, counts, strict=True)):
-            groups.setdefault((shape, kind, count_bucket(count)), []).append(i)
+        for i, cell in enumerate(zip(shapes, rows.device_kinds, buckets, strict=True)):
+            groups.setdefault(cell, []).append(i)
         z = NormalDist().inv_cdf(confidence) * config.unseen_sigma
 
         def within(cell: tuple[QueryShape, str, int, bool], predicted: np.ndarray, limit: float) -> np.ndarray:
@@ -739,6 +768,13 @@ def _predict(predictor: LatencyPredictor, rows: Record | CoLocations) -> np.ndar
     if len(rows) == 1:
         return np.asarray(predictor.predict_many([rows.record(0)]), dtype=float)
     return predictor.predict_colocations(rows)
+
+
+@functools.lru_cache(maxsize=256)
+def _shape_of(co_runners: int, overlaps: int, remaining: int, signals: bool) -> QueryShape:
+    """:meth:`QueryShape.of <predictor.shapes.QueryShape.of>` of a candidate's counts, looked up
+    (a ranking has thousands of candidates and a few shapes)."""
+    return QueryShape.of(co_runners, overlaps, remaining, signals=signals)
 
 
 def _filled(n: int, value: float) -> np.ndarray:

@@ -179,9 +179,7 @@ def fixed_point(
     a galloping search brackets the grid point, then bisection finds it (a few predictions when
     the estimate is close, as it usually is).
     """
-    grid_low, grid_high = math.log(solo * low), math.log(solo * high)
-    points = 1 << GRID_STEPS
-    scale = (grid_high - grid_low) / points
+    grid_low, scale, points = _grid(solo, high, low)
 
     def at(index: np.ndarray) -> np.ndarray:
         return np.exp(grid_low + scale * index)
@@ -227,3 +225,62 @@ def fixed_point(
     if not moving.all():
         result = np.where(moving, result, predict(result))
     return result
+
+
+def _grid(solo: float, high: float, low: float) -> tuple[float, float, int]:
+    """The fixed point's grid over ``solo * [low, high]``: its log start, log step and size."""
+    grid_low, grid_high = math.log(solo * low), math.log(solo * high)
+    points = 1 << GRID_STEPS
+    return grid_low, (grid_high - grid_low) / points, points
+
+
+def fixed_point_one(predict: Callable[[float], float], solo: float, high: float, low: float) -> float:
+    """:func:`fixed_point` of a single moving row, on Python floats: the same grid point, found
+    by the same search (the same predictions asked, the same ``exp`` and ``log``), without the
+    cost of array operations on one element, which dominates a single query's answer.
+
+    ``predict(window)``: the row's latency for its co-runners' overlaps at ``window``.
+    """
+    grid_low, scale, points = _grid(solo, high, low)
+
+    def at(index: int) -> float:
+        return float(np.exp(grid_low + scale * index))
+
+    def covered(index: int) -> bool:
+        window = at(index)
+        return window >= predict(window)
+
+    w0 = solo
+    f0 = predict(w0)
+    f1 = predict(f0)
+    slope = (f1 - f0) / (f0 - w0) if abs(f0 - w0) > 1e-12 * solo else 0.0
+    slope = min(slope, 0.0) if slope == slope else slope  # NaN stays NaN, as np.minimum keeps it
+    guess = f0 + slope * (f0 - w0) / (1.0 - slope) if slope < 0 else f1
+    if not (math.isfinite(guess) and guess > 0):
+        guess = f1
+    guess = min(max(guess, solo * low), solo * high)
+    start = int(min(max(math.floor((float(np.log(guess)) - grid_low) / scale), 0), points - 1))
+
+    first = covered(start)
+    below, above = (-1, start) if first else (start, points)
+    down, up = first, not first
+    step = 1
+    while down or up:
+        probe = max(above - step, 0) if down else min(below + step, points)
+        result = probe >= points or covered(probe)
+        if result:
+            above = probe
+            if down and probe == 0:
+                below, down = -1, False
+        else:
+            below = probe
+            down = False
+        up = up and not result
+        step *= 2
+    while above - below > 1:
+        mid = (below + above) // 2
+        if covered(mid):
+            above = mid
+        else:
+            below = mid
+    return at(above)
