@@ -1,0 +1,109 @@
+"""Ingest throughput: records learned per CPU second by a real service, and what a block path could gain.
+
+Feeds the first ``max_records`` records of a log, in messages of ``message`` records, to
+a fresh :class:`~predictor.service.core.Service` (``rls``, observation log on in a
+temporary state directory, fsync as configured) through
+:meth:`~predictor.service.core.Service.report_observations`, and measures the CPU
+seconds of the ingest (``time.process_time``). Variants, run interleaved ``repeats``
+times so that they share the machine's load:
+
+* ``service``: the default configuration;
+* ``service, no replay``: ``admission_replay=False`` (the admission-time questions about
+  each record are not replayed): the share of the replay;
+* ``service, no replay, no gate``: also ``outlier_gate=False``;
+* ``learning, per record``: the ``rls`` predictor alone, ``predict_learn_one`` per record
+  (:func:`~predictor.evaluation.run_prequential`);
+* ``learning, blockwise``: the same steps by the compiled kernel over blocks of 256
+  (:func:`~predictor.fastreplay.prequential_rls`).
+
+Reports medians of records per CPU second, and each variant's ratio to ``service``.
+
+Run: ``PYTHONPATH=$PWD .venv/bin/python -m experiments.bench_ingest --max-records 4096``
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+from experiments.common import DEFAULT_DATASET, finish, start
+from predictor.evaluation import run_prequential
+from predictor.fastreplay import prequential_rls
+from predictor.logio import read_records
+from predictor.predictors import create
+from predictor.records import Record
+from predictor.service.config import ServiceConfig
+from predictor.service.core import Service
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The study's settings; each field is also a ``--field`` option."""
+
+    log: str = str(DEFAULT_DATASET)
+    max_records: int = 4096
+    message: int = 256
+    repeats: int = 3
+    predictor: str = "rls"
+
+
+def ingest_seconds(records: list[Record], message: int, config: ServiceConfig) -> float:
+    """CPU seconds a fresh service (observation log on) spends taking in ``records`` in messages of ``message``."""
+    with tempfile.TemporaryDirectory() as state_dir:
+        service = Service(config)
+        service.open(state_dir)
+        service.mark_ready()
+        learned = 0
+        begin = time.process_time()
+        for at in range(0, len(records), message):
+            learned += service.report_observations([(r, "") for r in records[at:at + message]]).accepted
+        seconds = time.process_time() - begin
+        service.close()
+    if learned == 0:
+        raise RuntimeError("the service learned none of the records")
+    return seconds
+
+
+def learning_seconds(records: list[Record], spec: str, blockwise: bool) -> float:
+    """CPU seconds of a prequential pass of a fresh ``spec`` predictor over ``records``."""
+    predictor = create(spec)
+    begin = time.process_time()
+    if blockwise:
+        prequential_rls(predictor, records)  # type: ignore[arg-type]
+    else:
+        run_prequential(predictor, records)
+    return time.process_time() - begin
+
+
+def main() -> None:
+    """Measure the variants interleaved and print records per CPU second."""
+    config, out = start("bench_ingest", Config(), __doc__.splitlines()[0])
+    records = read_records(config.log)[0][: config.max_records]
+    base = ServiceConfig(predictor=config.predictor)
+    variants: dict[str, Callable[[], float]] = {
+        "service": lambda: ingest_seconds(records, config.message, base),
+        "service, no replay": lambda: ingest_seconds(
+            records, config.message, dataclasses.replace(base, admission_replay=False)),
+        "service, no replay, no gate": lambda: ingest_seconds(
+            records, config.message, dataclasses.replace(base, admission_replay=False, outlier_gate=False)),
+        "learning, per record": lambda: learning_seconds(records, config.predictor, False),
+        "learning, blockwise": lambda: learning_seconds(records, config.predictor, True),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(config.repeats):
+        for name, run in variants.items():
+            seconds[name].append(run())
+    rates = {name: len(records) / statistics.median(values) for name, values in seconds.items()}
+    print(f"{len(records)} records of {config.log}, messages of {config.message}, median of {config.repeats}")
+    print(f"{'variant':<30} {'rec/CPU-s':>10} {'x service':>10}")
+    for name, rate in rates.items():
+        print(f"{name:<30} {rate:>10.0f} {rate / rates['service']:>10.2f}")
+    finish(out, {"config": dataclasses.asdict(config), "records": len(records), "cpu_seconds": seconds,
+                 "records_per_cpu_second": rates})
+
+
+if __name__ == "__main__":
+    main()
