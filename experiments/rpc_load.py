@@ -5,12 +5,14 @@ channel (its own HTTP/2 connection) per target. Requests are pre-serialised
 bytes and answers are left undecoded, so the clients spend as little of the
 shared CPU as possible and exactly the same on the service and on its echo.
 
-Tasks, sent to every client at once and started at a common wall-clock time:
+Tasks, sent to every client at once and started at a common wall-clock time (the unary ones after
+``warmup`` calls, default :data:`WARMUP_CALLS`):
 
 * ``open``: an open-loop schedule at ``rate`` calls/s per client (clients
   staggered), each call blocking; latency is taken from the actual send and,
   corrected for coordinated omission, from the scheduled send;
-* ``closed``: calls back to back for ``duration_s``;
+* ``closed``: calls back to back for ``duration_s`` (also of a client-streaming method: one
+  message per call, so each call waits for its acknowledgement);
 * ``stream``: one client-streaming call carrying all ``messages``.
 """
 
@@ -158,7 +160,7 @@ def client_main(conn: Any) -> None:
             call = None
             if task["kind"] != "stream":
                 call = channel.unary_unary(task["path"])
-                for i in range(min(WARMUP_CALLS, 5 * len(task["requests"]))):
+                for i in range(min(task.get("warmup", WARMUP_CALLS), 5 * len(task["requests"]))):
                     call(task["requests"][i % len(task["requests"])])
             conn.send("ready")
             task["start_at"] = conn.recv()

@@ -6,7 +6,8 @@
 * killing the workers, or the learner, loses no acknowledged observation (the supervisor starts
   them again);
 * observations are routed to the learner of their device kind's shard;
-* the Prometheus endpoint sums a counter over the worker processes (multiprocess mode).
+* the Prometheus endpoint sums a counter over the worker processes (multiprocess mode), and shows
+  each learner's model-state gauges (log positions, MAPE, coverage) labelled by shard.
 """
 
 from __future__ import annotations
@@ -182,6 +183,17 @@ def test_shards_learn_their_device_kinds_and_metrics_sum_over_workers(tmp_path):
     try:
         client = InterferenceClient(server.target)
         client.wait_ready(120)
+        port = re.search(r"metrics of all processes on http://127.0.0.1:(\d+)/metrics", server.output()).group(1)
+
+        def scrape() -> str:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+
+        def appended(shard: int) -> float:
+            return _metric(scrape(), "interference_observation_log_sequence", position="appended", shard=str(shard))
+
+        wait_for(lambda: all(f'interference_observation_log_sequence{{position="appended",shard="{i}"}}' in scrape()
+                             for i in (0, 1)), 30, "each learner's log position on the endpoint")
+        before = appended(0), appended(1)
         report = client.report_observations(mixed, timeout=60, producer_id="p", first_sequence=1)
         assert (report.accepted, report.rejected) == (70, 0)
         again = client.report_observations(mixed, timeout=60, producer_id="p", first_sequence=1)
@@ -200,9 +212,17 @@ def test_shards_learn_their_device_kinds_and_metrics_sum_over_workers(tmp_path):
         folder = Path(re.search(r"run folder (\S+)\)", server.output()).group(1)) / "metrics"
         counter_pids = {p.name.split("_")[1].split(".")[0] for p in folder.glob("counter_*.db")}
         assert {str(p) for p in pids(server, "worker").values()} <= counter_pids  # two workers counted
-        port = re.search(r"metrics of all processes on http://127.0.0.1:(\d+)/metrics", server.output()).group(1)
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        text = scrape()
         assert _metric(text, "interference_rpc_requests_total", method="PredictLatency", code="OK") == 1 + 3 * CONNECTIONS
+
+        # the learners' model-state gauges, labelled by shard: log positions moved by what each learned
+        wait_for(lambda: (appended(0), appended(1)) == (before[0] + 40, before[1] + 30), 30, "log positions")
+        text = scrape()
+        for shard, kind in ((0, "KindA"), (1, "KindB")):
+            mape = _metric(text, "interference_rolling_mape_percent", device_kind=kind, shard=str(shard))
+            coverage = _metric(text, "interference_bound_coverage_ratio", device_kind=kind, shard=str(shard))
+            assert mape > 0 and 0 < coverage <= 1, (kind, mape, coverage)
+            assert f'device_kind="{kind}",shard="{1 - shard}"' not in text  # a kind only on its shard's learner
     finally:
         assert server.stop(timeout=60) == 0
     # each shard's state folder holds its kinds only
@@ -214,3 +234,26 @@ def test_shards_learn_their_device_kinds_and_metrics_sum_over_workers(tmp_path):
             assert {k.device_kind: k.observations for k in c.status().device_kinds} == {kind: n}
         finally:
             one.stop()
+
+
+def test_answers_given_by_workers_are_linked_to_their_observations_by_the_learner(tmp_path, warm_log):
+    server = start_server(tmp_path, "--workers", "2", "--warm-start", str(warm_log), name="linking", timeout=240)
+    records = synthetic_records(CONNECTIONS, seed=11)
+    try:
+        client = InterferenceClient(server.target)
+        client.wait_ready(120)
+        assert client.status().answers_remembered == 0
+        for i, record in enumerate(records):  # a connection each: both workers answer some
+            via = connection(server.target)
+            query = Query(record.device, record.batch, device_kind=record.device_kind,
+                          co_runner_source=CoRunnerSource.EXPLICIT, batch_id=f"job-{i}")
+            assert via.predict(query).latency_ms > 0
+            via.channel.close()
+        wait_for(lambda: client.status().answers_remembered == CONNECTIONS, 30, "answers forwarded to the learner")
+        report = client.report_observations([(r, f"job-{i}") for i, r in enumerate(records)]
+                                            + [(synthetic_records(1, seed=12)[0], "job-never-answered")], timeout=60)
+        assert report.accepted == CONNECTIONS + 1
+        status = client.status()
+        assert (status.answers_linked, status.answers_remembered) == (CONNECTIONS, 0)
+    finally:
+        assert server.stop(timeout=60) == 0

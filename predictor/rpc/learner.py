@@ -25,6 +25,7 @@ import grpc
 
 from predictor.rpc.forwarding import adopt_forwarded_caller
 from predictor.rpc.servicer import InterferenceServicer
+from predictor.service.answer_forwarding import AnswerReceiver
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.service.file_publisher import FilePublisher
@@ -84,9 +85,10 @@ def child_signals(stop: threading.Event) -> None:
 
 
 def run_learner(config: ServiceConfig, options: Any, shard: int, shards: ShardMap, folder: str,
-                state_dir: str | None, warm_start: str | None) -> int:
+                state_dir: str | None, warm_start: str | None, answers: Any = None) -> int:
     """Entry of a learner process: serve ``shard``'s learning on its socket until SIGTERM."""
     from predictor.rpc.metrics import ServerMetrics
+    from predictor.rpc.model_gauges import ModelGauges
     from predictor.rpc.server import create_server, stop_server
 
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s learner-{shard} %(levelname)s %(message)s")
@@ -110,8 +112,16 @@ def run_learner(config: ServiceConfig, options: Any, shard: int, shards: ShardMa
         server.stop(0).wait()
         return 2
     publisher.start()
+    receiver = AnswerReceiver(answers, lambda: service.state.admission.memory) if answers is not None else None
+    if receiver is not None:  # the answers the workers remembered (admission linking)
+        receiver.start()
+    gauges = ModelGauges(service, shard)
+    gauges.start()
     print(f"predictor serve: learner {shard} (pid {os.getpid()}): {said}; SERVING", flush=True)
     stop.wait()
     stop_server(server, service, options.grace_s)
     publisher.stop()
+    gauges.stop()
+    if receiver is not None:
+        receiver.stop()
     return 0

@@ -128,6 +128,11 @@ class _ServiceCollector(Collector):
                     saturated, correction, transfers, plans, cut)
 
 
+def service_collector(service: Service) -> Collector:
+    """The collector of ``service``'s counters and gauges, read at each ``collect()``."""
+    return _ServiceCollector(service)
+
+
 class MetricsEndpoint:
     """A ``/metrics`` HTTP endpoint of :attr:`registry` (see :meth:`serve`)."""
 

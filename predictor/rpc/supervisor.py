@@ -87,6 +87,10 @@ class _Child:
         if self.process.is_alive():
             return
         print(f"predictor serve: {self.name} exited with {self.process.exitcode}; starting it again", flush=True)
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # its live gauges (a learner's model state) go
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(self.process.pid)
         time.sleep(RESTART_DELAY_S)
         self.process = self._start()
         self.restarts += 1
@@ -120,6 +124,7 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)  # inherited by the children, read at their import
     ctx = multiprocessing.get_context("spawn")
     listening = ctx.Queue()
+    answers = [ctx.Queue() for _ in range(len(shards))]  # workers' remembered answers to each learner
     install_signals(stop)
 
     def state_dir(shard: int) -> str | None:
@@ -139,7 +144,7 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
         def start() -> Any:
             process = ctx.Process(
                 target=run_learner, name=f"learner-{shard}",
-                args=(config, options, shard, shards, str(folder), state_dir(shard), warm[shard]),
+                args=(config, options, shard, shards, str(folder), state_dir(shard), warm[shard], answers[shard]),
             )
             process.start()
             return process
@@ -148,7 +153,7 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
     def worker(index: int) -> Callable[[], Any]:
         def start() -> Any:
             process = ctx.Process(target=run_worker, name=f"worker-{index}",
-                                  args=(config, options, index, shards, str(folder), port, listening))
+                                  args=(config, options, index, shards, str(folder), port, listening, answers))
             process.start()
             return process
         return start

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -28,6 +28,7 @@ from predictor.rpc.forwarding import caller_metadata
 from predictor.rpc.learner import child_signals, learner_socket
 from predictor.rpc.protos import load
 from predictor.rpc.servicer import InterferenceServicer
+from predictor.service.answer_forwarding import ForwardedMemory
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.service.shards import SHARD, ShardMap
@@ -206,7 +207,7 @@ def _split(pb2: Any, message: Any) -> Iterator[Any]:
 
 
 def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap, folder: str, port: int,
-               listening: Any) -> int:
+               listening: Any, answers: Sequence[Any] | None = None) -> int:
     """Entry of an answering worker: serve on ``options.host:port`` (shared) until SIGTERM."""
     from predictor.rpc.metrics import ServerMetrics
     from predictor.rpc.serve import security_from_options
@@ -218,7 +219,7 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
     child_signals(stop)
     credentials, policy = security_from_options(options)
     tracing = tracing_from_option(options.trace, options.trace_endpoint)
-    service = worker_service(config, folder, shards)
+    service = worker_service(config, folder, shards, answers)  # answers: the learners' queues (admission linking)
     servicer = WorkerServicer(service, folder, options.max_message_bytes)
     server, bound = create_server(
         f"{options.host}:{port}",
@@ -236,6 +237,9 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
     listening.put(index)
     state = service.state
     assert isinstance(state, WorkerState)
+    memory = state.admission.memory
+    if isinstance(memory, ForwardedMemory):
+        memory.start()
     while not stop.is_set() and not state.wait_published(timeout=0.5):
         pass
     if not stop.is_set():
@@ -243,6 +247,8 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
         print(f"predictor serve: worker {index} (pid {os.getpid()}) answering on port {bound}", flush=True)
     stop.wait()
     stop_server(server, service, options.grace_s)
+    if isinstance(memory, ForwardedMemory):
+        memory.stop()
     servicer.close()
     if tracing is not None:
         tracing.shutdown()

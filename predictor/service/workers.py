@@ -6,15 +6,20 @@ of a learner's :class:`~predictor.service.state.ServiceState`: the same answerin
 reads (``live``, ``queues``, ``memory``, ``transfers``, ``filling``) are the latest ones published
 by the learner of the shard named by :data:`~predictor.service.shards.SHARD` (set per RPC by the
 worker's servicer), checked for a newer generation at every read
-(:class:`~predictor.service.version_file.VersionReader`). The worker learns nothing itself.
+(:class:`~predictor.service.version_file.VersionReader`). The worker learns nothing itself; the
+answers it remembers for admission linking go to the learners
+(:class:`~predictor.service.answer_forwarding.ForwardedMemory`) when it is given their queues.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from predictor.service.admission import AdmissionCalibration
+from predictor.service.answer_forwarding import ForwardedMemory
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.service.published import ModelVersion
@@ -36,14 +41,26 @@ class WorkerState(ServiceState):
         Where the learners write their version files.
     shards
         The shards (one version file pair each).
+    outboxes
+        One queue per shard to its learner: the answers remembered for admission linking are sent
+        there (:class:`~predictor.service.answer_forwarding.ForwardedMemory`); none: kept here, unused.
     """
 
-    def __init__(self, config: ServiceConfig, folder: str | Path, shards: ShardMap):
+    def __init__(self, config: ServiceConfig, folder: str | Path, shards: ShardMap,
+                 outboxes: Sequence[Any] | None = None):
         self._own: dict[str, Any] = {}
+        self._outboxes = outboxes
         super().__init__(config)
         self.shards = shards
         self.models = [VersionReader(folder, shards.model_name(i)) for i in range(len(shards))]
         self.books = [VersionReader(folder, shards.books_name(i)) for i in range(len(shards))]
+
+    def new_admission(self) -> AdmissionCalibration:
+        """The configured admission calibration, its answer memory forwarding to the learners."""
+        admission = super().new_admission()
+        if self._outboxes is not None:
+            admission.memory = ForwardedMemory(self._outboxes, self.config.answer_memory)
+        return admission
 
     def published(self) -> bool:
         """Whether every shard's learner has published a first version."""
@@ -90,6 +107,7 @@ for _name in _BOOKS:
     setattr(WorkerState, _name, _book(_name))
 
 
-def worker_service(config: ServiceConfig, folder: str | Path, shards: ShardMap) -> Service:
+def worker_service(config: ServiceConfig, folder: str | Path, shards: ShardMap,
+                   outboxes: Sequence[Any] | None = None) -> Service:
     """A :class:`Service` that answers from the versions in ``folder`` (see :class:`WorkerState`)."""
-    return Service(config, state=WorkerState(config, folder, shards))
+    return Service(config, state=WorkerState(config, folder, shards, outboxes))

@@ -1,0 +1,148 @@
+"""Answers while ingest runs: PredictLatency p50/p99 idle and under a full-speed ReportObservations stream.
+
+Starts ``predictor serve --workers N`` for each N of ``workers`` side by side (as
+:mod:`experiments.bench_workers` does, warm-started alike). Then, ``repeats`` times and
+interleaved over the servers and the two conditions, ``clients`` sequential client processes
+(:class:`experiments.rpc_load.ClientPool`, each its own connection) call PredictLatency back to
+back for ``duration_s``:
+
+* **idle**: nothing else runs;
+* **ingest**: one more client process sends ReportObservations as fast as the server takes
+  them for the same ``duration_s``: messages of ``batch`` records of ``records``
+  (``predictor/data/cpu-default.jsonl.gz``), cycled, one message a call and each call as soon as
+  the previous one is acknowledged (one long stream would queue far more than the learner takes in
+  ``duration_s`` in the flow-control windows between client, worker and learner, and measure the
+  backlog's drain instead).
+
+Prints per server the p50 and p99 of the answers' latencies in each condition (medians over the
+repeats), the ratio ingest/idle (median of the per-repeat ratios; the target is p99 <= 1.3x) and
+the records/s the stream achieved.
+
+Run: ``.venv/bin/python -m experiments.bench_isolation`` (``--workers 1,2 --clients 2 --repeats 3``)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import statistics
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from experiments import bench_rpc
+from experiments.bench_workers import start_server
+from experiments.common import ROOT, finish, start
+from experiments.rpc_load import ClientPool
+from predictor.logio import read_records, write_records
+from predictor.rpc import convert
+from predictor.rpc.names import METHOD_PREFIX
+from predictor.rpc.protos import pb2
+from predictor.service.synthetic import synthetic_records
+
+CONDITIONS = ("idle", "ingest")
+TARGET_P99_RATIO = 1.3
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The study's settings; each field is also a ``--field`` option."""
+
+    workers: tuple[int, ...] = (1, 2)
+    clients: int = 2
+    duration_s: float = 4.0
+    repeats: int = 3
+    batch: int = 256
+    records: str = "predictor/data/cpu-default.jsonl.gz"
+    warm_records: int = 300
+    n_queries: int = 64
+    seed: int = 0
+
+
+def ingest_messages(path: str | Path, batch: int) -> list[bytes]:
+    """The records of ``path`` as serialised ReportObservations messages of ``batch`` records."""
+    if batch < 1:
+        raise ValueError(f"batch: must be >= 1, got {batch}")
+    records, _ = read_records(ROOT / path)
+    pbs = [convert.record_to_pb(r) for r in records]
+    request = pb2().ReportObservationsRequest
+    return [request(records=pbs[i : i + batch]).SerializeToString() for i in range(0, len(pbs), batch)]
+
+
+def measure(pool: ClientPool, target: str, config: Config, queries: list[bytes], stream: list[bytes] | None,
+            records_per_message: float = 0.0) -> tuple[np.ndarray, float]:
+    """PredictLatency latencies (s) of ``config.clients`` sequential clients, and the records/s ingested
+    meanwhile from ``stream`` (``records_per_message`` on average; 0 without ``stream``)."""
+    task = {"kind": "closed", "target": target, "path": METHOD_PREFIX + "PredictLatency", "requests": queries,
+            "duration_s": config.duration_s}
+    tasks = [task] * config.clients
+    if stream is not None:  # one message a call, back to back: each waits for its acknowledgement
+        tasks.append({"kind": "closed", "target": target, "path": METHOD_PREFIX + "ReportObservations",
+                      "requests": stream, "duration_s": config.duration_s, "warmup": 0})
+    results = pool.run(tasks)
+    errors = sum(r["errors"] for r in results)
+    if errors:
+        raise RuntimeError(f"{target}: {errors} calls failed")
+    latencies = np.concatenate([r["latency"] for r in results[: config.clients]])
+    if stream is None:
+        return latencies, 0.0
+    ingest = results[-1]
+    return latencies, ingest["calls"] * records_per_message / ingest["elapsed"]
+
+
+def main() -> None:
+    """Start the servers, measure them idle and under ingest, interleaved; print the table."""
+    config, out = start("bench_isolation", Config(), __doc__.splitlines()[0])
+    queries = bench_rpc.build_requests(bench_rpc.Config(n_queries=config.n_queries, ingest_records=1,
+                                                        seed=config.seed))["PredictLatency"]
+    stream = ingest_messages(config.records, config.batch)
+    records_per_message = len(read_records(ROOT / config.records)[0]) / len(stream)
+    folder = Path(tempfile.mkdtemp(prefix="bench-isolation-"))
+    warm = folder / "warm.jsonl.gz"
+    write_records(warm, synthetic_records(config.warm_records, seed=config.seed + 1, devices=bench_rpc.DEVICES))
+    servers = {f"--workers {w}": start_server(folder, f"workers {w}", ["--workers", str(w), "--warm-start", str(warm)])
+               for w in config.workers}
+    pool = ClientPool(config.clients + 1)
+    runs: dict[str, dict[str, list]] = {label: {"p50": [], "p99": [], "ingest_p50": [], "ingest_p99": [],
+                                                 "records_per_s": []} for label in servers}
+    try:
+        for _ in range(config.repeats):
+            for label, (_, target) in servers.items():
+                for condition in CONDITIONS:
+                    latencies, rate = measure(pool, target, config, queries,
+                                                 stream if condition == "ingest" else None, records_per_message)
+                    prefix = "" if condition == "idle" else "ingest_"
+                    runs[label][prefix + "p50"].append(1e3 * float(np.percentile(latencies, 50)))
+                    runs[label][prefix + "p99"].append(1e3 * float(np.percentile(latencies, 99)))
+                    if condition == "ingest":
+                        runs[label]["records_per_s"].append(rate)
+    finally:
+        pool.close()
+        for proc, _ in servers.values():
+            proc.send_signal(signal.SIGTERM)
+        for proc, _ in servers.values():
+            proc.wait(timeout=120)
+    table = Table(title=f"PredictLatency of {config.clients} sequential clients ({config.duration_s:g} s), idle and "
+                        f"while one more client streams ReportObservations ({config.batch} records a message); "
+                        f"median of {config.repeats}; {os.cpu_count()} CPUs")
+    for column in ("server", "p50 idle (ms)", "p50 ingest (ms)", "p50 ratio", "p99 idle (ms)", "p99 ingest (ms)",
+                   f"p99 ratio (target <= {TARGET_P99_RATIO:g}x)", "ingest records/s"):
+        table.add_column(column, justify="right" if column != "server" else "left")
+    results: dict = {"runs": runs, "ratio": {}}
+    for label, run in runs.items():
+        ratios = {q: statistics.median(b / a for a, b in zip(run[q], run["ingest_" + q], strict=True))
+                  for q in ("p50", "p99")}
+        results["ratio"][label] = ratios
+        table.add_row(label, *(f"{statistics.median(run[k]):.2f}" for k in ("p50", "ingest_p50")),
+                      f"{ratios['p50']:.2f}x", *(f"{statistics.median(run[k]):.2f}" for k in ("p99", "ingest_p99")),
+                      f"{ratios['p99']:.2f}x", f"{statistics.median(run['records_per_s']):,.0f}")
+    Console(width=170).print(table)
+    finish(out, results)
+
+
+if __name__ == "__main__":
+    main()
