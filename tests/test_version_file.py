@@ -114,3 +114,13 @@ def test_a_worker_answers_as_the_learner_from_the_files(tmp_path):
         assert len(worker.predict(live, 0.9).co_runners) == 1  # the batch started, from the published books
     finally:
         publisher.stop()
+
+
+def test_a_write_after_close_publishes_nothing_and_close_is_idempotent(tmp_path):
+    # a learner stopping closes its version file while a publisher thread may still write
+    writer, reader = VersionFile(tmp_path, "v"), VersionReader(tmp_path, "v")
+    writer.write({"n": 1})
+    writer.close()
+    writer.close()
+    assert writer.write({"n": 2}) == 1
+    assert reader.latest() == {"n": 1} and reader.generation == 1

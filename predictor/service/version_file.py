@@ -93,8 +93,13 @@ class VersionFile:
         return self.write_bytes(dumps(obj))
 
     def write_bytes(self, payload: bytes) -> int:
-        """Publish an object already pickled (:func:`dumps`) as the next generation; returns it."""
+        """Publish an object already pickled (:func:`dumps`) as the next generation; returns it.
+
+        After :meth:`close` (the learner stopping) nothing is published: the generation stays.
+        """
         with self._lock:
+            if self._map.closed:
+                return self.generation
             generation = self.generation + 1
             tmp = self.path.with_name(f".{self.path.name}.{generation}.tmp")
             with open(tmp, "wb") as out:
@@ -107,9 +112,12 @@ class VersionFile:
             return generation
 
     def close(self) -> None:
-        """Release the counter's memory map."""
-        self._map.close()
-        os.close(self._fd)
+        """Release the counter's memory map (after a write in flight ends; once)."""
+        with self._lock:
+            if self._map.closed:
+                return
+            self._map.close()
+            os.close(self._fd)
 
 
 class VersionReader:
