@@ -216,7 +216,11 @@ class RLS:
     # ------------------------------------------------------------- learning
     def vectorize(self, x: Mapping[str, float], *, grow: bool) -> np.ndarray:
         """The scaled column vector of ``x``; with ``grow``, new names get columns and scales."""
-        vector = self.index.vector(x, grow=grow)
+        return self.vectorize_row(tuple(x), np.fromiter(x.values(), dtype=float, count=len(x)), grow=grow)
+
+    def vectorize_row(self, names: tuple[str, ...], values: np.ndarray, *, grow: bool) -> np.ndarray:
+        """:meth:`vectorize` of the features ``names`` (distinct) with ``values``, without a dict."""
+        vector = self.index.vector_of(names, values, grow=grow)
         # Once every column has its scale (the usual case), scaling is one division.
         all_scaled = self.__dict__.get("_all_scaled", False)
         if grow:
