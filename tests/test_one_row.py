@@ -11,7 +11,6 @@ from strategies import learnable_records, records
 
 from predictor.features import FEATURE_SETS, feature_row, interaction_features, interaction_row
 from predictor.predictors import create
-from predictor.predictors.tree import TreePredictor
 from predictor.records import BatchSpec, CoRunner, Record
 from predictor.regressors.rls import RLS
 
@@ -89,31 +88,3 @@ def test_rls_predictor_one_row_equals_the_dict_path(train, queries, features, sp
             slowdown = math.exp(min(model.predict_one(FEATURE_SETS[features](record)), 10.0))
         assert predictor.predict_one(record) == predictor._to_latency(record, slowdown)
 
-
-@settings(max_examples=40, deadline=None)
-@given(records, st.booleans())
-def test_tree_row_is_the_parts(record, work):
-    names, values, categories = TreePredictor.row(record, work)
-    numeric, expected_categories = TreePredictor.parts(record, work)
-    assert names == tuple(numeric) and categories == expected_categories
-    assert same_bits(values, dict_row(numeric)[1])
-
-
-def test_tree_row_with_colliding_work_name_falls_back_to_the_parts():
-    """An attribute ``k*batch`` beside ``k``: its fine feature and ``k``'s work feature share a name."""
-    record = Record("gpu0", BatchSpec("a", 2, {"k": 1.5, "k*batch": 4.0}), None)
-    names, values, _ = TreePredictor.row(record)
-    numeric, _ = TreePredictor.parts(record)
-    assert names == tuple(numeric) and same_bits(values, dict_row(numeric)[1])
-
-
-@settings(max_examples=10, deadline=None)
-@given(st.lists(learnable_records, min_size=30, max_size=60), st.lists(records, min_size=1, max_size=8))
-def test_tree_predictor_one_row_equals_the_dict_path(train, queries):
-    """Trees and corrector on the row answer what they answer on the dicts, for seen and unseen names."""
-    tree = create("tree", first_fit=20, refit_every=20, swap_after=0, n_estimators=5, background=False)
-    for record in train:
-        tree.learn_one(record)
-    for record in (*queries, *train[:3]):
-        value = tree._clamp(tree.regressor.predict_parts(*TreePredictor.parts(record, tree.work)))
-        assert tree.predict_one(record) == math.exp(tree._offset(record) + value)

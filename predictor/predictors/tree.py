@@ -20,8 +20,6 @@ regressor's docstring for how the swap stays deterministic).
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
 from collections.abc import Iterable
 
@@ -75,13 +73,6 @@ def work_columns(rows: CoLocations) -> tuple[tuple[str, ...], np.ndarray]:
         names.append(f"{CO}{key}{WORK}")
         columns.append(np.bincount(owner, weights=weights * values, minlength=n))
     return tuple(names), np.column_stack(columns) if columns else np.zeros((n, 0))
-
-
-@functools.lru_cache(maxsize=1024)
-def _numeric_names(fine: tuple[str, ...], work: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The names of :meth:`TreePredictor.parts`' numbers, in order (``None``: two would merge)."""
-    names = fine + work + ("has_solo", "log_solo")
-    return names if len(set(names)) == len(names) else None
 
 
 class TreePredictor(LatencyPredictor):
@@ -186,37 +177,13 @@ class TreePredictor(LatencyPredictor):
         solo = record.solo_latency_ms
         return math.log(solo) if solo else 0.0
 
-    @classmethod
-    def row(cls, record: Record, work: bool = True) -> tuple[tuple[str, ...], np.ndarray, dict[str, str]]:
-        """:meth:`parts` as the numbers' names (distinct) and values, and the categories: the
-        same names in the same order, the same numbers, without building the numbers' dict where
-        the names of the fine and work features cannot collide."""
-        fine = fine_features(record)
-        extra = work_features(record) if work else {}
-        names = _numeric_names(tuple(fine), tuple(extra))
-        if names is None:
-            numeric, categories = cls.parts(record, work)
-            return tuple(numeric), np.fromiter(numeric.values(), dtype=float, count=len(numeric)), categories
-        solo = record.solo_latency_ms
-        values = np.fromiter(
-            itertools.chain(fine.values(), extra.values(), (1.0 if solo else 0.0, math.log(solo) if solo else 0.0)),
-            dtype=float, count=len(names),
-        )
-        return names, values, {"model": record.batch.model, "kind": record.device_kind}
-
-    def _row(self, record: Record) -> tuple[tuple[str, ...], np.ndarray, dict[str, str]]:
-        """:meth:`row` of ``record``; the last record's is kept, so that learning a record just
-        predicted (the service's outlier-gated path) extracts its features once."""
+    def _parts(self, record: Record) -> tuple[dict[str, float], dict[str, str]]:
         last = getattr(self, "_last", None)
         if last is not None and last[0] is record:
             return last[1]
-        row = self.row(record, self.work)
-        self._last = (record, row)
-        return row
-
-    def _parts(self, record: Record) -> tuple[dict[str, float], dict[str, str]]:
-        names, values, categories = self._row(record)
-        return dict(zip(names, values.tolist(), strict=True)), categories
+        parts = self.parts(record, self.work)
+        self._last = (record, parts)
+        return parts
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -239,7 +206,7 @@ class TreePredictor(LatencyPredictor):
     # ------------------------------------------------------------------ the interface
     def predict_one(self, record: Record) -> float:
         """``exp(offset + trees + corrector)``, within a factor 2 of the targets seen."""
-        value = self._clamp(self._model.predict_row(*self._row(record)))
+        value = self._clamp(self._model.predict_parts(*self._parts(record)))
         return math.exp(self._offset(record) + value)
 
     def predict_slowdown(self, record: Record) -> float:

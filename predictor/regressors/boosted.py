@@ -28,7 +28,6 @@ Examples
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 from collections.abc import Mapping, Sequence
@@ -125,18 +124,6 @@ class _Refit:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self.trees, self.error, self.thread, self.future = None, None, None, None
-
-
-@functools.lru_cache(maxsize=1024)
-def _row_names(names: tuple[str, ...], categories: tuple[tuple[str, str], ...]
-               ) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """The trees' and the corrector's feature names of a row of numbers ``names`` and ``categories``
-    (as :meth:`BoostedResidual._views` orders them; ``None``: a name would repeat)."""
-    coded = names + tuple(key for key, _ in categories)
-    onehot = names + tuple(f"{key}={value}" for key, value in categories)
-    if len(set(coded)) != len(coded) or len(set(onehot)) != len(onehot):
-        return None
-    return coded, onehot
 
 
 class BoostedResidual(base.Regressor):
@@ -386,20 +373,6 @@ class BoostedResidual(base.Regressor):
     def predict_parts(self, numeric: Mapping[str, float], categories: Mapping[str, str]) -> float:
         """:meth:`predict_one` of the dict of ``numeric`` and ``categories`` (the hot path: no type tests)."""
         return self._predict(*self._views(numeric, categories, grow=False))
-
-    def predict_row(self, names: tuple[str, ...], values: np.ndarray, categories: Mapping[str, str]) -> float:
-        """:meth:`predict_parts` of the numbers ``names`` (distinct) with ``values``, without the dicts
-        (the one-row hot path): the same columns, the same answer."""
-        layout = _row_names(names, tuple(categories.items()))
-        if layout is None:  # a number named like a category: the dicts merge them
-            return self.predict_parts(dict(zip(names, values.tolist(), strict=True)), categories)
-        coded_names, onehot_names = layout
-        n = len(categories)
-        coded = np.concatenate((values, [self._code(key, value, False) for key, value in categories.items()]))
-        onehot = np.concatenate((values, np.ones(n)))
-        corrector = self._corrector
-        return (self._tree_value(self._index.vector_of(coded_names, coded, grow=False))
-                + corrector.predict_vector(corrector.vectorize_row(onehot_names, onehot, grow=False)))
 
     def _predict(self, coded: dict[str, float], numeric: dict[str, float]) -> float:
         value = self._tree_value(self._index.vector(coded, grow=False))

@@ -231,7 +231,7 @@ class RLS:
         scale = self._column_scale[: vector.size]
         if all_scaled:
             return vector / scale
-        return np.divide(vector, scale, out=np.zeros_like(vector), where=scale > 0)
+        return np.divide(vector, scale, out=np.zeros(vector.size), where=scale > 0)
 
     def predicting_weights(self) -> np.ndarray:
         """The weights predictions use (scaled features): the learned ones, or with
