@@ -2,7 +2,9 @@
 
 1. **One-row prediction** (what ``PredictLatency`` asks of the predictor), p50 over a pool of
    records of the embedded CPU dataset, after learning ``train`` records: ``tree`` (features,
-   trees, corrector) beside ``rls``; and the trees alone evaluated by the numba walk
+   trees, corrector) beside ``rls``, the latter interleaved call by call with its dict path (the
+   interaction-feature dict mapped to the model's columns by name: the one-row path before the
+   row fast path, ``rls_dict_path_us``, same answers, checked), and their ratio; and the trees alone evaluated by the numba walk
    (:mod:`predictor.regressors.trees`) against LightGBM's own single-row ``Booster.predict``
    on the same trees (same window, same settings: equal answers, checked).
 2. **PredictLatency during a refit**: the real service (``tree``) behind a real gRPC server on
@@ -13,13 +15,15 @@
    (``tree:worker='thread'``, the baseline) and once in the worker process (``tree``, the
    default), in the same run: both services up, their blocks interleaved.
 
-Run: ``.venv/bin/python -m experiments.bench_tree`` (about 3 minutes); writes
+Run: ``.venv/bin/python -m experiments.bench_tree`` (about 3 minutes; ``--refit false``: part 1
+only); writes
 ``experiments/results/bench_tree/``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import numpy as np
@@ -40,6 +44,7 @@ class Config:
     calls: int = 300
     rounds: int = 5
     refit_specs: tuple[str, ...] = ("tree:worker='thread'", "tree")
+    refit: bool = True
     seed: int = 0
 
 
@@ -54,6 +59,29 @@ def p50_us(function, items, repeats: int) -> float:
     return float(np.median(times)) / 1e3
 
 
+def p50_pair_us(first, second, items, repeats: int) -> tuple[float, float]:
+    """:func:`p50_us` of two functions, timed alternately item by item (the same machine noise)."""
+    times: tuple[list[int], list[int]] = ([], [])
+    for _ in range(repeats):
+        for item in items:
+            for function, out in ((first, times[0]), (second, times[1])):
+                t = time.perf_counter_ns()
+                function(item)
+                out.append(time.perf_counter_ns() - t)
+    return float(np.median(times[0])) / 1e3, float(np.median(times[1])) / 1e3
+
+
+def rls_dict_path(rls):
+    """``rls``'s one-row prediction through the feature dict (the path before the row fast path)."""
+
+    def predict(record):
+        model = rls._models.get(rls._key(record))
+        value = 1.0 if model is None else math.exp(min(model.predict_one(rls._extract(record)), 10.0))
+        return rls._to_latency(record, value)
+
+    return predict
+
+
 def hot_path(config: Config, records) -> dict[str, float]:
     """One-row prediction costs."""
     train, pool = records[: config.train], records[config.train : config.train + config.pool]
@@ -66,9 +94,13 @@ def hot_path(config: Config, records) -> dict[str, float]:
     rls = create("rls", seed=config.seed).fit(train)
     for r in pool[:20]:  # warm caches, compile the walk
         tree.predict_one(r), rls.predict_one(r)
-    out = {"tree_predict_one_us": p50_us(tree.predict_one, pool, config.repeats),
-           "rls_predict_one_us": p50_us(rls.predict_one, pool, config.repeats),
-           "tree_features_us": p50_us(tree.features, pool, config.repeats)}
+    old_rls = rls_dict_path(rls)
+    assert all(rls.predict_one(r) == old_rls(r) for r in pool)
+    out = {"tree_predict_one_us": p50_us(tree.predict_one, pool, config.repeats)}
+    out["rls_predict_one_us"], out["rls_dict_path_us"] = p50_pair_us(rls.predict_one, old_rls, pool,
+                                                                      config.repeats)
+    out["rls_speedup"] = out["rls_dict_path_us"] / out["rls_predict_one_us"]
+    out["tree_features_us"] = p50_us(tree.features, pool, config.repeats)
     names, X, y = regressor.window_rows()
     trees, booster = fit_trees(X, y, names=names, monotone=None, n_estimators=tree.n_estimators,
                                num_leaves=tree.num_leaves, learning_rate=tree.learning_rate,
@@ -179,7 +211,7 @@ def main() -> None:
     """Run both parts and print them."""
     config, out = start("bench_tree", Config(), __doc__.splitlines()[0])
     records, _ = read_records(DEFAULT_DATASET)
-    results = {"hot_path": hot_path(config, records), **refit_impact(config, records)}
+    results = {"hot_path": hot_path(config, records), **(refit_impact(config, records) if config.refit else {})}
     for part, values in results.items():
         print(part)
         for key, value in values.items():

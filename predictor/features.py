@@ -207,6 +207,53 @@ def interaction_features(record: Record) -> Features:
     return features
 
 
+@dataclass(frozen=True, eq=False)
+class _RowLayout:
+    """Where the interaction features of one row come from, given its fine feature names."""
+
+    names: tuple[str, ...]  # every name, in interaction_features' order
+    keys: np.ndarray  # position among the fine features of each crossed key
+    first: np.ndarray  # the pairs of crossed keys multiplied
+    second: np.ndarray
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_layout(fine: tuple[str, ...], model: str) -> _RowLayout | None:
+    """The :class:`_RowLayout` of a row of fine features ``fine`` (``None``: a name would repeat)."""
+    keys = crossed_keys(fine)
+    extra, first, second = _interaction_layout(keys, model)
+    names = fine + tuple(extra)
+    if len(set(names)) != len(names):  # an interaction name equal to another: the dict merges them
+        return None
+    at = {name: j for j, name in enumerate(fine)}
+    return _RowLayout(names, np.array([at[k] for k in keys], dtype=np.intp), first, second)
+
+
+def interaction_row(record: Record) -> tuple[tuple[str, ...], np.ndarray]:
+    """:func:`interaction_features` of ``record`` as its names and their values, without the dict.
+
+    The same names in the same order, and the same numbers: the products are computed alike
+    (the one-row hot path, feeding :meth:`~predictor.regressors.feature_index.FeatureIndex.vector_of`).
+    The names tuple is shared by every row of the same fine names and model (cached).
+    """
+    fine = fine_features(record)
+    layout = _row_layout(tuple(fine), record.batch.model)
+    if layout is None:
+        features = interaction_features(record)
+        return tuple(features), np.fromiter(features.values(), dtype=float, count=len(features))
+    values = np.fromiter(fine.values(), dtype=float, count=len(fine))
+    quantities = values[layout.keys]
+    return layout.names, np.concatenate((values, quantities[layout.first] * quantities[layout.second], quantities))
+
+
+def feature_row(record: Record, features: str) -> tuple[tuple[str, ...], np.ndarray]:
+    """The ``features`` set (a key of :data:`FEATURE_SETS`) of ``record`` as names and values."""
+    if features == "interactions":
+        return interaction_row(record)
+    computed = FEATURE_SETS[features](record)
+    return tuple(computed), np.fromiter(computed.values(), dtype=float, count=len(computed))
+
+
 @functools.lru_cache(maxsize=4096)
 def crossed_keys(names: tuple[str, ...]) -> tuple[str, ...]:
     """The keys among ``names`` that :func:`interaction_features` crosses, sorted (cached per key set)."""

@@ -19,7 +19,7 @@ import numpy as np
 from river import drift
 
 from predictor.colocations import CoLocations
-from predictor.features import FEATURE_SETS, feature_matrix
+from predictor.features import FEATURE_SETS, feature_matrix, feature_row
 from predictor.predictors.base import LatencyPredictor
 from predictor.records import Record
 from predictor.regressors.rls import RLS
@@ -122,15 +122,16 @@ class RlsPredictor(LatencyPredictor):
             self._detectors[key] = drift.ADWIN(delta=self.drift_delta)
         return model
 
-    def _features(self, record: Record) -> dict[str, float]:
-        """The features of ``record``; the last record's are kept, so that learning a record just
-        predicted (the service's outlier-gated path) extracts them once."""
+    def _features(self, record: Record) -> tuple[tuple[str, ...], np.ndarray]:
+        """The features of ``record`` as names and values (:func:`~predictor.features.feature_row`);
+        the last record's are kept, so that learning a record just predicted (the service's
+        outlier-gated path) extracts them once."""
         last = getattr(self, "_last", None)
         if last is not None and last[0] is record:
             return last[1]
-        features = self._extract(record)
-        self._last = (record, features)
-        return features
+        row = feature_row(record, self.features)
+        self._last = (record, row)
+        return row
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -166,7 +167,7 @@ class RlsPredictor(LatencyPredictor):
         model = self._models.get(self._key(record))
         if model is None:
             return 1.0
-        value = model.predict_one(self._features(record))
+        value = model.predict_vector(model.vectorize_row(*self._features(record), grow=False))
         return math.exp(min(value, 10.0)) if self.log_target else value
 
     def predict_colocations(self, rows: CoLocations) -> np.ndarray:
@@ -202,7 +203,7 @@ class RlsPredictor(LatencyPredictor):
         key = self._key(record)
         fresh = key not in self._models
         model = self._model(key)
-        vector = model.vectorize(self._extract(record), grow=True)
+        vector = model.vectorize_row(*feature_row(record, self.features), grow=True)
         raw = 1.0 if fresh else model.predict_vector(vector)
         if self.log_target and not fresh:
             raw = math.exp(min(raw, 10.0))
@@ -214,7 +215,7 @@ class RlsPredictor(LatencyPredictor):
         """One RLS update of the key's model (clipped and drift-checked as configured)."""
         key = self._key(record)
         model = self._model(key)
-        self._learn_vector(record, key, model, model.vectorize(self._features(record), grow=True), slowdown)
+        self._learn_vector(record, key, model, model.vectorize_row(*self._features(record), grow=True), slowdown)
 
     def _learn_vector(self, record: Record, key: str, model: RLS, vector, slowdown: float | None = None) -> None:
         if slowdown is None:

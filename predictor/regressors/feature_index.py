@@ -71,10 +71,14 @@ class FeatureIndex:
         With ``grow`` unseen names get new columns; without it they are
         ignored (an unseen feature has no learned weight).
         """
-        positions, known = self._layout(tuple(features), grow)
+        values = np.fromiter(features.values(), dtype=float, count=len(features))
+        return self.vector_of(tuple(features), values, grow=grow)
+
+    def vector_of(self, names: tuple[str, ...], values: np.ndarray, *, grow: bool) -> np.ndarray:
+        """:meth:`vector` of the features ``names`` (distinct) with ``values``, without a dict."""
+        positions, known = self._layout(names, grow)
         x = np.zeros(self.size)
         x[0] = 1.0
-        values = np.fromiter(features.values(), dtype=float, count=len(features))
         if known is None:
             x[positions] = values
         else:

@@ -216,7 +216,11 @@ class RLS:
     # ------------------------------------------------------------- learning
     def vectorize(self, x: Mapping[str, float], *, grow: bool) -> np.ndarray:
         """The scaled column vector of ``x``; with ``grow``, new names get columns and scales."""
-        vector = self.index.vector(x, grow=grow)
+        return self.vectorize_row(tuple(x), np.fromiter(x.values(), dtype=float, count=len(x)), grow=grow)
+
+    def vectorize_row(self, names: tuple[str, ...], values: np.ndarray, *, grow: bool) -> np.ndarray:
+        """:meth:`vectorize` of the features ``names`` (distinct) with ``values``, without a dict."""
+        vector = self.index.vector_of(names, values, grow=grow)
         # Once every column has its scale (the usual case), scaling is one division.
         all_scaled = self.__dict__.get("_all_scaled", False)
         if grow:
@@ -227,7 +231,7 @@ class RLS:
         scale = self._column_scale[: vector.size]
         if all_scaled:
             return vector / scale
-        return np.divide(vector, scale, out=np.zeros_like(vector), where=scale > 0)
+        return np.divide(vector, scale, out=np.zeros(vector.size), where=scale > 0)
 
     def predicting_weights(self) -> np.ndarray:
         """The weights predictions use (scaled features): the learned ones, or with
