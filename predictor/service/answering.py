@@ -71,6 +71,7 @@ from predictor.service.types import (
     Query,
     Ranking,
 )
+from predictor.shape_calibration import normal_quantile
 from predictor.shapes import MAX_COUNT, QueryShape
 
 T = TypeVar("T")
@@ -676,7 +677,7 @@ class Answering:
         groups: dict[tuple[QueryShape, str, int], list[int]] = {}
         for i, cell in enumerate(zip(shapes, rows.device_kinds, buckets, strict=True)):
             groups.setdefault(cell, []).append(i)
-        z = NormalDist().inv_cdf(confidence) * config.unseen_sigma
+        z = normal_quantile(confidence) * config.unseen_sigma
 
         def within(cell: tuple[QueryShape, str, int, bool], predicted: np.ndarray, limit: float) -> np.ndarray:
             shape, kind, count, unseen = cell
