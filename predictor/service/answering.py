@@ -104,7 +104,7 @@ class Planned:
                                                1.0 if window <= 0 else min(ms / window, 1.0))
             for runner, ms in zip(self.record.co_runners, self.remaining_ms, strict=True)
         )
-        return dataclasses.replace(self.record, co_runners=runners)
+        return _with_runners(self.record, runners)
 
 
 @dataclasses.dataclass
@@ -543,14 +543,19 @@ class Answering:
         fixed point (:func:`monotone.fixed_point_one`, on floats), each window's prediction by the
         per-record path where the predictor answers directly (``per_record``), else by its
         monotone construction over the one row (whose terms are computed once)."""
-        plan = Plan.of([planned])
-        if per_record:
-            def predict(window: float) -> float:
-                return float(predictor.predict_many([planned.at_window(window)])[0])
-        else:
-            def predict(window: float) -> float:
-                return float(monotone.latencies(predictor, plan.at_window(np.array([window])))[0])
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
+        if per_record:
+            def predict_record(window: float) -> float:
+                return float(predictor.predict_many([planned.at_window(window)])[0])
+
+            found = monotone.fixed_point_one(predict_record, solo, high, low)
+            # the one row at the window found: the overlaps Plan.at_window gives, on floats
+            return _row_of(planned.at_window(found)), np.array([found])
+        plan = Plan.of([planned])
+
+        def predict(window: float) -> float:
+            return float(monotone.latencies(predictor, plan.at_window(np.array([window])))[0])
+
         window = np.array([monotone.fixed_point_one(predict, solo, high, low)])
         return plan.at_window(window), window
 
@@ -576,7 +581,8 @@ class Answering:
             shapes = [plan.shape or _record_shape(plan.record)] if isinstance(plan, Planned) else [
                 _record_shape(rows.record(i)) for i in range(n)]
         terms = terms_of(state.queues, state.memory, state.live, rows, confidence,
-                         model.calibrator.bound_factors(rows.device_kinds, confidence), state.transfers, where)
+                         functools.partial(model.calibrator.bound_factors, rows.device_kinds, confidence),
+                         state.transfers, where)
         uppers, probabilities, row_bounds, fallback, corrections = self._bounds(
             plan, rows, latencies, shapes, confidence, deadline_ms,
             None if terms is None else terms.extra_mean_ms, model,
@@ -798,6 +804,20 @@ def _row_of(record: Record) -> CoLocations:
         np.array([r.overlap for r in runners], dtype=float),
         record.solo_latency_ms,
     )
+
+
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(Record) if f.name != "co_runners")
+_set = object.__setattr__
+
+
+def _with_runners(record: Record, runners: tuple[CoRunner, ...]) -> Record:
+    """``dataclasses.replace(record, co_runners=runners)`` at half the cost (a window's record
+    is made several times per query): every field copied as it is, none validated again."""
+    twin = object.__new__(Record)
+    for name in _RECORD_FIELDS:
+        _set(twin, name, getattr(record, name))
+    _set(twin, "co_runners", runners)
+    return twin
 
 
 def _record_shape(record: Record) -> QueryShape:
