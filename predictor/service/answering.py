@@ -60,6 +60,7 @@ from predictor.service.published import ModelVersion
 from predictor.service.state import ServiceState
 from predictor.service.terms import terms_of
 from predictor.service.transfers import NOWHERE
+from predictor.service.typed_query import typed_record
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,
@@ -313,41 +314,26 @@ class Answering:
         solo latency's with ``batch_prefix`` (default: ``prefix``).
         """
         batch_prefix = prefix if batch_prefix is None else batch_prefix
-        runners: list[dict[str, Any]] = []
         remaining: list[float | None] = []
         for i, runner in enumerate(query.co_runners):
-            path = f"{prefix}co_runners[{i}]"
             if runner.overlap is not None and runner.remaining_ms is not None:
-                raise InvalidArgument(path, "give overlap or remaining_ms, not both")
+                raise InvalidArgument(f"{prefix}co_runners[{i}]", "give overlap or remaining_ms, not both")
             if runner.remaining_ms is not None:
-                invalid_argument(rules.non_negative, runner.remaining_ms, f"{path}.remaining_ms")
-                invalid_argument(
-                    lambda v, p: rules.magnitude(v, p, self.state.config.max_value), runner.remaining_ms,
-                    f"{path}.remaining_ms",
-                )
-            runners.append(
-                {"model": runner.model, "batch_size": runner.batch_size, "attrs": dict(runner.attrs),
-                 "overlap": runner.overlap}
-            )
+                path = f"{prefix}co_runners[{i}].remaining_ms"
+                invalid_argument(rules.non_negative, runner.remaining_ms, path)
+                invalid_argument(lambda v, p: rules.magnitude(v, p, self.state.config.max_value),
+                                 runner.remaining_ms, path)
             remaining.append(runner.remaining_ms)
-        obj = {
-            "schema": SCHEMA,
-            "device": query.device,
-            "device_kind": query.device_kind or None,
-            "batch": {"model": query.batch.model, "batch_size": query.batch.batch_size,
-                      "attrs": dict(query.batch.attrs)},
-            "solo_latency_ms": query.solo_latency_ms,
-            "co_runners": runners,
-            "signals": dict(query.signals),
-        }
-        try:
-            record = parse_record(obj, require_latency=False)
-            limit = self.state.config.max_value
-            if not record_within_limits(record, limit):
-                rules.check_magnitudes(record_numbers(record), limit)
-        except RecordError as exc:
-            where = batch_prefix if exc.field.startswith("batch") or exc.field == "solo_latency_ms" else prefix
-            raise InvalidArgument(f"{where}{exc.field}", exc.message) from None
+        limit = self.state.config.max_value
+        record = typed_record(query)  # typed and valid as it is: the parser's record, without parsing
+        if record is None or not record_within_limits(record, limit):
+            try:
+                record = parse_record(_record_object(query), require_latency=False)
+                if not record_within_limits(record, limit):
+                    rules.check_magnitudes(record_numbers(record), limit)
+            except RecordError as exc:
+                where = batch_prefix if exc.field.startswith("batch") or exc.field == "solo_latency_ms" else prefix
+                raise InvalidArgument(f"{where}{exc.field}", exc.message) from None
         live = self.state.live
         source = query.co_runner_source
         if source is CoRunnerSource.LIVE_VIEW and query.co_runners:
@@ -818,6 +804,25 @@ def _with_runners(record: Record, runners: tuple[CoRunner, ...]) -> Record:
         _set(twin, name, getattr(record, name))
     _set(twin, "co_runners", runners)
     return twin
+
+
+def _record_object(query: Query) -> dict[str, Any]:
+    """The ``coloc/v1`` object of a query's planned record (explicit co-runners, for
+    :func:`~predictor.records.parse_record` to validate)."""
+    return {
+        "schema": SCHEMA,
+        "device": query.device,
+        "device_kind": query.device_kind or None,
+        "batch": {"model": query.batch.model, "batch_size": query.batch.batch_size,
+                  "attrs": dict(query.batch.attrs)},
+        "solo_latency_ms": query.solo_latency_ms,
+        "co_runners": [
+            {"model": runner.model, "batch_size": runner.batch_size, "attrs": dict(runner.attrs),
+             "overlap": runner.overlap}
+            for runner in query.co_runners
+        ],
+        "signals": dict(query.signals),
+    }
 
 
 def _record_shape(record: Record) -> QueryShape:
