@@ -72,6 +72,8 @@ LINKED = "linked:"
 GRID = (0.9, 0.95, 0.99)
 """Confidence levels whose miss rates adaptive conformal inference tracks per cell."""
 MIN_SPREAD = 0.01
+MAX_ANSWERED = 4096
+"""Most factors a frozen copy keeps (its cache is emptied when full)."""
 _NORMAL = NormalDist()
 
 Cell = tuple[str, str, int]  # (shape key, device kind or POOL, count bucket or ALL)
@@ -185,6 +187,9 @@ class ShapeCalibrator:
         self._alphas: dict[Cell, list[float]] = {}
         self._kinds: set[str] = set()
         self.n_added = 0
+        self._answered: dict[tuple, tuple[float, Bound]] | None = None  # factors of a frozen copy
+
+    _answered: dict[tuple, tuple[float, Bound]] | None = None  # (also for calibrators pickled before it)
 
     def frozen(self, copies: WindowCopies | None = None) -> ShapeCalibrator:
         """An independent copy to answer from while this one goes on learning (windows copied on
@@ -195,6 +200,7 @@ class ShapeCalibrator:
         twin._spreads = {key: spread.clone() for key, spread in self._spreads.items()}
         twin._alphas = {cell: list(alphas) for cell, alphas in self._alphas.items()}
         twin._kinds = set(self._kinds)
+        twin._answered = {}  # a copy never learns: its factors, once computed, stay (see factors)
         return twin
 
     # ------------------------------------------------------------------ pieces
@@ -289,7 +295,7 @@ class ShapeCalibrator:
                 break
         for at, confidence in enumerate(confidences):
             if out[at] is None:
-                out[at] = widest or _Term(_inv_cdf(confidence) * self.fallback_sigma, BoundSource.FALLBACK, 0, None,
+                out[at] = widest or _Term(normal_quantile(confidence) * self.fallback_sigma, BoundSource.FALLBACK, 0, None,
                                           0.0, self.fallback_sigma, 1.0)
         return out  # type: ignore[return-value]
 
@@ -320,8 +326,18 @@ class ShapeCalibrator:
                 confidence: float) -> tuple[float, Bound]:
         """The correction of a prediction (``exp`` of its centre: the prediction times it is the
         calibrated point answer) and the bound of a 1 ms prediction (see :meth:`factor`)."""
+        answered = self._answered
+        if answered is not None:
+            found = answered.get((shape, kind, count, model, confidence))
+            if found is not None:
+                return found
         check_confidence(confidence)
-        return _factors(self._terms(shape, kind, count, model, confidence))
+        factors = _factors(self._terms(shape, kind, count, model, confidence))
+        if answered is not None:
+            if len(answered) >= MAX_ANSWERED:
+                answered.clear()
+            answered[(shape, kind, count, model, confidence)] = factors
+        return factors
 
     def score(self, shape: QueryShape, kind: str, count: int, model: str, confidence: float, *,
               actual: float, predicted: float) -> tuple[float, Bound, float]:
@@ -390,6 +406,8 @@ class ShapeCalibrator:
         """
         if not (actual > 0 and predicted > 0 and math.isfinite(actual) and math.isfinite(predicted)):
             raise ValueError(f"actual and predicted must be finite and > 0, got {actual!r}, {predicted!r}")
+        if self._answered is not None:
+            self._answered = None  # a copy that learns is live: nothing of it is cached any more
         residual = math.log(actual / predicted)
         key = (LINKED if linked else "") + shape.key
         if self.gamma:
@@ -482,8 +500,8 @@ def _nearest_level(confidence: float) -> int:
 
 
 @functools.lru_cache(maxsize=1024)
-def _inv_cdf(confidence: float) -> float:
-    """The standard normal quantile at ``confidence``."""
+def normal_quantile(confidence: float) -> float:
+    """The standard normal quantile at ``confidence`` (looked up: a few levels are asked often)."""
     return _NORMAL.inv_cdf(confidence)
 
 

@@ -9,8 +9,9 @@ runs around decoding, which runs around the servicer) with:
 
 * per method, once: the method's name, its Prometheus children (per status
   code, created on first use), whether it is protected, the deserializer;
-* per call: one handler and one closure (authentication needs the call's
-  metadata), and a check that the call's deadline has not already passed while
+* per method, once: the wrapped handler and its closure (authentication reads
+  the call's metadata from its context);
+* per call: a check that the call's deadline has not already passed while
   it waited for a worker: such a call is answered ``DEADLINE_EXCEEDED`` at
   once, without being computed for a client that has given up.
 
@@ -42,7 +43,7 @@ _UNKNOWN = grpc.StatusCode.UNKNOWN
 class _Method:
     """What a method's calls share: computed on its first call."""
 
-    __slots__ = ("name", "label", "ours", "protected", "deserialize", "counters", "latency")
+    __slots__ = ("name", "label", "ours", "protected", "deserialize", "counters", "latency", "source", "handler")
 
     def __init__(self, path: str, handler: Any, metrics: ServerMetrics | None, policy: AuthPolicy):
         self.name = method_name(path) or path
@@ -51,6 +52,8 @@ class _Method:
         self.deserialize = handler.request_deserializer if self.ours else None
         self.counters: dict[grpc.StatusCode, Any] = {}
         self.latency = metrics.latency.labels(self.name) if metrics is not None else None
+        self.source = handler  # held: the key's id() stays this handler's
+        self.handler: Any = None  # the wrapped method handler, built on the first call
 
     def observe(self, metrics: ServerMetrics, code: grpc.StatusCode, seconds: float) -> None:
         counter = self.counters.get(code)
@@ -94,11 +97,17 @@ class ThinInterceptor(grpc.ServerInterceptor):
         if self.metrics is None and not handler_call_details.method.startswith(METHOD_PREFIX):
             return handler
         method = self._method(handler_call_details.method, handler)
+        if method.handler is None:
+            method.handler = self._handler(method, handler, unary)
+        return method.handler
+
+    def _handler(self, method: _Method, handler: Any, unary: bool) -> Any:
+        """The method's wrapped handler: built once, as every call's is the same (the call's
+        metadata is read from its context)."""
         behaviour = handler.unary_unary if unary else handler.stream_unary
         deserialize = method.deserialize
         if method.ours:
-            metadata = tuple(handler_call_details.invocation_metadata or ())
-            behaviour = self._wrap(behaviour, method, metadata, unary)
+            behaviour = self._wrap(behaviour, method, unary)
         elif self.metrics is not None:
             behaviour = self._timed(behaviour, method)
         if deserialize is None:
@@ -123,7 +132,7 @@ class ThinInterceptor(grpc.ServerInterceptor):
 
         return timed
 
-    def _wrap(self, behaviour: Callable, method: _Method, metadata: tuple, unary: bool) -> Callable:
+    def _wrap(self, behaviour: Callable, method: _Method, unary: bool) -> Callable:
         metrics, authenticate = self.metrics, self.auth._authenticate
         name, protected, deserialize = method.name, method.protected, method.deserialize
 
@@ -134,7 +143,7 @@ class ThinInterceptor(grpc.ServerInterceptor):
                 remaining = context.time_remaining()
                 if remaining is not None and remaining <= 0:
                     context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed before the call was handled")
-                caller = authenticate(name, metadata, context, protected)
+                caller = authenticate(name, context.invocation_metadata() or (), context, protected)
                 token = _CALLER.set(caller)
                 try:
                     if deserialize is None:

@@ -60,6 +60,7 @@ from predictor.service.published import ModelVersion
 from predictor.service.state import ServiceState
 from predictor.service.terms import terms_of
 from predictor.service.transfers import NOWHERE
+from predictor.service.typed_query import typed_record
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,
@@ -71,6 +72,7 @@ from predictor.service.types import (
     Query,
     Ranking,
 )
+from predictor.shape_calibration import normal_quantile
 from predictor.shapes import MAX_COUNT, QueryShape
 
 T = TypeVar("T")
@@ -103,7 +105,7 @@ class Planned:
                                                1.0 if window <= 0 else min(ms / window, 1.0))
             for runner, ms in zip(self.record.co_runners, self.remaining_ms, strict=True)
         )
-        return dataclasses.replace(self.record, co_runners=runners)
+        return _with_runners(self.record, runners)
 
 
 @dataclasses.dataclass
@@ -312,41 +314,26 @@ class Answering:
         solo latency's with ``batch_prefix`` (default: ``prefix``).
         """
         batch_prefix = prefix if batch_prefix is None else batch_prefix
-        runners: list[dict[str, Any]] = []
         remaining: list[float | None] = []
         for i, runner in enumerate(query.co_runners):
-            path = f"{prefix}co_runners[{i}]"
             if runner.overlap is not None and runner.remaining_ms is not None:
-                raise InvalidArgument(path, "give overlap or remaining_ms, not both")
+                raise InvalidArgument(f"{prefix}co_runners[{i}]", "give overlap or remaining_ms, not both")
             if runner.remaining_ms is not None:
-                invalid_argument(rules.non_negative, runner.remaining_ms, f"{path}.remaining_ms")
-                invalid_argument(
-                    lambda v, p: rules.magnitude(v, p, self.state.config.max_value), runner.remaining_ms,
-                    f"{path}.remaining_ms",
-                )
-            runners.append(
-                {"model": runner.model, "batch_size": runner.batch_size, "attrs": dict(runner.attrs),
-                 "overlap": runner.overlap}
-            )
+                path = f"{prefix}co_runners[{i}].remaining_ms"
+                invalid_argument(rules.non_negative, runner.remaining_ms, path)
+                invalid_argument(lambda v, p: rules.magnitude(v, p, self.state.config.max_value),
+                                 runner.remaining_ms, path)
             remaining.append(runner.remaining_ms)
-        obj = {
-            "schema": SCHEMA,
-            "device": query.device,
-            "device_kind": query.device_kind or None,
-            "batch": {"model": query.batch.model, "batch_size": query.batch.batch_size,
-                      "attrs": dict(query.batch.attrs)},
-            "solo_latency_ms": query.solo_latency_ms,
-            "co_runners": runners,
-            "signals": dict(query.signals),
-        }
-        try:
-            record = parse_record(obj, require_latency=False)
-            limit = self.state.config.max_value
-            if not record_within_limits(record, limit):
-                rules.check_magnitudes(record_numbers(record), limit)
-        except RecordError as exc:
-            where = batch_prefix if exc.field.startswith("batch") or exc.field == "solo_latency_ms" else prefix
-            raise InvalidArgument(f"{where}{exc.field}", exc.message) from None
+        limit = self.state.config.max_value
+        record = typed_record(query)  # typed and valid as it is: the parser's record, without parsing
+        if record is None or not record_within_limits(record, limit):
+            try:
+                record = parse_record(_record_object(query), require_latency=False)
+                if not record_within_limits(record, limit):
+                    rules.check_magnitudes(record_numbers(record), limit)
+            except RecordError as exc:
+                where = batch_prefix if exc.field.startswith("batch") or exc.field == "solo_latency_ms" else prefix
+                raise InvalidArgument(f"{where}{exc.field}", exc.message) from None
         live = self.state.live
         source = query.co_runner_source
         if source is CoRunnerSource.LIVE_VIEW and query.co_runners:
@@ -542,14 +529,19 @@ class Answering:
         fixed point (:func:`monotone.fixed_point_one`, on floats), each window's prediction by the
         per-record path where the predictor answers directly (``per_record``), else by its
         monotone construction over the one row (whose terms are computed once)."""
-        plan = Plan.of([planned])
-        if per_record:
-            def predict(window: float) -> float:
-                return float(predictor.predict_many([planned.at_window(window)])[0])
-        else:
-            def predict(window: float) -> float:
-                return float(monotone.latencies(predictor, plan.at_window(np.array([window])))[0])
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
+        if per_record:
+            def predict_record(window: float) -> float:
+                return float(predictor.predict_many([planned.at_window(window)])[0])
+
+            found = monotone.fixed_point_one(predict_record, solo, high, low)
+            # the one row at the window found: the overlaps Plan.at_window gives, on floats
+            return _row_of(planned.at_window(found)), np.array([found])
+        plan = Plan.of([planned])
+
+        def predict(window: float) -> float:
+            return float(monotone.latencies(predictor, plan.at_window(np.array([window])))[0])
+
         window = np.array([monotone.fixed_point_one(predict, solo, high, low)])
         return plan.at_window(window), window
 
@@ -575,7 +567,8 @@ class Answering:
             shapes = [plan.shape or _record_shape(plan.record)] if isinstance(plan, Planned) else [
                 _record_shape(rows.record(i)) for i in range(n)]
         terms = terms_of(state.queues, state.memory, state.live, rows, confidence,
-                         model.calibrator.bound_factors(rows.device_kinds, confidence), state.transfers, where)
+                         functools.partial(model.calibrator.bound_factors, rows.device_kinds, confidence),
+                         state.transfers, where)
         uppers, probabilities, row_bounds, fallback, corrections = self._bounds(
             plan, rows, latencies, shapes, confidence, deadline_ms,
             None if terms is None else terms.extra_mean_ms, model,
@@ -676,7 +669,7 @@ class Answering:
         groups: dict[tuple[QueryShape, str, int], list[int]] = {}
         for i, cell in enumerate(zip(shapes, rows.device_kinds, buckets, strict=True)):
             groups.setdefault(cell, []).append(i)
-        z = NormalDist().inv_cdf(confidence) * config.unseen_sigma
+        z = normal_quantile(confidence) * config.unseen_sigma
 
         def within(cell: tuple[QueryShape, str, int, bool], predicted: np.ndarray, limit: float) -> np.ndarray:
             shape, kind, count, unseen = cell
@@ -797,6 +790,39 @@ def _row_of(record: Record) -> CoLocations:
         np.array([r.overlap for r in runners], dtype=float),
         record.solo_latency_ms,
     )
+
+
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(Record) if f.name != "co_runners")
+_set = object.__setattr__
+
+
+def _with_runners(record: Record, runners: tuple[CoRunner, ...]) -> Record:
+    """``dataclasses.replace(record, co_runners=runners)`` at half the cost (a window's record
+    is made several times per query): every field copied as it is, none validated again."""
+    twin = object.__new__(Record)
+    for name in _RECORD_FIELDS:
+        _set(twin, name, getattr(record, name))
+    _set(twin, "co_runners", runners)
+    return twin
+
+
+def _record_object(query: Query) -> dict[str, Any]:
+    """The ``coloc/v1`` object of a query's planned record (explicit co-runners, for
+    :func:`~predictor.records.parse_record` to validate)."""
+    return {
+        "schema": SCHEMA,
+        "device": query.device,
+        "device_kind": query.device_kind or None,
+        "batch": {"model": query.batch.model, "batch_size": query.batch.batch_size,
+                  "attrs": dict(query.batch.attrs)},
+        "solo_latency_ms": query.solo_latency_ms,
+        "co_runners": [
+            {"model": runner.model, "batch_size": runner.batch_size, "attrs": dict(runner.attrs),
+             "overlap": runner.overlap}
+            for runner in query.co_runners
+        ],
+        "signals": dict(query.signals),
+    }
 
 
 def _record_shape(record: Record) -> QueryShape:

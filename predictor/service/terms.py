@@ -19,6 +19,7 @@ latency alone, as before.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -95,12 +96,13 @@ def terms_of(
     live: LiveView,
     rows: CoLocations,
     confidence: float,
-    bounds: dict[str, Bound],
+    bounds: Callable[[], dict[str, Bound]],
     transfers: TransferBook | None = None,
     where: InputPlace | None = None,
 ) -> Terms | None:
     """The terms of every row (``None`` when no device has a queue, rates or memory known, and no
-    input is given)."""
+    input is given). ``bounds()``: the bound of a 1 ms prediction per device kind, asked only
+    when there are terms (most single queries have none)."""
     batch = rows.batch
     devices = rows.devices
     moving = transfers is not None and where is not None and where.given
@@ -114,10 +116,11 @@ def terms_of(
     fits = np.ones(n, dtype=bool)
     reasons = [""] * n
     cache: dict[tuple[str, str], tuple[WaitEstimate, MemoryNeed]] = {}
+    factors = bounds()
     for i, (device, kind) in enumerate(zip(rows.devices, rows.device_kinds, strict=True)):
         key = (device, kind)
         if key not in cache:
-            factor = bounds[kind].upper_ms if kind in bounds else 1.0
+            factor = factors[kind].upper_ms if kind in factors else 1.0
             cache[key] = (queues.wait(device, partial(_remaining, live, device), confidence, factor),
                           memory.need(device, kind, batch.model, batch.batch_size))
         wait, need = cache[key]

@@ -1,0 +1,77 @@
+"""A frozen :class:`ShapeCalibrator` keeps the factors it answered; a live one never does.
+
+Published versions answer from frozen copies, which never learn, so their factors are
+looked up once per cell and confidence. The live calibrator (the learner's, answering
+admission replays) goes on learning: each of its answers must reflect every residual
+added so far, and so must a copy that is made to learn after all.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from predictor.shape_calibration import MAX_ANSWERED, ShapeCalibrator
+from predictor.shapes import QueryShape
+
+SHAPES = [QueryShape.parse(key) for key in ("none/nosig", "overlap/sig", "remaining/nosig")]
+CELLS = [(shape, kind, count) for shape in SHAPES for kind in ("A", "B") for count in (0, 1, 3)]
+LEVELS = (0.9, 0.95, 0.99, 0.975)
+
+
+def _learn(calibrator: ShapeCalibrator, rng: np.random.Generator, n: int) -> None:
+    for _ in range(n):
+        shape, kind, count = CELLS[int(rng.integers(len(CELLS)))]
+        predicted = float(rng.uniform(1.0, 20.0))
+        calibrator.add(shape, kind, count, "m", actual=predicted * float(np.exp(rng.normal(0.1, 0.3))),
+                       predicted=predicted)
+
+
+def _all_factors(calibrator: ShapeCalibrator) -> list:
+    return [calibrator.factors(shape, kind, count, "m", level) for shape, kind, count in CELLS for level in LEVELS]
+
+
+def test_frozen_copy_answers_as_fresh_computation_and_stays_put() -> None:
+    rng = np.random.default_rng(3)
+    live = ShapeCalibrator(min_residuals=5, min_spread_n=3)
+    _learn(live, rng, 400)
+    frozen = live.frozen()
+    first = _all_factors(frozen)
+    assert first == _all_factors(live)  # the same numbers as computed afresh
+    assert _all_factors(frozen) == first  # looked up: the same again
+
+    _learn(live, rng, 400)  # the live one moves on; the copy does not
+    assert _all_factors(frozen) == first
+    assert _all_factors(live) != first
+    assert _all_factors(live.frozen()) == _all_factors(live)
+
+
+def test_live_and_learning_copies_are_never_answered_stale() -> None:
+    rng = np.random.default_rng(4)
+    live = ShapeCalibrator(min_residuals=5, min_spread_n=3)
+    _learn(live, rng, 200)
+    before = _all_factors(live)
+    _learn(live, rng, 200)
+    assert _all_factors(live) != before  # the live calibrator is never cached
+
+    frozen = live.frozen()
+    cached = _all_factors(frozen)
+    _learn(frozen, rng, 300)  # a copy made to learn is live from then on
+    assert _all_factors(frozen) != cached
+    reference = ShapeCalibrator(min_residuals=5, min_spread_n=3)
+    rng_a, rng_b = np.random.default_rng(9), np.random.default_rng(9)
+    _learn(reference, rng_a, 50)
+    copy = reference.frozen()
+    _all_factors(copy)
+    _learn(copy, rng_b, 50)
+    _learn(reference, np.random.default_rng(9), 50)
+    assert _all_factors(copy) == _all_factors(reference)
+
+
+def test_cache_is_bounded_and_checks_confidence() -> None:
+    frozen = ShapeCalibrator().frozen()
+    for i in range(MAX_ANSWERED + 10):
+        frozen.factors(SHAPES[0], f"kind{i}", 1, "m", 0.9)
+    assert len(frozen._answered) <= MAX_ANSWERED
+    with pytest.raises(ValueError):
+        frozen.factors(SHAPES[0], "A", 1, "m", 1.5)
