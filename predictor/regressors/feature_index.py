@@ -34,6 +34,13 @@ class FeatureIndex:
         self.dropped = 0
         self._layouts: dict[tuple[str, ...], np.ndarray] = {}
 
+    def __getstate__(self) -> dict:
+        # the layouts are a cache of ``columns``: a model's state (a snapshot, a published version)
+        # does not depend on which vectors happened to be built, a prediction's included
+        state = dict(self.__dict__)
+        state["_layouts"] = {}
+        return state
+
     @property
     def size(self) -> int:
         """Vector length, intercept included."""
