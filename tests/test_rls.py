@@ -156,3 +156,20 @@ def test_the_projection_equals_the_constrained_solution_by_full_solves(seed, wid
     model._gain = model._find_gain(model._constrained_columns())  # the pinned set of the current weights
     model.__dict__.pop("_projected", None)
     np.testing.assert_allclose(model.predicting_weights(), _projection_by_full_solves(model), rtol=1e-9, atol=1e-12)
+
+
+def test_predicting_leaves_a_models_pickled_state_unchanged():
+    # a refused outlier is predicted (to gate it) but must change nothing of the model's state;
+    # the feature index's layout cache is not state
+    from predictor.predictors.registry import create
+    from predictor.service.synthetic import synthetic_records
+    from predictor.snapshot import dump_state
+
+    predictor = create("rls")
+    records = list(synthetic_records(300, seed=1))
+    for record in records[:250]:
+        predictor.learn_one(record)
+    before = dump_state([predictor])
+    for record in records[250:]:
+        predictor.predict_one(record)
+    assert dump_state([predictor]) == before
