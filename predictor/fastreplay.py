@@ -39,6 +39,7 @@ from typing import IO
 import numpy as np
 
 from predictor.evaluation import Scored, run_prequential
+from predictor.features import feature_row
 from predictor.logio import ReadReport, iter_records
 from predictor.predictors import create
 from predictor.predictors.base import LatencyPredictor
@@ -93,15 +94,12 @@ def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: i
         targets.clear()
         bounds.clear()
 
-    extract = predictor._extract
     for record in records:
         scored.measured.append(record.latency_ms)  # type: ignore[arg-type]
         model = predictor._models.get(key)
         fits = False
         if model is not None:
-            features = extract(record)
-            names = tuple(features)
-            numbers = np.fromiter(features.values(), float, len(features))
+            names, numbers = feature_row(record, predictor.features)  # the predictor's own row path
             layout = layouts.get(names)
             if layout is None:
                 positions = model.index._layouts.get(names)
