@@ -55,15 +55,53 @@ def _parts(service: Service) -> dict[str, object]:
             "gates": state.gates, "filling": state.filling}
 
 
-def test_blocks_learn_the_same_model_calibrator_monitor_and_gates_as_records_one_by_one():
+def _assert_same_learning(one: Service, many: Service, records) -> None:
+    """The model, calibrator, monitor and gates of two services agree within 1e-9 (the compiled
+    RLS steps equal the reference's within rounding, :mod:`predictor.fastreplay`)."""
+    a, b = one.state, many.state
+    assert a.predictor.n_learned == b.predictor.n_learned
+    np.testing.assert_allclose(a.predictor.predict_many(records), b.predictor.predict_many(records), rtol=1e-9)
+    for key, model in a.predictor._models.items():
+        np.testing.assert_allclose(model._weights, b.predictor._models[key]._weights, rtol=1e-9, atol=1e-12)
+    kinds = sorted({r.device_kind for r in records})
+    for kind in kinds:
+        for predicted in (1.0, 10.0, 100.0):
+            assert a.calibrator.upper_bound(predicted, kind, 0.95).upper_ms == pytest.approx(
+                b.calibrator.upper_bound(predicted, kind, 0.95).upper_ms, rel=1e-9)
+        assert a.monitor.observations(kind) == b.monitor.observations(kind)
+        assert a.monitor.mape(kind) == pytest.approx(b.monitor.mape(kind), rel=1e-9)
+        assert a.monitor.coverage(kind) == b.monitor.coverage(kind)
+    assert (a.gates.n_rejected, a.n_outliers) == (b.gates.n_rejected, b.n_outliers)
+    assert snapshot.dump_state(a.filling) == snapshot.dump_state(b.filling)
+
+
+def test_blocks_learn_what_records_one_by_one_learn_compiled_within_rounding():
     records = _records()
     one, many = _per_record(records), _blocks(records, 256)
+    assert one.state.predictor.n_learned > 600
+    _assert_same_learning(one, many, records[-100:])
+
+
+def test_blocks_learn_exactly_what_records_one_by_one_learn_where_nothing_is_compiled():
+    records = _records()
+    config = dataclasses.replace(CONFIG, predictor="rls:clip=2.0")  # not compiled (fastreplay.supports)
+    one, many = _per_record(records, config), _blocks(records, 256, config)
     for name, part in _parts(one).items():
         assert snapshot.dump_state(part) == snapshot.dump_state(_parts(many)[name]), name
-    assert one.state.predictor.n_learned == many.state.predictor.n_learned > 600
-    probe = records[-50:]
-    np.testing.assert_allclose(one.state.predictor.predict_many(probe), many.state.predictor.predict_many(probe),
-                               rtol=1e-9)
+
+
+def test_a_refused_outlier_in_a_block_is_not_learned_by_what_follows():
+    records = _records(400)
+    bad = dataclasses.replace(records[300], latency_ms=records[300].latency_ms * 50)
+    records = records[:300] + [bad] + records[301:]
+    one, many = _per_record(records), _blocks(records, 128)
+    assert many.state.n_outliers == one.state.n_outliers >= 1
+    report = Service(CONFIG)
+    report.open()
+    rejected = [r for at in range(0, 400, 128)
+                for r in report.report_observations([(x, "") for x in records[at:at + 128]]).rejections]
+    assert [(r.index, r.field) for r in rejected] == [(300 - 256, "record.latency_ms")]
+    _assert_same_learning(one, many, records[-100:])
 
 
 def test_blocks_of_one_calibrate_admission_exactly_as_records_one_by_one():
@@ -106,7 +144,7 @@ def test_a_bad_record_in_a_block_is_named_and_the_rest_learned():
     assert [(r.index, r.field) for r in report.rejections] == [(37, "record.batch.batch_size"),
                                                                (50, "record.latency_ms")]
     reference = _per_record([r for i, r in enumerate(records[:100]) if i not in (37, 50)])
-    assert snapshot.dump_state(service.state.predictor) == snapshot.dump_state(reference.state.predictor)
+    _assert_same_learning(reference, service, records[100:200])
 
 
 def test_message_ends_close_blocks_and_every_logged_record_is_learned(tmp_path):

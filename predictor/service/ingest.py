@@ -14,11 +14,12 @@ magnitude limits, comes faster than its sender's rate, or is an outlier.
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from predictor import rules
+from predictor import fastreplay, rules
 from predictor.calibration import BoundSource
 from predictor.logio import ReadReport, iter_records
 from predictor.records import Record, RecordError, parse_record, record_numbers
@@ -141,14 +142,10 @@ class Ingest:
         try:
             with state.lock:
                 replays = self.replay([t.record for t in block]) if self.replay is not None else [[] for _ in block]
-                for taken, replayed in zip(block, replays, strict=True):
-                    try:
-                        predicted = self._learn(taken.record, taken.kind, taken.source)
-                    except OutlierRejected as exc:
-                        out.append(exc)
-                        continue
-                    state.admission.observe(taken.record, taken.kind, predicted, replayed, taken.batch_id)
-                    out.append(predicted)
+                out = self._learn_records(block)
+                for taken, replayed, outcome in zip(block, replays, out, strict=True):
+                    if not isinstance(outcome, ServiceError):
+                        state.admission.observe(taken.record, taken.kind, outcome, replayed, taken.batch_id)
                 learned = sum(not isinstance(outcome, ServiceError) for outcome in out)
                 if learned:
                     state.changed(learned)
@@ -194,6 +191,15 @@ class Ingest:
                 state.n_outliers += 1
                 raise OutlierRejected(reason)
             predictor.learn_one(record)
+        self._score(record, kind, predicted)
+        return predicted
+
+    def _score(self, record: Record, kind: str, predicted: float) -> None:
+        """After the model learned ``record`` (predicted ``predicted`` before): filling, the
+        conformal calibrator (bound from the residuals before this one) and the error monitor."""
+        state = self.state
+        actual = record.latency_ms
+        assert actual is not None
         state.filling.observe(record, kind)
         bound = state.calibrator.upper_bound(predicted, kind, state.config.coverage_confidence)
         state.calibrator.add(kind, actual, predicted)
@@ -205,6 +211,42 @@ class Ingest:
             calibrated=bound.source is not BoundSource.FALLBACK,
         )
         state.changes += 1
+
+    def _learn_records(self, block: list[_Taken]) -> list[float | ServiceError]:
+        """:meth:`_learn` of each record of ``block`` in order: its prediction, or the
+        :class:`OutlierRejected` that refused it. Compiled where it applies (:meth:`_learn_compiled`)."""
+        compiled = self._learn_compiled(block)
+        if compiled is not None:
+            return list(compiled)
+        out: list[float | ServiceError] = []
+        for taken in block:
+            try:
+                out.append(self._learn(taken.record, taken.kind, taken.source))
+            except OutlierRejected as exc:
+                out.append(exc)
+        return out
+
+    def _learn_compiled(self, block: list[_Taken]) -> list[float] | None:
+        """The block's prequential steps by the compiled RLS kernel (:func:`~predictor.fastreplay.prequential_rls`:
+        the same steps as :meth:`_learn`, equal within rounding), then the outlier gate over the
+        predictions in order; ``None``, with the model and gates as they were, where it does not
+        apply (not such an ``rls``, a block of one) or the gate refuses a record (then the block
+        goes record by record, so that what follows a refused record never learned it)."""
+        state = self.state
+        predictor = state.predictor
+        if len(block) < 2 or not fastreplay.supports(predictor):
+            return None
+        saved = pickle.dumps((predictor, state.gates), protocol=pickle.HIGHEST_PROTOCOL)
+        knows: list[bool] = []
+        predicted = fastreplay.prequential_rls(predictor, [t.record for t in block],  # type: ignore[arg-type]
+                                               block=len(block), knows=knows).predicted
+        if state.gates is not None:
+            for taken, value, known in zip(block, predicted, knows, strict=True):
+                if known and state.gates.check(taken.kind, value, taken.record.latency_ms, taken.source) is not None:
+                    state.predictor, state.gates = pickle.loads(saved)
+                    return None
+        for taken, value in zip(block, predicted, strict=True):
+            self._score(taken.record, taken.kind, value)
         return predicted
 
     def report_observations(
