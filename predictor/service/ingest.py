@@ -214,37 +214,52 @@ class Ingest:
 
     def _learn_records(self, block: list[_Taken]) -> list[float | ServiceError]:
         """:meth:`_learn` of each record of ``block`` in order: its prediction, or the
-        :class:`OutlierRejected` that refused it. Compiled where it applies (:meth:`_learn_compiled`)."""
-        compiled = self._learn_compiled(block)
-        if compiled is not None:
-            return list(compiled)
+        :class:`OutlierRejected` that refused it. Compiled where it applies (:meth:`_learn_compiled`):
+        up to a record the gate refuses, which goes the per-record way, then the rest."""
         out: list[float | ServiceError] = []
-        for taken in block:
+        while block:
+            learned = self._learn_compiled(block)
+            if learned is None:  # not compiled: every record one by one
+                for taken in block:
+                    try:
+                        out.append(self._learn(taken.record, taken.kind, taken.source))
+                    except OutlierRejected as exc:
+                        out.append(exc)
+                break
+            out += learned
+            if len(learned) == len(block):
+                break
+            refused = block[len(learned)]  # the gate refuses it again, as the compiled pass saw
             try:
-                out.append(self._learn(taken.record, taken.kind, taken.source))
+                out.append(self._learn(refused.record, refused.kind, refused.source))
             except OutlierRejected as exc:
                 out.append(exc)
+            block = block[len(learned) + 1:]
         return out
 
-    def _learn_compiled(self, block: list[_Taken]) -> list[float] | None:
-        """The block's prequential steps by the compiled RLS kernel (:func:`~predictor.fastreplay.prequential_rls`:
-        the same steps as :meth:`_learn`, equal within rounding), then the outlier gate over the
-        predictions in order; ``None``, with the model and gates as they were, where it does not
-        apply (not such an ``rls``, a block of one) or the gate refuses a record (then the block
-        goes record by record, so that what follows a refused record never learned it)."""
+    def _learn_compiled(self, block: list[_Taken], fewest: int = 2) -> list[float] | None:
+        """The prequential steps of the longest prefix of ``block`` the outlier gate admits, by the
+        compiled RLS kernel (:func:`~predictor.fastreplay.prequential_rls`: the same steps as
+        :meth:`_learn`, equal within rounding): their predictions. ``None`` where it does not apply
+        (not such an ``rls``, fewer than ``fewest`` records: a block of one is the per-record path).
+
+        The kernel learns the whole block, then the gate checks its predictions in order; where it
+        refuses a record, model and gates are restored and only the records before it are learned
+        again, so that nothing after a refused record learned it.
+        """
         state = self.state
         predictor = state.predictor
-        if len(block) < 2 or not fastreplay.supports(predictor):
+        if len(block) < fewest or not fastreplay.supports(predictor):
             return None
         saved = pickle.dumps((predictor, state.gates), protocol=pickle.HIGHEST_PROTOCOL)
         knows: list[bool] = []
         predicted = fastreplay.prequential_rls(predictor, [t.record for t in block],  # type: ignore[arg-type]
                                                block=len(block), knows=knows).predicted
         if state.gates is not None:
-            for taken, value, known in zip(block, predicted, knows, strict=True):
+            for at, (taken, value, known) in enumerate(zip(block, predicted, knows, strict=True)):
                 if known and state.gates.check(taken.kind, value, taken.record.latency_ms, taken.source) is not None:
                     state.predictor, state.gates = pickle.loads(saved)
-                    return None
+                    return self._learn_compiled(block[:at], fewest=1) if at else []
         for taken, value in zip(block, predicted, strict=True):
             self._score(taken.record, taken.kind, value)
         return predicted
