@@ -22,7 +22,7 @@ from typing import Any
 from predictor import fastreplay, rules
 from predictor.calibration import BoundSource
 from predictor.logio import ReadReport, iter_records
-from predictor.records import Record, RecordError, parse_record, record_numbers
+from predictor.records import Record, RecordError, parse_record, record_numbers, record_within_limits
 from predictor.service import wal
 from predictor.service.dedup import DUPLICATE, TOO_OLD, DedupKey, Duplicate
 from predictor.service.errors import (
@@ -102,10 +102,12 @@ class Ingest:
             raise InvalidArgument("record.latency_ms", "required in an observation")
         if not rules.name_ok(batch_id, required=False):
             raise InvalidArgument("batch_id", f"longer than {rules.MAX_NAME_LENGTH} characters")
-        try:
-            rules.check_magnitudes(record_numbers(record), state.config.max_value)
-        except RecordError as exc:
-            raise InvalidArgument(f"record.{exc.field}", exc.message) from None
+        limit = state.config.max_value
+        if not record_within_limits(record, limit):  # the cheap test; the check names the field
+            try:
+                rules.check_magnitudes(record_numbers(record), limit)
+            except RecordError as exc:
+                raise InvalidArgument(f"record.{exc.field}", exc.message) from None
         kind = record.device_kind or state.live.kind_of(record.device)
         if kind != record.device_kind:
             record = dataclasses.replace(record, device_kind=kind)
