@@ -1,14 +1,16 @@
-"""One observed record into the models, the calibrator, the gates and the observation log.
+"""Observed records into the models, the calibrators, the gates and the observation log, by blocks.
 
 :class:`Ingest` learns from domain records only (a :class:`~predictor.records.Record`,
 a decoded ``coloc/v1`` object, or the :class:`~predictor.rules.RecordError` of a record
 that could not be converted, which is reported at its place in the stream); the
-transport layer converts its messages before they get here. Each record is
-scored prequentially (predict, bound, then learn) under the state's lock; answers
-read published copies (:mod:`predictor.service.published`), which the learner renews
-every few milliseconds and at the end of each stream, so they never see a
-half-updated model nor wait for learning; it is refused when it breaks the
-magnitude limits, comes faster than its sender's rate, or is an outlier.
+transport layer converts its messages before they get here, marking each message's end
+(:data:`MESSAGE_END`). Each record is checked and logged as it comes; a block of them (a
+message, at most ``publish_every_records``) is then replayed against the model at the
+block's start (its admission-time questions) and scored prequentially (predict, bound, then
+learn) in stream order under the state's lock, and published once; answers read published
+copies (:mod:`predictor.service.published`), so they never see a half-updated model nor wait
+for learning. A record is refused when it breaks the magnitude limits, comes faster than its
+sender's rate, or is an outlier. ``docs/design.md`` (Ingest by blocks) has the semantics.
 """
 
 from __future__ import annotations
