@@ -23,9 +23,9 @@ The compiled kernel is loaded once before timing, as in a running server.
 
 Measured on the shared 2-core machine (4096 records, BLAS pinned to one thread), before blocks:
 service 633, no replay 1296, no replay and no gate 1486, learning per record 3665, learning
-blockwise 5278. By blocks (one run): per record 822, service 1507 (1.83x), no replay 3253, no
+blockwise 5278. By blocks (run 1): per record 822, service 1507 (1.83x), no replay 3253, no
 replay and no gate 3454, learning per record 4985, learning blockwise 7230 records per CPU
-second. Half of a block's time is the admission-time replay (planning the questions, and the
+second; run 2 (busier): per record 557, service 1296 (2.33x), no replay 2782. Half of a block's time is the admission-time replay (planning the questions, and the
 per-shape calibrator scoring each replayed answer, a sequential walk over cells).
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python -m experiments.bench_ingest --max-records 4096``
