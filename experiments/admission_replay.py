@@ -41,6 +41,7 @@ class Config:
     monotone: bool = True  # the service's monotone_bounds (False: each count its own centre and width)
     scaling: bool = True  # the service's shape_scaling (False: one multiplier per cell, for comparison)
     seed: int = 0
+    block: int = 1  # records per ReportObservations message (1: each learned before the next question; see replay)
 
 
 def table(results: dict) -> str:
@@ -72,7 +73,7 @@ def main() -> None:
     results: dict = {}
     for name, records in datasets.items():
         began = time.perf_counter()
-        r = replay(records, name, service_config)
+        r = replay(records, name, service_config, block=config.block)
         results[name] = {
             "records": r.records,
             "answered": r.answered,

@@ -127,22 +127,56 @@ class ReplayResult:
                                         for k in sorted(self.by_count)]
 
 
-def replay(records: Iterable[Record], dataset: str = "", config: ServiceConfig | None = None) -> ReplayResult:
+def replay(records: Iterable[Record], dataset: str = "", config: ServiceConfig | None = None,
+           block: int = 1) -> ReplayResult:
     """Stream ``records`` through a fresh service, asking the admission-time question before each
-    is learned and scoring its answer after."""
+    is learned and scoring its answer after.
+
+    ``block``: records are streamed as the service learns an observation stream, in messages of
+    ``block`` records (:meth:`Service.report_observations
+    <predictor.service.core.Service.report_observations>`); the questions about a message's
+    batches are asked before the message is sent, of the version the service answers from then,
+    as the service's own degraded replay asks them (:meth:`Answering.replay_block
+    <predictor.service.answering.Answering.replay_block>`). 1: each record is learned before the
+    next question (the service's per-record path).
+    """
     config = config or ServiceConfig(snapshot_every_s=0, observation_log=False, outlier_gate=False)
+    if not 1 <= block <= config.publish_every_records:
+        raise ValueError(f"block must lie in [1, publish_every_records={config.publish_every_records}] "
+                         f"(the service's longest block), got {block!r}")
     service = Service(config)
     service.open()
     result = ReplayResult(dataset)
+    pending: list[Record] = []
+    for record in records:
+        pending.append(record)
+        if len(pending) >= block:
+            _replay_block(service, pending, result)
+            pending.clear()
+    _replay_block(service, pending, result)
+    result.status = service.status()
+    service.close()
+    return result
+
+
+def _replay_block(service: Service, records: list[Record], result: ReplayResult) -> None:
+    """Ask the admission-time question of each record, then learn them, then score the answers."""
+    if not records:
+        return
+    asked = []
     for record in records:
         result.records += 1
         query = admission_query(record)
         try:
-            answers = {c: service.predict(query, c) for c in LEVELS}
+            asked.append({c: service.predict(query, c) for c in LEVELS})
         except FailedPrecondition:
-            answers = None
+            asked.append(None)
             result.refused += 1
-        service.observe(record)
+    if len(records) == 1:
+        service.observe(records[0])
+    else:
+        service.report_observations([(record, "") for record in records])
+    for record, answers in zip(records, asked, strict=True):
         if answers is None:
             continue
         actual = record.latency_ms
@@ -153,9 +187,6 @@ def replay(records: Iterable[Record], dataset: str = "", config: ServiceConfig |
         uppers = {c: a.upper_bound_ms for c, a in answers.items()}
         for target in (result.total, result.by_count.setdefault(count_bucket(len(record.co_runners)), Slice())):
             target.add(actual, first.latency_ms, uppers, record.solo_latency_ms)
-    result.status = service.status()
-    service.close()
-    return result
 
 
 def partial_overlap_records(n: int, seed: int = 0, noise: float = 0.08) -> list[Record]:

@@ -56,8 +56,14 @@ def supports(predictor: LatencyPredictor) -> bool:
             and not predictor.drift_reset)
 
 
-def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: int = BLOCK) -> Scored:
-    """:func:`~predictor.evaluation.run_prequential` of ``predictor`` (see :func:`supports`), blockwise."""
+def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: int = BLOCK,
+                    knows: list[bool] | None = None) -> Scored:
+    """:func:`~predictor.evaluation.run_prequential` of ``predictor`` (see :func:`supports`), blockwise.
+
+    ``knows``: when given, whether each record's solo latency was known (given or profiled,
+    :meth:`~predictor.predictors.base.LatencyPredictor.knows_solo`) just before it was learned is
+    appended to it, in stream order (what the service's outlier gate asks).
+    """
     from predictor.regressors.rls_kernel import learn_sparse_fits
 
     if not supports(predictor):
@@ -96,6 +102,8 @@ def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: i
 
     for record in records:
         scored.measured.append(record.latency_ms)  # type: ignore[arg-type]
+        if knows is not None:
+            knows.append(predictor.knows_solo(record))
         model = predictor._models.get(key)
         fits = False
         if model is not None:

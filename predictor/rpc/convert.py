@@ -336,6 +336,16 @@ def keyed_observations_from_pb(
                 yield observed_from_pb(record), batch_ids[i] if i < len(batch_ids) else "", key
 
 
+def keyed_observation_messages_from_pb(messages: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
+    """:func:`keyed_observations_from_pb`, each message's records followed by
+    :data:`~predictor.service.ingest.MESSAGE_END` (the service learns a message as one block)."""
+    from predictor.service.ingest import MESSAGE_END
+
+    for message in messages:
+        yield from keyed_observations_from_pb((message,))
+        yield MESSAGE_END
+
+
 # --------------------------------------------------------------------- domain -> messages
 
 

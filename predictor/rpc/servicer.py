@@ -65,7 +65,7 @@ class InterferenceServicer:
         """Learn from a stream of observed batches, attributed to the authenticated caller."""
         caller = current_caller(context)
         report = self.service.report_observations(
-            convert.keyed_observations_from_pb(request_iterator), client=caller.identity, peer=caller.peer
+            convert.keyed_observation_messages_from_pb(request_iterator), client=caller.identity, peer=caller.peer
         )
         return convert.observation_report_to_pb(report)
 

@@ -709,15 +709,49 @@ class Answering:
         questions about its batch (:func:`~predictor.service.admission.admission_queries`): the
         shape and predicted latency of each, through the path every query takes
         (:meth:`plan_query`, then :meth:`predict_plan`). Questions the query rules refuse are left out."""
-        out = []
-        live = self.state.live_model()  # the learner's own model, under its lock
-        for shape, query in admission_queries(record):
+        return self.replay_block([record])[0]
+
+    def replay_block(self, records: Sequence[Record]) -> list[list[tuple[QueryShape, float]]]:
+        """:meth:`replay` of every record of a block, all against the model as it stands (the
+        version at the block's start: what a scheduler was answered from while the block ran).
+
+        Each question is planned as every query is (:meth:`plan_query`); the questions about
+        batches that share one batch and solo latency are predicted together, as one ranking's
+        rows (:meth:`predict_plan` of a :class:`Plan`); a lone question goes the way a single
+        query goes, so a block of one record is exactly :meth:`replay`.
+        """
+        live = self.state.live_model()
+        out: list[list[tuple[QueryShape, float]]] = [[] for _ in records]
+        groups: dict[tuple, list[tuple[int, QueryShape, Planned]]] = {}
+        for at, record in enumerate(records):
+            for shape, query in admission_queries(record):
+                try:
+                    planned = self.plan_query(query, "record.")
+                except ServiceError:
+                    continue
+                batch = planned.record.batch
+                key = (batch.model, batch.batch_size, tuple(batch.attrs.items()), planned.record.solo_latency_ms)
+                groups.setdefault(key, []).append((at, shape, planned))
+        for group in groups.values():  # a record's questions share its batch: one group, in order
+            for (at, shape, _), latency in zip(group, self._replay_latencies(group, live), strict=True):
+                if latency is not None:
+                    out[at].append((shape, latency))
+        return out
+
+    def _replay_latencies(self, group: list[tuple[int, QueryShape, Planned]],
+                          live: ModelVersion) -> list[float | None]:
+        """The latencies of planned questions sharing one batch and solo latency (``None``: refused)."""
+        if len(group) > 1:
             try:
-                planned = self.plan_query(query, "record.")
-                latency = float(self.predict_plan(planned, live)[0][0])
+                return self.predict_plan(Plan.of([planned for _, _, planned in group]), live)[0].tolist()
             except ServiceError:
-                continue
-            out.append((shape, latency))
+                pass  # each alone, so that only the refused ones are left out
+        out: list[float | None] = []
+        for _, _, planned in group:
+            try:
+                out.append(float(self.predict_plan(planned, live)[0][0]))
+            except ServiceError:
+                out.append(None)
         return out
 
     def check_learned(self, query: Query, planned: Planned, prefix: str = "query.") -> None:

@@ -94,7 +94,7 @@ class Service:
         self.pipelines = PipelinePlanner(self.answers)
         if config.admission_replay:
             # Degraded replay: the admission-time answers about each observed batch go the way real queries go.
-            self.ingest.replay = self.answers.replay
+            self.ingest.replay = self.answers.replay_block
 
     # ------------------------------------------------------------------ what the service knows
     @property

@@ -1,27 +1,30 @@
-"""One observed record into the models, the calibrator, the gates and the observation log.
+"""Observed records into the models, the calibrators, the gates and the observation log, by blocks.
 
 :class:`Ingest` learns from domain records only (a :class:`~predictor.records.Record`,
 a decoded ``coloc/v1`` object, or the :class:`~predictor.rules.RecordError` of a record
 that could not be converted, which is reported at its place in the stream); the
-transport layer converts its messages before they get here. Each record is
-scored prequentially (predict, bound, then learn) under the state's lock; answers
-read published copies (:mod:`predictor.service.published`), which the learner renews
-every few milliseconds and at the end of each stream, so they never see a
-half-updated model nor wait for learning; it is refused when it breaks the
-magnitude limits, comes faster than its sender's rate, or is an outlier.
+transport layer converts its messages before they get here, marking each message's end
+(:data:`MESSAGE_END`). Each record is checked and logged as it comes; a block of them (a
+message, at most ``publish_every_records``) is then replayed against the model at the
+block's start (its admission-time questions) and scored prequentially (predict, bound, then
+learn) in stream order under the state's lock, and published once; answers read published
+copies (:mod:`predictor.service.published`), so they never see a half-updated model nor wait
+for learning. A record is refused when it breaks the magnitude limits, comes faster than its
+sender's rate, or is an outlier. ``docs/design.md`` (Ingest by blocks) has the semantics.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+import pickle
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from predictor import rules
+from predictor import fastreplay, rules
 from predictor.calibration import BoundSource
 from predictor.logio import ReadReport, iter_records
-from predictor.records import Record, RecordError, parse_record, record_numbers
+from predictor.records import Record, RecordError, parse_record, record_numbers, record_within_limits
 from predictor.service import wal
 from predictor.service.dedup import DUPLICATE, TOO_OLD, DedupKey, Duplicate
 from predictor.service.errors import (
@@ -29,6 +32,7 @@ from predictor.service.errors import (
     OutlierRejected,
     RateLimited,
     ResourceExhausted,
+    ServiceError,
     Unavailable,
 )
 from predictor.service.ratelimit import RateLimiter
@@ -40,17 +44,41 @@ Observed = Record | Mapping[str, Any] | RecordError
 """An item of an observation stream: a record, a decoded ``coloc/v1`` object, or the error of a
 record that could not be converted (reported as rejected, never learned)."""
 
+MESSAGE_END = ("\0end of message", "")
+"""An item of an observation stream that ends a message: the records since the previous one are
+learned as one block now (:meth:`Ingest.report_observations`), not held for more to come."""
+
+
+@dataclasses.dataclass(slots=True)
+class _Taken:
+    """A record logged (and marked taken), waiting to be learned with its block."""
+
+    index: int  # its place in the stream
+    record: Record
+    kind: str
+    batch_id: str
+    source: str  # who reported it, for the outlier gate
+
 
 class Ingest:
-    """The learning path of the service, over its :class:`~predictor.service.state.ServiceState`."""
+    """The learning path of the service, over its :class:`~predictor.service.state.ServiceState`.
+
+    Records are learned by blocks: each record is validated, rate-limited, logged and marked
+    taken in stream order as it arrives; a block (a message, at most
+    ``config.publish_every_records`` records) is then replayed at once against the model as it
+    stood at the block's start (the admission-time questions, :attr:`replay`) and learned
+    record by record (prediction, outlier gate, model, calibrators, monitors, in stream order),
+    and published once. A block of one record is the per-record path.
+    """
 
     def __init__(self, state: ServiceState):
         self.state = state
         config = state.config
         self.rate_limiter = RateLimiter(config.rate_limit, config.rate_burst) if config.rate_limit > 0 else None
-        self.replay: Callable[[Record], list[tuple[QueryShape, float]]] | None = None
-        """Degraded replay: the admission-time answers about an observed batch, asked before it is
-        learned (:meth:`Answering.replay <predictor.service.answering.Answering.replay>`)."""
+        self.replay: Callable[[Sequence[Record]], list[list[tuple[QueryShape, float]]]] | None = None
+        """Degraded replay: the admission-time answers about each observed batch of a block, asked
+        before the block is learned (:meth:`Answering.replay_block
+        <predictor.service.answering.Answering.replay_block>`)."""
 
     def observe(self, record: Record, batch_id: str = "", *, client: str = "", key: DedupKey | None = None) -> float:
         """Learn from one observed record: score it (prequentially), then update the model.
@@ -61,15 +89,27 @@ class Ingest:
         source, is who reported it), :class:`~predictor.service.dedup.Duplicate` when ``key``
         names a record of ``client`` already taken in (:mod:`predictor.service.dedup`).
         """
+        taken = self._take(0, record, batch_id, client, key)
+        outcome = self._learn_block([taken])[0]
+        if isinstance(outcome, ServiceError):
+            raise outcome
+        return outcome
+
+    def _take(self, index: int, record: Record, batch_id: str, client: str, key: DedupKey | None) -> _Taken:
+        """Validate ``record`` and log it, marking its key taken: what it needs before its block is
+        learned (in stream order). Raises as :meth:`observe` does; a record that raises is not
+        logged, and leaves the live view."""
         state = self.state
         if record.latency_ms is None:
             raise InvalidArgument("record.latency_ms", "required in an observation")
         if not rules.name_ok(batch_id, required=False):
             raise InvalidArgument("batch_id", f"longer than {rules.MAX_NAME_LENGTH} characters")
-        try:
-            rules.check_magnitudes(record_numbers(record), state.config.max_value)
-        except RecordError as exc:
-            raise InvalidArgument(f"record.{exc.field}", exc.message) from None
+        limit = state.config.max_value
+        if not record_within_limits(record, limit):  # the cheap test; the check names the field
+            try:
+                rules.check_magnitudes(record_numbers(record), limit)
+            except RecordError as exc:
+                raise InvalidArgument(f"record.{exc.field}", exc.message) from None
         kind = record.device_kind or state.live.kind_of(record.device)
         if kind != record.device_kind:
             record = dataclasses.replace(record, device_kind=kind)
@@ -87,14 +127,37 @@ class Ingest:
                         raise Unavailable(f"observation not logged, so not learned: {exc}") from None
                 if key:
                     state.dedup.take(client, key)
-                replays = self.replay(record) if self.replay is not None else []
-                predicted = self._learn(record, kind, client or record.source)
-                state.admission.observe(record, kind, predicted, replays, batch_id)
-                state.changed()
-        finally:
+        except BaseException:
             if batch_id:
                 state.live.end(record.device, batch_id, required=False)
-        return predicted
+            raise
+        return _Taken(index, record, kind, batch_id, client or record.source)
+
+    def _learn_block(self, block: list[_Taken]) -> list[float | ServiceError]:
+        """Learn a block of records already logged: each one's prediction before learning, or the
+        :class:`OutlierRejected` that refused it, in block order.
+
+        The admission-time questions of every record are replayed first, against the model as it
+        stands at the block's start; each record is then learned in order (its own prediction
+        is prequential) and calibrated on with its replayed answers. Published once, at the end.
+        """
+        state = self.state
+        out: list[float | ServiceError] = []
+        try:
+            with state.lock:
+                replays = self.replay([t.record for t in block]) if self.replay is not None else [[] for _ in block]
+                out = self._learn_records(block)
+                for taken, replayed, outcome in zip(block, replays, out, strict=True):
+                    if not isinstance(outcome, ServiceError):
+                        state.admission.observe(taken.record, taken.kind, outcome, replayed, taken.batch_id)
+                learned = sum(not isinstance(outcome, ServiceError) for outcome in out)
+                if learned:
+                    state.changed(learned)
+        finally:
+            for taken in block:
+                if taken.batch_id:
+                    state.live.end(taken.record.device, taken.batch_id, required=False)
+        return out
 
     def _check_taken(self, client: str, key: DedupKey) -> None:
         """Raise when ``key`` names a record already taken in, or one too old to tell (under the lock)."""
@@ -132,6 +195,15 @@ class Ingest:
                 state.n_outliers += 1
                 raise OutlierRejected(reason)
             predictor.learn_one(record)
+        self._score(record, kind, predicted)
+        return predicted
+
+    def _score(self, record: Record, kind: str, predicted: float) -> None:
+        """After the model learned ``record`` (predicted ``predicted`` before): filling, the
+        conformal calibrator (bound from the residuals before this one) and the error monitor."""
+        state = self.state
+        actual = record.latency_ms
+        assert actual is not None
         state.filling.observe(record, kind)
         bound = state.calibrator.upper_bound(predicted, kind, state.config.coverage_confidence)
         state.calibrator.add(kind, actual, predicted)
@@ -143,6 +215,57 @@ class Ingest:
             calibrated=bound.source is not BoundSource.FALLBACK,
         )
         state.changes += 1
+
+    def _learn_records(self, block: list[_Taken]) -> list[float | ServiceError]:
+        """:meth:`_learn` of each record of ``block`` in order: its prediction, or the
+        :class:`OutlierRejected` that refused it. Compiled where it applies (:meth:`_learn_compiled`):
+        up to a record the gate refuses, which goes the per-record way, then the rest."""
+        out: list[float | ServiceError] = []
+        while block:
+            learned = self._learn_compiled(block)
+            if learned is None:  # not compiled: every record one by one
+                for taken in block:
+                    try:
+                        out.append(self._learn(taken.record, taken.kind, taken.source))
+                    except OutlierRejected as exc:
+                        out.append(exc)
+                break
+            out += learned
+            if len(learned) == len(block):
+                break
+            refused = block[len(learned)]  # the gate refuses it again, as the compiled pass saw
+            try:
+                out.append(self._learn(refused.record, refused.kind, refused.source))
+            except OutlierRejected as exc:
+                out.append(exc)
+            block = block[len(learned) + 1:]
+        return out
+
+    def _learn_compiled(self, block: list[_Taken], fewest: int = 2) -> list[float] | None:
+        """The prequential steps of the longest prefix of ``block`` the outlier gate admits, by the
+        compiled RLS kernel (:func:`~predictor.fastreplay.prequential_rls`: the same steps as
+        :meth:`_learn`, equal within rounding): their predictions. ``None`` where it does not apply
+        (not such an ``rls``, fewer than ``fewest`` records: a block of one is the per-record path).
+
+        The kernel learns the whole block, then the gate checks its predictions in order; where it
+        refuses a record, model and gates are restored and only the records before it are learned
+        again, so that nothing after a refused record learned it.
+        """
+        state = self.state
+        predictor = state.predictor
+        if len(block) < fewest or not fastreplay.supports(predictor):
+            return None
+        saved = pickle.dumps((predictor, state.gates), protocol=pickle.HIGHEST_PROTOCOL)
+        knows: list[bool] = []
+        predicted = fastreplay.prequential_rls(predictor, [t.record for t in block],  # type: ignore[arg-type]
+                                               block=len(block), knows=knows).predicted
+        if state.gates is not None:
+            for at, (taken, value, known) in enumerate(zip(block, predicted, knows, strict=True)):
+                if known and state.gates.check(taken.kind, value, taken.record.latency_ms, taken.source) is not None:
+                    state.predictor, state.gates = pickle.loads(saved)
+                    return self._learn_compiled(block[:at], fewest=1) if at else []
+        for taken, value in zip(block, predicted, strict=True):
+            self._score(taken.record, taken.kind, value)
         return predicted
 
     def report_observations(
@@ -156,6 +279,9 @@ class Ingest:
 
         A record whose ``key`` names one already taken in is dropped and counted in
         ``duplicates`` (neither accepted nor rejected; see :mod:`predictor.service.dedup`).
+
+        Records are learned by blocks (see the class), at most ``config.publish_every_records``
+        long; a :data:`MESSAGE_END` item ends a block early (the transport marks its messages so).
 
         A bad record is rejected with the path of its field (``record.<field>``), the rest learned;
         so are records refused by the outlier gate or beyond the caller's rate. ``client`` is the
@@ -181,42 +307,74 @@ class Ingest:
         client: str,
         peer: str,
     ) -> ObservationReport:
-        """The records of a stream into the model, each accepted or rejected (see :meth:`report_observations`)."""
+        """The records of a stream into the model, each accepted or rejected (see :meth:`report_observations`).
+
+        Each record is checked, rate-limited and logged as it comes; they are learned by blocks of
+        at most ``config.publish_every_records`` (:meth:`_learn_block`), and whatever was logged
+        is learned before the stream's answer, or its error, goes back.
+        """
         state = self.state
         report = ObservationReport()
         limit = state.config.max_stream_records
-        for index, (item, batch_id, *named) in enumerate(items):
-            if index >= limit:
-                raise ResourceExhausted(
-                    "records", f"a stream may carry at most {limit} records; the first {limit} were processed"
-                )
-            try:
-                if isinstance(item, RecordError):  # not converted: nothing of it goes further
-                    raise item
-                record = item if isinstance(item, Record) else parse_record(item)
-                key = named[0] if named else None
-                if key:
-                    key.validate()
-                    with state.lock:  # a resent record costs no rate-limit token
-                        self._check_taken(client, key)
-                self._rate_limit(record, client, peer)
-                self.observe(record, batch_id, client=client, key=key)
-            except Duplicate:
-                report.duplicates += 1
-            except RecordError as exc:
-                self._reject(report, Rejection(index, f"record.{exc.field}", exc.message))
-            except RateLimited as exc:
-                report.rate_limited += 1
-                self._reject(report, Rejection(index, exc.field, exc.message))
-            except OutlierRejected as exc:
-                report.outliers += 1
-                self._reject(report, Rejection(index, exc.field, exc.message))
-            except InvalidArgument as exc:
-                self._reject(report, Rejection(index, exc.field, exc.message))
-            else:
-                report.accepted += 1
+        size = max(1, state.config.publish_every_records)
+        block: list[_Taken] = []
+        index = -1
+        try:
+            for entry in items:
+                if entry is MESSAGE_END:
+                    self._learn_into(report, block)
+                    continue
+                item, batch_id, *named = entry
+                index += 1
+                if index >= limit:
+                    raise ResourceExhausted(
+                        "records", f"a stream may carry at most {limit} records; the first {limit} were processed"
+                    )
+                try:
+                    if isinstance(item, RecordError):  # not converted: nothing of it goes further
+                        raise item
+                    record = item if isinstance(item, Record) else parse_record(item)
+                    key = named[0] if named else None
+                    if key:
+                        key.validate()
+                        with state.lock:  # a resent record costs no rate-limit token
+                            self._check_taken(client, key)
+                    self._rate_limit(record, client, peer)
+                    block.append(self._take(index, record, batch_id, client, key))
+                except Duplicate:
+                    report.duplicates += 1
+                except (RecordError, RateLimited, InvalidArgument) as exc:
+                    self._refuse(report, index, exc)
+                if len(block) >= size:
+                    self._learn_into(report, block)
+        finally:
+            self._learn_into(report, block)  # logged: learned, even when the stream fails after it
         report.observations_learned = state.predictor.n_learned
         return report
+
+    def _learn_into(self, report: ObservationReport, block: list[_Taken]) -> None:
+        """Learn ``block`` (emptied), counting each record accepted or rejected in ``report``."""
+        if not block:
+            return
+        learning = list(block)
+        block.clear()  # learned once, even if learning fails
+        for taken, outcome in zip(learning, self._learn_block(learning), strict=True):
+            if isinstance(outcome, ServiceError):
+                self._refuse(report, taken.index, outcome)
+            else:
+                report.accepted += 1
+
+    def _refuse(self, report: ObservationReport, index: int, exc: Exception) -> None:
+        """Count a refused record in ``report``, named by its place and field."""
+        if isinstance(exc, RecordError):
+            self._reject(report, Rejection(index, f"record.{exc.field}", exc.message))
+            return
+        if isinstance(exc, RateLimited):
+            report.rate_limited += 1
+        elif isinstance(exc, OutlierRejected):
+            report.outliers += 1
+        assert isinstance(exc, ServiceError)
+        self._reject(report, Rejection(index, exc.field, exc.message))
 
     def warm_start(self, path: str | Path, *, tolerant: bool = True) -> ReadReport:
         """Learn from a ``coloc/v1`` log, prequentially, as if it had been streamed."""

@@ -98,9 +98,9 @@ class Publisher:
         self._last = clock()
         self._copies = WindowCopies()
 
-    def due(self) -> bool:
-        """Whether the learner, having learned a record, should publish now."""
-        self.pending += 1
+    def due(self, records: int = 1) -> bool:
+        """Whether the learner, having learned ``records`` more records, should publish now."""
+        self.pending += records
         return self.pending >= self.every_records or self.overdue()
 
     def overdue(self) -> bool:

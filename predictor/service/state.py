@@ -126,10 +126,11 @@ class ServiceState:
         self.version: ModelVersion = self.publisher.copy(0, self.predictor, self.calibrator, self.admission.calibrator)
 
     # ------------------------------------------------------------------ published versions
-    def changed(self) -> None:
-        """The learner changed what answers read (call under the lock); publishes when due."""
+    def changed(self, records: int = 1) -> None:
+        """The learner changed what answers read, learning ``records`` records (call under the
+        lock); publishes when due."""
         self.generation += 1
-        if self.publisher.due():
+        if self.publisher.due(records):
             self._publish()
 
     def _publish(self) -> ModelVersion:
