@@ -241,9 +241,20 @@ def interaction_row(record: Record) -> tuple[tuple[str, ...], np.ndarray]:
     if layout is None:
         features = interaction_features(record)
         return tuple(features), np.fromiter(features.values(), dtype=float, count=len(features))
-    values = np.fromiter(fine.values(), dtype=float, count=len(fine))
+    return layout.names, interaction_values(layout, np.fromiter(fine.values(), dtype=float, count=len(fine)))
+
+
+def row_layout(fine: tuple[str, ...], model: str) -> _RowLayout | None:
+    """Where the interaction features of a row of fine feature names ``fine`` (of a batch of
+    ``model``) come from (cached; ``None``: a name would repeat, only the dict path answers)."""
+    return _row_layout(fine, model)
+
+
+def interaction_values(layout: _RowLayout, values: np.ndarray) -> np.ndarray:
+    """The interaction features' values (in ``layout.names``' order) of the fine features ``values``
+    (in the order ``layout`` was made for): the values, their pairwise products, the crossed ones."""
     quantities = values[layout.keys]
-    return layout.names, np.concatenate((values, quantities[layout.first] * quantities[layout.second], quantities))
+    return np.concatenate((values, quantities[layout.first] * quantities[layout.second], quantities))
 
 
 def feature_row(record: Record, features: str) -> tuple[tuple[str, ...], np.ndarray]:

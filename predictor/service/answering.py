@@ -74,6 +74,7 @@ from predictor.service.types import (
 )
 from predictor.shape_calibration import normal_quantile
 from predictor.shapes import MAX_COUNT, QueryShape
+from predictor.window_features import at_window
 
 T = TypeVar("T")
 _NONE = np.zeros(0, dtype=np.intp)
@@ -100,12 +101,7 @@ class Planned:
     def at_window(self, window: float) -> Record:
         """The record with each remaining-time co-runner's overlap for the predicted ``window``:
         ``min(remaining / window, 1)``, or 1 for an idle window (<= 0), as :meth:`Plan.at_window`."""
-        runners = tuple(
-            runner if ms is None else CoRunner(runner.model, runner.batch_size, runner.attrs,
-                                               1.0 if window <= 0 else min(ms / window, 1.0))
-            for runner, ms in zip(self.record.co_runners, self.remaining_ms, strict=True)
-        )
-        return _with_runners(self.record, runners)
+        return at_window(self.record, self.remaining_ms, window)
 
 
 @dataclasses.dataclass
@@ -531,9 +527,10 @@ class Answering:
         monotone construction over the one row (whose terms are computed once)."""
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
         if per_record:
-            def predict_record(window: float) -> float:
-                return float(predictor.predict_many([planned.at_window(window)])[0])
-
+            # the record's features as a function of the window where the predictor has one (the
+            # same numbers), else each window's record predicted
+            predict_record = predictor.window_latency(planned.record, planned.remaining_ms) or (
+                lambda window: float(predictor.predict_many([planned.at_window(window)])[0]))
             found = monotone.fixed_point_one(predict_record, solo, high, low)
             # the one row at the window found: the overlaps Plan.at_window gives, on floats
             return _row_of(planned.at_window(found)), np.array([found])
@@ -790,20 +787,6 @@ def _row_of(record: Record) -> CoLocations:
         np.array([r.overlap for r in runners], dtype=float),
         record.solo_latency_ms,
     )
-
-
-_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(Record) if f.name != "co_runners")
-_set = object.__setattr__
-
-
-def _with_runners(record: Record, runners: tuple[CoRunner, ...]) -> Record:
-    """``dataclasses.replace(record, co_runners=runners)`` at half the cost (a window's record
-    is made several times per query): every field copied as it is, none validated again."""
-    twin = object.__new__(Record)
-    for name in _RECORD_FIELDS:
-        _set(twin, name, getattr(record, name))
-    _set(twin, "co_runners", runners)
-    return twin
 
 
 def _record_object(query: Query) -> dict[str, Any]:
