@@ -657,15 +657,12 @@ class Answering:
                 "nothing learned yet and no solo latency given: no basis for an answer "
                 "(give solo_latency_ms, or report observations first)",
             )
-        buckets = np.minimum(np.diff(rows.offsets), MAX_COUNT).tolist()  # count_bucket of every row
         uppers = np.empty(n)
         probabilities = _filled(n, math.nan)
         row_bounds: list[Bound] = [None] * n  # type: ignore[list-item]
         fallback = np.zeros(n, dtype=bool)
         corrections = np.ones(n)
-        groups: dict[tuple[QueryShape, str, int], list[int]] = {}
-        for i, cell in enumerate(zip(shapes, rows.device_kinds, buckets, strict=True)):
-            groups.setdefault(cell, []).append(i)
+        groups = _cells(shapes, rows)
         z = normal_quantile(confidence) * config.unseen_sigma
 
         def within(cell: tuple[QueryShape, str, int, bool], predicted: np.ndarray, limit: float) -> np.ndarray:
@@ -678,7 +675,7 @@ class Answering:
             return p
 
         for (shape, kind, count), index in groups.items():
-            at = np.asarray(index, dtype=np.intp)
+            at = _ROW0 if n == 1 else np.asarray(index, dtype=np.intp)
             correction, factor = calibrator.factors(shape, kind, count, model, confidence)
             unseen = unseen_model or not calibrator.knows_kind(kind)
             corrections[at] = 1.0 if unseen else correction
@@ -765,6 +762,22 @@ def _shape_of(co_runners: int, overlaps: int, remaining: int, signals: bool) -> 
     """:meth:`QueryShape.of <predictor.shapes.QueryShape.of>` of a candidate's counts, looked up
     (a ranking has thousands of candidates and a few shapes)."""
     return QueryShape.of(co_runners, overlaps, remaining, signals=signals)
+
+
+_ROW0 = np.zeros(1, dtype=np.intp)
+
+
+def _cells(shapes: Sequence[QueryShape], rows: CoLocations) -> dict[tuple[QueryShape, str, int], list[int]]:
+    """The rows of each calibration cell: query shape, device kind and co-runner count bucket
+    (a single row's without arrays)."""
+    offsets = rows.offsets
+    if len(shapes) == 1:
+        return {(shapes[0], rows.device_kinds[0], min(int(offsets[1] - offsets[0]), MAX_COUNT)): [0]}
+    buckets = np.minimum(np.diff(offsets), MAX_COUNT).tolist()  # count_bucket of every row
+    groups: dict[tuple[QueryShape, str, int], list[int]] = {}
+    for i, cell in enumerate(zip(shapes, rows.device_kinds, buckets, strict=True)):
+        groups.setdefault(cell, []).append(i)
+    return groups
 
 
 def _filled(n: int, value: float) -> np.ndarray:
