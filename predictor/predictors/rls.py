@@ -195,9 +195,15 @@ class RlsPredictor(LatencyPredictor):
         names = program.names if layout is None else layout.names
         solo, log_target = self.solo_latency(record), self.log_target
 
+        known: dict[tuple[float, ...], float] = {}  # by overlaps: windows where every one is 1 repeat
+
         def latency(window: float) -> float:
             for i, ms in moving:
                 overlaps[i] = overlap_at(ms, window)
+            key = tuple(overlaps)
+            answer = known.get(key)
+            if answer is not None:
+                return answer
             fine = program.values(overlaps)
             if fine is None:  # an overlap fell to 0: the names change, the record's own path
                 return self.predict_many([at_window(record, remaining_ms, window)])[0]
@@ -205,7 +211,8 @@ class RlsPredictor(LatencyPredictor):
             if layout is not None:
                 values = interaction_values(layout, values)
             value = model.predict_vector(model.vectorize_row(names, values, grow=False))
-            return self._latency_of(solo, math.exp(min(value, 10.0)) if log_target else value)
+            answer = known[key] = self._latency_of(solo, math.exp(min(value, 10.0)) if log_target else value)
+            return answer
 
         return latency
 
