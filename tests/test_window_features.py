@@ -86,3 +86,21 @@ def test_window_latency_is_not_offered_without_a_moving_co_runner():
     assert predictor.window_latency(train[0], [None]) is None
     assert predictor.window_latency(train[0], [3.0]) is not None
     assert create("solo").fit(train).window_latency(train[0], [3.0]) is None
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(learnable_records, min_size=5, max_size=30), st.lists(records, min_size=1, max_size=5))
+def test_rls_row_predictor_is_the_vector_path(train, queries):
+    """The regressor's row predictor (columns, scales and weights looked up once) answers what
+    vectorising each row and predicting it answers, unknown names included."""
+    from predictor.features import interaction_row
+
+    predictor = create("rls", split_by=None).fit(train)
+    model = predictor._models[""]
+    for record in queries:
+        names, values = interaction_row(record)
+        predict = model.row_predictor(names)
+        if predict is None:
+            continue
+        assert predict(values) == model.predict_vector(model.vectorize_row(names, values, grow=False))
+        assert predict(values * 0.5) == model.predict_vector(model.vectorize_row(names, values * 0.5, grow=False))

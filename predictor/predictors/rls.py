@@ -194,6 +194,8 @@ class RlsPredictor(LatencyPredictor):
             return None
         names = program.names if layout is None else layout.names
         solo, log_target = self.solo_latency(record), self.log_target
+        predict = model.row_predictor(names) or (
+            lambda values: model.predict_vector(model.vectorize_row(names, values, grow=False)))
 
         known: dict[tuple[float, ...], float] = {}  # by overlaps: windows where every one is 1 repeat
 
@@ -210,7 +212,7 @@ class RlsPredictor(LatencyPredictor):
             values = np.array(fine, dtype=float)
             if layout is not None:
                 values = interaction_values(layout, values)
-            value = model.predict_vector(model.vectorize_row(names, values, grow=False))
+            value = predict(values)
             answer = known[key] = self._latency_of(solo, math.exp(min(value, 10.0)) if log_target else value)
             return answer
 
