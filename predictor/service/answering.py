@@ -311,16 +311,16 @@ class Answering:
         """
         batch_prefix = prefix if batch_prefix is None else batch_prefix
         remaining: list[float | None] = []
-        for i, runner in enumerate(query.co_runners):
-            if runner.overlap is not None and runner.remaining_ms is not None:
-                raise InvalidArgument(f"{prefix}co_runners[{i}]", "give overlap or remaining_ms, not both")
-            if runner.remaining_ms is not None:
-                path = f"{prefix}co_runners[{i}].remaining_ms"
-                invalid_argument(rules.non_negative, runner.remaining_ms, path)
-                invalid_argument(lambda v, p: rules.magnitude(v, p, self.state.config.max_value),
-                                 runner.remaining_ms, path)
-            remaining.append(runner.remaining_ms)
         limit = self.state.config.max_value
+        for i, runner in enumerate(query.co_runners):
+            ms = runner.remaining_ms
+            if runner.overlap is not None and ms is not None:
+                raise InvalidArgument(f"{prefix}co_runners[{i}]", "give overlap or remaining_ms, not both")
+            if ms is not None and not (type(ms) is float and rules.non_negative_ok(ms) and rules.magnitude_ok(ms, limit)):
+                path = f"{prefix}co_runners[{i}].remaining_ms"  # the rules name what is wrong
+                invalid_argument(rules.non_negative, ms, path)
+                invalid_argument(lambda v, p: rules.magnitude(v, p, limit), ms, path)
+            remaining.append(ms)
         record = typed_record(query)  # typed and valid as it is: the parser's record, without parsing
         if record is None or not record_within_limits(record, limit):
             try:
@@ -346,11 +346,11 @@ class Answering:
             remaining = [ms for _, ms in running]
             shape = QueryShape.of(len(running), 0, len(running), signals=bool(query.signals), live=True)
         else:
-            shape = QueryShape.of(
+            shape = _shape_of(
                 len(query.co_runners),
                 sum(r.overlap is not None for r in query.co_runners),
-                sum(r.remaining_ms is not None for r in query.co_runners),
-                signals=bool(query.signals),
+                len(query.co_runners) - remaining.count(None),
+                bool(query.signals),
             )
         kind = record.device_kind or live.kind_of(query.device)
         if kind != record.device_kind:
