@@ -215,6 +215,8 @@ class _RowLayout:
     keys: np.ndarray  # position among the fine features of each crossed key
     first: np.ndarray  # the pairs of crossed keys multiplied
     second: np.ndarray
+    left: np.ndarray  # keys[first] and keys[second]: the pairs' positions among the fine features
+    right: np.ndarray
 
 
 @functools.lru_cache(maxsize=1024)
@@ -226,7 +228,8 @@ def _row_layout(fine: tuple[str, ...], model: str) -> _RowLayout | None:
     if len(set(names)) != len(names):  # an interaction name equal to another: the dict merges them
         return None
     at = {name: j for j, name in enumerate(fine)}
-    return _RowLayout(names, np.array([at[k] for k in keys], dtype=np.intp), first, second)
+    positions = np.array([at[k] for k in keys], dtype=np.intp)
+    return _RowLayout(names, positions, first, second, positions[first], positions[second])
 
 
 def interaction_row(record: Record) -> tuple[tuple[str, ...], np.ndarray]:
@@ -241,9 +244,19 @@ def interaction_row(record: Record) -> tuple[tuple[str, ...], np.ndarray]:
     if layout is None:
         features = interaction_features(record)
         return tuple(features), np.fromiter(features.values(), dtype=float, count=len(features))
-    values = np.fromiter(fine.values(), dtype=float, count=len(fine))
-    quantities = values[layout.keys]
-    return layout.names, np.concatenate((values, quantities[layout.first] * quantities[layout.second], quantities))
+    return layout.names, interaction_values(layout, np.fromiter(fine.values(), dtype=float, count=len(fine)))
+
+
+def row_layout(fine: tuple[str, ...], model: str) -> _RowLayout | None:
+    """Where the interaction features of a row of fine feature names ``fine`` (of a batch of
+    ``model``) come from (cached; ``None``: a name would repeat, only the dict path answers)."""
+    return _row_layout(fine, model)
+
+
+def interaction_values(layout: _RowLayout, values: np.ndarray) -> np.ndarray:
+    """The interaction features' values (in ``layout.names``' order) of the fine features ``values``
+    (in the order ``layout`` was made for): the values, their pairwise products, the crossed ones."""
+    return np.concatenate((values, values[layout.left] * values[layout.right], values[layout.keys]))
 
 
 def feature_row(record: Record, features: str) -> tuple[tuple[str, ...], np.ndarray]:

@@ -12,7 +12,7 @@ import copy
 import inspect
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -74,11 +74,25 @@ class LatencyPredictor(ABC):
 
     def _to_latency(self, record: Record, slowdown: float) -> float:
         """Latency in ms from a predicted slowdown, clamped to a sane range."""
+        return self._latency_of(self.solo_latency(record), slowdown)
+
+    def _latency_of(self, solo: float, slowdown: float) -> float:
+        """:meth:`_to_latency` for a record of solo latency ``solo``."""
         if not math.isfinite(slowdown):
             slowdown = 1.0
         low, high = self._slowdown_range
         slowdown = min(max(slowdown, low), high)
-        return self.solo_latency(record) * slowdown
+        return solo * slowdown
+
+    def window_latency(self, record: Record, remaining_ms: Sequence[float | None]) -> Callable[[float], float] | None:
+        """A function of a window ``w`` answering ``predict_many([r])[0]``, where ``r`` is ``record``
+        with each co-runner ``i`` of ``remaining_ms[i]`` not ``None`` at overlap
+        ``min(remaining_ms[i] / w, 1)`` (1 for ``w <= 0``), to the last bit, at less cost per window
+        (what a fixed point over the window asks, :func:`~predictor.service.monotone.fixed_point_one`).
+
+        ``None`` (the default): the predictor has no such path; the caller predicts each window's record.
+        """
+        return None
 
     def predict_many(self, records: list[Record]) -> list[float]:
         """Predicted latencies for many records (subclasses may vectorise)."""

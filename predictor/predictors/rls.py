@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from river import drift
 
 from predictor.colocations import CoLocations
-from predictor.features import FEATURE_SETS, feature_matrix, feature_row
+from predictor.features import FEATURE_SETS, feature_matrix, feature_row, interaction_values, row_layout
 from predictor.predictors.base import LatencyPredictor
 from predictor.records import Record
 from predictor.regressors.rls import RLS
+from predictor.window_features import at_window, fine_program, overlap_at
 
 SPLIT_KEYS = (None, "device_kind", "model", "device")
 WARMUP = 30
@@ -169,6 +171,52 @@ class RlsPredictor(LatencyPredictor):
             return 1.0
         value = model.predict_vector(model.vectorize_row(*self._features(record), grow=False))
         return math.exp(min(value, 10.0)) if self.log_target else value
+
+    def window_latency(self, record: Record, remaining_ms: Sequence[float | None]) -> Callable[[float], float] | None:
+        """See the base class: the record's fine features as a function of the overlaps
+        (:func:`~predictor.window_features.fine_program`), its model's columns looked up once."""
+        if (self.features not in ("fine", "interactions") or type(self).predict_slowdown is not RlsPredictor.predict_slowdown
+                or type(self).predict_many is not LatencyPredictor.predict_many
+                or type(self).predict_one is not LatencyPredictor.predict_one):
+            return None
+        model = self._models.get(self._key(record))
+        moving = [(i, ms) for i, ms in enumerate(remaining_ms) if ms is not None]
+        if model is None or not moving:
+            return None
+        overlaps = [runner.overlap for runner in record.co_runners]
+        for i, ms in moving:
+            overlaps[i] = ms  # zero exactly where every window's overlap is (remaining ms > 0: never 0)
+        program = fine_program(record, overlaps)
+        if program is None:
+            return None
+        layout = row_layout(program.names, record.batch.model) if self.features == "interactions" else None
+        if self.features == "interactions" and layout is None:
+            return None
+        names = program.names if layout is None else layout.names
+        solo, log_target = self.solo_latency(record), self.log_target
+        predict = model.row_predictor(names) or (
+            lambda values: model.predict_vector(model.vectorize_row(names, values, grow=False)))
+
+        known: dict[tuple[float, ...], float] = {}  # by overlaps: windows where every one is 1 repeat
+
+        def latency(window: float) -> float:
+            for i, ms in moving:
+                overlaps[i] = overlap_at(ms, window)
+            key = tuple(overlaps)
+            answer = known.get(key)
+            if answer is not None:
+                return answer
+            fine = program.values(overlaps)
+            if fine is None:  # an overlap fell to 0: the names change, the record's own path
+                return self.predict_many([at_window(record, remaining_ms, window)])[0]
+            values = np.array(fine, dtype=float)
+            if layout is not None:
+                values = interaction_values(layout, values)
+            value = predict(values)
+            answer = known[key] = self._latency_of(solo, math.exp(min(value, 10.0)) if log_target else value)
+            return answer
+
+        return latency
 
     def predict_colocations(self, rows: CoLocations) -> np.ndarray:
         """All rows at once: one feature matrix, one matrix-vector product per model."""

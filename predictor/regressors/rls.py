@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from scipy.linalg.blas import dsymv, dsyr
@@ -308,6 +308,27 @@ class RLS:
         matrix[free] = rows.T
         matrix[pinned, np.arange(pinned.size)] = 1.0
         return pinned, matrix
+
+    def row_predictor(self, names: tuple[str, ...]) -> Callable[[np.ndarray], float] | None:
+        """``predict_vector(vectorize_row(names, values, grow=False))`` as a function of ``values``,
+        for many rows of the same ``names`` and an unchanging model (a query's fixed point over its
+        window): the columns, scales and weights looked up once, the same arithmetic per row.
+        ``None`` until every column has its scale (the masked division's path)."""
+        if not self.__dict__.get("_all_scaled", False):
+            return None
+        positions, known = self.index.positions(names)
+        size = self.index.size
+        scale, weights = self._column_scale[:size], self.predicting_weights()[:size]
+        if known is not None:
+            positions = positions[known]
+
+        def predict(values: np.ndarray) -> float:
+            x = np.zeros(size)
+            x[0] = 1.0
+            x[positions] = values if known is None else values[known]
+            return float((x / scale) @ weights)
+
+        return predict
 
     def predict_vector(self, vector: np.ndarray) -> float:
         """Prediction for a scaled vector from :meth:`vectorize`."""

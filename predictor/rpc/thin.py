@@ -135,6 +135,8 @@ class ThinInterceptor(grpc.ServerInterceptor):
     def _wrap(self, behaviour: Callable, method: _Method, unary: bool) -> Callable:
         metrics, authenticate = self.metrics, self.auth._authenticate
         name, protected, deserialize = method.name, method.protected, method.deserialize
+        if _anonymous_read(self.auth.policy, name, protected):
+            return self._wrap_anonymous(behaviour, method, unary)
 
         def handled(raw: Any, context: grpc.ServicerContext) -> Any:
             start = time.perf_counter()
@@ -168,6 +170,43 @@ class ThinInterceptor(grpc.ServerInterceptor):
                     method.observe(metrics, code, time.perf_counter() - start)
 
         return handled
+
+
+    def _wrap_anonymous(self, behaviour: Callable, method: _Method, unary: bool) -> Callable:
+        """:meth:`_wrap` for a method whose caller is anonymous (:func:`_anonymous_read`): the same
+        deadline check, decoding, errors and metrics, without authentication's per-call work."""
+        metrics, deserialize = self.metrics, method.deserialize
+
+        def handled(raw: Any, context: grpc.ServicerContext) -> Any:
+            start = time.perf_counter()
+            code = _OK
+            try:
+                remaining = context.time_remaining()
+                if remaining is not None and remaining <= 0:
+                    context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed before the call was handled")
+                if deserialize is None:
+                    return behaviour(raw, context)
+                try:
+                    request = _decode(deserialize, raw, "request") if unary else _decoded(raw, deserialize)
+                    return behaviour(request, context)
+                except _Undecodable as error:
+                    abort(context, error)
+            except Exception:
+                code = context.code() or _UNKNOWN
+                raise
+            finally:
+                if metrics is not None:
+                    method.observe(metrics, code, time.perf_counter() - start)
+
+        return handled
+
+
+def _anonymous_read(policy: AuthPolicy, name: str, protected: bool) -> bool:
+    """Whether every call of method ``name`` is a read that authentication lets through as the
+    anonymous caller of its peer whatever its metadata (no tokens, no client certificates): its
+    caller is then what :func:`~predictor.rpc.security.current_caller` finds from the context,
+    and nothing need be computed per call."""
+    return not protected and name not in WRITE_METHODS and not policy.token_digests and not policy.mutual_tls
 
 
 def _decoded(raw_iterator: Iterator[bytes], deserialize: Callable[[bytes], Any]) -> Iterator[Any]:

@@ -74,6 +74,7 @@ from predictor.service.types import (
 )
 from predictor.shape_calibration import normal_quantile
 from predictor.shapes import MAX_COUNT, QueryShape
+from predictor.window_features import at_window
 
 T = TypeVar("T")
 _NONE = np.zeros(0, dtype=np.intp)
@@ -100,12 +101,7 @@ class Planned:
     def at_window(self, window: float) -> Record:
         """The record with each remaining-time co-runner's overlap for the predicted ``window``:
         ``min(remaining / window, 1)``, or 1 for an idle window (<= 0), as :meth:`Plan.at_window`."""
-        runners = tuple(
-            runner if ms is None else CoRunner(runner.model, runner.batch_size, runner.attrs,
-                                               1.0 if window <= 0 else min(ms / window, 1.0))
-            for runner, ms in zip(self.record.co_runners, self.remaining_ms, strict=True)
-        )
-        return _with_runners(self.record, runners)
+        return at_window(self.record, self.remaining_ms, window)
 
 
 @dataclasses.dataclass
@@ -315,16 +311,16 @@ class Answering:
         """
         batch_prefix = prefix if batch_prefix is None else batch_prefix
         remaining: list[float | None] = []
-        for i, runner in enumerate(query.co_runners):
-            if runner.overlap is not None and runner.remaining_ms is not None:
-                raise InvalidArgument(f"{prefix}co_runners[{i}]", "give overlap or remaining_ms, not both")
-            if runner.remaining_ms is not None:
-                path = f"{prefix}co_runners[{i}].remaining_ms"
-                invalid_argument(rules.non_negative, runner.remaining_ms, path)
-                invalid_argument(lambda v, p: rules.magnitude(v, p, self.state.config.max_value),
-                                 runner.remaining_ms, path)
-            remaining.append(runner.remaining_ms)
         limit = self.state.config.max_value
+        for i, runner in enumerate(query.co_runners):
+            ms = runner.remaining_ms
+            if runner.overlap is not None and ms is not None:
+                raise InvalidArgument(f"{prefix}co_runners[{i}]", "give overlap or remaining_ms, not both")
+            if ms is not None and not (type(ms) is float and rules.non_negative_ok(ms) and rules.magnitude_ok(ms, limit)):
+                path = f"{prefix}co_runners[{i}].remaining_ms"  # the rules name what is wrong
+                invalid_argument(rules.non_negative, ms, path)
+                invalid_argument(lambda v, p: rules.magnitude(v, p, limit), ms, path)
+            remaining.append(ms)
         record = typed_record(query)  # typed and valid as it is: the parser's record, without parsing
         if record is None or not record_within_limits(record, limit):
             try:
@@ -350,11 +346,11 @@ class Answering:
             remaining = [ms for _, ms in running]
             shape = QueryShape.of(len(running), 0, len(running), signals=bool(query.signals), live=True)
         else:
-            shape = QueryShape.of(
+            shape = _shape_of(
                 len(query.co_runners),
                 sum(r.overlap is not None for r in query.co_runners),
-                sum(r.remaining_ms is not None for r in query.co_runners),
-                signals=bool(query.signals),
+                len(query.co_runners) - remaining.count(None),
+                bool(query.signals),
             )
         kind = record.device_kind or live.kind_of(query.device)
         if kind != record.device_kind:
@@ -531,9 +527,10 @@ class Answering:
         monotone construction over the one row (whose terms are computed once)."""
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
         if per_record:
-            def predict_record(window: float) -> float:
-                return float(predictor.predict_many([planned.at_window(window)])[0])
-
+            # the record's features as a function of the window where the predictor has one (the
+            # same numbers), else each window's record predicted
+            predict_record = predictor.window_latency(planned.record, planned.remaining_ms) or (
+                lambda window: float(predictor.predict_many([planned.at_window(window)])[0]))
             found = monotone.fixed_point_one(predict_record, solo, high, low)
             # the one row at the window found: the overlaps Plan.at_window gives, on floats
             return _row_of(planned.at_window(found)), np.array([found])
@@ -660,15 +657,12 @@ class Answering:
                 "nothing learned yet and no solo latency given: no basis for an answer "
                 "(give solo_latency_ms, or report observations first)",
             )
-        buckets = np.minimum(np.diff(rows.offsets), MAX_COUNT).tolist()  # count_bucket of every row
         uppers = np.empty(n)
         probabilities = _filled(n, math.nan)
         row_bounds: list[Bound] = [None] * n  # type: ignore[list-item]
         fallback = np.zeros(n, dtype=bool)
         corrections = np.ones(n)
-        groups: dict[tuple[QueryShape, str, int], list[int]] = {}
-        for i, cell in enumerate(zip(shapes, rows.device_kinds, buckets, strict=True)):
-            groups.setdefault(cell, []).append(i)
+        groups = _cells(shapes, rows)
         z = normal_quantile(confidence) * config.unseen_sigma
 
         def within(cell: tuple[QueryShape, str, int, bool], predicted: np.ndarray, limit: float) -> np.ndarray:
@@ -681,7 +675,7 @@ class Answering:
             return p
 
         for (shape, kind, count), index in groups.items():
-            at = np.asarray(index, dtype=np.intp)
+            at = _ROW0 if n == 1 else np.asarray(index, dtype=np.intp)
             correction, factor = calibrator.factors(shape, kind, count, model, confidence)
             unseen = unseen_model or not calibrator.knows_kind(kind)
             corrections[at] = 1.0 if unseen else correction
@@ -804,6 +798,22 @@ def _shape_of(co_runners: int, overlaps: int, remaining: int, signals: bool) -> 
     return QueryShape.of(co_runners, overlaps, remaining, signals=signals)
 
 
+_ROW0 = np.zeros(1, dtype=np.intp)
+
+
+def _cells(shapes: Sequence[QueryShape], rows: CoLocations) -> dict[tuple[QueryShape, str, int], list[int]]:
+    """The rows of each calibration cell: query shape, device kind and co-runner count bucket
+    (a single row's without arrays)."""
+    offsets = rows.offsets
+    if len(shapes) == 1:
+        return {(shapes[0], rows.device_kinds[0], min(int(offsets[1] - offsets[0]), MAX_COUNT)): [0]}
+    buckets = np.minimum(np.diff(offsets), MAX_COUNT).tolist()  # count_bucket of every row
+    groups: dict[tuple[QueryShape, str, int], list[int]] = {}
+    for i, cell in enumerate(zip(shapes, rows.device_kinds, buckets, strict=True)):
+        groups.setdefault(cell, []).append(i)
+    return groups
+
+
 def _filled(n: int, value: float) -> np.ndarray:
     """``np.full(n, value)``, for one value at a third of the cost."""
     return np.array([value], dtype=float) if n == 1 else np.full(n, value, dtype=float)
@@ -824,20 +834,6 @@ def _row_of(record: Record) -> CoLocations:
         np.array([r.overlap for r in runners], dtype=float),
         record.solo_latency_ms,
     )
-
-
-_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(Record) if f.name != "co_runners")
-_set = object.__setattr__
-
-
-def _with_runners(record: Record, runners: tuple[CoRunner, ...]) -> Record:
-    """``dataclasses.replace(record, co_runners=runners)`` at half the cost (a window's record
-    is made several times per query): every field copied as it is, none validated again."""
-    twin = object.__new__(Record)
-    for name in _RECORD_FIELDS:
-        _set(twin, name, getattr(record, name))
-    _set(twin, "co_runners", runners)
-    return twin
 
 
 def _record_object(query: Query) -> dict[str, Any]:
