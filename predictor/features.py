@@ -482,3 +482,105 @@ class EwmaCoLocation:
         features, smoothed = self._smoothed(record)
         self._state[record.device] = smoothed
         return features
+
+
+# -- many rows, many overlaps: the matrix as a function of the overlaps -------------------------------
+@dataclass(frozen=True, eq=False)
+class FeatureForm:
+    """The ``interactions`` or ``fine`` matrix of some rows (``subset`` of a
+    :class:`~predictor.colocations.CoLocations`) as a function of the co-runners' overlaps.
+
+    What does not depend on the overlaps is computed once: the columns that are constant
+    (own attributes, counts, signals), each co-runner's value per overlap-weighted column,
+    the incidence of co-runners in rows (sparse). :meth:`values` gives
+    ``feature_matrix(rows.with_overlaps(overlaps)).values[subset]``: the same names, and
+    the same numbers (each sum adds its row's terms in order from 0, as ``np.bincount``).
+    """
+
+    names: tuple[str, ...]
+    width: int  # fine columns
+    fixed_at: np.ndarray  # columns of the constant ones
+    fixed: np.ndarray  # subset x len(fixed_at)
+    summed_at: np.ndarray  # columns of the overlap-weighted sums
+    per_runner: np.ndarray  # co-runners x len(summed_at): each one's value per unit overlap
+    incidence: Any  # scipy.sparse CSR, subset x co-runners
+    crosses: tuple[np.ndarray, np.ndarray, np.ndarray]  # x:K column, its co:K column, own value
+    interactions: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # quantities' columns, pairs
+
+    def values(self, overlaps: np.ndarray) -> np.ndarray:
+        """The matrix (subset rows x :attr:`names`) at these overlaps (one per co-runner of the rows)."""
+        out = np.empty((self.fixed.shape[0], len(self.names)))
+        out[:, self.fixed_at] = self.fixed
+        if self.summed_at.size:
+            out[:, self.summed_at] = self.incidence @ (overlaps[:, None] * self.per_runner)
+        cross_at, source, own = self.crosses
+        if cross_at.size:
+            out[:, cross_at] = own * out[:, source]
+        if self.interactions is not None:
+            at, first, second = self.interactions
+            fine, pairs = self.width, first.size
+            quantities = out[:, fine + pairs:]
+            np.take(out, at, axis=1, out=quantities)
+            np.multiply(quantities[:, first], quantities[:, second], out=out[:, fine:fine + pairs])
+        return out
+
+
+def feature_form(rows: CoLocations, features: str, subset: np.ndarray) -> FeatureForm | None:
+    """The :class:`FeatureForm` of rows ``subset`` of ``rows`` (``None`` where :func:`feature_matrix`
+    is, or where a column could not be told apart)."""
+    from scipy import sparse
+
+    if features not in ("fine", "interactions") or not rows.overlaps.size:
+        return None
+    columns = _fine_columns(rows)
+    layout = _layout(rows)
+    if columns is None or layout is None:
+        return None
+    names = tuple(columns)
+    index = {name: j for j, name in enumerate(names)}
+    r = len(rows.batch_sizes)
+    summed: dict[str, np.ndarray] = {}
+    for name, value in layout.runner_values.items():
+        summed[name] = np.ones(r) if value is None else value
+    for model, positions in layout.by_model.items():
+        indicator = np.zeros(r)
+        indicator[positions] = 1.0
+        for prefix in _model_sums(rows.batch.model):
+            summed[prefix + model] = indicator
+    for key, (positions, values) in layout.by_key.items():
+        column = np.zeros(r)
+        column[positions] = values
+        summed[CO + key] = column
+    crosses = [(index[CROSS + k], index[CO + k], v) for k, v in rows.batch.attrs.items()
+               if CROSS + k in index and CO + k in summed]
+    fixed = [name for name in names if name not in summed and name not in {CROSS + k for k in rows.batch.attrs}]
+    if len(fixed) + len(summed) + len(crosses) != len(names):
+        return None
+    subset = np.asarray(subset, dtype=np.intp)
+    counts = np.diff(rows.offsets)[subset]
+    starts = rows.offsets[:-1][subset]
+    cols = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(int(counts.sum()))
+    incidence = sparse.csr_matrix(
+        (np.ones(cols.size), cols, np.concatenate([[0], np.cumsum(counts)])), shape=(subset.size, r)
+    )
+    summed_names = list(summed)
+    interactions = None
+    extra: list[str] = []
+    if features == "interactions":
+        keys = _quantity_keys(names)
+        if keys is None:
+            return None
+        extra, first, second = _interaction_layout(keys, rows.batch.model)
+        interactions = (_quantity_columns(names, keys), first, second)
+    return FeatureForm(
+        names=names + tuple(extra),
+        width=len(names),
+        fixed_at=np.array([index[n] for n in fixed], dtype=np.intp),
+        fixed=np.column_stack([columns[n][subset] for n in fixed]) if fixed else np.zeros((subset.size, 0)),
+        summed_at=np.array([index[n] for n in summed_names], dtype=np.intp),
+        per_runner=np.column_stack([summed[n] for n in summed_names]),
+        incidence=incidence,
+        crosses=(np.array([c[0] for c in crosses], dtype=np.intp), np.array([c[1] for c in crosses], dtype=np.intp),
+                 np.array([c[2] for c in crosses], dtype=float)),
+        interactions=interactions,
+    )

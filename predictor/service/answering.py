@@ -176,18 +176,22 @@ class Plan:
         """Whether some co-runner is given by remaining time (its overlap follows the prediction)."""
         return bool(self.given.size)
 
+    def overlaps_at(self, window: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """The co-runners' overlaps of :meth:`at_window` where ``window[at[k]]`` is the window of
+        the row of remaining-time co-runner ``given[k]`` (windows of some rows only)."""
+        w = window[at]
+        fraction = np.ones(w.size)
+        np.divide(self.remaining[self.given], w, out=fraction, where=~(w <= 0))
+        overlaps = self.rows.overlaps.copy()
+        overlaps[self.given] = np.minimum(fraction, 1.0)
+        return overlaps
+
     def at_window(self, window: np.ndarray) -> CoLocations:
         """The rows with each remaining-time co-runner's overlap for its row's predicted window
         (``window``, per row): ``min(remaining / window, 1)``, or 1 for an idle window (<= 0).
 
         """
-        rows, given = self.rows, self.given
-        w = window[rows.rows_of_runners()[given]]
-        fraction = np.ones(given.size)
-        np.divide(self.remaining[given], w, out=fraction, where=~(w <= 0))
-        overlaps = rows.overlaps.copy()
-        overlaps[given] = np.minimum(fraction, 1.0)
-        return rows.with_overlaps(overlaps)
+        return self.rows.with_overlaps(self.overlaps_at(window, self.rows.rows_of_runners()[self.given]))
 
 
 class Answering:
@@ -513,12 +517,21 @@ class Answering:
             plan = Plan.of([plan])
         if not plan.moving:
             return plan.rows, monotone.latencies(predictor, plan.rows)
-        moving = np.zeros(len(plan.rows), dtype=bool)
-        moving[plan.rows.rows_of_runners()[plan.given]] = True
+        # Rows are independent: the fixed point runs over the moving rows alone, each asking the
+        # predictor's form of those rows (built once); the others are predicted once.
+        rows = plan.rows
+        row_of = rows.rows_of_runners()
+        moving = np.unique(row_of[plan.given])
+        still = np.setdiff1d(np.arange(len(rows)), moving, assume_unique=True)
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
-        window = monotone.fixed_point(
-            lambda w: monotone.latencies(predictor, plan.at_window(w)), moving, solo, high, low
-        )
+        evaluate = monotone.overlap_latencies(predictor, rows, moving)
+        at = np.searchsorted(moving, row_of[plan.given])
+        found = monotone.fixed_point(lambda w: evaluate(plan.overlaps_at(w, at)), np.ones(moving.size, dtype=bool),
+                                     solo, high, low)
+        window = np.empty(len(rows))
+        window[moving] = found
+        if still.size:
+            window[still] = monotone.overlap_latencies(predictor, rows, still)(rows.overlaps)
         return plan.at_window(window), window
 
     @staticmethod

@@ -92,6 +92,20 @@ def latencies(predictor: LatencyPredictor, rows: CoLocations) -> np.ndarray:
     return additive(predictor, rows)
 
 
+def overlap_latencies(
+    predictor: LatencyPredictor, rows: CoLocations, subset: np.ndarray
+) -> Callable[[np.ndarray], np.ndarray]:
+    """``latencies(predictor, rows.with_overlaps(overlaps))[subset]`` as a function of ``overlaps``
+    (one per co-runner of ``rows``), with what does not depend on them computed once where the
+    predictor answers directly and has a :meth:`~predictor.predictors.base.LatencyPredictor.colocation_form`
+    (a fixed point asks it a dozen times)."""
+    if len(rows) > 1 and direct(predictor, dict(rows.batch.attrs)):
+        form = predictor.colocation_form(clipped(rows) if needs_clipping(rows) else rows, subset)
+        if form is not None:
+            return form
+    return lambda overlaps: latencies(predictor, rows.with_overlaps(overlaps))[subset]
+
+
 def _predict(predictor: LatencyPredictor, rows: CoLocations) -> np.ndarray:
     if len(rows) == 1:
         return np.asarray(predictor.predict_many([rows.record(0)]), dtype=float)
