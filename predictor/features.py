@@ -52,6 +52,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -62,6 +63,7 @@ from typing import Any
 import numpy as np
 
 from predictor.colocations import CoLocations
+from predictor.keyed import KeyedMaps
 from predictor.records import BatchSpec, Record
 from predictor.rules import OUTCOME_SIGNALS
 
@@ -289,8 +291,10 @@ def _by_key(maps: Sequence[Mapping[str, float]]) -> dict[str, tuple[np.ndarray, 
     """For each key of ``maps``: the positions of the maps that have it (ascending) and its values there.
 
     Maps are grouped by their tuple of keys (few distinct ones in practice), so the work per map is
-    done by builtins, not by Python code.
+    done by builtins, not by Python code; :class:`~predictor.keyed.KeyedMaps` are read as their matrix.
     """
+    if isinstance(maps, KeyedMaps):
+        return maps.by_key()
     key_tuples = list(map(tuple, maps))
     firsts: dict[tuple[str, ...], int] = {}
     first_of = np.fromiter(map(firsts.setdefault, key_tuples, range(len(key_tuples))), dtype=np.intp,
@@ -527,11 +531,34 @@ class FeatureForm:
 
 def feature_form(rows: CoLocations, features: str, subset: np.ndarray) -> FeatureForm | None:
     """The :class:`FeatureForm` of rows ``subset`` of ``rows`` (``None`` where :func:`feature_matrix`
-    is, or where a column could not be told apart)."""
-    from scipy import sparse
-
+    is, or where a column could not be told apart). The form of all rows is kept in ``rows.cache``."""
     if features not in ("fine", "interactions") or not rows.overlaps.size:
         return None
+    key = ("feature_form", features)
+    full = rows.cache.get(key, False)
+    if full is False:
+        full = rows.cache[key] = _feature_form(rows, features)
+    if full is None or len(subset) == len(rows):
+        return full
+    return dataclasses.replace(full, fixed=full.fixed[subset], incidence=_incidence(rows.offsets, subset))
+
+
+def _incidence(offsets: np.ndarray, subset: np.ndarray | None = None) -> Any:
+    """Which co-runners (columns) belong to each row (of ``subset``, default all), as a CSR matrix of
+    ones: row ``i``'s co-runners are ``offsets[i]:offsets[i + 1]``, in order."""
+    from scipy import sparse
+
+    r = int(offsets[-1])
+    if subset is None:
+        return sparse.csr_matrix((np.ones(r), np.arange(r), offsets.copy()), shape=(len(offsets) - 1, r))
+    counts = np.diff(offsets)[subset]
+    indptr = np.zeros(len(subset) + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    indices = np.arange(int(indptr[-1])) + np.repeat(offsets[:-1][subset] - indptr[:-1], counts)
+    return sparse.csr_matrix((np.ones(indices.size), indices, indptr), shape=(len(subset), r))
+
+
+def _feature_form(rows: CoLocations, features: str) -> FeatureForm | None:
     columns = _fine_columns(rows)
     layout = _layout(rows)
     if columns is None or layout is None:
@@ -556,13 +583,6 @@ def feature_form(rows: CoLocations, features: str, subset: np.ndarray) -> Featur
     fixed = [name for name in names if name not in summed and name not in {CROSS + k for k in rows.batch.attrs}]
     if len(fixed) + len(summed) + len(crosses) != len(names):
         return None
-    subset = np.asarray(subset, dtype=np.intp)
-    counts = np.diff(rows.offsets)[subset]
-    starts = rows.offsets[:-1][subset]
-    cols = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(int(counts.sum()))
-    incidence = sparse.csr_matrix(
-        (np.ones(cols.size), cols, np.concatenate([[0], np.cumsum(counts)])), shape=(subset.size, r)
-    )
     summed_names = list(summed)
     interactions = None
     extra: list[str] = []
@@ -576,10 +596,10 @@ def feature_form(rows: CoLocations, features: str, subset: np.ndarray) -> Featur
         names=names + tuple(extra),
         width=len(names),
         fixed_at=np.array([index[n] for n in fixed], dtype=np.intp),
-        fixed=np.column_stack([columns[n][subset] for n in fixed]) if fixed else np.zeros((subset.size, 0)),
+        fixed=np.column_stack([columns[n] for n in fixed]) if fixed else np.zeros((len(rows), 0)),
         summed_at=np.array([index[n] for n in summed_names], dtype=np.intp),
         per_runner=np.column_stack([summed[n] for n in summed_names]),
-        incidence=incidence,
+        incidence=_incidence(rows.offsets),
         crosses=(np.array([c[0] for c in crosses], dtype=np.intp), np.array([c[1] for c in crosses], dtype=np.intp),
                  np.array([c[2] for c in crosses], dtype=float)),
         interactions=interactions,

@@ -55,7 +55,13 @@ from predictor.service.errors import (
     ServiceError,
 )
 from predictor.service.liveview import RunningBatch
-from predictor.service.placements import CandidateColumns, RankingColumns, rank_order, valid_columns
+from predictor.service.placements import (
+    CandidateColumns,
+    EstimatedPaths,
+    RankingColumns,
+    rank_order,
+    valid_columns,
+)
 from predictor.service.published import ModelVersion
 from predictor.service.state import ServiceState
 from predictor.service.terms import terms_of
@@ -119,7 +125,7 @@ class Plan:
     remaining: np.ndarray
     given: np.ndarray
     shapes: list[QueryShape] | None = None  # per row, what its query knew (None: every overlap known)
-    estimated: list[tuple[str, ...]] | None = None
+    estimated: Sequence[tuple[str, ...]] | None = None
 
     @classmethod
     def of(cls, planned: list[Planned]) -> Plan:
@@ -439,21 +445,15 @@ class Answering:
 
     def _fill_columns(
         self, candidates: CandidateColumns, kinds: Sequence[str]
-    ) -> tuple[np.ndarray, Sequence[Mapping[str, float]], list[tuple[str, ...]] | None]:
+    ) -> tuple[np.ndarray, Sequence[Mapping[str, float]], Sequence[tuple[str, ...]] | None]:
         """The candidates' overlaps and signals with what they leave out estimated
         (:mod:`predictor.service.filling`), and per candidate the paths estimated (``None``: none)."""
         given = candidates.has_overlap
         overlaps = np.where(given, candidates.overlaps, 1.0)
-        n = len(candidates)
-        estimated: list[tuple[str, ...]] = [()] * n
         offsets = candidates.offsets
-        if candidates.has_remaining.any():
-            for i in np.unique(np.searchsorted(offsets, np.flatnonzero(candidates.has_remaining), "right") - 1).tolist():
-                start, stop = int(offsets[i]), int(offsets[i + 1])
-                estimated[i] = tuple(f"co_runners[{j - start}].overlap" for j in range(start, stop)
-                                     if candidates.has_remaining[j])
+        estimated = EstimatedPaths(offsets, candidates.has_remaining)
         if not self.state.config.fill_missing:
-            return overlaps, candidates.signals, estimated if any(estimated) else None
+            return overlaps, candidates.signals, estimated if estimated.any() else None
         filling = self.state.filling
         missing = ~given & ~candidates.has_remaining
         if missing.any():
@@ -463,10 +463,10 @@ class Answering:
                 value = filling.overlap(kinds[i], stop - start)
                 positions = np.flatnonzero(missing[start:stop])
                 overlaps[start + positions] = value
-                estimated[i] = estimated[i] + tuple(f"co_runners[{j}].overlap" for j in positions.tolist())
+            estimated.filled = missing
         signals = candidates.signals
         if not filling.has_signals():
-            return overlaps, signals, estimated if any(estimated) else None
+            return overlaps, signals, estimated if estimated.any() else None
         views: dict[tuple[str, str], tuple[Mapping[str, float], tuple[str, ...]]] = {}
         for i, (device, kind, given_signals) in enumerate(zip(candidates.devices, kinds, signals, strict=True)):
             shared = views.get((device, kind))
@@ -479,8 +479,8 @@ class Answering:
                 if signals is candidates.signals:
                     signals = list(signals)
                 signals[i] = fill[0]
-                estimated[i] = estimated[i] + fill[1]
-        return overlaps, signals, estimated if any(estimated) else None
+                estimated.add(i, fill[1])
+        return overlaps, signals, estimated if estimated.any() else None
 
     @staticmethod
     def _valid_batch(batch: BatchSpec, limit: float) -> bool:

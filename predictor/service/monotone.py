@@ -43,6 +43,7 @@ from collections.abc import Callable
 import numpy as np
 
 from predictor.colocations import CoLocations
+from predictor.keyed import KeyedMaps
 from predictor.predictors import LatencyPredictor
 from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN
 from predictor.records import Record
@@ -66,6 +67,9 @@ def needs_clipping(rows: CoLocations | Record) -> bool:
     if isinstance(rows, Record):
         return any(c.attrs and min(c.attrs.values()) < 0 for c in rows.co_runners)
     cached = rows.cache.get("negative_attrs")
+    if cached is None and isinstance(rows.attrs, KeyedMaps):
+        values = rows.attrs.present()
+        cached = rows.cache["negative_attrs"] = bool(values.size and values.min() < 0)
     if cached is None:
         values = np.fromiter(itertools.chain.from_iterable(map(_VALUES, rows.attrs)), dtype=float)
         cached = rows.cache["negative_attrs"] = bool(values.size and values.min() < 0)
