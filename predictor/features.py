@@ -559,12 +559,11 @@ def _incidence(offsets: np.ndarray, subset: np.ndarray | None = None) -> Any:
 
 
 def _feature_form(rows: CoLocations, features: str) -> FeatureForm | None:
-    columns = _fine_columns(rows)
+    """The form of all rows: names in :func:`_fine_columns`' order (constant columns, then the
+    overlap-weighted sums, then the crosses), without computing the sums."""
     layout = _layout(rows)
-    if columns is None or layout is None:
+    if layout is None:
         return None
-    names = tuple(columns)
-    index = {name: j for j, name in enumerate(names)}
     r = len(rows.batch_sizes)
     summed: dict[str, np.ndarray] = {}
     for name, value in layout.runner_values.items():
@@ -578,11 +577,15 @@ def _feature_form(rows: CoLocations, features: str) -> FeatureForm | None:
         column = np.zeros(r)
         column[positions] = values
         summed[CO + key] = column
-    crosses = [(index[CROSS + k], index[CO + k], v) for k, v in rows.batch.attrs.items()
-               if CROSS + k in index and CO + k in summed]
-    fixed = [name for name in names if name not in summed and name not in {CROSS + k for k in rows.batch.attrs}]
-    if len(fixed) + len(summed) + len(crosses) != len(names):
-        return None
+    cross_keys = [k for k in rows.batch.attrs if CO + k in summed or CO + k in layout.fixed]
+    listed = [*layout.fixed, *summed, *(CROSS + k for k in cross_keys)]
+    if len(set(listed)) != len(listed) or any(CO + k not in summed for k in cross_keys):
+        return None  # a name met twice merges in the dict path, or a cross of a constant: the general path
+    names = tuple(listed)
+    index = {name: j for j, name in enumerate(names)}
+    crosses = [(index[CROSS + k], index[CO + k], rows.batch.attrs[k]) for k in cross_keys]
+    fixed = list(layout.fixed)
+    columns = layout.fixed
     summed_names = list(summed)
     interactions = None
     extra: list[str] = []

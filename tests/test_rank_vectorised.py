@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from predictor.colocations import CoLocations
+from predictor.features import feature_form, feature_matrix
 from predictor.records import BatchSpec
 from predictor.rpc import columns, convert
 from predictor.rpc.protos import pb2
@@ -112,3 +115,25 @@ def test_packed_ranking_equals_each_candidate_checked_alone(service, specs, dead
         assert answer.bound_source == single.prediction.bound_source
         if c.device == "g1":  # 500 MB free, bert needs 1,200: infeasible whatever its slack
             assert not ranking.feasible(i) and "memory" in ranking.placement_fields(i)["infeasible_reason"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.lists(runner, max_size=5), min_size=1, max_size=30), seed=st.integers(0, 2**32 - 1),
+       features=st.sampled_from(["fine", "interactions"]), signals=st.booleans())
+def test_feature_form_equals_the_feature_matrix(rows, seed, features, signals):
+    """The overlap form gives the matrix ``feature_matrix`` builds, for any overlaps and any subset of rows."""
+    rng = np.random.default_rng(seed)
+    co_runners = [[(model, size, {"l2_util": MODELS[model][0]} if attrs else {"seq_len": 64.0}, overlap)
+                   for model, size, _, overlap, _, attrs in row] for row in rows]
+    built = CoLocations.build(BATCH, [f"d{i}" for i in range(len(rows))], co_runners,
+                              signals=[{"sm_util": 0.5} if signals and i % 2 else {} for i in range(len(rows))])
+    subset = np.flatnonzero(rng.random(len(rows)) < 0.6)
+    form = feature_form(built, features, subset)
+    if not built.overlaps.size:
+        assert form is None
+        return
+    for _ in range(3):
+        overlaps = rng.random(built.overlaps.size) * (rng.random(built.overlaps.size) < 0.8)
+        want = feature_matrix(built.with_overlaps(overlaps), features)
+        assert form.names == want.names
+        np.testing.assert_allclose(form.values(overlaps), want.values[subset], rtol=1e-15, atol=0)

@@ -187,7 +187,9 @@ class RlsPredictor(LatencyPredictor):
 
     def _slowdowns(self, model: RLS, names: tuple[str, ...], values: np.ndarray) -> np.ndarray:
         """The model's slowdowns of the rows of a feature matrix."""
-        raw = model.predict_matrix(names, values)
+        return self._slowdowns_of(model.predict_matrix(names, values))
+
+    def _slowdowns_of(self, raw: np.ndarray) -> np.ndarray:
         return np.exp(np.minimum(raw, 10.0)) if self.log_target else raw
 
     def colocation_form(self, rows: CoLocations, subset: np.ndarray) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -204,11 +206,12 @@ class RlsPredictor(LatencyPredictor):
         model = self._models.get(self._row_groups(rows)[0][0])
         solo = self.solo_latency(rows.record(0))
         low, high = self._slowdown_range
+        predict = None if model is None else model.matrix_predictor(form.names)
 
         def latencies(overlaps: np.ndarray) -> np.ndarray:
-            if model is None:
+            if predict is None:
                 return np.full(form.fixed.shape[0], solo * min(max(1.0, low), high))
-            slowdowns = self._slowdowns(model, form.names, form.values(overlaps))
+            slowdowns = self._slowdowns_of(predict(form.values(overlaps)))
             slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
             return solo * np.minimum(np.maximum(slowdowns, low), high)
 
