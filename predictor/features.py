@@ -52,7 +52,6 @@ True
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import math
@@ -495,70 +494,95 @@ class FeatureForm:
     :class:`~predictor.colocations.CoLocations`) as a function of the co-runners' overlaps.
 
     What does not depend on the overlaps is computed once: the columns that are constant
-    (own attributes, counts, signals), each co-runner's value per overlap-weighted column,
-    the incidence of co-runners in rows (sparse). :meth:`values` gives
+    (own attributes, counts, signals), and each row's co-runners' values per overlap-weighted
+    column, padded to the most co-runners a row has. :meth:`values` gives
     ``feature_matrix(rows.with_overlaps(overlaps)).values[subset]``: the same names, and
-    the same numbers (each sum adds its row's terms in order from 0, as ``np.bincount``).
+    the same numbers (each sum adds its row's terms in order, as ``np.bincount``; padding
+    adds exact zeros). The matrix is built column by column (a transposed array), where
+    gathering columns copies contiguous memory.
     """
 
     names: tuple[str, ...]
     width: int  # fine columns
     fixed_at: np.ndarray  # columns of the constant ones
-    fixed: np.ndarray  # subset x len(fixed_at)
+    fixed: np.ndarray  # len(fixed_at) x subset: their values, transposed
     summed_at: np.ndarray  # columns of the overlap-weighted sums
-    per_runner: np.ndarray  # co-runners x len(summed_at): each one's value per unit overlap
-    incidence: Any  # scipy.sparse CSR, subset x co-runners
+    gather: np.ndarray  # most co-runners x subset: the k-th co-runner of each row (padding: one past the last)
+    weighted: np.ndarray  # most co-runners x len(summed_at) x subset: its value per unit overlap (padding: 0)
     crosses: tuple[np.ndarray, np.ndarray, np.ndarray]  # x:K column, its co:K column, own value
     interactions: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # quantities' columns, pairs
 
+    def __len__(self) -> int:
+        return self.fixed.shape[1]
+
     def values(self, overlaps: np.ndarray) -> np.ndarray:
         """The matrix (subset rows x :attr:`names`) at these overlaps (one per co-runner of the rows)."""
-        out = np.empty((self.fixed.shape[0], len(self.names)))
-        out[:, self.fixed_at] = self.fixed
+        out = np.empty((len(self.names), self.fixed.shape[1]))
+        out[self.fixed_at] = self.fixed
         if self.summed_at.size:
-            out[:, self.summed_at] = self.incidence @ (overlaps[:, None] * self.per_runner)
+            if self.gather.shape[0]:
+                o = np.append(overlaps, 0.0)[self.gather]
+                sums = o[0] * self.weighted[0]
+                for k in range(1, o.shape[0]):
+                    sums += o[k] * self.weighted[k]
+                out[self.summed_at] = sums
+            else:
+                out[self.summed_at] = 0.0
         cross_at, source, own = self.crosses
         if cross_at.size:
-            out[:, cross_at] = own * out[:, source]
+            out[cross_at] = own[:, None] * out[source]
         if self.interactions is not None:
             at, first, second = self.interactions
             fine, pairs = self.width, first.size
-            quantities = out[:, fine + pairs:]
-            np.take(out, at, axis=1, out=quantities)
-            np.multiply(quantities[:, first], quantities[:, second], out=out[:, fine:fine + pairs])
-        return out
+            quantities = out[fine + pairs:]
+            np.take(out, at, axis=0, out=quantities)
+            np.multiply(quantities[first], quantities[second], out=out[fine:fine + pairs])
+        return out.T
+
+
+@dataclass(frozen=True, eq=False)
+class _FormParts:
+    """What a :class:`FeatureForm` of any subset of some rows is made from (kept in ``rows.cache``)."""
+
+    names: tuple[str, ...]
+    width: int
+    fixed_at: np.ndarray
+    fixed: np.ndarray  # rows x len(fixed_at)
+    summed_at: np.ndarray
+    per_runner: np.ndarray  # co-runners x len(summed_at)
+    offsets: np.ndarray
+    crosses: tuple[np.ndarray, np.ndarray, np.ndarray]
+    interactions: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+
+    def form(self, subset: np.ndarray) -> FeatureForm:
+        subset = np.asarray(subset, dtype=np.intp)
+        starts, counts = self.offsets[:-1][subset], np.diff(self.offsets)[subset]
+        most = int(counts.max()) if counts.size else 0
+        r = self.per_runner.shape[0]
+        k = np.arange(most)[:, None]
+        gather = np.where(k < counts, starts + k, r)
+        padded = np.vstack([self.per_runner, np.zeros((1, self.per_runner.shape[1]))])
+        return FeatureForm(
+            names=self.names, width=self.width, fixed_at=self.fixed_at,
+            fixed=np.ascontiguousarray(self.fixed[subset].T), summed_at=self.summed_at, gather=gather,
+            weighted=np.ascontiguousarray(padded[gather].transpose(0, 2, 1)),
+            crosses=self.crosses, interactions=self.interactions,
+        )
 
 
 def feature_form(rows: CoLocations, features: str, subset: np.ndarray) -> FeatureForm | None:
     """The :class:`FeatureForm` of rows ``subset`` of ``rows`` (``None`` where :func:`feature_matrix`
-    is, or where a column could not be told apart). The form of all rows is kept in ``rows.cache``."""
+    is, or where a column could not be told apart). What serves every subset is kept in ``rows.cache``."""
     if features not in ("fine", "interactions") or not rows.overlaps.size:
         return None
     key = ("feature_form", features)
-    full = rows.cache.get(key, False)
-    if full is False:
-        full = rows.cache[key] = _feature_form(rows, features)
-    if full is None or len(subset) == len(rows):
-        return full
-    return dataclasses.replace(full, fixed=full.fixed[subset], incidence=_incidence(rows.offsets, subset))
+    parts = rows.cache.get(key, False)
+    if parts is False:
+        parts = rows.cache[key] = _feature_form(rows, features)
+    return None if parts is None else parts.form(subset)
 
 
-def _incidence(offsets: np.ndarray, subset: np.ndarray | None = None) -> Any:
-    """Which co-runners (columns) belong to each row (of ``subset``, default all), as a CSR matrix of
-    ones: row ``i``'s co-runners are ``offsets[i]:offsets[i + 1]``, in order."""
-    from scipy import sparse
-
-    r = int(offsets[-1])
-    if subset is None:
-        return sparse.csr_matrix((np.ones(r), np.arange(r), offsets.copy()), shape=(len(offsets) - 1, r))
-    counts = np.diff(offsets)[subset]
-    indptr = np.zeros(len(subset) + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    indices = np.arange(int(indptr[-1])) + np.repeat(offsets[:-1][subset] - indptr[:-1], counts)
-    return sparse.csr_matrix((np.ones(indices.size), indices, indptr), shape=(len(subset), r))
-
-
-def _feature_form(rows: CoLocations, features: str) -> FeatureForm | None:
+def _feature_form(rows: CoLocations, features: str) -> _FormParts | None:
     """The form of all rows: names in :func:`_fine_columns`' order (constant columns, then the
     overlap-weighted sums, then the crosses), without computing the sums."""
     layout = _layout(rows)
@@ -595,14 +619,14 @@ def _feature_form(rows: CoLocations, features: str) -> FeatureForm | None:
             return None
         extra, first, second = _interaction_layout(keys, rows.batch.model)
         interactions = (_quantity_columns(names, keys), first, second)
-    return FeatureForm(
+    return _FormParts(
         names=names + tuple(extra),
         width=len(names),
         fixed_at=np.array([index[n] for n in fixed], dtype=np.intp),
         fixed=np.column_stack([columns[n] for n in fixed]) if fixed else np.zeros((len(rows), 0)),
         summed_at=np.array([index[n] for n in summed_names], dtype=np.intp),
         per_runner=np.column_stack([summed[n] for n in summed_names]),
-        incidence=_incidence(rows.offsets),
+        offsets=rows.offsets,
         crosses=(np.array([c[0] for c in crosses], dtype=np.intp), np.array([c[1] for c in crosses], dtype=np.intp),
                  np.array([c[2] for c in crosses], dtype=float)),
         interactions=interactions,

@@ -210,7 +210,7 @@ class RlsPredictor(LatencyPredictor):
 
         def latencies(overlaps: np.ndarray) -> np.ndarray:
             if predict is None:
-                return np.full(form.fixed.shape[0], solo * min(max(1.0, low), high))
+                return np.full(len(form), solo * min(max(1.0, low), high))
             slowdowns = self._slowdowns_of(predict(form.values(overlaps)))
             slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
             return solo * np.minimum(np.maximum(slowdowns, low), high)
