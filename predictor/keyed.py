@@ -81,6 +81,12 @@ class KeyedMaps(Sequence[Mapping[str, float]]):
         """The values given (every row's, row-major, absent ones left out)."""
         return self.matrix.ravel() if self._absent is None else self.matrix[~self._absent]
 
+    def nonempty(self) -> np.ndarray:
+        """Per row, whether its mapping has a key."""
+        if self._absent is None:
+            return np.full(len(self), bool(self.keys))
+        return (~self._absent).any(axis=1)
+
     def most_keys(self) -> int:
         """The largest number of keys one mapping has."""
         if not len(self):

@@ -253,8 +253,9 @@ def maps_ok(maps: Sequence[Mapping[str, float]], limit: float = math.inf) -> boo
         values = maps.present()
         return (all(isinstance(k, str) for k in maps.keys) and names_ok(maps.keys, required=True)
                 and bool(np.isfinite(values).all()) and magnitudes_ok(values, limit))
-    if not maps or max(map(len, maps)) > MAX_NUMERIC_KEYS:
-        return not maps
+    most = max(map(len, maps)) if maps else 0
+    if not most or most > MAX_NUMERIC_KEYS:
+        return most <= MAX_NUMERIC_KEYS
     keys = set(itertools.chain.from_iterable(map(tuple, set(map(tuple, maps)))))
     values = np.fromiter(itertools.chain.from_iterable(map(_VALUES, maps)), dtype=float)
     return (

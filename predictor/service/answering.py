@@ -32,6 +32,7 @@ import numpy as np
 from predictor import rules
 from predictor.calibration import Bound, BoundSource, check_confidence
 from predictor.colocations import CoLocations
+from predictor.keyed import KeyedMaps
 from predictor.predictors import LatencyPredictor
 from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN
 from predictor.records import (
@@ -417,11 +418,7 @@ class Answering:
         counts = np.diff(candidates.offsets)
         with_overlap = _per_row(candidates.has_overlap, candidates.offsets)
         with_remaining = _per_row(candidates.has_remaining, candidates.offsets)
-        shapes = [
-            _shape_of(n, o, r, bool(sig))
-            for n, o, r, sig in zip(counts.tolist(), with_overlap.tolist(), with_remaining.tolist(),
-                                    candidates.signals, strict=True)
-        ]
+        shapes = _shapes_of(counts, with_overlap, with_remaining, _has_signals(candidates.signals))
         if not live:
             return Plan(rows, remaining, np.flatnonzero(candidates.has_remaining), shapes=shapes, estimated=estimated)
         running = {i: live_view.running(devices[i]) for i in live}
@@ -615,7 +612,7 @@ class Answering:
             observations_learned=learned,
             deadline_ms=deadline_ms,
             row_bounds=row_bounds,
-            shapes=[shape.key for shape in shapes],
+            shapes=_keys_of(shapes),
             fallback=fallback,
             raw_latency_ms=raw,
             estimated=[plan.estimated] if isinstance(plan, Planned) else plan.estimated,
@@ -676,12 +673,10 @@ class Answering:
         buckets = np.minimum(np.diff(rows.offsets), MAX_COUNT).tolist()  # count_bucket of every row
         uppers = np.empty(n)
         probabilities = _filled(n, math.nan)
-        row_bounds: list[Bound] = [None] * n  # type: ignore[list-item]
+        bound_of: list[Bound] = []  # per cell
         fallback = np.zeros(n, dtype=bool)
         corrections = np.ones(n)
-        groups: dict[tuple[QueryShape, str, int], list[int]] = {}
-        for i, cell in enumerate(zip(shapes, rows.device_kinds, buckets, strict=True)):
-            groups.setdefault(cell, []).append(i)
+        groups = _cells(shapes, rows.device_kinds, buckets)
         z = normal_quantile(confidence) * config.unseen_sigma
 
         def within(cell: tuple[QueryShape, str, int, bool], predicted: np.ndarray, limit: float) -> np.ndarray:
@@ -693,8 +688,7 @@ class Answering:
                 p = np.minimum(p, [NormalDist().cdf(round(v, 9)) for v in x.tolist()]) if limit > 0 else p * 0
             return p
 
-        for (shape, kind, count), index in groups.items():
-            at = np.asarray(index, dtype=np.intp)
+        for (shape, kind, count), at in groups:
             correction, factor = calibrator.factors(shape, kind, count, model, confidence)
             unseen = unseen_model or not calibrator.knows_kind(kind)
             corrections[at] = 1.0 if unseen else correction
@@ -703,8 +697,7 @@ class Answering:
                 factor = wide
                 fallback[at] = True
             uppers[at] = latencies[at] * factor.upper_ms
-            for i in index:
-                row_bounds[i] = factor
+            bound_of.append(factor)
             if deadline_ms is None:
                 continue
 
@@ -712,9 +705,18 @@ class Answering:
             if extra_ms is None:
                 probabilities[at] = within(cell, latencies[at], deadline_ms)
             else:
-                limits = np.nan_to_num(deadline_ms - extra_ms[at], nan=0.0, neginf=0.0).tolist()
-                probabilities[at] = [float(within(cell, latencies[i:i + 1], limit)[0])
-                                     for i, limit in zip(index, limits, strict=True)]
+                # one call per distinct time left (rows of one device share it), each row's as alone
+                limits = np.nan_to_num(deadline_ms - extra_ms[at], nan=0.0, neginf=0.0)
+                distinct, which = np.unique(limits, return_inverse=True)
+                for j, limit in enumerate(distinct.tolist()):
+                    rows_at = at[which == j]
+                    probabilities[rows_at] = within(cell, latencies[rows_at], limit)
+        cell_of = np.empty(n, dtype=np.intp)
+        cells = np.empty(len(groups), dtype=object)
+        for c, (_, at) in enumerate(groups):
+            cell_of[at] = c
+            cells[c] = bound_of[c]
+        row_bounds = cells[cell_of].tolist()
         return uppers, probabilities, row_bounds, fallback, corrections
 
     def replay(self, record: Record) -> list[tuple[QueryShape, float]]:
@@ -774,6 +776,50 @@ def _predict(predictor: LatencyPredictor, rows: Record | CoLocations) -> np.ndar
     if len(rows) == 1:
         return np.asarray(predictor.predict_many([rows.record(0)]), dtype=float)
     return predictor.predict_colocations(rows)
+
+
+def _cells(shapes: Sequence[QueryShape], kinds: Sequence[str], buckets: Sequence[int]
+           ) -> list[tuple[tuple[QueryShape, str, int], np.ndarray]]:
+    """The rows of each calibration cell (shape, device kind, count bucket), cells in order of
+    first row, rows ascending. Shapes are told apart by identity (equal shapes are mostly one
+    cached object; two equal ones only make two cells with the same answers)."""
+    firsts: dict[tuple[int, str, int], int] = {}
+    keys = list(zip(map(id, shapes), kinds, buckets, strict=True))
+    codes = np.fromiter(map(firsts.setdefault, keys, range(len(keys))), dtype=np.intp, count=len(keys))
+    if len(firsts) == 1:
+        return [((shapes[0], kinds[0], buckets[0]), np.arange(len(keys)))]
+    order = np.argsort(codes, kind="stable")
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    return [((shapes[first], kinds[first], buckets[first]), at)
+            for first, at in zip(sorted(firsts.values()), np.split(order, bounds), strict=True)]
+
+
+def _shapes_of(counts: np.ndarray, overlaps: np.ndarray, remaining: np.ndarray, signals: np.ndarray
+               ) -> list[QueryShape]:
+    """:func:`_shape_of` of every candidate: once per distinct combination, spread by index."""
+    base = int(counts.max()) + 1 if counts.size else 1  # overlaps, remaining <= counts: one integer per combination
+    codes = ((counts.astype(np.int64) * base + overlaps) * base + remaining) * 2 + signals
+    distinct, inverse = np.unique(codes, return_inverse=True)
+    found = np.empty(len(distinct), dtype=object)
+    for j, code in enumerate(distinct.tolist()):
+        rest, s = divmod(code, 2)
+        rest, r = divmod(rest, base)
+        n, o = divmod(rest, base)
+        found[j] = _shape_of(n, o, r, bool(s))
+    return found[inverse].tolist()
+
+
+def _has_signals(signals: Sequence[Mapping[str, float]]) -> np.ndarray:
+    """Whether each candidate gives signals."""
+    if isinstance(signals, KeyedMaps):
+        return signals.nonempty()
+    return np.fromiter(map(bool, signals), dtype=bool, count=len(signals))
+
+
+def _keys_of(shapes: Sequence[QueryShape]) -> list[str]:
+    """``shape.key`` of every shape, computed once per distinct shape object."""
+    keys: dict[int, str] = {}
+    return [keys.get(id(s)) or keys.setdefault(id(s), s.key) for s in shapes]
 
 
 @functools.lru_cache(maxsize=256)
