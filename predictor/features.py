@@ -294,6 +294,8 @@ def _by_key(maps: Sequence[Mapping[str, float]]) -> dict[str, tuple[np.ndarray, 
     """
     if isinstance(maps, KeyedMaps):
         return maps.by_key()
+    if not any(maps):
+        return {}
     key_tuples = list(map(tuple, maps))
     firsts: dict[tuple[str, ...], int] = {}
     first_of = np.fromiter(map(firsts.setdefault, key_tuples, range(len(key_tuples))), dtype=np.intp,
