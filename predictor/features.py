@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from predictor.colocations import CoLocations
+from predictor.keyed import KeyedMaps
 from predictor.records import BatchSpec, Record
 from predictor.rules import OUTCOME_SIGNALS
 
@@ -302,8 +303,12 @@ def _by_key(maps: Sequence[Mapping[str, float]]) -> dict[str, tuple[np.ndarray, 
     """For each key of ``maps``: the positions of the maps that have it (ascending) and its values there.
 
     Maps are grouped by their tuple of keys (few distinct ones in practice), so the work per map is
-    done by builtins, not by Python code.
+    done by builtins, not by Python code; :class:`~predictor.keyed.KeyedMaps` are read as their matrix.
     """
+    if isinstance(maps, KeyedMaps):
+        return maps.by_key()
+    if not any(maps):
+        return {}
     key_tuples = list(map(tuple, maps))
     firsts: dict[tuple[str, ...], int] = {}
     first_of = np.fromiter(map(firsts.setdefault, key_tuples, range(len(key_tuples))), dtype=np.intp,
@@ -495,3 +500,149 @@ class EwmaCoLocation:
         features, smoothed = self._smoothed(record)
         self._state[record.device] = smoothed
         return features
+
+
+# -- many rows, many overlaps: the matrix as a function of the overlaps -------------------------------
+@dataclass(frozen=True, eq=False)
+class FeatureForm:
+    """The ``interactions`` or ``fine`` matrix of some rows (``subset`` of a
+    :class:`~predictor.colocations.CoLocations`) as a function of the co-runners' overlaps.
+
+    What does not depend on the overlaps is computed once: the columns that are constant
+    (own attributes, counts, signals), and each row's co-runners' values per overlap-weighted
+    column, padded to the most co-runners a row has. :meth:`values` gives
+    ``feature_matrix(rows.with_overlaps(overlaps)).values[subset]``: the same names, and
+    the same numbers (each sum adds its row's terms in order, as ``np.bincount``; padding
+    adds exact zeros). The matrix is built column by column (a transposed array), where
+    gathering columns copies contiguous memory.
+    """
+
+    names: tuple[str, ...]
+    width: int  # fine columns
+    fixed_at: np.ndarray  # columns of the constant ones
+    fixed: np.ndarray  # len(fixed_at) x subset: their values, transposed
+    summed_at: np.ndarray  # columns of the overlap-weighted sums
+    gather: np.ndarray  # most co-runners x subset: the k-th co-runner of each row (padding: one past the last)
+    weighted: np.ndarray  # most co-runners x len(summed_at) x subset: its value per unit overlap (padding: 0)
+    crosses: tuple[np.ndarray, np.ndarray, np.ndarray]  # x:K column, its co:K column, own value
+    interactions: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # quantities' columns, pairs
+
+    def __len__(self) -> int:
+        return self.fixed.shape[1]
+
+    def values(self, overlaps: np.ndarray) -> np.ndarray:
+        """The matrix (subset rows x :attr:`names`) at these overlaps (one per co-runner of the rows)."""
+        out = np.empty((len(self.names), self.fixed.shape[1]))
+        out[self.fixed_at] = self.fixed
+        if self.summed_at.size:
+            if self.gather.shape[0]:
+                o = np.append(overlaps, 0.0)[self.gather]
+                sums = o[0] * self.weighted[0]
+                for k in range(1, o.shape[0]):
+                    sums += o[k] * self.weighted[k]
+                out[self.summed_at] = sums
+            else:
+                out[self.summed_at] = 0.0
+        cross_at, source, own = self.crosses
+        if cross_at.size:
+            out[cross_at] = own[:, None] * out[source]
+        if self.interactions is not None:
+            at, first, second = self.interactions
+            fine, pairs = self.width, first.size
+            quantities = out[fine + pairs:]
+            np.take(out, at, axis=0, out=quantities)
+            np.multiply(quantities[first], quantities[second], out=out[fine:fine + pairs])
+        return out.T
+
+
+@dataclass(frozen=True, eq=False)
+class _FormParts:
+    """What a :class:`FeatureForm` of any subset of some rows is made from (kept in ``rows.cache``)."""
+
+    names: tuple[str, ...]
+    width: int
+    fixed_at: np.ndarray
+    fixed: np.ndarray  # rows x len(fixed_at)
+    summed_at: np.ndarray
+    per_runner: np.ndarray  # co-runners x len(summed_at)
+    offsets: np.ndarray
+    crosses: tuple[np.ndarray, np.ndarray, np.ndarray]
+    interactions: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+
+    def form(self, subset: np.ndarray) -> FeatureForm:
+        subset = np.asarray(subset, dtype=np.intp)
+        starts, counts = self.offsets[:-1][subset], np.diff(self.offsets)[subset]
+        most = int(counts.max()) if counts.size else 0
+        r = self.per_runner.shape[0]
+        k = np.arange(most)[:, None]
+        gather = np.where(k < counts, starts + k, r)
+        padded = np.vstack([self.per_runner, np.zeros((1, self.per_runner.shape[1]))])
+        return FeatureForm(
+            names=self.names, width=self.width, fixed_at=self.fixed_at,
+            fixed=np.ascontiguousarray(self.fixed[subset].T), summed_at=self.summed_at, gather=gather,
+            weighted=np.ascontiguousarray(padded[gather].transpose(0, 2, 1)),
+            crosses=self.crosses, interactions=self.interactions,
+        )
+
+
+def feature_form(rows: CoLocations, features: str, subset: np.ndarray) -> FeatureForm | None:
+    """The :class:`FeatureForm` of rows ``subset`` of ``rows`` (``None`` where :func:`feature_matrix`
+    is, or where a column could not be told apart). What serves every subset is kept in ``rows.cache``."""
+    if features not in ("fine", "interactions") or not rows.overlaps.size:
+        return None
+    key = ("feature_form", features)
+    parts = rows.cache.get(key, False)
+    if parts is False:
+        parts = rows.cache[key] = _feature_form(rows, features)
+    return None if parts is None else parts.form(subset)
+
+
+def _feature_form(rows: CoLocations, features: str) -> _FormParts | None:
+    """The form of all rows: names in :func:`_fine_columns`' order (constant columns, then the
+    overlap-weighted sums, then the crosses), without computing the sums."""
+    layout = _layout(rows)
+    if layout is None:
+        return None
+    r = len(rows.batch_sizes)
+    summed: dict[str, np.ndarray] = {}
+    for name, value in layout.runner_values.items():
+        summed[name] = np.ones(r) if value is None else value
+    for model, positions in layout.by_model.items():
+        indicator = np.zeros(r)
+        indicator[positions] = 1.0
+        for prefix in _model_sums(rows.batch.model):
+            summed[prefix + model] = indicator
+    for key, (positions, values) in layout.by_key.items():
+        column = np.zeros(r)
+        column[positions] = values
+        summed[CO + key] = column
+    cross_keys = [k for k in rows.batch.attrs if CO + k in summed or CO + k in layout.fixed]
+    listed = [*layout.fixed, *summed, *(CROSS + k for k in cross_keys)]
+    if len(set(listed)) != len(listed) or any(CO + k not in summed for k in cross_keys):
+        return None  # a name met twice merges in the dict path, or a cross of a constant: the general path
+    names = tuple(listed)
+    index = {name: j for j, name in enumerate(names)}
+    crosses = [(index[CROSS + k], index[CO + k], rows.batch.attrs[k]) for k in cross_keys]
+    fixed = list(layout.fixed)
+    columns = layout.fixed
+    summed_names = list(summed)
+    interactions = None
+    extra: list[str] = []
+    if features == "interactions":
+        keys = _quantity_keys(names)
+        if keys is None:
+            return None
+        extra, first, second = _interaction_layout(keys, rows.batch.model)
+        interactions = (_quantity_columns(names, keys), first, second)
+    return _FormParts(
+        names=names + tuple(extra),
+        width=len(names),
+        fixed_at=np.array([index[n] for n in fixed], dtype=np.intp),
+        fixed=np.column_stack([columns[n] for n in fixed]) if fixed else np.zeros((len(rows), 0)),
+        summed_at=np.array([index[n] for n in summed_names], dtype=np.intp),
+        per_runner=np.column_stack([summed[n] for n in summed_names]),
+        offsets=rows.offsets,
+        crosses=(np.array([c[0] for c in crosses], dtype=np.intp), np.array([c[1] for c in crosses], dtype=np.intp),
+                 np.array([c[2] for c in crosses], dtype=float)),
+        interactions=interactions,
+    )

@@ -103,6 +103,12 @@ class LatencyPredictor(ABC):
         ``rows.records()``, which subclasses may compute for all rows at once."""
         return np.asarray(self.predict_many(rows.records()), dtype=float)
 
+    def colocation_form(self, rows: CoLocations, subset: np.ndarray) -> Callable[[np.ndarray], np.ndarray] | None:
+        """:meth:`predict_colocations` of rows ``subset`` as a function of the co-runners' overlaps
+        (``overlaps -> latencies``), with what does not depend on them computed once; ``None``
+        where this predictor has none (the caller predicts ``rows.with_overlaps(overlaps)``)."""
+        return None
+
     def _to_latencies(self, rows: CoLocations, slowdowns: np.ndarray) -> np.ndarray:
         """:meth:`_to_latency` of every row (they share one batch, hence one solo latency)."""
         slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)

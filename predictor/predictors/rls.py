@@ -20,7 +20,14 @@ import numpy as np
 from river import drift
 
 from predictor.colocations import CoLocations
-from predictor.features import FEATURE_SETS, feature_matrix, feature_row, interaction_values, row_layout
+from predictor.features import (
+    FEATURE_SETS,
+    feature_form,
+    feature_matrix,
+    feature_row,
+    interaction_values,
+    row_layout,
+)
 from predictor.predictors.base import LatencyPredictor
 from predictor.records import Record
 from predictor.regressors.rls import RLS
@@ -228,11 +235,41 @@ class RlsPredictor(LatencyPredictor):
             model = self._models.get(key)
             if model is None:
                 continue  # nothing learned for this key: slowdown 1, as predict_slowdown says
-            raw = model.predict_matrix(matrix.names, matrix.values if where is None else matrix.values[where])
-            if self.log_target:
-                raw = np.exp(np.minimum(raw, 10.0))
-            slowdowns[slice(None) if where is None else where] = raw
+            values = matrix.values if where is None else matrix.values[where]
+            slowdowns[slice(None) if where is None else where] = self._slowdowns(model, matrix.names, values)
         return self._to_latencies(rows, slowdowns)
+
+    def _slowdowns(self, model: RLS, names: tuple[str, ...], values: np.ndarray) -> np.ndarray:
+        """The model's slowdowns of the rows of a feature matrix."""
+        return self._slowdowns_of(model.predict_matrix(names, values))
+
+    def _slowdowns_of(self, raw: np.ndarray) -> np.ndarray:
+        return np.exp(np.minimum(raw, 10.0)) if self.log_target else raw
+
+    def colocation_form(self, rows: CoLocations, subset: np.ndarray) -> Callable[[np.ndarray], np.ndarray] | None:
+        """:meth:`predict_colocations` of rows ``subset`` as a function of the overlaps: the
+        feature matrix's constant part built once (:func:`~predictor.features.feature_form`),
+        then per call the overlap-weighted sums, their products and one matrix-vector product;
+        the same numbers. ``None`` with a model per device or device kind, or where the rows
+        have no matrix."""
+        if self.split_by not in (None, "model") or not len(rows):
+            return None
+        form = feature_form(rows, self.features, subset)
+        if form is None:
+            return None
+        model = self._models.get(self._row_groups(rows)[0][0])
+        solo = self.solo_latency(rows.record(0))
+        low, high = self._slowdown_range
+        predict = None if model is None else model.matrix_predictor(form.names)
+
+        def latencies(overlaps: np.ndarray) -> np.ndarray:
+            if predict is None:
+                return np.full(len(form), solo * min(max(1.0, low), high))
+            slowdowns = self._slowdowns_of(predict(form.values(overlaps)))
+            slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
+            return solo * np.minimum(np.maximum(slowdowns, low), high)
+
+        return latencies
 
     def _row_groups(self, rows: CoLocations) -> list[tuple[str, list[int] | None]]:
         """The model key of the rows, and which rows (``None``: all) have it."""

@@ -351,11 +351,19 @@ class RLS:
         Row ``i`` gets what :meth:`predict_one` answers for ``dict(zip(names, values[i]))``
         (up to rounding): unseen names are ignored, like an unseen feature.
         """
+        return self.matrix_predictor(names)(values)
+
+    def matrix_predictor(self, names: tuple[str, ...]) -> Callable[[np.ndarray], np.ndarray]:
+        """:meth:`predict_matrix` for matrices of the columns ``names``, with the weights of those
+        columns looked up once (valid while the model does not learn: a frozen version's)."""
         positions, known = self.index.positions(names)
         if known is not None:
-            positions, values = positions[known], values[:, known]
+            positions = positions[known]
         effective = self.predicting_weights() / np.where(self._column_scale > 0, self._column_scale, np.inf)
-        return values @ effective[positions] + effective[0]
+        weights, intercept = effective[positions], effective[0]
+        if known is None:
+            return lambda values: values @ weights + intercept
+        return lambda values: values[:, known] @ weights + intercept
 
     def learn_one(self, x: Mapping[str, float], y: float) -> None:
         """One RLS step towards ``y`` on the features ``x`` (new names get columns)."""

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
+from predictor.keyed import KeyedMaps
 from predictor.records import RecordError
 from predictor.rpc import convert
 from predictor.rpc.convert import _BOUNDS_PB, _SOURCES, _SOURCES_PB, require_finite, require_finite_arrays
@@ -177,18 +178,14 @@ def _lengths_ok(packed: Any, field: str, allowed: tuple[int, ...]) -> int:
     return size
 
 
-def _rows_of(keys: list[str], values: Any, rows: int, field: str) -> list[Mapping[str, float]]:
-    """One mapping per row of a row-major ``rows x len(keys)`` matrix; NaN: the row lacks the key."""
+def _rows_of(keys: list[str], values: Any, rows: int, field: str) -> Sequence[Mapping[str, float]]:
+    """One mapping per row of a row-major ``rows x len(keys)`` matrix; NaN: the row lacks the key
+    (kept as the matrix, :class:`~predictor.keyed.KeyedMaps`)."""
     if len(set(keys)) != len(keys):
         raise RecordError(f"packed_candidates.{field.replace('values', 'keys')}", "repeats a key")
     if not keys:
         return [_EMPTY] * rows
-    matrix = np.asarray(values, dtype=float).reshape(rows, len(keys))
-    absent = np.isnan(matrix)
-    if not absent.any():
-        return [dict(zip(keys, row, strict=True)) for row in matrix.tolist()]
-    return [{k: v for k, v, gone in zip(keys, row, missing, strict=True) if not gone}
-            for row, missing in zip(matrix.tolist(), absent.tolist(), strict=True)]
+    return KeyedMaps(tuple(keys), np.asarray(values, dtype=float).reshape(rows, len(keys)))
 
 
 def packed_columns_from_pb(packed: Any) -> CandidateColumns:

@@ -32,6 +32,7 @@ import numpy as np
 from predictor import rules
 from predictor.calibration import Bound, BoundSource, check_confidence
 from predictor.colocations import CoLocations
+from predictor.keyed import KeyedMaps
 from predictor.predictors import LatencyPredictor
 from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN
 from predictor.records import (
@@ -55,7 +56,13 @@ from predictor.service.errors import (
     ServiceError,
 )
 from predictor.service.liveview import RunningBatch
-from predictor.service.placements import CandidateColumns, RankingColumns, rank_order, valid_columns
+from predictor.service.placements import (
+    CandidateColumns,
+    EstimatedPaths,
+    RankingColumns,
+    rank_order,
+    valid_columns,
+)
 from predictor.service.published import ModelVersion
 from predictor.service.state import ServiceState
 from predictor.service.terms import terms_of
@@ -115,7 +122,7 @@ class Plan:
     remaining: np.ndarray
     given: np.ndarray
     shapes: list[QueryShape] | None = None  # per row, what its query knew (None: every overlap known)
-    estimated: list[tuple[str, ...]] | None = None
+    estimated: Sequence[tuple[str, ...]] | None = None
 
     @classmethod
     def of(cls, planned: list[Planned]) -> Plan:
@@ -172,18 +179,22 @@ class Plan:
         """Whether some co-runner is given by remaining time (its overlap follows the prediction)."""
         return bool(self.given.size)
 
+    def overlaps_at(self, window: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """The co-runners' overlaps of :meth:`at_window` where ``window[at[k]]`` is the window of
+        the row of remaining-time co-runner ``given[k]`` (windows of some rows only)."""
+        w = window[at]
+        fraction = np.ones(w.size)
+        np.divide(self.remaining[self.given], w, out=fraction, where=~(w <= 0))
+        overlaps = self.rows.overlaps.copy()
+        overlaps[self.given] = np.minimum(fraction, 1.0)
+        return overlaps
+
     def at_window(self, window: np.ndarray) -> CoLocations:
         """The rows with each remaining-time co-runner's overlap for its row's predicted window
         (``window``, per row): ``min(remaining / window, 1)``, or 1 for an idle window (<= 0).
 
         """
-        rows, given = self.rows, self.given
-        w = window[rows.rows_of_runners()[given]]
-        fraction = np.ones(given.size)
-        np.divide(self.remaining[given], w, out=fraction, where=~(w <= 0))
-        overlaps = rows.overlaps.copy()
-        overlaps[given] = np.minimum(fraction, 1.0)
-        return rows.with_overlaps(overlaps)
+        return self.rows.with_overlaps(self.overlaps_at(window, self.rows.rows_of_runners()[self.given]))
 
 
 class Answering:
@@ -403,11 +414,7 @@ class Answering:
         counts = np.diff(candidates.offsets)
         with_overlap = _per_row(candidates.has_overlap, candidates.offsets)
         with_remaining = _per_row(candidates.has_remaining, candidates.offsets)
-        shapes = [
-            _shape_of(n, o, r, bool(sig))
-            for n, o, r, sig in zip(counts.tolist(), with_overlap.tolist(), with_remaining.tolist(),
-                                    candidates.signals, strict=True)
-        ]
+        shapes = _shapes_of(counts, with_overlap, with_remaining, _has_signals(candidates.signals))
         if not live:
             return Plan(rows, remaining, np.flatnonzero(candidates.has_remaining), shapes=shapes, estimated=estimated)
         running = {i: live_view.running(devices[i]) for i in live}
@@ -431,21 +438,15 @@ class Answering:
 
     def _fill_columns(
         self, candidates: CandidateColumns, kinds: Sequence[str]
-    ) -> tuple[np.ndarray, Sequence[Mapping[str, float]], list[tuple[str, ...]] | None]:
+    ) -> tuple[np.ndarray, Sequence[Mapping[str, float]], Sequence[tuple[str, ...]] | None]:
         """The candidates' overlaps and signals with what they leave out estimated
         (:mod:`predictor.service.filling`), and per candidate the paths estimated (``None``: none)."""
         given = candidates.has_overlap
         overlaps = np.where(given, candidates.overlaps, 1.0)
-        n = len(candidates)
-        estimated: list[tuple[str, ...]] = [()] * n
         offsets = candidates.offsets
-        if candidates.has_remaining.any():
-            for i in np.unique(np.searchsorted(offsets, np.flatnonzero(candidates.has_remaining), "right") - 1).tolist():
-                start, stop = int(offsets[i]), int(offsets[i + 1])
-                estimated[i] = tuple(f"co_runners[{j - start}].overlap" for j in range(start, stop)
-                                     if candidates.has_remaining[j])
+        estimated = EstimatedPaths(offsets, candidates.has_remaining)
         if not self.state.config.fill_missing:
-            return overlaps, candidates.signals, estimated if any(estimated) else None
+            return overlaps, candidates.signals, estimated if estimated.any() else None
         filling = self.state.filling
         missing = ~given & ~candidates.has_remaining
         if missing.any():
@@ -455,10 +456,10 @@ class Answering:
                 value = filling.overlap(kinds[i], stop - start)
                 positions = np.flatnonzero(missing[start:stop])
                 overlaps[start + positions] = value
-                estimated[i] = estimated[i] + tuple(f"co_runners[{j}].overlap" for j in positions.tolist())
+            estimated.filled = missing
         signals = candidates.signals
         if not filling.has_signals():
-            return overlaps, signals, estimated if any(estimated) else None
+            return overlaps, signals, estimated if estimated.any() else None
         views: dict[tuple[str, str], tuple[Mapping[str, float], tuple[str, ...]]] = {}
         for i, (device, kind, given_signals) in enumerate(zip(candidates.devices, kinds, signals, strict=True)):
             shared = views.get((device, kind))
@@ -471,8 +472,8 @@ class Answering:
                 if signals is candidates.signals:
                     signals = list(signals)
                 signals[i] = fill[0]
-                estimated[i] = estimated[i] + fill[1]
-        return overlaps, signals, estimated if any(estimated) else None
+                estimated.add(i, fill[1])
+        return overlaps, signals, estimated if estimated.any() else None
 
     @staticmethod
     def _valid_batch(batch: BatchSpec, limit: float) -> bool:
@@ -509,12 +510,21 @@ class Answering:
             plan = Plan.of([plan])
         if not plan.moving:
             return plan.rows, monotone.latencies(predictor, plan.rows)
-        moving = np.zeros(len(plan.rows), dtype=bool)
-        moving[plan.rows.rows_of_runners()[plan.given]] = True
+        # Rows are independent: the fixed point runs over the moving rows alone, each asking the
+        # predictor's form of those rows (built once); the others are predicted once.
+        rows = plan.rows
+        row_of = rows.rows_of_runners()
+        moving = np.unique(row_of[plan.given])
+        still = np.setdiff1d(np.arange(len(rows)), moving, assume_unique=True)
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
-        window = monotone.fixed_point(
-            lambda w: monotone.latencies(predictor, plan.at_window(w)), moving, solo, high, low
-        )
+        evaluate = monotone.overlap_latencies(predictor, rows, moving)
+        at = np.searchsorted(moving, row_of[plan.given])
+        found = monotone.fixed_point(lambda w: evaluate(plan.overlaps_at(w, at)), np.ones(moving.size, dtype=bool),
+                                     solo, high, low)
+        window = np.empty(len(rows))
+        window[moving] = found
+        if still.size:
+            window[still] = monotone.overlap_latencies(predictor, rows, still)(rows.overlaps)
         return plan.at_window(window), window
 
     @staticmethod
@@ -599,7 +609,7 @@ class Answering:
             observations_learned=learned,
             deadline_ms=deadline_ms,
             row_bounds=row_bounds,
-            shapes=[shape.key for shape in shapes],
+            shapes=_keys_of(shapes),
             fallback=fallback,
             raw_latency_ms=raw,
             estimated=[plan.estimated] if isinstance(plan, Planned) else plan.estimated,
@@ -659,7 +669,7 @@ class Answering:
             )
         uppers = np.empty(n)
         probabilities = _filled(n, math.nan)
-        row_bounds: list[Bound] = [None] * n  # type: ignore[list-item]
+        bound_of: list[Bound] = []  # per cell
         fallback = np.zeros(n, dtype=bool)
         corrections = np.ones(n)
         groups = _cells(shapes, rows)
@@ -674,8 +684,7 @@ class Answering:
                 p = np.minimum(p, [NormalDist().cdf(round(v, 9)) for v in x.tolist()]) if limit > 0 else p * 0
             return p
 
-        for (shape, kind, count), index in groups.items():
-            at = _ROW0 if n == 1 else np.asarray(index, dtype=np.intp)
+        for (shape, kind, count), at in groups:
             correction, factor = calibrator.factors(shape, kind, count, model, confidence)
             unseen = unseen_model or not calibrator.knows_kind(kind)
             corrections[at] = 1.0 if unseen else correction
@@ -684,8 +693,7 @@ class Answering:
                 factor = wide
                 fallback[at] = True
             uppers[at] = latencies[at] * factor.upper_ms
-            for i in index:
-                row_bounds[i] = factor
+            bound_of.append(factor)
             if deadline_ms is None:
                 continue
 
@@ -693,9 +701,20 @@ class Answering:
             if extra_ms is None:
                 probabilities[at] = within(cell, latencies[at], deadline_ms)
             else:
-                limits = np.nan_to_num(deadline_ms - extra_ms[at], nan=0.0, neginf=0.0).tolist()
-                probabilities[at] = [float(within(cell, latencies[i:i + 1], limit)[0])
-                                     for i, limit in zip(index, limits, strict=True)]
+                # one call per distinct time left (rows of one device share it), each row's as alone
+                limits = np.nan_to_num(deadline_ms - extra_ms[at], nan=0.0, neginf=0.0)
+                distinct, which = np.unique(limits, return_inverse=True)
+                for j, limit in enumerate(distinct.tolist()):
+                    rows_at = at[which == j]
+                    probabilities[rows_at] = within(cell, latencies[rows_at], limit)
+        if n == 1:
+            return uppers, probabilities, bound_of, fallback, corrections
+        cell_of = np.empty(n, dtype=np.intp)
+        cells = np.empty(len(groups), dtype=object)
+        for c, (_, at) in enumerate(groups):
+            cell_of[at] = c
+            cells[c] = bound_of[c]
+        row_bounds = cells[cell_of].tolist()
         return uppers, probabilities, row_bounds, fallback, corrections
 
     def replay(self, record: Record) -> list[tuple[QueryShape, float]]:
@@ -791,6 +810,54 @@ def _predict(predictor: LatencyPredictor, rows: Record | CoLocations) -> np.ndar
     return predictor.predict_colocations(rows)
 
 
+def _cells(shapes: Sequence[QueryShape], rows: CoLocations) -> list[tuple[tuple[QueryShape, str, int], np.ndarray]]:
+    """The rows of each calibration cell (shape, device kind, count bucket), cells in order of
+    first row, rows ascending (a single row's without arrays). Shapes are told apart by identity
+    (equal shapes are mostly one cached object; two equal ones only make two cells with the same
+    answers)."""
+    offsets, kinds = rows.offsets, rows.device_kinds
+    if len(shapes) == 1:
+        return [((shapes[0], kinds[0], min(int(offsets[1] - offsets[0]), MAX_COUNT)), _ROW0)]
+    buckets = np.minimum(np.diff(offsets), MAX_COUNT).tolist()  # count_bucket of every row
+    firsts: dict[tuple[int, str, int], int] = {}
+    keys = list(zip(map(id, shapes), kinds, buckets, strict=True))
+    codes = np.fromiter(map(firsts.setdefault, keys, range(len(keys))), dtype=np.intp, count=len(keys))
+    if len(firsts) == 1:
+        return [((shapes[0], kinds[0], buckets[0]), np.arange(len(keys)))]
+    order = np.argsort(codes, kind="stable")
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    return [((shapes[first], kinds[first], buckets[first]), at)
+            for first, at in zip(sorted(firsts.values()), np.split(order, bounds), strict=True)]
+
+
+def _shapes_of(counts: np.ndarray, overlaps: np.ndarray, remaining: np.ndarray, signals: np.ndarray
+               ) -> list[QueryShape]:
+    """:func:`_shape_of` of every candidate: once per distinct combination, spread by index."""
+    base = int(counts.max()) + 1 if counts.size else 1  # overlaps, remaining <= counts: one integer per combination
+    codes = ((counts.astype(np.int64) * base + overlaps) * base + remaining) * 2 + signals
+    distinct, inverse = np.unique(codes, return_inverse=True)
+    found = np.empty(len(distinct), dtype=object)
+    for j, code in enumerate(distinct.tolist()):
+        rest, s = divmod(code, 2)
+        rest, r = divmod(rest, base)
+        n, o = divmod(rest, base)
+        found[j] = _shape_of(n, o, r, bool(s))
+    return found[inverse].tolist()
+
+
+def _has_signals(signals: Sequence[Mapping[str, float]]) -> np.ndarray:
+    """Whether each candidate gives signals."""
+    if isinstance(signals, KeyedMaps):
+        return signals.nonempty()
+    return np.fromiter(map(bool, signals), dtype=bool, count=len(signals))
+
+
+def _keys_of(shapes: Sequence[QueryShape]) -> list[str]:
+    """``shape.key`` of every shape, computed once per distinct shape object."""
+    keys: dict[int, str] = {}
+    return [keys.get(id(s)) or keys.setdefault(id(s), s.key) for s in shapes]
+
+
 @functools.lru_cache(maxsize=256)
 def _shape_of(co_runners: int, overlaps: int, remaining: int, signals: bool) -> QueryShape:
     """:meth:`QueryShape.of <predictor.shapes.QueryShape.of>` of a candidate's counts, looked up
@@ -799,19 +866,6 @@ def _shape_of(co_runners: int, overlaps: int, remaining: int, signals: bool) -> 
 
 
 _ROW0 = np.zeros(1, dtype=np.intp)
-
-
-def _cells(shapes: Sequence[QueryShape], rows: CoLocations) -> dict[tuple[QueryShape, str, int], list[int]]:
-    """The rows of each calibration cell: query shape, device kind and co-runner count bucket
-    (a single row's without arrays)."""
-    offsets = rows.offsets
-    if len(shapes) == 1:
-        return {(shapes[0], rows.device_kinds[0], min(int(offsets[1] - offsets[0]), MAX_COUNT)): [0]}
-    buckets = np.minimum(np.diff(offsets), MAX_COUNT).tolist()  # count_bucket of every row
-    groups: dict[tuple[QueryShape, str, int], list[int]] = {}
-    for i, cell in enumerate(zip(shapes, rows.device_kinds, buckets, strict=True)):
-        groups.setdefault(cell, []).append(i)
-    return groups
 
 
 def _filled(n: int, value: float) -> np.ndarray:

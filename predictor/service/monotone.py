@@ -43,6 +43,7 @@ from collections.abc import Callable
 import numpy as np
 
 from predictor.colocations import CoLocations
+from predictor.keyed import KeyedMaps
 from predictor.predictors import LatencyPredictor
 from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN
 from predictor.records import Record
@@ -66,6 +67,9 @@ def needs_clipping(rows: CoLocations | Record) -> bool:
     if isinstance(rows, Record):
         return any(c.attrs and min(c.attrs.values()) < 0 for c in rows.co_runners)
     cached = rows.cache.get("negative_attrs")
+    if cached is None and isinstance(rows.attrs, KeyedMaps):
+        values = rows.attrs.present()
+        cached = rows.cache["negative_attrs"] = bool(values.size and values.min() < 0)
     if cached is None:
         values = np.fromiter(itertools.chain.from_iterable(map(_VALUES, rows.attrs)), dtype=float)
         cached = rows.cache["negative_attrs"] = bool(values.size and values.min() < 0)
@@ -90,6 +94,20 @@ def latencies(predictor: LatencyPredictor, rows: CoLocations) -> np.ndarray:
             rows = clipped(rows)
         return _predict(predictor, rows)
     return additive(predictor, rows)
+
+
+def overlap_latencies(
+    predictor: LatencyPredictor, rows: CoLocations, subset: np.ndarray
+) -> Callable[[np.ndarray], np.ndarray]:
+    """``latencies(predictor, rows.with_overlaps(overlaps))[subset]`` as a function of ``overlaps``
+    (one per co-runner of ``rows``), with what does not depend on them computed once where the
+    predictor answers directly and has a :meth:`~predictor.predictors.base.LatencyPredictor.colocation_form`
+    (a fixed point asks it a dozen times)."""
+    if len(rows) > 1 and direct(predictor, dict(rows.batch.attrs)):
+        form = predictor.colocation_form(clipped(rows) if needs_clipping(rows) else rows, subset)
+        if form is not None:
+            return form
+    return lambda overlaps: latencies(predictor, rows.with_overlaps(overlaps))[subset]
 
 
 def _predict(predictor: LatencyPredictor, rows: CoLocations) -> np.ndarray:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -133,6 +133,56 @@ class CandidateColumns:
             for i, source in enumerate(sources)
             if source is CoRunnerSource.LIVE_VIEW or (source is CoRunnerSource.AUTO and not counts[i])
         ]
+
+
+class EstimatedPaths(Sequence[tuple[str, ...]]):
+    """Per candidate, the paths of the fields the service estimated because the query left them
+    out (``co_runners[j].overlap``, ``signals.S``), as the per-candidate path names them; each
+    tuple is built when asked for (a packed answer asks for none).
+
+    Parameters
+    ----------
+    offsets
+        The candidates' co-runner offsets.
+    moving
+        Per co-runner: given by remaining time (its overlap estimated from the predicted window).
+    """
+
+    def __init__(self, offsets: np.ndarray, moving: np.ndarray):
+        self.offsets = offsets
+        self.moving = moving
+        self.filled = np.zeros_like(moving)
+        self.extra: dict[int, tuple[str, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: Any) -> Any:
+        if not isinstance(i, (int, np.integer)):
+            return [self[j] for j in range(len(self))[i]]
+        if i < 0:
+            i += len(self)
+        start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
+        overlaps = tuple(f"co_runners[{j - start}].overlap" for j in range(start, stop) if self.moving[j])
+        filled = tuple(f"co_runners[{j - start}].overlap" for j in range(start, stop) if self.filled[j])
+        return overlaps + filled + self.extra.get(i, ())
+
+    def __setitem__(self, i: int, paths: tuple[str, ...]) -> None:
+        """Candidate ``i``'s paths, replaced (the co-runners' own flags no longer count)."""
+        start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
+        self.moving = self.moving.copy()
+        self.filled = self.filled.copy()
+        self.moving[start:stop] = False
+        self.filled[start:stop] = False
+        self.extra[i] = tuple(paths)
+
+    def add(self, i: int, paths: tuple[str, ...]) -> None:
+        """Append ``paths`` to candidate ``i``'s."""
+        self.extra[i] = self.extra.get(i, ()) + tuple(paths)
+
+    def any(self) -> bool:
+        """Whether some candidate has a path."""
+        return bool(self.moving.any() or self.filled.any() or any(self.extra.values()))
 
 
 def valid_columns(
