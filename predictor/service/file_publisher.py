@@ -26,7 +26,8 @@ from typing import Any
 from predictor.service.published import COPY_SHARE, ModelVersion
 from predictor.service.shards import ShardMap
 from predictor.service.state import ServiceState
-from predictor.service.version_file import VersionFile, dumps
+from predictor.service.version_file import VersionFile
+from predictor.service.version_pickle import dumps
 
 log = logging.getLogger("predictor.service")
 

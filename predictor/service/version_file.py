@@ -10,55 +10,52 @@ live view's books) for the answering processes of the same machine:
 * :meth:`VersionReader.latest` reads the counter from its memory map (no system call) and loads
   the file again only when it moved. Checking costs well under a microsecond per call.
 
-Objects are pickled with their locks replaced by fresh ones (and read-only mapping views as copies) (:class:`_LockFreePickler`), so that a
-book guarded by a ``threading.Lock`` can be copied while its lock is held; a live view's journal
-(its side log, an open file) stays with the learner.
+What is pickled, and how consecutive versions share their unchanged parts (residual windows),
+is :mod:`predictor.service.version_pickle`. A file holds, after its generation, the lengths of its
+main pickle and of its parts (``<generation> <main length> <part count>``, then a key and a length
+per part, then the main pickle, then the parts): a reader unpickles only the parts it does not hold
+from the version it read before.
 """
 
 from __future__ import annotations
 
-import io
 import mmap
 import os
-import pickle
 import struct
 import threading
-import types
 from pathlib import Path
 from typing import Any
 
+from predictor.service.version_pickle import KEY_BYTES, PartReader, PartWriter, dumps
+
+__all__ = ["VersionFile", "VersionReader", "dumps", "layout", "parse"]
+
 _COUNTER = struct.Struct("<q")
-_LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
+_HEAD = struct.Struct("<qqq")  # generation, main pickle's length, parts
+_PART = struct.Struct(f"<{KEY_BYTES}sq")  # a part's key and length
 
 
-def _no_journal() -> None:
-    return None
+def layout(generation: int, main: bytes, parts: dict[bytes, bytes]) -> list[bytes]:
+    """A version file's content, in pieces (see the module documentation)."""
+    head = [_HEAD.pack(generation, len(main), len(parts))]
+    head += [_PART.pack(key, len(data)) for key, data in parts.items()]
+    return [*head, main, *parts.values()]
 
 
-def _mapping_proxy(mapping: dict) -> types.MappingProxyType:
-    return types.MappingProxyType(mapping)
-
-
-class _LockFreePickler(pickle.Pickler):
-    """A pickler that writes a fresh lock for every lock, and no side log for a live view's journal."""
-
-    def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, types.MappingProxyType):  # read-only views (a topology's tables)
-            return _mapping_proxy, (dict(obj),)
-        if isinstance(obj, _LOCK_TYPES):
-            return (threading.Lock if isinstance(obj, _LOCK_TYPES[0]) else threading.RLock), ()
-        from predictor.service.livelog import LiveLog
-
-        if isinstance(obj, LiveLog):
-            return _no_journal, ()
-        return NotImplemented
-
-
-def dumps(obj: Any) -> bytes:
-    """``obj`` pickled with fresh locks (see the module documentation)."""
-    buffer = io.BytesIO()
-    _LockFreePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
-    return buffer.getvalue()
+def parse(data: bytes) -> tuple[int, memoryview, dict[bytes, memoryview]]:
+    """A version file's generation, main pickle and parts (views of ``data``: nothing copied)."""
+    view = memoryview(data)
+    generation, main_length, count = _HEAD.unpack_from(view, 0)
+    offset = _HEAD.size + count * _PART.size
+    main = view[offset:offset + main_length]
+    offset += main_length
+    parts = {}
+    for key, length in _PART.iter_unpack(view[_HEAD.size:_HEAD.size + count * _PART.size]):
+        parts[key] = view[offset:offset + length]
+        offset += length
+    if offset != len(view):
+        raise ValueError(f"version file: {len(view)} bytes, its head describes {offset}")
+    return generation, main, parts
 
 
 class VersionFile:
@@ -78,6 +75,7 @@ class VersionFile:
         self.counter_path = Path(folder) / f"{name}.gen"
         self.generation = 0
         self.bytes_written = 0
+        self.parts = PartWriter()
         self._lock = threading.Lock()
         if not self.counter_path.exists() or self.counter_path.stat().st_size != _COUNTER.size:
             tmp = self.counter_path.with_name(f".{self.counter_path.name}.tmp")
@@ -89,27 +87,33 @@ class VersionFile:
         self.generation = _COUNTER.unpack_from(self._map, 0)[0]
 
     def write(self, obj: Any) -> int:
-        """Publish ``obj`` (pickled now) as the next generation; returns that generation."""
-        return self.write_bytes(dumps(obj))
+        """Publish ``obj`` (pickled now, its unchanged parts reused) as the next generation; returns it."""
+        with self._lock:
+            main, parts = self.parts.encode(obj)
+            return self._write(main, parts)
 
     def write_bytes(self, payload: bytes) -> int:
-        """Publish an object already pickled (:func:`dumps`) as the next generation; returns it.
+        """Publish an object already pickled (:func:`dumps`, no shared parts) as the next generation;
+        returns it.
 
         After :meth:`close` (the learner stopping) nothing is published: the generation stays.
         """
         with self._lock:
-            if self._map.closed:
-                return self.generation
-            generation = self.generation + 1
-            tmp = self.path.with_name(f".{self.path.name}.{generation}.tmp")
-            with open(tmp, "wb") as out:
-                out.write(_COUNTER.pack(generation))
-                out.write(payload)
-            os.replace(tmp, self.path)
-            _COUNTER.pack_into(self._map, 0, generation)
-            self.generation = generation
-            self.bytes_written = len(payload)
-            return generation
+            return self._write(payload, {})
+
+    def _write(self, main: bytes, parts: dict[bytes, bytes]) -> int:
+        if self._map.closed:
+            return self.generation
+        generation = self.generation + 1
+        tmp = self.path.with_name(f".{self.path.name}.{generation}.tmp")
+        pieces = layout(generation, main, parts)
+        with open(tmp, "wb") as out:
+            out.writelines(pieces)
+        os.replace(tmp, self.path)
+        _COUNTER.pack_into(self._map, 0, generation)
+        self.generation = generation
+        self.bytes_written = sum(len(piece) for piece in pieces)
+        return generation
 
     def close(self) -> None:
         """Release the counter's memory map (after a write in flight ends; once)."""
@@ -134,6 +138,7 @@ class VersionReader:
         self.counter_path = Path(folder) / f"{name}.gen"
         self.generation = 0  # of the object held
         self.loads = 0
+        self.parts = PartReader()
         self._obj: Any = None
         self._map: mmap.mmap | None = None
         self._lock = threading.Lock()
@@ -164,8 +169,8 @@ class VersionReader:
         with self._lock:
             if self.published_generation() != self.generation:
                 with open(self.path, "rb") as source:
-                    data = source.read()
-                self._obj = pickle.loads(memoryview(data)[_COUNTER.size:])
-                self.generation = _COUNTER.unpack_from(data, 0)[0]
+                    generation, main, parts = parse(source.read())
+                self._obj = self.parts.loads(main, parts)
+                self.generation = generation
                 self.loads += 1
             return self._obj
