@@ -210,3 +210,24 @@ def test_readers_never_see_a_torn_version_of_shared_parts(tmp_path):
         stop.set()
         thread.join()
     assert len(seen) > 1
+
+
+def test_a_version_not_required_is_loaded_in_the_background_and_a_required_one_at_once(tmp_path):
+    writer, reader = VersionFile(tmp_path, "v"), VersionReader(tmp_path, "v")
+    try:
+        writer.write({"n": 1})
+        assert reader.latest() == {"n": 1}
+        for n in (2, 3):  # published while learning: answers go on from the version held meanwhile
+            writer.write({"n": n}, required=False)
+        assert reader.latest() in ({"n": 1}, {"n": 3})
+        deadline = time.monotonic() + 10
+        while reader.generation != 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert reader.latest() == {"n": 3} and reader.loads_in_background == 1  # generation 2 skipped
+        writer.write({"n": 4}, required=False)
+        writer.require()  # what the learner does before it acknowledges a write: seen at once
+        assert reader.latest() == {"n": 4}
+        writer.write({"n": 5})
+        assert reader.latest() == {"n": 5}
+    finally:
+        reader.close()

@@ -121,6 +121,8 @@ def run_learner(config: ServiceConfig, options: Any, shard: int, shards: ShardMa
     stop.wait()
     stop_server(server, service, options.grace_s)
     publisher.stop()
+    log.info("model versions written: %d (residual windows pickled: %d)", publisher.writes,
+             publisher.models.parts.pickled)
     gauges.stop()
     if receiver is not None:
         receiver.stop()
