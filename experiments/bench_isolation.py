@@ -65,6 +65,7 @@ class Config:
     n_queries: int = 64
     baseline: str = ""  # a checkout of the code before a change (e.g. from `git archive`): its servers too
     baseline_workers: tuple[int, ...] = (2,)
+    learner_nice: tuple[int, ...] = (0,)  # each --workers N > 1 server once per --learner-nice value
     seed: int = 0
 
 
@@ -109,8 +110,12 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="bench-isolation-"))
     warm = folder / "warm.jsonl.gz"
     write_records(warm, synthetic_records(config.warm_records, seed=config.seed + 1, devices=bench_rpc.DEVICES))
-    servers = {f"--workers {w}": start_server(folder, f"workers {w}", ["--workers", str(w), "--warm-start", str(warm)])
-               for w in config.workers}
+    servers = {}
+    for w in config.workers:
+        for nice in config.learner_nice if w > 1 else (0,):
+            extra = ["--learner-nice", str(nice)] if nice else []
+            label = " ".join(["--workers", str(w), *extra])
+            servers[label] = start_server(folder, label, ["--workers", str(w), "--warm-start", str(warm), *extra])
     if config.baseline:  # the servers of another checkout (before a change), measured beside
         servers |= {f"baseline --workers {w}": start_server(folder, f"baseline workers {w}",
                                                             ["--workers", str(w), "--warm-start", str(warm)],
