@@ -14,6 +14,9 @@ back for ``duration_s``:
   ``duration_s`` in the flow-control windows between client, worker and learner, and measure the
   backlog's drain instead).
 
+With ``--baseline DIR`` (a checkout of an earlier commit, its generated code in place), that
+checkout's servers (``--baseline-workers``, default 2) are measured beside them, interleaved.
+
 Prints per server the p50 and p99 of the answers' latencies in each condition (medians over the
 repeats), the ratio ingest/idle (median of the per-repeat ratios; the target is p99 <= 1.3x) and
 the records/s the stream achieved.
@@ -60,6 +63,9 @@ class Config:
     records: str = "predictor/data/cpu-default.jsonl.gz"
     warm_records: int = 300
     n_queries: int = 64
+    baseline: str = ""  # a checkout of the code before a change (e.g. from `git archive`): its servers too
+    baseline_workers: tuple[int, ...] = (2,)
+    learner_nice: tuple[int, ...] = (0,)  # each --workers N > 1 server once per --learner-nice value
     seed: int = 0
 
 
@@ -104,8 +110,17 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="bench-isolation-"))
     warm = folder / "warm.jsonl.gz"
     write_records(warm, synthetic_records(config.warm_records, seed=config.seed + 1, devices=bench_rpc.DEVICES))
-    servers = {f"--workers {w}": start_server(folder, f"workers {w}", ["--workers", str(w), "--warm-start", str(warm)])
-               for w in config.workers}
+    servers = {}
+    for w in config.workers:
+        for nice in config.learner_nice if w > 1 else (0,):
+            extra = ["--learner-nice", str(nice)] if nice else []
+            label = " ".join(["--workers", str(w), *extra])
+            servers[label] = start_server(folder, label, ["--workers", str(w), "--warm-start", str(warm), *extra])
+    if config.baseline:  # the servers of another checkout (before a change), measured beside
+        servers |= {f"baseline --workers {w}": start_server(folder, f"baseline workers {w}",
+                                                            ["--workers", str(w), "--warm-start", str(warm)],
+                                                            Path(config.baseline).resolve())
+                    for w in config.baseline_workers}
     pool = ClientPool(config.clients + 1)
     runs: dict[str, dict[str, list]] = {label: {"p50": [], "p99": [], "ingest_p50": [], "ingest_p99": [],
                                                  "records_per_s": []} for label in servers}

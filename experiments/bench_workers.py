@@ -11,7 +11,8 @@ taken within each repeat (medians over the repeats), and checks that every serve
 with the same predictions (naming the fields that differ otherwise).
 
 With ``--baseline DIR`` (a checkout of an earlier commit, its generated code in place), that
-checkout's single process is measured beside them: ``--workers 1`` must be no slower.
+checkout's servers (``--baseline-workers``, default 1: the single process, which ``--workers 1``
+must be no slower than) are measured beside them.
 
 Run: ``.venv/bin/python -m experiments.bench_workers`` (``--workers 1,2 --clients 4 --repeats 3``)
 """
@@ -53,7 +54,8 @@ class Config:
     repeats: int = 3
     warm_records: int = 300
     n_queries: int = 64
-    baseline: str = ""  # a checkout of the code before this change (e.g. from `git archive`): its single process too
+    baseline: str = ""  # a checkout of the code before a change (e.g. from `git archive`): its servers too
+    baseline_workers: tuple[int, ...] = (1,)
     seed: int = 0
 
 
@@ -105,9 +107,11 @@ def main() -> None:
     write_records(warm, synthetic_records(config.warm_records, seed=config.seed + 1, devices=bench_rpc.DEVICES))
     servers = {f"--workers {w}": start_server(folder, f"workers {w}", ["--workers", str(w), "--warm-start", str(warm)])
                for w in config.workers}
-    if config.baseline:  # the single process of another checkout (before this change)
-        servers[f"baseline {config.baseline}"] = start_server(folder, "baseline", ["--warm-start", str(warm)],
-                                                              Path(config.baseline).resolve())
+    if config.baseline:  # the servers of another checkout (before a change)
+        servers |= {f"baseline --workers {w}": start_server(folder, f"baseline workers {w}",
+                                                            ["--workers", str(w), "--warm-start", str(warm)],
+                                                            Path(config.baseline).resolve())
+                    for w in config.baseline_workers}
     targets = {label: target for label, (_, target) in servers.items()}
     pool = ClientPool(config.clients)
     rates: dict[str, list[float]] = {label: [] for label in servers}

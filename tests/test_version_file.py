@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import pickle
 import threading
+import time
 
 import numpy as np
 import pytest
 
+from predictor.calibration import ResidualWindow
 from predictor.records import BatchSpec
 from predictor.service import CoRunnerSource, Query, Service, ServiceConfig
 from predictor.service.file_publisher import FilePublisher
 from predictor.service.shards import ShardMap
 from predictor.service.synthetic import synthetic_records
 from predictor.service.version_file import VersionFile, VersionReader
+from predictor.service.version_pickle import PackedWindow
 from predictor.service.workers import worker_service
 
 
@@ -124,3 +128,106 @@ def test_a_write_after_close_publishes_nothing_and_close_is_idempotent(tmp_path)
     writer.close()
     assert writer.write({"n": 2}) == 1
     assert reader.latest() == {"n": 1} and reader.generation == 1
+
+
+def window_of(values: list[float], size: int = 50) -> ResidualWindow:
+    window = ResidualWindow(size)
+    for value in values:
+        window.add(value)
+    return window
+
+
+def test_a_window_read_back_is_the_same_window_unpacked_on_first_use(tmp_path):
+    window = window_of([0.3, -0.1, 0.7, 0.2])
+    writer, reader = VersionFile(tmp_path, "v"), VersionReader(tmp_path, "v")
+    writer.write({"w": window})
+    copy = reader.latest()["w"]
+    assert type(copy) is PackedWindow and "_sorted" not in vars(copy)  # not unpacked yet
+    assert len(copy) == 4 and type(copy) is ResidualWindow  # unpacked: a plain window
+    assert copy.values() == window.values() and copy._sorted == window._sorted
+    assert copy.quantile(0.5) == window.quantile(0.5) and copy.cdf(0.25) == window.cdf(0.25)
+    # an unread one pickles as the plain window it stands for
+    writer.write({"w": window})
+    unread = VersionReader(tmp_path, "v").latest()["w"]
+    assert type(unread) is PackedWindow
+    assert pickle.dumps(unread) == pickle.dumps(pickle.loads(pickle.dumps(window)))
+
+
+def test_unchanged_windows_are_neither_written_nor_read_again(tmp_path):
+    kept, changed = window_of([1.0, 2.0]), window_of([3.0])
+    writer, reader = VersionFile(tmp_path, "v"), VersionReader(tmp_path, "v")
+    writer.write({"kept": kept, "changed": changed, "again": kept})
+    first = reader.latest()
+    assert first["kept"] is first["again"] and reader.parts.unpickled == 2
+    for value in (4.0, 5.0):  # two generations; the reader skips the first
+        changed = window_of([3.0, value])
+        writer.write({"kept": kept, "changed": changed, "again": kept})
+    assert writer.parts.pickled == 4
+    second = reader.latest()
+    assert second["kept"] is first["kept"] and reader.parts.unpickled == 3  # only the changed one read
+    assert second["changed"].values() == [3.0, 5.0] and second["kept"].values() == [1.0, 2.0]
+    # a window changed in place (a live one, not a copy) is written again
+    kept.add(9.0)
+    writer.write({"kept": kept})
+    assert reader.latest()["kept"].values() == [1.0, 2.0, 9.0]
+
+
+def test_a_learner_started_again_never_reuses_a_part_a_reader_holds(tmp_path):
+    writer, reader = VersionFile(tmp_path, "v"), VersionReader(tmp_path, "v")
+    writer.write({"w": window_of([1.0])})
+    assert reader.latest()["w"].values() == [1.0]
+    writer.close()
+    again = VersionFile(tmp_path, "v")  # counts its parts from 1 again
+    again.write({"w": window_of([2.0])})
+    assert reader.latest()["w"].values() == [2.0]
+
+
+def test_readers_never_see_a_torn_version_of_shared_parts(tmp_path):
+    writer, reader = VersionFile(tmp_path, "v"), VersionReader(tmp_path, "v")
+    fixed = window_of([0.5] * 40)
+    writer.write({"fixed": fixed, "moving": [window_of([0.0] * 40) for _ in range(8)]})
+    stop = threading.Event()
+
+    def write() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            moving = [window_of([float(i)] * 40) for _ in range(8)]
+            writer.write({"fixed": fixed, "moving": moving})
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    seen = set()
+    try:
+        for _ in range(300):
+            version = reader.latest()
+            values = {v for window in version["moving"] for v in window.values()}
+            assert len(values) == 1  # whole: one write's windows throughout
+            assert version["fixed"].values() == [0.5] * 40
+            seen |= values
+            time.sleep(0.0005)  # let the writer in
+    finally:
+        stop.set()
+        thread.join()
+    assert len(seen) > 1
+
+
+def test_a_version_not_required_is_loaded_in_the_background_and_a_required_one_at_once(tmp_path):
+    writer, reader = VersionFile(tmp_path, "v"), VersionReader(tmp_path, "v")
+    try:
+        writer.write({"n": 1})
+        assert reader.latest() == {"n": 1}
+        for n in (2, 3):  # published while learning: answers go on from the version held meanwhile
+            writer.write({"n": n}, required=False)
+        assert reader.latest() in ({"n": 1}, {"n": 3})
+        deadline = time.monotonic() + 10
+        while reader.generation != 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert reader.latest() == {"n": 3} and reader.loads_in_background == 1  # generation 2 skipped
+        writer.write({"n": 4}, required=False)
+        writer.require()  # what the learner does before it acknowledges a write: seen at once
+        assert reader.latest() == {"n": 4}
+        writer.write({"n": 5})
+        assert reader.latest() == {"n": 5}
+    finally:
+        reader.close()

@@ -257,3 +257,12 @@ def test_answers_given_by_workers_are_linked_to_their_observations_by_the_learne
         assert (status.answers_linked, status.answers_remembered) == (CONNECTIONS, 0)
     finally:
         assert server.stop(timeout=60) == 0
+
+
+@pytest.mark.parametrize("nice", [-1, 20])
+def test_serve_refuses_a_learner_niceness_out_of_range(nice, capsys):
+    from predictor.rpc.serve import ServeOptions, serve
+    from predictor.service import ServiceConfig
+
+    assert serve(ServiceConfig(), ServeOptions(workers=2, learner_nice=nice)) == 2
+    assert f"--learner-nice must be in 0..19, got {nice}" in capsys.readouterr().err

@@ -210,6 +210,11 @@ def register(subparsers: Any) -> None:
         help="with --workers > 1: the device kinds (comma-separated) of one learner (repeatable; kinds named by "
         "none go to the first; state in --state/shard-<i>)",
     )
+    scale.add_argument(
+        "--learner-nice", type=int, default=0, metavar="N",
+        help="with --workers > 1: the learner processes' niceness increment (0-19; e.g. 10: when the CPUs are "
+        "short, answers run before learning, and ingest takes what they leave; default 0)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -269,6 +274,7 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         protect_reads=args.protect_reads,
         workers=args.workers,
         shards=tuple(args.shard or ()),
+        learner_nice=args.learner_nice,
     )
 
 

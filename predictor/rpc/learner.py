@@ -94,6 +94,8 @@ def run_learner(config: ServiceConfig, options: Any, shard: int, shards: ShardMa
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s learner-{shard} %(levelname)s %(message)s")
     stop = threading.Event()
     child_signals(stop)
+    if options.learner_nice:  # answers first when the CPUs are short (the workers keep niceness 0)
+        os.nice(options.learner_nice)
     service = Service(config)
     publisher = FilePublisher(service.state, folder, shard, shards, config.publish_every_s)
     server, _ = create_server(
@@ -121,6 +123,8 @@ def run_learner(config: ServiceConfig, options: Any, shard: int, shards: ShardMa
     stop.wait()
     stop_server(server, service, options.grace_s)
     publisher.stop()
+    log.info("model versions written: %d (residual windows pickled: %d)", publisher.writes,
+             publisher.models.parts.pickled)
     gauges.stop()
     if receiver is not None:
         receiver.stop()

@@ -59,6 +59,7 @@ class ServeOptions:
     protect_reads: bool = False
     workers: int = 1  # answering processes; > 1: learner processes and workers (predictor.rpc.supervisor)
     shards: tuple[str, ...] = ()  # --shard: device kinds per learner (predictor.service.shards)
+    learner_nice: int = 0  # the learner processes' niceness increment (--workers > 1)
 
 
 def security_from_options(options: ServeOptions) -> tuple[Any, Any]:
@@ -106,6 +107,9 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         return 2
     if options.workers < 1:
         print(f"predictor serve: error: --workers must be >= 1, got {options.workers}", file=sys.stderr)
+        return 2
+    if not 0 <= options.learner_nice <= 19:
+        print(f"predictor serve: error: --learner-nice must be in 0..19, got {options.learner_nice}", file=sys.stderr)
         return 2
     if options.shards and options.workers < 2:
         print("predictor serve: error: --shard needs --workers 2 or more (one process learns every kind)",

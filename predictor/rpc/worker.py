@@ -247,6 +247,11 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
         print(f"predictor serve: worker {index} (pid {os.getpid()}) answering on port {bound}", flush=True)
     stop.wait()
     stop_server(server, service, options.grace_s)
+    for reader in state.models:
+        reader.close()
+    log.info("model versions loaded: %d (%d in the background), residual windows read: %d",
+             sum(r.loads for r in state.models), sum(r.loads_in_background for r in state.models),
+             sum(r.parts.unpickled for r in state.models))
     if isinstance(memory, ForwardedMemory):
         memory.stop()
     servicer.close()

@@ -8,9 +8,11 @@ does and publishes :class:`~predictor.service.published.ModelVersion` objects in
 * a background thread writes the latest in-process version whenever its generation moved, at
   most once per ``every_s`` (and never more often than :data:`~predictor.service.published.COPY_SHARE`
   times the time the last write took);
+  (*not required*: a worker answers from the version it holds while it loads this one);
 * :meth:`FilePublisher.flush` writes it at once, with the books (the live view, queues, memory,
-  transfers and the filling estimates) when asked: the learner's RPC handlers flush before they
-  answer, so that what an acknowledgement covers is in every worker's answers after it.
+  transfers and the filling estimates) when asked, and marks it *required*: the learner's RPC
+  handlers flush before they answer, so that what an acknowledgement covers is in every worker's
+  answers after it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from typing import Any
 from predictor.service.published import COPY_SHARE, ModelVersion
 from predictor.service.shards import ShardMap
 from predictor.service.state import ServiceState
-from predictor.service.version_file import VersionFile, dumps
+from predictor.service.version_file import VersionFile
+from predictor.service.version_pickle import dumps
 
 log = logging.getLogger("predictor.service")
 
@@ -88,15 +91,17 @@ class FilePublisher:
     def flush(self, books: bool = False) -> None:
         """Publish what the learner holds now (a fresh in-process version if stale), and ``books`` too."""
         with self._lock:
-            self._write_model(self.state.publish())
+            self._write_model(self.state.publish(), required=True)
             if books:
                 self.books.write_bytes(self._books_payload())
 
-    def _write_model(self, version: ModelVersion) -> None:
+    def _write_model(self, version: ModelVersion, required: bool) -> None:
         if version.generation == self._written:
+            if required:
+                self.models.require()
             return
         start = time.perf_counter()
-        self.models.write(version)
+        self.models.write(version, required)
         self.write_s = time.perf_counter() - start
         self.writes += 1
         self._written = version.generation
@@ -117,6 +122,6 @@ class FilePublisher:
                 continue
             try:
                 with self._lock:
-                    self._write_model(version)
+                    self._write_model(version, required=False)
             except OSError as exc:
                 log.error("cannot write the published version: %s", exc)

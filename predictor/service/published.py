@@ -22,7 +22,8 @@ When a version is published (:class:`Publisher`):
 Across processes (``predictor serve --workers N``), a learner process also writes its versions
 to a file replaced atomically, with a memory-mapped generation counter that answering processes
 check on every call (:mod:`predictor.service.version_file`, :mod:`predictor.service.file_publisher`,
-:mod:`predictor.service.workers`).
+:mod:`predictor.service.workers`); the window copies shared by consecutive versions are written
+and read once, as parts (:mod:`predictor.service.version_pickle`).
 
 Copies are cheap where they are made often: the RLS predictor copies its weights,
 not its covariance (:meth:`~predictor.regressors.rls.RLS.frozen`); the calibrators

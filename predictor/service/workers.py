@@ -6,7 +6,8 @@ of a learner's :class:`~predictor.service.state.ServiceState`: the same answerin
 reads (``live``, ``queues``, ``memory``, ``transfers``, ``filling``) are the latest ones published
 by the learner of the shard named by :data:`~predictor.service.shards.SHARD` (set per RPC by the
 worker's servicer), checked for a newer generation at every read
-(:class:`~predictor.service.version_file.VersionReader`). The worker learns nothing itself; the
+(:class:`~predictor.service.version_file.VersionReader`: one the learner must have every answer see
+is loaded at once, the others by a background thread while answers use the version held). The worker learns nothing itself; the
 answers it remembers for admission linking go to the learners
 (:class:`~predictor.service.answer_forwarding.ForwardedMemory`) when it is given their queues.
 """
