@@ -92,10 +92,32 @@ def _write_port_file(path: str, port: int) -> None:
     os.replace(tmp, target)
 
 
+def public_server(options: Any, address: str, service: Service, metrics: Any, credentials: Any, policy: Any,
+                  tracing: Any, servicer: Any = None) -> tuple[Any, int]:
+    """The server clients reach (one process's, or an answering worker's): ``create_server`` with
+    the RPC options of ``options`` (threads, message size, concurrency limit), its security
+    (``credentials``, ``policy``: :func:`security_from_options`) and ``tracing``
+    (:func:`~predictor.rpc.tracing.tracing_from_option`). Built, not started."""
+    from predictor.rpc.server import create_server  # grpc: not at CLI parse
+
+    return create_server(
+        address,
+        service,
+        max_workers=options.max_workers,
+        max_message_bytes=options.max_message_bytes,
+        max_concurrent_rpcs=options.max_concurrent_rpcs or None,
+        metrics=metrics,
+        credentials=credentials,
+        auth=policy,
+        tracing=tracing.interceptor if tracing is not None else None,
+        servicer=servicer,
+    )
+
+
 def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | None = None) -> int:
     """Run the service until ``stop`` is set (or a signal arrives); returns the exit status."""
     from predictor.rpc.metrics import ServerMetrics  # grpc: not at CLI parse
-    from predictor.rpc.server import create_server, stop_server  # grpc: not at CLI parse
+    from predictor.rpc.server import stop_server  # grpc: not at CLI parse
     from predictor.rpc.tracing import tracing_from_option
 
     stop = stop or threading.Event()
@@ -121,17 +143,8 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         return serve_workers(config, options, stop, _write_port_file, _install_signal_handlers)
     service = Service(config)
     metrics = ServerMetrics(service)
-    server, port = create_server(
-        f"{options.host}:{options.port}",
-        service,
-        max_workers=options.max_workers,
-        max_message_bytes=options.max_message_bytes,
-        max_concurrent_rpcs=options.max_concurrent_rpcs or None,
-        metrics=metrics,
-        credentials=credentials,
-        auth=policy,
-        tracing=tracing.interceptor if tracing is not None else None,
-    )
+    server, port = public_server(options, f"{options.host}:{options.port}", service, metrics,
+                                 credentials, policy, tracing)
     server.start()
     transport = "mutual TLS" if options.tls_client_ca else "TLS" if credentials is not None else "plaintext"
     print(

@@ -210,8 +210,8 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
                listening: Any, answers: Sequence[Any] | None = None) -> int:
     """Entry of an answering worker: serve on ``options.host:port`` (shared) until SIGTERM."""
     from predictor.rpc.metrics import ServerMetrics
-    from predictor.rpc.serve import security_from_options
-    from predictor.rpc.server import create_server, stop_server
+    from predictor.rpc.serve import public_server, security_from_options
+    from predictor.rpc.server import stop_server
     from predictor.rpc.tracing import tracing_from_option
 
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s worker-{index} %(levelname)s %(message)s")
@@ -221,18 +221,8 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
     tracing = tracing_from_option(options.trace, options.trace_endpoint)
     service = worker_service(config, folder, shards, answers)  # answers: the learners' queues (admission linking)
     servicer = WorkerServicer(service, folder, options.max_message_bytes)
-    server, bound = create_server(
-        f"{options.host}:{port}",
-        service,
-        max_workers=options.max_workers,
-        max_message_bytes=options.max_message_bytes,
-        max_concurrent_rpcs=options.max_concurrent_rpcs or None,
-        metrics=ServerMetrics(service),
-        credentials=credentials,
-        auth=policy,
-        tracing=tracing.interceptor if tracing is not None else None,
-        servicer=servicer,
-    )
+    server, bound = public_server(options, f"{options.host}:{port}", service, ServerMetrics(service),
+                                  credentials, policy, tracing, servicer)
     server.start()
     listening.put(index)
     state = service.state
