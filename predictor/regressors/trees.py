@@ -51,14 +51,37 @@ def _compiled_walks():
                     total += value[node]
                 return total
 
+            @numba.njit(cache=True, nogil=True, inline="always")
+            def step(x, nodes, threshold, node):  # pragma: no cover - compiled
+                at = 3 * node
+                return nodes[at + 1] if x[nodes[at]] <= threshold[node] else nodes[at + 2]
+
             @numba.njit(cache=True, nogil=True)
             def walk_packed(x, nodes, threshold, leaves, roots):  # pragma: no cover - compiled
+                # four trees walked side by side (their loads overlap), their leaves added in tree order
                 total = 0.0
-                for t in range(roots.size):
-                    node = roots[t]
+                n = roots.size
+                t = 0
+                while t + 4 <= n:
+                    a, b, c, d = roots[t], roots[t + 1], roots[t + 2], roots[t + 3]
+                    while a >= 0 or b >= 0 or c >= 0 or d >= 0:
+                        if a >= 0:
+                            a = step(x, nodes, threshold, a)
+                        if b >= 0:
+                            b = step(x, nodes, threshold, b)
+                        if c >= 0:
+                            c = step(x, nodes, threshold, c)
+                        if d >= 0:
+                            d = step(x, nodes, threshold, d)
+                    total += leaves[~a]
+                    total += leaves[~b]
+                    total += leaves[~c]
+                    total += leaves[~d]
+                    t += 4
+                for rest in range(t, n):
+                    node = roots[rest]
                     while node >= 0:
-                        at = 3 * node
-                        node = nodes[at + 1] if x[nodes[at]] <= threshold[node] else nodes[at + 2]
+                        node = step(x, nodes, threshold, node)
                     total += leaves[~node]
                 return total
 
@@ -129,8 +152,9 @@ class PackedTrees:
     ``nodes[3 * i + 1]`` (``x <= threshold``) and ``nodes[3 * i + 2]``: an internal node when
     ``>= 0``, else leaf ``~child``, worth ``leaves[~child]``; ``roots`` likewise (a tree of one leaf
     has a negative root). A walk touches a third of the memory the node arrays take (no leaf
-    visits, 32-bit indices, one cache line for a node's split and children), and adds the trees'
-    leaves in the same order: the same sum, bit for bit (tested).
+    visits, 32-bit indices, one cache line for a node's split and children) and goes down four
+    trees side by side (their memory loads overlap), and adds the trees' leaves in the same
+    order: the same sum, bit for bit (tested).
     """
 
     nodes: np.ndarray
