@@ -129,6 +129,8 @@ class _Refit:
 
 MAX_ROW_PLANS = 4096
 """Row plans kept per model version (then forgotten at once, like the feature index's layouts)."""
+_UNSEEN, _SEEN = object(), object()
+"""A layout not seen in this model version, and one seen once (its plan is made the next time)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -415,7 +417,8 @@ class BoostedResidual(base.Regressor):
         The one-row hot path. Where each name's value goes in the trees' vector and in the
         corrector's is planned once per layout (``names`` and ``categories``) and model version (the
         columns, the category codes and the corrector known), so a call copies two prepared vectors,
-        puts the values in place, walks the packed trees and takes the corrector's dot product.
+        puts the values in place, walks the packed trees and takes the corrector's dot product
+        (the copies keep concurrent answers apart).
         """
         plan = self._row_plan(names, categories)
         if plan is None:
@@ -429,7 +432,13 @@ class BoostedResidual(base.Regressor):
         return tree + corrector.predict_vector(corrector.scaled(z))
 
     def _row_plan(self, names: tuple[str, ...], categories: tuple[tuple[str, str], ...]) -> _RowPlan | None:
-        """The :class:`_RowPlan` of a layout for the model as it is (``None``: a name repeats, use the dicts)."""
+        """The :class:`_RowPlan` of a layout for the model as it is (``None``: use the dicts).
+
+        A layout's plan is made the second time it is seen in a model version: the first time the
+        dicts answer (they cost less than making a plan), so a stream that keeps changing the
+        model (an observation learned after each answer, new names arriving) pays no more than it
+        did before there were plans. A layout whose names a dict would merge always uses the dicts.
+        """
         corrector = self._corrector
         version = (len(self._index.columns), corrector, len(corrector.index.columns),
                    sum(map(len, self._codes.values())))
@@ -438,19 +447,22 @@ class BoostedResidual(base.Regressor):
             cached = self._row_plans = (version, {})
         plans = cached[1]
         key = (names, categories)
-        plan = plans.get(key, False)
-        if plan is not False:
-            return plan
+        plan = plans.get(key, _UNSEEN)
+        if plan is _UNSEEN:
+            plans[key] = _SEEN
+            return None
+        if plan is _SEEN:
+            plan = plans[key] = self._new_row_plan(names, categories)
+        return plan
+
+    def _new_row_plan(self, names: tuple[str, ...], categories: tuple[tuple[str, str], ...]) -> _RowPlan | None:
         onehot = tuple(f"{key}={value}" for key, value in categories)
         every = (*names, *(key for key, _ in categories), *onehot)
         if len(set(every)) != len(every):  # a dict would merge some of these: the dict path decides
-            plan = None
-        else:
-            codes = {key: self._code(key, value, grow=False) for key, value in categories}
-            plan = _RowPlan(*_scatter_plan(self._index, names, codes),
-                            *_scatter_plan(corrector.index, names, dict.fromkeys(onehot, 1.0)))
-        plans[key] = plan
-        return plan
+            return None
+        codes = {key: self._code(key, value, grow=False) for key, value in categories}
+        return _RowPlan(*_scatter_plan(self._index, names, codes),
+                        *_scatter_plan(self._corrector.index, names, dict.fromkeys(onehot, 1.0)))
 
     def _predict(self, coded: dict[str, float], numeric: dict[str, float]) -> float:
         value = self._tree_value(self._index.vector(coded, grow=False))
