@@ -85,7 +85,8 @@ def test_colliding_names_fall_back_to_the_dicts():
                                 ({"a": 0.7}, {"kind": "y"}), ({"a": 0.7, "b": 9.0}, {"kind": "z"})):
         row = (tuple(numeric), np.array(list(numeric.values())), tuple(categories.items()))
         for _ in range(2):
-            assert same_bits(model.predict_row(*row), model.predict_parts(numeric, categories))
+            assert same_bits(model.predict_row(*row), model.predict_dicts(numeric, categories))
+            assert same_bits(model.predict_parts(numeric, categories), model.predict_dicts(numeric, categories))
     assert planned(model) == 2  # the two rows without a colliding name
 
 
@@ -130,14 +131,14 @@ def test_a_new_corrector_renews_the_plans():
         model.learn_parts({"a": float(rng.random()), "b": float(rng.random())}, {}, float(rng.random()))
     row = (("a", "b"), np.array([0.25, 0.75]), ())
     for _ in range(2):  # the second call makes the plan
-        assert same_bits(model.predict_row(*row), model.predict_parts({"a": 0.25, "b": 0.75}, {}))
+        assert same_bits(model.predict_row(*row), model.predict_dicts({"a": 0.25, "b": 0.75}, {}))
     assert planned(model) == 1
     for _ in range(3):  # the refit starts at the 10th, its trees and a new corrector come at the 12th
         a, b = rng.random(2)
         model.learn_parts({"b": float(b), "a": float(a)}, {}, float(3 * a - b))
     assert model.n_refits == 1 and list(model._corrector.index.columns) == ["b", "a"]
     for _ in range(2):
-        assert same_bits(model.predict_row(*row), model.predict_parts({"a": 0.25, "b": 0.75}, {}))
+        assert same_bits(model.predict_row(*row), model.predict_dicts({"a": 0.25, "b": 0.75}, {}))
 
 
 def test_row_path_equals_the_dict_path_on_recorded_data(default_dataset):

@@ -203,22 +203,16 @@ class TreePredictor(LatencyPredictor):
             return (low + high) / 2
         return min(max(value, low - MARGIN), high + MARGIN)
 
-    def row(self, record: Record) -> tuple[tuple[str, ...], np.ndarray, tuple[tuple[str, str], ...]]:
-        """:meth:`parts` of ``record`` as the regressor's one-row input: the numbers' names and values,
-        and the ``(key, category)`` pairs (:meth:`~predictor.regressors.boosted.BoostedResidual.predict_row`)."""
-        numeric, categories = self._parts(record)
-        return (tuple(numeric), np.fromiter(numeric.values(), dtype=float, count=len(numeric)),
-                tuple(categories.items()))
-
     # ------------------------------------------------------------------ the interface
     def predict_one(self, record: Record) -> float:
-        """``exp(offset + trees + corrector)``, within a factor 2 of the targets seen."""
-        value = self._clamp(self._model.predict_row(*self.row(record)))
+        """``exp(offset + trees + corrector)``, within a factor 2 of the targets seen (the regressor's
+        planned one-row path, :meth:`~predictor.regressors.boosted.BoostedResidual.predict_row`)."""
+        value = self._clamp(self._model.predict_parts(*self._parts(record)))
         return math.exp(self._offset(record) + value)
 
     def predict_one_by_dicts(self, record: Record) -> float:
-        """:meth:`predict_one` through the regressor's dict path (the reference the row path equals, bit for bit)."""
-        value = self._clamp(self._model.predict_parts(*self._parts(record)))
+        """:meth:`predict_one` through the regressor's dict views (the reference the planned path equals, bit for bit)."""
+        value = self._clamp(self._model.predict_dicts(*self._parts(record)))
         return math.exp(self._offset(record) + value)
 
     def predict_slowdown(self, record: Record) -> float:

@@ -406,7 +406,15 @@ class BoostedResidual(base.Regressor):
         return self._predict(*self._split(x, grow=False))
 
     def predict_parts(self, numeric: Mapping[str, float], categories: Mapping[str, str]) -> float:
-        """:meth:`predict_one` of the dict of ``numeric`` and ``categories`` (the hot path: no type tests)."""
+        """:meth:`predict_one` of the dict of ``numeric`` and ``categories`` (the hot path: no type tests;
+        by the layout's plan where it has one, see :meth:`predict_row`: the same number, bit for bit)."""
+        plan = self._row_plan(tuple(numeric), tuple(categories.items()))
+        if plan is None:
+            return self.predict_dicts(numeric, categories)
+        return self._predict_planned(plan, np.fromiter(numeric.values(), dtype=float, count=len(numeric)))
+
+    def predict_dicts(self, numeric: Mapping[str, float], categories: Mapping[str, str]) -> float:
+        """:meth:`predict_parts` through the dict views (the reference the planned path equals)."""
         return self._predict(*self._views(numeric, categories, grow=False))
 
     def predict_row(self, names: tuple[str, ...], values: np.ndarray,
@@ -422,7 +430,10 @@ class BoostedResidual(base.Regressor):
         """
         plan = self._row_plan(names, categories)
         if plan is None:
-            return self.predict_parts(dict(zip(names, values.tolist(), strict=True)), dict(categories))
+            return self.predict_dicts(dict(zip(names, values.tolist(), strict=True)), dict(categories))
+        return self._predict_planned(plan, values)
+
+    def _predict_planned(self, plan: _RowPlan, values: np.ndarray) -> float:
         x = plan.tree.copy()
         x[plan.tree_columns] = values if plan.tree_take is None else values[plan.tree_take]
         tree = self._trees.packed.predict_vector(x) if self._trees is not None else self._mean
