@@ -408,7 +408,8 @@ class BoostedResidual(base.Regressor):
     def predict_parts(self, numeric: Mapping[str, float], categories: Mapping[str, str]) -> float:
         """:meth:`predict_one` of the dict of ``numeric`` and ``categories`` (the hot path: no type tests;
         by the layout's plan where it has one, see :meth:`predict_row`: the same number, bit for bit)."""
-        plan = self._row_plan(tuple(numeric), tuple(categories.items()))
+        plans = self._version_plans()
+        plan = None if plans is None else self._row_plan(plans, tuple(numeric), tuple(categories.items()))
         if plan is None:
             return self.predict_dicts(numeric, categories)
         return self._predict_planned(plan, np.fromiter(numeric.values(), dtype=float, count=len(numeric)))
@@ -423,12 +424,13 @@ class BoostedResidual(base.Regressor):
         ``(key, category)`` pairs ``categories``, without a dict: the same number, bit for bit.
 
         The one-row hot path. Where each name's value goes in the trees' vector and in the
-        corrector's is planned once per layout (``names`` and ``categories``) and model version (the
-        columns, the category codes and the corrector known), so a call copies two prepared vectors,
+        corrector's is planned once per layout (``names`` and ``categories``) and model version (see
+        :meth:`_version_plans`), so a call copies two prepared vectors,
         puts the values in place, walks the packed trees and takes the corrector's dot product
         (the copies keep concurrent answers apart).
         """
-        plan = self._row_plan(names, categories)
+        plans = self._version_plans()
+        plan = None if plans is None else self._row_plan(plans, names, categories)
         if plan is None:
             return self.predict_dicts(dict(zip(names, values.tolist(), strict=True)), dict(categories))
         return self._predict_planned(plan, values)
@@ -442,21 +444,31 @@ class BoostedResidual(base.Regressor):
         corrector = self._corrector
         return tree + corrector.predict_vector(corrector.scaled(z))
 
-    def _row_plan(self, names: tuple[str, ...], categories: tuple[tuple[str, str], ...]) -> _RowPlan | None:
-        """The :class:`_RowPlan` of a layout for the model as it is (``None``: use the dicts).
+    def _version_plans(self) -> dict | None:
+        """The plans of this model version (``None``: a new version began, the dicts answer this call).
 
-        A layout's plan is made the second time it is seen in a model version: the first time the
-        dicts answer (they cost less than making a plan), so a stream that keeps changing the
-        model (an observation learned after each answer, new names arriving) pays no more than it
-        did before there were plans. A layout whose names a dict would merge always uses the dicts.
+        A model version ends with any observation learned (or a swap, or a category or column
+        added): plans serve a model that answers without learning in between (the service's
+        published version), and a stream that learns after each answer (prequential scoring)
+        takes the dict path at the cost of this check.
         """
         corrector = self._corrector
-        version = (len(self._index.columns), corrector, len(corrector.index.columns),
+        version = (self._count, len(self._index.columns), corrector, len(corrector.index.columns),
                    sum(map(len, self._codes.values())))
         cached = self.__dict__.get("_row_plans")
         if cached is None or cached[0] != version or len(cached[1]) >= MAX_ROW_PLANS:
-            cached = self._row_plans = (version, {})
-        plans = cached[1]
+            self._row_plans = (version, {})
+            return None
+        return cached[1]
+
+    def _row_plan(self, plans: dict, names: tuple[str, ...],
+                  categories: tuple[tuple[str, str], ...]) -> _RowPlan | None:
+        """The :class:`_RowPlan` of a layout among ``plans`` (``None``: use the dicts).
+
+        A layout's plan is made the second time it is seen in a version, the first time the dicts
+        answer (they cost less than making a plan). A layout whose names a dict would merge
+        always uses the dicts.
+        """
         key = (names, categories)
         plan = plans.get(key, _UNSEEN)
         if plan is _UNSEEN:
