@@ -103,6 +103,10 @@ def test_predicting_leaves_the_pickled_state_unchanged():
     assert pickle.dumps(predictor) == before
     restored = pickle.loads(before)
     assert all(same_bits(restored.predict_one(r), predictor.predict_one(r)) for r in stream[40:])
+    published = predictor.frozen()  # a deep copy: it keeps the packed trees (no packing anew per version)
+    assert "packed" in published.regressor.trees.__dict__
+    assert published.regressor.trees.packed is not predictor.regressor.trees.packed
+    assert all(same_bits(published.predict_one(r), predictor.predict_one(r)) for r in stream[40:])
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -21,6 +21,7 @@ Examples
 
 from __future__ import annotations
 
+import copy
 import functools
 import threading
 from collections.abc import Sequence
@@ -129,6 +130,12 @@ class TreeArrays:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+
+    def __deepcopy__(self, memo: dict) -> TreeArrays:
+        # a deep copy (a published model version) keeps the packed form: packing anew costs more
+        twin = object.__new__(TreeArrays)
+        twin.__dict__.update({k: copy.deepcopy(v, memo) for k, v in self.__dict__.items()})
+        return twin
 
     def predict_vector(self, x: np.ndarray) -> float:
         """The ensemble's value for one row (``x[j]`` is column ``names[j]``), by the packed walk."""
