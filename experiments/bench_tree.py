@@ -2,11 +2,15 @@
 
 1. **One-row prediction** (what ``PredictLatency`` asks of the predictor), p50 over a pool of
    records of the embedded CPU dataset, after learning ``train`` records: ``tree`` (features,
-   trees, corrector) beside ``rls``, the latter interleaved call by call with its dict path (the
-   interaction-feature dict mapped to the model's columns by name: the one-row path before the
-   row fast path, ``rls_dict_path_us``, same answers, checked), and their ratio; and the trees alone evaluated by the numba walk
-   (:mod:`predictor.regressors.trees`) against LightGBM's own single-row ``Booster.predict``
-   on the same trees (same window, same settings: equal answers, checked).
+   trees, corrector; its row path: row plans, packed walk) interleaved call by call with its
+   dict path (feature dicts, the regressor's dict views, the walk over the node arrays: the
+   one-row path before the row path, ``tree_dict_path_us``, same answers bit for bit, checked),
+   and ``rls`` likewise with its dict path (the interaction-feature dict mapped to the model's
+   columns by name: the one-row path before the row fast path, ``rls_dict_path_us``, same
+   answers, checked), and their ratios; and the trees alone evaluated by the packed numba walk
+   (:mod:`predictor.regressors.trees`), interleaved with the walk over the node arrays, and
+   against LightGBM's own single-row ``Booster.predict`` on the same trees (same window, same
+   settings: equal answers, checked).
 2. **PredictLatency during a refit**: the real service (``tree``) behind a real gRPC server on
    a free port, warmed up on ``train`` records; one client sends ``calls`` sequential
    ``PredictLatency`` requests per block, alternating blocks with no refit and blocks while a
@@ -82,6 +86,32 @@ def rls_dict_path(rls):
     return predict
 
 
+def tree_row_path(tree):
+    """``tree``'s one-row prediction (:meth:`~predictor.predictors.tree.TreePredictor.predict_one`), its
+    features computed anew each call (not taken from its cache of the last record's)."""
+
+    def predict(record):
+        tree._last = None
+        return tree.predict_one(record)
+
+    return predict
+
+
+def tree_dict_path(tree):
+    """``tree``'s one-row prediction through the feature dicts and the node-array walk (the path before the
+    row path: the regressor's dict views, the index vector by name, the corrector's dict)."""
+    regressor = tree.regressor
+
+    def predict(record):
+        coded, numeric = regressor._views(*tree.parts(record, tree.work), grow=False)
+        trees = regressor.trees
+        value = trees.walk_nodes(regressor._index.vector(coded, grow=False)) if trees is not None else regressor._mean
+        value = tree._clamp(value + regressor._corrector.predict_one(numeric))
+        return math.exp(tree._offset(record) + value)
+
+    return predict
+
+
 def hot_path(config: Config, records) -> dict[str, float]:
     """One-row prediction costs."""
     train, pool = records[: config.train], records[config.train : config.train + config.pool]
@@ -96,7 +126,11 @@ def hot_path(config: Config, records) -> dict[str, float]:
         tree.predict_one(r), rls.predict_one(r)
     old_rls = rls_dict_path(rls)
     assert all(rls.predict_one(r) == old_rls(r) for r in pool)
-    out = {"tree_predict_one_us": p50_us(tree.predict_one, pool, config.repeats)}
+    new_tree, old_tree = tree_row_path(tree), tree_dict_path(tree)
+    assert all(new_tree(r) == old_tree(r) for r in pool)
+    out = {}
+    out["tree_predict_one_us"], out["tree_dict_path_us"] = p50_pair_us(new_tree, old_tree, pool, config.repeats)
+    out["tree_speedup"] = out["tree_dict_path_us"] / out["tree_predict_one_us"]
     out["rls_predict_one_us"], out["rls_dict_path_us"] = p50_pair_us(rls.predict_one, old_rls, pool,
                                                                       config.repeats)
     out["rls_speedup"] = out["rls_dict_path_us"] / out["rls_predict_one_us"]
@@ -107,7 +141,9 @@ def hot_path(config: Config, records) -> dict[str, float]:
                                min_child_samples=tree.min_child_samples, seed=config.seed, return_booster=True)
     rows = [X[i].copy() for i in range(0, len(X), max(1, len(X) // config.pool))][: config.pool]
     assert all(trees.predict_vector(x) == booster.predict(x[None, :])[0] for x in rows[:50])
-    out["walk_numba_us"] = p50_us(trees.predict_vector, rows, config.repeats)
+    assert all(trees.predict_vector(x) == trees.walk_nodes(x) for x in rows)
+    out["walk_numba_us"], out["walk_nodes_us"] = p50_pair_us(trees.predict_vector, trees.walk_nodes, rows,
+                                                             config.repeats)
     out["lightgbm_predict_us"] = p50_us(lambda x: booster.predict(x[None, :], num_threads=1), rows,
                                         max(1, config.repeats // 5))
     out["n_trees"] = trees.n_trees

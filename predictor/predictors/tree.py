@@ -205,8 +205,14 @@ class TreePredictor(LatencyPredictor):
 
     # ------------------------------------------------------------------ the interface
     def predict_one(self, record: Record) -> float:
-        """``exp(offset + trees + corrector)``, within a factor 2 of the targets seen."""
+        """``exp(offset + trees + corrector)``, within a factor 2 of the targets seen (the regressor's
+        planned one-row path, :meth:`~predictor.regressors.boosted.BoostedResidual.predict_row`)."""
         value = self._clamp(self._model.predict_parts(*self._parts(record)))
+        return math.exp(self._offset(record) + value)
+
+    def predict_one_by_dicts(self, record: Record) -> float:
+        """:meth:`predict_one` through the regressor's dict views (the reference the planned path equals, bit for bit)."""
+        value = self._clamp(self._model.predict_dicts(*self._parts(record)))
         return math.exp(self._offset(record) + value)
 
     def predict_slowdown(self, record: Record) -> float:

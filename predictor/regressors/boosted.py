@@ -32,6 +32,7 @@ import math
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import BrokenExecutor, CancelledError, Future
+from dataclasses import dataclass
 
 import numpy as np
 from river import base
@@ -124,6 +125,40 @@ class _Refit:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self.trees, self.error, self.thread, self.future = None, None, None, None
+
+
+MAX_ROW_PLANS = 4096
+"""Row plans kept per model version (then forgotten at once, like the feature index's layouts)."""
+_UNSEEN, _SEEN = object(), object()
+"""A layout not seen in this model version, and one seen once (its plan is made the next time)."""
+
+
+@dataclass(frozen=True, eq=False)
+class _RowPlan:
+    """Where one row layout's values go in the trees' vector and in the corrector's (one model version).
+
+    ``tree`` and ``corrector`` are the vectors with everything but the row's numbers in place (the
+    intercept, the category codes, the one-hot columns); a row's values ``values[take]`` (all where
+    ``take`` is ``None``) go to ``columns`` of each.
+    """
+
+    tree: np.ndarray
+    tree_columns: np.ndarray
+    tree_take: np.ndarray | None
+    corrector: np.ndarray
+    corrector_columns: np.ndarray
+    corrector_take: np.ndarray | None
+
+
+def _scatter_plan(index: FeatureIndex, names: tuple[str, ...], fixed: Mapping[str, float]
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The vector of ``index`` holding the intercept and ``fixed``, and where the values of ``names`` go."""
+    template = index.vector_of(tuple(fixed), np.fromiter(fixed.values(), dtype=float, count=len(fixed)), grow=False)
+    positions, known = index.positions(names)
+    if known is None:
+        return template, positions, None
+    take = np.flatnonzero(known)
+    return template, positions[take], take
 
 
 class BoostedResidual(base.Regressor):
@@ -371,8 +406,86 @@ class BoostedResidual(base.Regressor):
         return self._predict(*self._split(x, grow=False))
 
     def predict_parts(self, numeric: Mapping[str, float], categories: Mapping[str, str]) -> float:
-        """:meth:`predict_one` of the dict of ``numeric`` and ``categories`` (the hot path: no type tests)."""
+        """:meth:`predict_one` of the dict of ``numeric`` and ``categories`` (the hot path: no type tests;
+        by the layout's plan where it has one, see :meth:`predict_row`: the same number, bit for bit)."""
+        plans = self._version_plans()
+        plan = None if plans is None else self._row_plan(plans, tuple(numeric), tuple(categories.items()))
+        if plan is None:
+            return self.predict_dicts(numeric, categories)
+        return self._predict_planned(plan, np.fromiter(numeric.values(), dtype=float, count=len(numeric)))
+
+    def predict_dicts(self, numeric: Mapping[str, float], categories: Mapping[str, str]) -> float:
+        """:meth:`predict_parts` through the dict views (the reference the planned path equals)."""
         return self._predict(*self._views(numeric, categories, grow=False))
+
+    def predict_row(self, names: tuple[str, ...], values: np.ndarray,
+                    categories: tuple[tuple[str, str], ...]) -> float:
+        """:meth:`predict_parts` of the numbers ``values`` of the features ``names`` (distinct) and the
+        ``(key, category)`` pairs ``categories``, without a dict: the same number, bit for bit.
+
+        The one-row hot path. Where each name's value goes in the trees' vector and in the
+        corrector's is planned once per layout (``names`` and ``categories``) and model version (see
+        :meth:`_version_plans`), so a call copies two prepared vectors,
+        puts the values in place, walks the packed trees and takes the corrector's dot product
+        (the copies keep concurrent answers apart).
+        """
+        plans = self._version_plans()
+        plan = None if plans is None else self._row_plan(plans, names, categories)
+        if plan is None:
+            return self.predict_dicts(dict(zip(names, values.tolist(), strict=True)), dict(categories))
+        return self._predict_planned(plan, values)
+
+    def _predict_planned(self, plan: _RowPlan, values: np.ndarray) -> float:
+        x = plan.tree.copy()
+        x[plan.tree_columns] = values if plan.tree_take is None else values[plan.tree_take]
+        tree = self._trees.packed.predict_vector(x) if self._trees is not None else self._mean
+        z = plan.corrector.copy()
+        z[plan.corrector_columns] = values if plan.corrector_take is None else values[plan.corrector_take]
+        corrector = self._corrector
+        return tree + corrector.predict_vector(corrector.scaled(z))
+
+    def _version_plans(self) -> dict | None:
+        """The plans of this model version (``None``: a new version began, the dicts answer this call).
+
+        A model version ends with any observation learned (or a swap, or a category or column
+        added): plans serve a model that answers without learning in between (the service's
+        published version), and a stream that learns after each answer (prequential scoring)
+        takes the dict path at the cost of this check.
+        """
+        corrector = self._corrector
+        version = (self._count, len(self._index.columns), corrector, len(corrector.index.columns),
+                   sum(map(len, self._codes.values())))
+        cached = self.__dict__.get("_row_plans")
+        if cached is None or cached[0] != version or len(cached[1]) >= MAX_ROW_PLANS:
+            self._row_plans = (version, {})
+            return None
+        return cached[1]
+
+    def _row_plan(self, plans: dict, names: tuple[str, ...],
+                  categories: tuple[tuple[str, str], ...]) -> _RowPlan | None:
+        """The :class:`_RowPlan` of a layout among ``plans`` (``None``: use the dicts).
+
+        A layout's plan is made the second time it is seen in a version, the first time the dicts
+        answer (they cost less than making a plan). A layout whose names a dict would merge
+        always uses the dicts.
+        """
+        key = (names, categories)
+        plan = plans.get(key, _UNSEEN)
+        if plan is _UNSEEN:
+            plans[key] = _SEEN
+            return None
+        if plan is _SEEN:
+            plan = plans[key] = self._new_row_plan(names, categories)
+        return plan
+
+    def _new_row_plan(self, names: tuple[str, ...], categories: tuple[tuple[str, str], ...]) -> _RowPlan | None:
+        onehot = tuple(f"{key}={value}" for key, value in categories)
+        every = (*names, *(key for key, _ in categories), *onehot)
+        if len(set(every)) != len(every):  # a dict would merge some of these: the dict path decides
+            return None
+        codes = {key: self._code(key, value, grow=False) for key, value in categories}
+        return _RowPlan(*_scatter_plan(self._index, names, codes),
+                        *_scatter_plan(self._corrector.index, names, dict.fromkeys(onehot, 1.0)))
 
     def _predict(self, coded: dict[str, float], numeric: dict[str, float]) -> float:
         value = self._tree_value(self._index.vector(coded, grow=False))
@@ -450,7 +563,9 @@ class BoostedResidual(base.Regressor):
         return self._pending is not None
 
     def __getstate__(self) -> dict:
-        return dict(self.__dict__)
+        state = dict(self.__dict__)
+        state.pop("_row_plans", None)  # a cache of the columns and codes, not state
+        return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)

@@ -228,6 +228,14 @@ class RLS:
             all_scaled = self.__dict__.get("_all_scaled", False)
             if not all_scaled and np.abs(vector).max() < MAX_MAGNITUDE:  # an absurd value must not set a scale
                 self._set_column_scales(vector)
+        return self._scaled(vector, all_scaled)
+
+    def scaled(self, vector: np.ndarray) -> np.ndarray:
+        """An index vector (:meth:`FeatureIndex.vector_of <predictor.regressors.feature_index.FeatureIndex.vector_of>`
+        of :attr:`index`) scaled as :meth:`vectorize_row` scales it without ``grow``: the same numbers."""
+        return self._scaled(vector, self.__dict__.get("_all_scaled", False))
+
+    def _scaled(self, vector: np.ndarray, all_scaled: bool) -> np.ndarray:
         scale = self._column_scale[: vector.size]
         if all_scaled:
             return vector / scale

@@ -1,8 +1,9 @@
 """Gradient-boosted trees fitted by LightGBM, evaluated by a compiled walk over the exported trees.
 
 :func:`fit_trees` fits a LightGBM regressor (monotone constraints where asked) and exports its
-trees as flat arrays (:class:`TreeArrays`); :meth:`TreeArrays.predict_vector` walks them with a
-numba-compiled loop. One row costs a few microseconds that way, against 50 to 100 µs for
+trees as flat arrays (:class:`TreeArrays`); :meth:`TreeArrays.predict_vector` walks them, packed
+(:class:`PackedTrees`: the internal nodes alone, 32-bit), with a numba-compiled loop. One row
+of 300 trees costs about 10 µs that way (25 µs unpacked), against 50 to 100 µs for
 LightGBM's own single-row ``Booster.predict`` (the Python wrapper's checks dominate); the
 walk gives LightGBM's numbers exactly (tested). ``python -m experiments.bench_tree`` measures
 both.
@@ -20,6 +21,8 @@ Examples
 
 from __future__ import annotations
 
+import copy
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,8 +34,10 @@ _WALK_LOCK = threading.Lock()
 
 
 def _compiled_walks():
-    """The numba-compiled walks (one row, many rows), compiled once per process."""
+    """The numba-compiled walks (one row over node arrays; one row, many rows packed), compiled once per process."""
     global _WALK
+    if _WALK is not None:
+        return _WALK
     with _WALK_LOCK:
         if _WALK is None:
             import numba
@@ -47,14 +52,48 @@ def _compiled_walks():
                     total += value[node]
                 return total
 
+            @numba.njit(cache=True, nogil=True, inline="always")
+            def step(x, nodes, threshold, node):  # pragma: no cover - compiled
+                at = 3 * node
+                return nodes[at + 1] if x[nodes[at]] <= threshold[node] else nodes[at + 2]
+
             @numba.njit(cache=True, nogil=True)
-            def walk_many(xs, feature, threshold, left, right, value, roots):  # pragma: no cover - compiled
+            def walk_packed(x, nodes, threshold, leaves, roots):  # pragma: no cover - compiled
+                # four trees walked side by side (their loads overlap), their leaves added in tree order
+                total = 0.0
+                n = roots.size
+                t = 0
+                while t + 4 <= n:
+                    a, b, c, d = roots[t], roots[t + 1], roots[t + 2], roots[t + 3]
+                    while a >= 0 or b >= 0 or c >= 0 or d >= 0:
+                        if a >= 0:
+                            a = step(x, nodes, threshold, a)
+                        if b >= 0:
+                            b = step(x, nodes, threshold, b)
+                        if c >= 0:
+                            c = step(x, nodes, threshold, c)
+                        if d >= 0:
+                            d = step(x, nodes, threshold, d)
+                    total += leaves[~a]
+                    total += leaves[~b]
+                    total += leaves[~c]
+                    total += leaves[~d]
+                    t += 4
+                for rest in range(t, n):
+                    node = roots[rest]
+                    while node >= 0:
+                        node = step(x, nodes, threshold, node)
+                    total += leaves[~node]
+                return total
+
+            @numba.njit(cache=True, nogil=True)
+            def walk_many(xs, nodes, threshold, leaves, roots):  # pragma: no cover - compiled
                 out = np.zeros(xs.shape[0])
                 for i in range(xs.shape[0]):
-                    out[i] = walk_one(xs[i], feature, threshold, left, right, value, roots)
+                    out[i] = walk_packed(xs[i], nodes, threshold, leaves, roots)
                 return out
 
-            _WALK = (walk_one, walk_many)
+            _WALK = (walk_one, walk_packed, walk_many)
     return _WALK
 
 
@@ -80,16 +119,80 @@ class TreeArrays:
         """Number of trees."""
         return int(self.roots.size)
 
+    @functools.cached_property
+    def packed(self) -> PackedTrees:
+        """The same trees as :class:`PackedTrees` (built on first use, kept with these arrays, not pickled)."""
+        return PackedTrees.of(self)
+
+    def __getstate__(self) -> dict:
+        # the packed form is a cache of the arrays: a pickle does not depend on whether it was built
+        return {k: v for k, v in self.__dict__.items() if k != "packed"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def __deepcopy__(self, memo: dict) -> TreeArrays:
+        # a deep copy (a published model version) keeps the packed form: packing anew costs more
+        twin = object.__new__(TreeArrays)
+        twin.__dict__.update({k: copy.deepcopy(v, memo) for k, v in self.__dict__.items()})
+        return twin
+
     def predict_vector(self, x: np.ndarray) -> float:
-        """The ensemble's value for one row (``x[j]`` is column ``names[j]``)."""
-        walk_one, _ = _compiled_walks()
-        return float(walk_one(x, self.feature, self.threshold, self.left, self.right, self.value, self.roots))
+        """The ensemble's value for one row (``x[j]`` is column ``names[j]``), by the packed walk."""
+        return self.packed.predict_vector(x)
 
     def predict_matrix(self, xs: np.ndarray) -> np.ndarray:
         """The ensemble's value for each row of ``xs``."""
-        _, walk_many = _compiled_walks()
-        xs = np.ascontiguousarray(xs, dtype=float)
-        return walk_many(xs, self.feature, self.threshold, self.left, self.right, self.value, self.roots)
+        return self.packed.predict_matrix(xs)
+
+    def walk_nodes(self, x: np.ndarray) -> float:
+        """:meth:`predict_vector` by a walk over these node arrays (the reference the packed walk equals)."""
+        walk_one = _compiled_walks()[0]
+        return float(walk_one(x, self.feature, self.threshold, self.left, self.right, self.value, self.roots))
+
+
+@dataclass(frozen=True, eq=False)
+class PackedTrees:
+    """:class:`TreeArrays` with the internal nodes alone, their fields side by side, for a faster walk.
+
+    Internal node ``i`` splits on column ``nodes[3 * i]`` at ``threshold[i]``; its children are
+    ``nodes[3 * i + 1]`` (``x <= threshold``) and ``nodes[3 * i + 2]``: an internal node when
+    ``>= 0``, else leaf ``~child``, worth ``leaves[~child]``; ``roots`` likewise (a tree of one leaf
+    has a negative root). A walk touches a third of the memory the node arrays take (no leaf
+    visits, 32-bit indices, one cache line for a node's split and children) and goes down four
+    trees side by side (their memory loads overlap), and adds the trees' leaves in the same
+    order: the same sum, bit for bit (tested).
+    """
+
+    nodes: np.ndarray
+    threshold: np.ndarray
+    leaves: np.ndarray
+    roots: np.ndarray
+
+    @classmethod
+    def of(cls, trees: TreeArrays) -> PackedTrees:
+        """The packed form of ``trees``."""
+        internal = trees.feature >= 0
+        if trees.feature.size >= 2**31:
+            raise ValueError("trees: too many nodes to pack")
+        # each node's new number: its rank among the internal nodes, or ~(its rank among the leaves)
+        renumber = np.where(internal, np.cumsum(internal) - 1, ~(np.cumsum(~internal) - 1)).astype(np.int32)
+        nodes = np.empty((int(internal.sum()), 3), dtype=np.int32)
+        nodes[:, 0] = trees.feature[internal]
+        nodes[:, 1] = renumber[trees.left[internal]]
+        nodes[:, 2] = renumber[trees.right[internal]]
+        return cls(nodes.ravel(), np.ascontiguousarray(trees.threshold[internal]),
+                   np.ascontiguousarray(trees.value[~internal]), renumber[trees.roots])
+
+    def predict_vector(self, x: np.ndarray) -> float:
+        """The ensemble's value for one row (a contiguous float64 row is walked as it is)."""
+        walk = _WALK[1] if _WALK is not None else _compiled_walks()[1]
+        return float(walk(x, self.nodes, self.threshold, self.leaves, self.roots))
+
+    def predict_matrix(self, xs: np.ndarray) -> np.ndarray:
+        """The ensemble's value for each row of ``xs``."""
+        walk_many = _compiled_walks()[2]
+        return walk_many(np.ascontiguousarray(xs, dtype=float), self.nodes, self.threshold, self.leaves, self.roots)
 
 
 def export_trees(booster, names: Sequence[str]) -> TreeArrays:

@@ -1,0 +1,158 @@
+"""The ``tree`` learner's one-row path (row plans, packed walk) gives the dict path's numbers, bit for bit."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import learnable_records, records
+
+from predictor.colocations import CoLocations
+from predictor.logio import read_records
+from predictor.predictors import create
+from predictor.regressors.boosted import BoostedResidual, _RowPlan
+from predictor.regressors.trees import PackedTrees, fit_trees
+from predictor.testing import default_records
+
+SMALL_TREE = "tree:first_fit=8,refit_every=8,swap_after=3,n_estimators=8,min_child_samples=2,background=False"
+
+
+def same_bits(a: float, b: float) -> bool:
+    """Identical float64 bit patterns (signed zeros and NaNs included)."""
+    return np.float64(a).view(np.int64) == np.float64(b).view(np.int64)
+
+
+def by_dicts(predictor, record) -> float:
+    predictor._last = None  # no parts shared with the row path's call
+    return predictor.predict_one_by_dicts(record)
+
+
+def by_row(predictor, record) -> float:
+    """The planned path: the first calls in a model version use the dicts (the version's first call,
+    a layout's first sighting), the next makes the layout's plan and uses it."""
+    answers = []
+    for _ in range(3):
+        predictor._last = None
+        answers.append(predictor.predict_one(record))
+    assert same_bits(answers[0], answers[1]) and same_bits(answers[1], answers[2])
+    return answers[2]
+
+
+def planned(model: BoostedResidual) -> int:
+    """How many plans ``model`` holds now."""
+    return sum(isinstance(plan, _RowPlan) for plan in model.__dict__.get("_row_plans", (None, {}))[1].values())
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(learnable_records, min_size=1, max_size=40), st.lists(records, min_size=1, max_size=8),
+       st.booleans(), st.booleans())
+def test_row_path_equals_the_dict_path_while_learning(stream, queries, work, monotone):
+    """Answers are the dict path's before the first fit, across refits and swaps (columns, codes and
+    the corrector change: the plans are renewed), for unseen models, attributes and device kinds too."""
+    predictor = create(SMALL_TREE + f",work={work},monotone={monotone}")
+    for record in stream:
+        for query in (*queries, record):
+            assert same_bits(by_row(predictor, query), by_dicts(predictor, query))
+        assert planned(predictor.regressor) > 0
+        predictor.learn_one(record)
+    assert predictor.regressor.trees is not None or len(stream) < 11  # first fit at 8, in place 3 later
+    for query in (*queries, *stream[:5]):
+        assert same_bits(by_row(predictor, query), by_dicts(predictor, query))
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(learnable_records, min_size=20, max_size=40), st.lists(records, min_size=1, max_size=5))
+def test_batch_path_agrees_with_the_row_path(stream, queries):
+    predictor = create(SMALL_TREE).fit(stream)
+    for query in (*queries, *stream[:3]):
+        rows = CoLocations.from_records([query, query])
+        batch = predictor.predict_colocations(rows)
+        one = by_row(predictor, query)
+        np.testing.assert_allclose(batch, [one, one], rtol=1e-9)
+
+
+def test_colliding_names_fall_back_to_the_dicts():
+    """A numeric feature named like a category or its one-hot column: the dicts merge them, so does the row."""
+    model = BoostedResidual(first_fit=10, refit_every=10, swap_after=2, n_estimators=5, background=False)
+    rng = np.random.default_rng(0)
+    for i in range(40):
+        model.learn_parts({"a": float(rng.random()), "kind": float(i % 3), "kind=x": 1.0}, {"kind": "xy"[i % 2]},
+                          float(rng.random()))
+    for numeric, categories in (({"a": 0.3, "kind": 2.0}, {"kind": "x"}), ({"a": 0.3, "kind=x": 1.0}, {"kind": "x"}),
+                                ({"a": 0.7}, {"kind": "y"}), ({"a": 0.7, "b": 9.0}, {"kind": "z"})):
+        row = (tuple(numeric), np.array(list(numeric.values())), tuple(categories.items()))
+        for _ in range(3):
+            assert same_bits(model.predict_row(*row), model.predict_dicts(numeric, categories))
+            assert same_bits(model.predict_parts(numeric, categories), model.predict_dicts(numeric, categories))
+    assert planned(model) == 2  # the two rows without a colliding name
+
+
+def test_predicting_leaves_the_pickled_state_unchanged():
+    """The plans and the packed trees are caches: a prediction does not change a model's pickle."""
+    predictor = create(SMALL_TREE)
+    stream = default_records(60)
+    predictor.fit(stream[:40])
+    before = pickle.dumps(predictor)
+    for record in stream[40:] * 3:
+        predictor.predict_one(record)
+    assert planned(predictor.regressor) > 0 and "packed" in predictor.regressor.trees.__dict__
+    assert pickle.dumps(predictor) == before
+    restored = pickle.loads(before)
+    assert all(same_bits(restored.predict_one(r), predictor.predict_one(r)) for r in stream[40:])
+    published = predictor.frozen()  # a deep copy: it keeps the packed trees (no packing anew per version)
+    assert "packed" in published.regressor.trees.__dict__
+    assert published.regressor.trees.packed is not predictor.regressor.trees.packed
+    assert all(same_bits(published.predict_one(r), predictor.predict_one(r)) for r in stream[40:])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_packed_walk_equals_the_node_walk(seed):
+    rng = np.random.default_rng(seed)
+    X = rng.random((400, 5))
+    X[:, 4] = 0.0  # a constant column: trees of one leaf where nothing else is left to split
+    y = np.sin(6 * X[:, 0]) + X[:, 1] * X[:, 2]
+    trees = fit_trees(X, y if seed < 3 else np.full(400, 1.5), names=tuple("abcde"), n_estimators=41 + seed,
+                      num_leaves=15)
+    packed = trees.packed
+    assert isinstance(packed, PackedTrees) and packed.nodes.dtype == np.int32
+    queries = np.vstack([X[:50], rng.normal(size=(50, 5)) * 3, np.full((1, 5), np.nan)])
+    for x in queries:
+        assert same_bits(trees.predict_vector(x), trees.walk_nodes(x))
+    assert all(same_bits(a, b) for a, b in zip(trees.predict_matrix(queries), map(trees.walk_nodes, queries),
+                                               strict=True))
+    assert math.isfinite(trees.predict_vector(queries[-1]))
+
+
+def test_a_new_corrector_renews_the_plans():
+    """After a swap the corrector is a new one whose columns may come in another order, the
+    column counts unchanged: a plan made for the old one must not be used."""
+    model = BoostedResidual(first_fit=10, refit_every=10, swap_after=2, n_estimators=3, background=False)
+    rng = np.random.default_rng(1)
+    for _ in range(9):
+        model.learn_parts({"a": float(rng.random()), "b": float(rng.random())}, {}, float(rng.random()))
+    row = (("a", "b"), np.array([0.25, 0.75]), ())
+    for _ in range(3):  # the third call makes the plan (see by_row)
+        assert same_bits(model.predict_row(*row), model.predict_dicts({"a": 0.25, "b": 0.75}, {}))
+    assert planned(model) == 1
+    for _ in range(3):  # the refit starts at the 10th, its trees and a new corrector come at the 12th
+        a, b = rng.random(2)
+        model.learn_parts({"b": float(b), "a": float(a)}, {}, float(3 * a - b))
+    assert model.n_refits == 1 and list(model._corrector.index.columns) == ["b", "a"]
+    for _ in range(3):
+        assert same_bits(model.predict_row(*row), model.predict_dicts({"a": 0.25, "b": 0.75}, {}))
+
+
+def test_row_path_equals_the_dict_path_on_recorded_data(default_dataset):
+    """The embedded CPU records (many layouts, every feature kind): answers bit for bit the dict path's
+    across refits and swaps while learning, each layout's plan made and used."""
+    stream, _ = read_records(default_dataset)
+    predictor = create("tree:first_fit=150,refit_every=150,swap_after=20,n_estimators=60,background=False")
+    predictor.fit(stream[:300])
+    for record in stream[300:700]:
+        assert same_bits(by_row(predictor, record), by_dicts(predictor, record))
+        predictor.learn_one(record)
+    assert predictor.regressor.n_refits >= 3 and planned(predictor.regressor) > 0
