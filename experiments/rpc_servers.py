@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from experiments.echo_server import create_echo_aio_server, create_echo_server
+from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.protos import pb2
 from predictor.rpc.server import create_server, stop_server
@@ -49,8 +50,8 @@ def _build_service(spec: dict) -> Any:
 def service_main(conn: Any, spec: dict) -> None:
     """Serve the real service on ``127.0.0.1:0``; send the port, stop when told."""
     pin_blas_threads(spec.get("blas_threads"))
-    if spec.get("switch_interval_s"):
-        sys.setswitchinterval(spec["switch_interval_s"])
+    # the GIL's switch interval of `predictor serve` (predictor.gil), unless the spec names one
+    sys.setswitchinterval(spec.get("switch_interval_s") or DEFAULT_SWITCH_INTERVAL_MS / 1e3)
 
     service = _build_service(spec)
     metrics = ServerMetrics(service) if spec["metrics"] else None
@@ -76,8 +77,8 @@ def _echo_methods(spec: dict) -> tuple[dict, dict]:
 def echo_main(conn: Any, spec: dict) -> None:
     """Serve the echo floor on ``127.0.0.1:0``; send the port, stop when told."""
     pin_blas_threads(spec.get("blas_threads"))
-    if spec.get("switch_interval_s"):
-        sys.setswitchinterval(spec["switch_interval_s"])
+    # the GIL's switch interval of `predictor serve` (predictor.gil), unless the spec names one
+    sys.setswitchinterval(spec.get("switch_interval_s") or DEFAULT_SWITCH_INTERVAL_MS / 1e3)
     unary, streams = _echo_methods(spec)
     if spec["server"] == "aio":
 

@@ -11,6 +11,7 @@ import argparse
 import logging
 from typing import Any
 
+from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
 from predictor.rpc.serve import ServeOptions, serve
 from predictor.service import ServiceConfig
 from predictor.threads import blas_threads
@@ -215,6 +216,11 @@ def register(subparsers: Any) -> None:
         help="with --workers > 1: the learner processes' niceness increment (0-19; e.g. 10: when the CPUs are "
         "short, answers run before learning, and ingest takes what they leave; default 0)",
     )
+    scale.add_argument(
+        "--switch-interval-ms", type=float, default=DEFAULT_SWITCH_INTERVAL_MS, metavar="MS",
+        help="how long a thread may hold the GIL while another waits, in the answering processes (Python's "
+        f"default is 5; default {DEFAULT_SWITCH_INTERVAL_MS:g}: answers wait less behind learning in one process)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -275,6 +281,7 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         workers=args.workers,
         shards=tuple(args.shard or ()),
         learner_nice=args.learner_nice,
+        switch_interval_ms=args.switch_interval_ms,
     )
 
 

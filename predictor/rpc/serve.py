@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS, check_switch_interval_ms, switch_interval
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.snapshot import SnapshotError
@@ -60,6 +61,7 @@ class ServeOptions:
     workers: int = 1  # answering processes; > 1: learner processes and workers (predictor.rpc.supervisor)
     shards: tuple[str, ...] = ()  # --shard: device kinds per learner (predictor.service.shards)
     learner_nice: int = 0  # the learner processes' niceness increment (--workers > 1)
+    switch_interval_ms: float = DEFAULT_SWITCH_INTERVAL_MS  # the GIL's switch interval (predictor.gil)
 
 
 def security_from_options(options: ServeOptions) -> tuple[Any, Any]:
@@ -116,14 +118,13 @@ def public_server(options: Any, address: str, service: Service, metrics: Any, cr
 
 def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | None = None) -> int:
     """Run the service until ``stop`` is set (or a signal arrives); returns the exit status."""
-    from predictor.rpc.metrics import ServerMetrics  # grpc: not at CLI parse
-    from predictor.rpc.server import stop_server  # grpc: not at CLI parse
-    from predictor.rpc.tracing import tracing_from_option
+    from predictor.rpc.tracing import tracing_from_option  # grpc: not at CLI parse
 
     stop = stop or threading.Event()
     try:
         credentials, policy = security_from_options(options)
         tracing = tracing_from_option(options.trace, options.trace_endpoint)
+        check_switch_interval_ms(options.switch_interval_ms)
     except ValueError as exc:
         print(f"predictor serve: error: {exc}", file=sys.stderr)
         return 2
@@ -141,6 +142,16 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         from predictor.rpc.supervisor import serve_workers
 
         return serve_workers(config, options, stop, _write_port_file, _install_signal_handlers)
+    with switch_interval(options.switch_interval_ms / 1e3):
+        return _serve_one_process(config, options, stop, credentials, policy, tracing)
+
+
+def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threading.Event, credentials: Any,
+                       policy: Any, tracing: Any) -> int:
+    """``--workers 1``: learn and answer in this process until ``stop``; returns the exit status."""
+    from predictor.rpc.metrics import ServerMetrics  # grpc: not at CLI parse
+    from predictor.rpc.server import stop_server  # grpc: not at CLI parse
+
     service = Service(config)
     metrics = ServerMetrics(service)
     server, port = public_server(options, f"{options.host}:{options.port}", service, metrics,

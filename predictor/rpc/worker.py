@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import grpc
 
+from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
 from predictor.rpc.forwarding import caller_metadata
 from predictor.rpc.learner import child_signals, learner_socket
 from predictor.rpc.protos import load
@@ -217,6 +219,8 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s worker-{index} %(levelname)s %(message)s")
     stop = threading.Event()
     child_signals(stop)
+    # answers against the background loading of versions: a short GIL switch interval (predictor.gil)
+    sys.setswitchinterval(getattr(options, "switch_interval_ms", DEFAULT_SWITCH_INTERVAL_MS) / 1e3)
     credentials, policy = security_from_options(options)
     tracing = tracing_from_option(options.trace, options.trace_endpoint)
     service = worker_service(config, folder, shards, answers)  # answers: the learners' queues (admission linking)

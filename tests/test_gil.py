@@ -1,0 +1,41 @@
+"""``predictor serve`` answers with a short GIL switch interval (predictor.gil), and says so when told a bad one."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import pytest
+
+from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
+from predictor.rpc.client import InterferenceClient
+from predictor.rpc.serve import ServeOptions, serve
+from predictor.service import ServiceConfig
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, 1001.0, float("nan")])
+def test_serve_refuses_a_switch_interval_out_of_range(value, capsys):
+    assert serve(ServiceConfig(), ServeOptions(switch_interval_ms=value)) == 2
+    assert "--switch-interval-ms must be in (0, 1000]" in capsys.readouterr().err
+
+
+def test_serve_answers_with_its_switch_interval_and_restores_the_previous(tmp_path):
+    before = sys.getswitchinterval()
+    assert before != DEFAULT_SWITCH_INTERVAL_MS / 1e3  # the interpreter's own (5 ms) in the test process
+    port_file = tmp_path / "port"
+    options = ServeOptions(host="127.0.0.1", port=0, metrics_port=0, port_file=str(port_file), grace_s=0.1)
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, args=(ServiceConfig(snapshot_every_s=0), options, stop))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not port_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with InterferenceClient(f"127.0.0.1:{port_file.read_text().strip()}") as client:
+            client.wait_ready(20)
+            assert sys.getswitchinterval() == pytest.approx(DEFAULT_SWITCH_INTERVAL_MS / 1e3)
+    finally:
+        stop.set()
+        thread.join(timeout=20)
+    assert sys.getswitchinterval() == before
