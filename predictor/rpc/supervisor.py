@@ -50,12 +50,40 @@ def reserve_port(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run_folder() -> Path:
-    """A private folder for the run's sockets and version files (in ``/dev/shm`` where there is one)."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    folder = Path(tempfile.mkdtemp(prefix="predictor-serve-", dir=base))
+RUN_PREFIX = "predictor-serve-"
+
+
+def run_folder(base: str | None = None) -> Path:
+    """A private folder for the run's sockets and version files (in ``/dev/shm`` where there is one),
+    named after this process (``predictor-serve-<pid>-...``); the folders of earlier supervisors of
+    this user that died without removing theirs (SIGKILL) are removed first (:func:`sweep_run_folders`)."""
+    if base is None:
+        base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    sweep_run_folders(base)
+    folder = Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}{os.getpid()}-", dir=base))
     folder.chmod(0o700)
     return folder
+
+
+def sweep_run_folders(base: str | os.PathLike) -> list[Path]:
+    """Remove the run folders in ``base`` left by supervisors of this user that no longer run; returns them.
+
+    A folder is named after its supervisor's process id; it is removed only when it belongs to this
+    user and no process of that id exists (a live process of that id, even an unrelated one, keeps it).
+    """
+    removed = []
+    for folder in Path(base).glob(f"{RUN_PREFIX}*-*"):
+        pid_text = folder.name[len(RUN_PREFIX):].split("-", 1)[0]
+        try:
+            if not pid_text.isdigit() or folder.stat().st_uid != os.getuid() or not folder.is_dir():
+                continue
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:  # its supervisor is gone
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        except OSError:  # alive under another user (PermissionError), or vanished meanwhile
+            continue
+    return removed
 
 
 def split_warm_start(path: str | None, shards: ShardMap, folder: Path) -> list[str | None]:
