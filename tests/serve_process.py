@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,3 +88,27 @@ def start_server(folder: Path, *args: str, name: str = "serve", timeout: float =
             raise TimeoutError(f"predictor serve did not listen within {timeout} s:\n{log_path.read_text()}")
         time.sleep(0.02)
     return ServeProcess(proc, int(port_file.read_text()), log_path)
+
+
+@contextlib.contextmanager
+def serving_in_thread(config: Any, options: Any) -> Iterator[str]:
+    """``serve(config, options)`` in a thread of this process (``options.port_file`` set), until
+    the block ends; yields its ``127.0.0.1:port`` once it answers health checks."""
+    from predictor.rpc.client import InterferenceClient
+    from predictor.rpc.serve import serve
+
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, args=(config, options, stop))
+    thread.start()
+    try:
+        port_file = Path(options.port_file)
+        deadline = time.monotonic() + 20
+        while not port_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        target = f"127.0.0.1:{port_file.read_text().strip()}"
+        with InterferenceClient(target) as client:
+            client.wait_ready(20)
+        yield target
+    finally:
+        stop.set()
+        thread.join(timeout=20)

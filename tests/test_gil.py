@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import sys
-import threading
-import time
 
 import pytest
+from serve_process import serving_in_thread
 
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
-from predictor.rpc.client import InterferenceClient
 from predictor.rpc.serve import ServeOptions, serve
 from predictor.service import ServiceConfig
 
@@ -25,17 +23,6 @@ def test_serve_answers_with_its_switch_interval_and_restores_the_previous(tmp_pa
     assert before != DEFAULT_SWITCH_INTERVAL_MS / 1e3  # the interpreter's own (5 ms) in the test process
     port_file = tmp_path / "port"
     options = ServeOptions(host="127.0.0.1", port=0, metrics_port=0, port_file=str(port_file), grace_s=0.1)
-    stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(ServiceConfig(snapshot_every_s=0), options, stop))
-    thread.start()
-    try:
-        deadline = time.monotonic() + 20
-        while not port_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        with InterferenceClient(f"127.0.0.1:{port_file.read_text().strip()}") as client:
-            client.wait_ready(20)
-            assert sys.getswitchinterval() == pytest.approx(DEFAULT_SWITCH_INTERVAL_MS / 1e3)
-    finally:
-        stop.set()
-        thread.join(timeout=20)
+    with serving_in_thread(ServiceConfig(snapshot_every_s=0), options):
+        assert sys.getswitchinterval() == pytest.approx(DEFAULT_SWITCH_INTERVAL_MS / 1e3)
     assert sys.getswitchinterval() == before

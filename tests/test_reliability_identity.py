@@ -10,17 +10,16 @@ from __future__ import annotations
 import dataclasses
 import re
 import socket
-import threading
-import time
 import urllib.error
 import urllib.request
 
 import pytest
+from serve_process import serving_in_thread
 
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.security import AuthPolicy
-from predictor.rpc.serve import ServeOptions, security_from_options, serve
+from predictor.rpc.serve import ServeOptions, security_from_options
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import Service, ServiceConfig
 from predictor.service.synthetic import synthetic_records
@@ -157,18 +156,7 @@ def test_serve_puts_metrics_on_localhost_behind_the_token(tmp_path, capsys):
         metrics_token=True,
         grace_s=0.1,
     )
-    stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(ServiceConfig(snapshot_every_s=0), options, stop))
-    thread.start()
-    try:
-        deadline = time.monotonic() + 20
-        while not port_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        with InterferenceClient(f"127.0.0.1:{port_file.read_text().strip()}") as client:
-            client.wait_ready(20)
+    with serving_in_thread(ServiceConfig(snapshot_every_s=0), options):
         assert scrape(metrics_port) == 401 and scrape(metrics_port, TOKENS["collector"]) == 200
-    finally:
-        stop.set()
-        thread.join(timeout=20)
     out = capsys.readouterr().out
     assert re.search(r"Prometheus metrics on http://127\.0\.0\.1:\d+/metrics \(bearer token required\)", out)
