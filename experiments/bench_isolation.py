@@ -21,12 +21,16 @@ Prints per server the p50 and p99 of the answers' latencies in each condition (m
 repeats), the ratio ingest/idle (median of the per-repeat ratios; the target is p99 <= 1.3x) and
 the records/s the stream achieved.
 
+``--learner-nice 0,10`` and ``--learner-policy normal,idle`` add a ``--workers N`` server per
+combination (``predictor.cpu_priority``).
+
 Run: ``.venv/bin/python -m experiments.bench_isolation`` (``--workers 1,2 --clients 2 --repeats 3``)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import signal
 import statistics
@@ -66,6 +70,7 @@ class Config:
     baseline: str = ""  # a checkout of the code before a change (e.g. from `git archive`): its servers too
     baseline_workers: tuple[int, ...] = (2,)
     learner_nice: tuple[int, ...] = (0,)  # each --workers N > 1 server once per --learner-nice value
+    learner_policy: tuple[str, ...] = ("normal",)  # ... and per --learner-policy value
     seed: int = 0
 
 
@@ -112,8 +117,9 @@ def main() -> None:
     write_records(warm, synthetic_records(config.warm_records, seed=config.seed + 1, devices=bench_rpc.DEVICES))
     servers = {}
     for w in config.workers:
-        for nice in config.learner_nice if w > 1 else (0,):
-            extra = ["--learner-nice", str(nice)] if nice else []
+        for nice, policy in itertools.product(config.learner_nice, config.learner_policy) if w > 1 else [(0, "normal")]:
+            extra = (["--learner-nice", str(nice)] if nice else []) + (["--learner-policy", policy]
+                                                                       if policy != "normal" else [])
             label = " ".join(["--workers", str(w), *extra])
             servers[label] = start_server(folder, label, ["--workers", str(w), "--warm-start", str(warm), *extra])
     if config.baseline:  # the servers of another checkout (before a change), measured beside

@@ -237,11 +237,16 @@ def test_shards_learn_their_device_kinds_and_metrics_sum_over_workers(tmp_path):
 
 
 def test_answers_given_by_workers_are_linked_to_their_observations_by_the_learner(tmp_path, warm_log):
-    server = start_server(tmp_path, "--workers", "2", "--warm-start", str(warm_log), name="linking", timeout=240)
+    server = start_server(tmp_path, "--workers", "2", "--warm-start", str(warm_log), "--learner-nice", "3",
+                          "--learner-policy", "batch", name="linking", timeout=240)
     records = synthetic_records(CONNECTIONS, seed=11)
     try:
         client = InterferenceClient(server.target)
         client.wait_ready(120)
+        # the learner's every thread yields the cores to the workers; the workers keep the normal class
+        for role, policy, nice in (("learner", os.SCHED_BATCH, 3), ("worker", os.SCHED_OTHER, 0)):
+            for pid in pids(server, role).values():
+                assert thread_priorities(pid) == {(policy, os.getpriority(os.PRIO_PROCESS, 0) + nice)}, role
         assert client.status().answers_remembered == 0
         for i, record in enumerate(records):  # a connection each: both workers answer some
             via = connection(server.target)
@@ -259,6 +264,12 @@ def test_answers_given_by_workers_are_linked_to_their_observations_by_the_learne
         assert server.stop(timeout=60) == 0
 
 
+def thread_priorities(pid: int) -> set[tuple[int, int]]:
+    """The distinct ``(scheduling class, niceness)`` of process ``pid``'s threads."""
+    tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    return {(os.sched_getscheduler(t), os.getpriority(os.PRIO_PROCESS, t)) for t in tids}
+
+
 @pytest.mark.parametrize("nice", [-1, 20])
 def test_serve_refuses_a_learner_niceness_out_of_range(nice, capsys):
     from predictor.rpc.serve import ServeOptions, serve
@@ -266,3 +277,11 @@ def test_serve_refuses_a_learner_niceness_out_of_range(nice, capsys):
 
     assert serve(ServiceConfig(), ServeOptions(workers=2, learner_nice=nice)) == 2
     assert f"--learner-nice must be in 0..19, got {nice}" in capsys.readouterr().err
+
+
+def test_serve_refuses_an_unknown_learner_policy(capsys):
+    from predictor.rpc.serve import ServeOptions, serve
+    from predictor.service import ServiceConfig
+
+    assert serve(ServiceConfig(), ServeOptions(workers=2, learner_policy="fast")) == 2
+    assert "--learner-policy must be one of normal, batch, idle, got 'fast'" in capsys.readouterr().err

@@ -11,6 +11,7 @@ import argparse
 import logging
 from typing import Any
 
+from predictor.cpu_priority import POLICIES
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
 from predictor.rpc.serve import ServeOptions, serve
 from predictor.service import ServiceConfig
@@ -217,6 +218,12 @@ def register(subparsers: Any) -> None:
         "short, answers run before learning, and ingest takes what they leave; default 0)",
     )
     scale.add_argument(
+        "--learner-policy", choices=tuple(POLICIES), default="normal",
+        help="with --workers > 1: the learner processes' scheduling class: normal, batch (never preempts an "
+        "answer that wakes up) or idle (runs only on cores the answers leave: under answer load that fills "
+        "every core, observations wait to be learned and acknowledged; default normal)",
+    )
+    scale.add_argument(
         "--switch-interval-ms", type=float, default=DEFAULT_SWITCH_INTERVAL_MS, metavar="MS",
         help="how long a thread may hold the GIL while another waits, in the answering processes (Python's "
         f"default is 5; default {DEFAULT_SWITCH_INTERVAL_MS:g}: answers wait less behind learning in one process)",
@@ -281,6 +288,7 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         workers=args.workers,
         shards=tuple(args.shard or ()),
         learner_nice=args.learner_nice,
+        learner_policy=args.learner_policy,
         switch_interval_ms=args.switch_interval_ms,
     )
 

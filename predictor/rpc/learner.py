@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 
+from predictor.cpu_priority import lower_priority
 from predictor.rpc.forwarding import adopt_forwarded_caller
 from predictor.rpc.servicer import InterferenceServicer
 from predictor.service.answer_forwarding import AnswerReceiver
@@ -94,8 +95,8 @@ def run_learner(config: ServiceConfig, options: Any, shard: int, shards: ShardMa
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s learner-{shard} %(levelname)s %(message)s")
     stop = threading.Event()
     child_signals(stop)
-    if options.learner_nice:  # answers first when the CPUs are short (the workers keep niceness 0)
-        os.nice(options.learner_nice)
+    # answers first when the CPUs are short (the workers keep niceness 0 and the normal class)
+    lower_priority(options.learner_nice, options.learner_policy)
     service = Service(config)
     publisher = FilePublisher(service.state, folder, shard, shards, config.publish_every_s)
     server, _ = create_server(

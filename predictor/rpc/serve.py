@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from predictor.cpu_priority import check_nice, check_policy
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS, check_switch_interval_ms, switch_interval
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
@@ -61,6 +62,7 @@ class ServeOptions:
     workers: int = 1  # answering processes; > 1: learner processes and workers (predictor.rpc.supervisor)
     shards: tuple[str, ...] = ()  # --shard: device kinds per learner (predictor.service.shards)
     learner_nice: int = 0  # the learner processes' niceness increment (--workers > 1)
+    learner_policy: str = "normal"  # the learner processes' scheduling class (predictor.cpu_priority)
     switch_interval_ms: float = DEFAULT_SWITCH_INTERVAL_MS  # the GIL's switch interval (predictor.gil)
 
 
@@ -125,14 +127,13 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         credentials, policy = security_from_options(options)
         tracing = tracing_from_option(options.trace, options.trace_endpoint)
         check_switch_interval_ms(options.switch_interval_ms)
+        check_nice(options.learner_nice)
+        check_policy(options.learner_policy)
     except ValueError as exc:
         print(f"predictor serve: error: {exc}", file=sys.stderr)
         return 2
     if options.workers < 1:
         print(f"predictor serve: error: --workers must be >= 1, got {options.workers}", file=sys.stderr)
-        return 2
-    if not 0 <= options.learner_nice <= 19:
-        print(f"predictor serve: error: --learner-nice must be in 0..19, got {options.learner_nice}", file=sys.stderr)
         return 2
     if options.shards and options.workers < 2:
         print("predictor serve: error: --shard needs --workers 2 or more (one process learns every kind)",
