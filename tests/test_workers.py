@@ -255,6 +255,8 @@ def test_answers_given_by_workers_are_linked_to_their_observations_by_the_learne
             assert via.predict(query).latency_ms > 0
             via.channel.close()
         wait_for(lambda: client.status().answers_remembered == CONNECTIONS, 30, "answers forwarded to the learner")
+        for pid in pids(server, "worker").values():  # answering needs neither scikit-learn nor river's drift
+            assert not [line for line in Path(f"/proc/{pid}/maps").read_text().splitlines() if "/sklearn/" in line]
         report = client.report_observations([(r, f"job-{i}") for i, r in enumerate(records)]
                                             + [(synthetic_records(1, seed=12)[0], "job-never-answered")], timeout=60)
         assert report.accepted == CONNECTIONS + 1

@@ -13,18 +13,23 @@ ValueError: predictor: unknown name 'nope'; known: ensemble, ewma, forest, rls, 
 from __future__ import annotations
 
 import ast
+import importlib
 
 from predictor.predictors.base import LatencyPredictor
-from predictor.predictors.ensemble import EnsemblePredictor
-from predictor.predictors.ewma import EwmaPredictor
-from predictor.predictors.forest import ForestPredictor
-from predictor.predictors.rls import RlsPredictor
-from predictor.predictors.sgd import SgdPredictor
-from predictor.predictors.solo import SoloPredictor
-from predictor.predictors.static import StaticPredictor
-from predictor.predictors.tree import TreePredictor
 
-REGISTRY: dict[str, type[LatencyPredictor]] = {}
+# the built-in predictors, imported on first use: a process that only answers from a published
+# rls model need not import scikit-learn (static), river's forest or LightGBM (about a second)
+BUILT_IN = {
+    "solo": "predictor.predictors.solo:SoloPredictor",
+    "static": "predictor.predictors.static:StaticPredictor",
+    "ewma": "predictor.predictors.ewma:EwmaPredictor",
+    "sgd": "predictor.predictors.sgd:SgdPredictor",
+    "rls": "predictor.predictors.rls:RlsPredictor",
+    "forest": "predictor.predictors.forest:ForestPredictor",
+    "ensemble": "predictor.predictors.ensemble:EnsemblePredictor",
+    "tree": "predictor.predictors.tree:TreePredictor",
+}
+REGISTRY: dict[str, type[LatencyPredictor] | str] = dict(BUILT_IN)
 
 
 def register(cls: type[LatencyPredictor]) -> type[LatencyPredictor]:
@@ -35,9 +40,13 @@ def register(cls: type[LatencyPredictor]) -> type[LatencyPredictor]:
     return cls
 
 
-for _cls in (SoloPredictor, StaticPredictor, EwmaPredictor, SgdPredictor, RlsPredictor, ForestPredictor,
-             EnsemblePredictor, TreePredictor):
-    register(_cls)
+def predictor_class(name: str) -> type[LatencyPredictor]:
+    """The class registered as ``name`` (a built-in one imported now if it was not yet)."""
+    entry = REGISTRY[name]
+    if isinstance(entry, str):
+        module, _, attribute = entry.partition(":")
+        entry = REGISTRY[name] = getattr(importlib.import_module(module), attribute)
+    return entry
 
 
 def available() -> list[str]:
@@ -88,6 +97,6 @@ def create(spec: str, **overrides: object) -> LatencyPredictor:
         raise ValueError(f"predictor: unknown name {name!r}; known: {', '.join(available())}")
     params.update(overrides)
     try:
-        return REGISTRY[name](**params)  # type: ignore[arg-type]
+        return predictor_class(name)(**params)  # type: ignore[arg-type]
     except TypeError as exc:
         raise ValueError(f"predictor {name}: {exc}") from None

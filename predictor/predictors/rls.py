@@ -15,9 +15,9 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-from river import drift
 
 from predictor.colocations import CoLocations
 from predictor.features import (
@@ -32,6 +32,9 @@ from predictor.predictors.base import LatencyPredictor
 from predictor.records import Record
 from predictor.regressors.rls import RLS
 from predictor.window_features import at_window, fine_program, overlap_at
+
+if TYPE_CHECKING:
+    from river.drift import ADWIN
 
 SPLIT_KEYS = (None, "device_kind", "model", "device")
 WARMUP = 30
@@ -109,7 +112,7 @@ class RlsPredictor(LatencyPredictor):
         self.clip = clip
         self.non_negative = non_negative
         self._models: dict[str, RLS] = {}
-        self._detectors: dict[str, drift.ADWIN] = {}
+        self._detectors: dict[str, ADWIN] = {}
         self._scale: dict[str, float] = {}
         self._seen: dict[str, int] = {}
         self.n_drifts = 0
@@ -128,7 +131,9 @@ class RlsPredictor(LatencyPredictor):
             model = self._models[key] = RLS(
                 self.forgetting, self.delta, self.max_trace, non_negative_contention=self.non_negative
             )
-            self._detectors[key] = drift.ADWIN(delta=self.drift_delta)
+            from river.drift import ADWIN  # here, not at import: see predictor.service.monitor._adwin
+
+            self._detectors[key] = ADWIN(delta=self.drift_delta)
         return model
 
     def _features(self, record: Record) -> tuple[tuple[str, ...], np.ndarray]:

@@ -20,10 +20,12 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-
-from river import drift
+from typing import TYPE_CHECKING
 
 from predictor.service.types import DriftAlarm, ShapeStats
+
+if TYPE_CHECKING:
+    from river.drift import ADWIN
 
 MAX_ALARMS = 20
 ALL = "*"
@@ -39,7 +41,15 @@ class _KindStats:
     calibrated_covered: int = 0
     alarms: int = 0
     error_sum: float = 0.0
-    detector: drift.ADWIN = field(default_factory=drift.ADWIN)
+    detector: ADWIN = field(default_factory=lambda: _adwin())
+
+
+def _adwin() -> ADWIN:
+    """A new drift detector (river's ``drift`` package is imported here: it pulls in river's datasets and
+    scikit-learn, most of a second, which a process that only answers never needs)."""
+    from river.drift import ADWIN
+
+    return ADWIN()
 
 
 class ErrorMonitor:
