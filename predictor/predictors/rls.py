@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from predictor.colocations import CoLocations
+from predictor.drift_detector import adwin_class
 from predictor.features import (
     FEATURE_SETS,
     feature_form,
@@ -109,6 +110,8 @@ class RlsPredictor(LatencyPredictor):
         if not 0 < drift_delta < 1:
             raise ValueError(f"drift_delta must lie in (0, 1), got {drift_delta!r}")
         self.drift_delta = drift_delta
+        if drift_reset:
+            adwin_class()  # river's drift package: imported now, and only if used
         self.clip = clip
         self.non_negative = non_negative
         self._models: dict[str, RLS] = {}
@@ -131,9 +134,8 @@ class RlsPredictor(LatencyPredictor):
             model = self._models[key] = RLS(
                 self.forgetting, self.delta, self.max_trace, non_negative_contention=self.non_negative
             )
-            from river.drift import ADWIN  # here, not at import: see predictor.service.monitor._adwin
-
-            self._detectors[key] = ADWIN(delta=self.drift_delta)
+            if self.drift_reset:
+                self._detectors[key] = adwin_class()(delta=self.drift_delta)
         return model
 
     def _features(self, record: Record) -> tuple[tuple[str, ...], np.ndarray]:

@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from predictor.drift_detector import adwin_class
 from predictor.service.types import DriftAlarm, ShapeStats
 
 if TYPE_CHECKING:
@@ -41,15 +42,7 @@ class _KindStats:
     calibrated_covered: int = 0
     alarms: int = 0
     error_sum: float = 0.0
-    detector: ADWIN = field(default_factory=lambda: _adwin())
-
-
-def _adwin() -> ADWIN:
-    """A new drift detector (river's ``drift`` package is imported here: it pulls in river's datasets and
-    scikit-learn, most of a second, which a process that only answers never needs)."""
-    from river.drift import ADWIN
-
-    return ADWIN()
+    detector: ADWIN = field(default_factory=lambda: adwin_class()())
 
 
 class ErrorMonitor:

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from predictor import snapshot
 from predictor.calibration import ConformalCalibrator
+from predictor.drift_detector import adwin_class
 from predictor.logio import ReadReport
 from predictor.predictors import LatencyPredictor, create
 from predictor.records import Record
@@ -83,7 +84,7 @@ class ServiceState:
         self.predictor = predictor if predictor is not None else create(config.predictor)
         self.calibrator = self.new_calibrator()
         self.admission = self.new_admission()
-        self.monitor = ErrorMonitor(config.error_window, config.coverage_window)
+        self.monitor = self.new_monitor()
         self.gates = self.new_gates()
         self.dedup = self.new_dedup()
         self.live = LiveView(
@@ -199,6 +200,11 @@ class ServiceState:
         return ConformalCalibrator(
             c.calibration_window, c.min_residuals, c.fallback_sigma, c.adapt, c.coverage_confidence
         )
+
+    def new_monitor(self) -> ErrorMonitor:
+        """A fresh error monitor, river's drift package imported now (the first observation would pay it)."""
+        adwin_class()
+        return ErrorMonitor(self.config.error_window, self.config.coverage_window)
 
     def new_admission(self) -> AdmissionCalibration:
         """A fresh conditional (per query shape) calibration as configured."""
