@@ -296,28 +296,24 @@ def packed_rank_requests(payloads: list[bytes]) -> list[bytes]:
 
 
 def offer_burst(payloads: list[bytes], calls: int, limit: int, seed: int = 0) -> dict[str, Any]:
-    """Start a service allowing ``limit`` RPCs in flight (2 workers), send ``calls`` PredictLatency
-    at once; count the refusals (``RESOURCE_EXHAUSTED``) and time each call from its send."""
+    """Start a service allowing ``limit`` RPCs in flight (2 handler threads) in a process of its own, as
+    ``predictor serve`` runs it (its GIL switch interval included); from this process send ``calls``
+    PredictLatency at once; count the refusals (``RESOURCE_EXHAUSTED``) and time each call from its send."""
     import threading
 
     import grpc
 
     from experiments import bench_rpc
+    from experiments.rpc_servers import ServerProcess, service_main
     from predictor.rpc.names import METHOD_PREFIX
-    from predictor.rpc.server import create_server, stop_server
-    from predictor.service import Service, ServiceConfig
-    from predictor.service.synthetic import synthetic_records
 
-    service = Service(ServiceConfig(snapshot_every_s=0))
-    service.open()
-    for record in synthetic_records(500, seed=seed, devices=bench_rpc.DEVICES):
-        service.observe(record)
-    server, port = create_server("127.0.0.1:0", service, max_workers=2, max_concurrent_rpcs=limit)
-    server.start()
+    spec = {"predictor": "rls", "warm_records": 500, "seed": seed, "devices": bench_rpc.DEVICES, "metrics": True,
+            "max_workers": 2, "max_concurrent_rpcs": limit, "max_candidates": 1024}
+    server = ServerProcess(service_main, spec)
     times: dict[str, list[float]] = {"answered": [], "refused": [], "other": []}
     done = threading.Semaphore(0)
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with grpc.insecure_channel(server.target) as channel:
             call = channel.unary_unary(METHOD_PREFIX + "PredictLatency")
             call(payloads[0], timeout=10)  # connected and warm
 
@@ -336,7 +332,7 @@ def offer_burst(payloads: list[bytes], calls: int, limit: int, seed: int = 0) ->
             for _ in range(calls):
                 done.acquire(timeout=30)
     finally:
-        stop_server(server, service, grace=0.5)
+        server.stop()
 
     def pct(values: list[float], q: float) -> float:
         return 1e3 * float(np.percentile(values, q)) if values else math.nan
@@ -346,7 +342,7 @@ def offer_burst(payloads: list[bytes], calls: int, limit: int, seed: int = 0) ->
 
 
 def overload_rows(settings: Settings, payloads: list[bytes]) -> list[Row]:
-    """A service with ``overload_limit`` calls in flight, offered ``overload_calls`` at once (in-process)."""
+    """A service with ``overload_limit`` calls in flight, offered ``overload_calls`` at once."""
     result = offer_burst(payloads, calls=settings.overload_calls, limit=settings.overload_limit)
     return [Row(f"overload: {settings.overload_calls} calls at once, limit {settings.overload_limit}",
                 result["refused_p99_ms"], "ms (p99 refusal)", "p50 of the answered calls",

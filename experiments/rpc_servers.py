@@ -55,7 +55,8 @@ def service_main(conn: Any, spec: dict) -> None:
 
     service = _build_service(spec)
     metrics = ServerMetrics(service) if spec["metrics"] else None
-    server, port = create_server("127.0.0.1:0", service, metrics=metrics, max_workers=spec["max_workers"])
+    server, port = create_server("127.0.0.1:0", service, metrics=metrics, max_workers=spec["max_workers"],
+                                 max_concurrent_rpcs=spec.get("max_concurrent_rpcs"))
     server.start()
     conn.send(port)
     conn.recv()
