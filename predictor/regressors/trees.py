@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,7 +93,20 @@ def _compiled_walks():
                     out[i] = walk_packed(xs[i], nodes, threshold, leaves, roots)
                 return out
 
-            _WALK = (walk_one, walk_packed, walk_many)
+            @numba.njit(cache=True, nogil=True)
+            def walk_scattered(values, x, x_at, z, z_at, divisors, nodes, threshold, leaves, roots
+                               ):  # pragma: no cover - compiled
+                # one row, planned: a copy of the template x with values[x_at[1]] at x_at[0] walked;
+                # values[z_at[1]] / divisors (0 where a divisor is 0) put at z_at[0] of z, in place
+                row = x.copy()
+                for j in range(x_at.shape[1]):
+                    row[x_at[0, j]] = values[x_at[1, j]]
+                for j in range(z_at.shape[1]):
+                    divisor = divisors[j]
+                    z[z_at[0, j]] = values[z_at[1, j]] / divisor if divisor > 0 else 0.0
+                return walk_packed(row, nodes, threshold, leaves, roots)
+
+            _WALK = (walk_one, walk_packed, walk_many, walk_scattered)
     return _WALK
 
 
@@ -188,6 +201,16 @@ class PackedTrees:
         """The ensemble's value for one row (a contiguous float64 row is walked as it is)."""
         walk = _WALK[1] if _WALK is not None else _compiled_walks()[1]
         return float(walk(x, self.nodes, self.threshold, self.leaves, self.roots))
+
+    def scattered_walk(self) -> tuple[Callable[..., float], tuple[np.ndarray, ...]]:
+        """The compiled one-row kernel of a planned row and these trees' arrays (its last arguments).
+
+        ``kernel(values, x, x_at, z, z_at, divisors, *arrays)`` walks a copy of the template ``x``
+        holding ``values[x_at[1]]`` at columns ``x_at[0]`` (the same value as :meth:`predict_vector`
+        of that row, bit for bit), and puts ``values[z_at[1]] / divisors`` at ``z_at[0]`` of ``z``
+        (in place; ``0`` where a divisor is ``0``): a second vector filled in the same call.
+        """
+        return _compiled_walks()[3], (self.nodes, self.threshold, self.leaves, self.roots)
 
     def predict_matrix(self, xs: np.ndarray) -> np.ndarray:
         """The ensemble's value for each row of ``xs``."""
