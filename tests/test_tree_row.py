@@ -241,3 +241,13 @@ def test_concurrent_planned_answers_stay_apart():
 
     with ThreadPoolExecutor(8) as pool:
         assert all(pool.map(answer, range(8)))
+
+
+def test_a_row_of_the_wrong_length_is_refused():
+    model = BoostedResidual(first_fit=8, refit_every=8, swap_after=1, n_estimators=3, background=False)
+    for i in range(12):
+        model.learn_parts({"a": float(i), "b": 1.0}, {}, float(i))
+    for _ in range(3):  # the dicts, the layout seen, its plan: each refuses it
+        with pytest.raises(ValueError, match="values"):
+            model.predict_row(("a", "b"), np.array([1.0]), ())
+        assert same_bits(model.predict_row(("a", "b"), np.array([1, 2]), ()), model.predict_dicts({"a": 1.0, "b": 2.0}, {}))

@@ -441,6 +441,7 @@ class BoostedResidual(base.Regressor):
                     categories: tuple[tuple[str, str], ...]) -> float:
         """:meth:`predict_parts` of the numbers ``values`` of the features ``names`` (distinct) and the
         ``(key, category)`` pairs ``categories``, without a dict: the same number, bit for bit.
+        ``ValueError`` unless ``values`` holds one number per name.
 
         The one-row hot path. Where each name's value goes in the trees' vector and in the
         corrector's is planned once per layout (``names`` and ``categories``) and model version (see
@@ -449,10 +450,13 @@ class BoostedResidual(base.Regressor):
         the packed trees, then takes the corrector's dot product (the copies keep concurrent
         answers apart).
         """
+        values = np.ascontiguousarray(values, dtype=float)
+        if values.shape != (len(names),):
+            raise ValueError(f"values: one number per name expected ({len(names)}), got shape {values.shape}")
         plan = self._row_plan(names, categories)
         if plan is None:
             return self.predict_dicts(dict(zip(names, values.tolist(), strict=True)), dict(categories))
-        return plan.predict(np.ascontiguousarray(values, dtype=float))
+        return plan.predict(values)
 
     def _changed(self) -> None:
         """A new model version begins (an observation, a swap, a category code): the plans are forgotten."""
