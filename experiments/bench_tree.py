@@ -4,7 +4,10 @@
    records of the embedded CPU dataset, after learning ``train`` records: ``tree`` (features,
    trees, corrector; its row path: row plans, packed walk) interleaved call by call with its
    dict path (feature dicts, the regressor's dict views, the walk over the node arrays: the
-   one-row path before the row path, ``tree_dict_path_us``, same answers bit for bit, checked),
+   one-row path before the row path, ``tree_dict_path_us``, same answers bit for bit, checked)
+   and with the row path's previous form (numpy scatters into copies, then the walk, the corrector's
+   scaling and dot product, each a call of its own: ``tree_previous_row_path_us``), the three
+   interleaved call by call,
    and ``rls`` likewise with its dict path (the interaction-feature dict mapped to the model's
    columns by name: the one-row path before the row fast path, ``rls_dict_path_us``, same
    answers, checked), and their ratios; and the trees alone evaluated by the packed numba walk
@@ -65,14 +68,19 @@ def p50_us(function, items, repeats: int) -> float:
 
 def p50_pair_us(first, second, items, repeats: int) -> tuple[float, float]:
     """:func:`p50_us` of two functions, timed alternately item by item (the same machine noise)."""
-    times: tuple[list[int], list[int]] = ([], [])
+    return p50_interleaved_us((first, second), items, repeats)  # type: ignore[return-value]
+
+
+def p50_interleaved_us(functions, items, repeats: int) -> tuple[float, ...]:
+    """:func:`p50_us` of each of ``functions``, timed in turn item by item (the same machine noise)."""
+    times: list[list[int]] = [[] for _ in functions]
     for _ in range(repeats):
         for item in items:
-            for function, out in ((first, times[0]), (second, times[1])):
+            for function, out in zip(functions, times, strict=True):
                 t = time.perf_counter_ns()
                 function(item)
                 out.append(time.perf_counter_ns() - t)
-    return float(np.median(times[0])) / 1e3, float(np.median(times[1])) / 1e3
+    return tuple(float(np.median(t)) / 1e3 for t in times)
 
 
 def rls_dict_path(rls):
@@ -93,6 +101,50 @@ def tree_row_path(tree):
     def predict(record):
         tree._last = None
         return tree.predict_one(record)
+
+    return predict
+
+
+def _prepared(index, names, fixed):
+    """The previous row plan's half: ``index``'s vector of ``fixed`` and where ``names``' values go."""
+    template = index.vector_of(tuple(fixed), np.array(list(fixed.values()), dtype=float), grow=False)
+    positions, known = index.positions(names)
+    return (template, positions, None) if known is None else (template, positions[known], np.flatnonzero(known))
+
+
+def tree_previous_row_path(tree):
+    """``tree``'s one-row path before the fused kernel (the same answers, checked): per call a model-version
+    check, a copy of each prepared vector (the corrector's unscaled), two numpy scatters, the packed walk,
+    the corrector's scaling and its dot product by ``@``, each a call of its own; layouts planned once."""
+    regressor = tree.regressor
+    plans: dict = {}
+
+    def plan_of(numeric, categories):
+        key = (tuple(numeric), tuple(categories.items()))
+        plan = plans.get(key)
+        if plan is None:
+            codes = {k: regressor._code(k, v, grow=False) for k, v in categories.items()}
+            onehot = {f"{k}={v}": 1.0 for k, v in categories.items()}
+            plan = plans[key] = (_prepared(regressor._index, key[0], codes),
+                                 _prepared(regressor._corrector.index, key[0], onehot))
+        return plan
+
+    def predict(record):
+        numeric, categories = tree.parts(record, tree.work)
+        corrector = regressor._corrector
+        version = (regressor._count, len(regressor._index.columns), corrector, len(corrector.index.columns),
+                   sum(map(len, regressor._codes.values())))
+        if version != plans.setdefault("version", version):
+            raise RuntimeError("the model changed during the benchmark")
+        (x0, x_columns, x_take), (z0, z_columns, z_take) = plan_of(numeric, categories)
+        values = np.fromiter(numeric.values(), dtype=float, count=len(numeric))
+        x = x0.copy()
+        x[x_columns] = values if x_take is None else values[x_take]
+        value = regressor.trees.packed.predict_vector(x)
+        z = z0.copy()
+        z[z_columns] = values if z_take is None else values[z_take]
+        value = tree._clamp(value + corrector.predict_vector(corrector.scaled(z)))
+        return math.exp(tree._offset(record) + value)
 
     return predict
 
@@ -126,11 +178,13 @@ def hot_path(config: Config, records) -> dict[str, float]:
         tree.predict_one(r), rls.predict_one(r)
     old_rls = rls_dict_path(rls)
     assert all(rls.predict_one(r) == old_rls(r) for r in pool)
-    new_tree, old_tree = tree_row_path(tree), tree_dict_path(tree)
-    assert all(new_tree(r) == old_tree(r) for r in pool)
+    new_tree, previous_tree, old_tree = tree_row_path(tree), tree_previous_row_path(tree), tree_dict_path(tree)
+    assert all(new_tree(r) == old_tree(r) == previous_tree(r) for r in pool)
     out = {}
-    out["tree_predict_one_us"], out["tree_dict_path_us"] = p50_pair_us(new_tree, old_tree, pool, config.repeats)
+    out["tree_predict_one_us"], out["tree_previous_row_path_us"], out["tree_dict_path_us"] = p50_interleaved_us(
+        (new_tree, previous_tree, old_tree), pool, config.repeats)
     out["tree_speedup"] = out["tree_dict_path_us"] / out["tree_predict_one_us"]
+    out["tree_speedup_over_previous_row_path"] = out["tree_previous_row_path_us"] / out["tree_predict_one_us"]
     out["rls_predict_one_us"], out["rls_dict_path_us"] = p50_pair_us(rls.predict_one, old_rls, pool,
                                                                       config.repeats)
     out["rls_speedup"] = out["rls_dict_path_us"] / out["rls_predict_one_us"]

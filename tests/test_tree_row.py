@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import pickle
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -44,7 +45,7 @@ def by_row(predictor, record) -> float:
 
 def planned(model: BoostedResidual) -> int:
     """How many plans ``model`` holds now."""
-    return sum(isinstance(plan, _RowPlan) for plan in model.__dict__.get("_row_plans", (None, {}))[1].values())
+    return sum(isinstance(plan, _RowPlan) for plan in model.__dict__.get("_row_plans", {}).values())
 
 
 @settings(max_examples=30, deadline=None)
@@ -152,7 +153,101 @@ def test_row_path_equals_the_dict_path_on_recorded_data(default_dataset):
     stream, _ = read_records(default_dataset)
     predictor = create("tree:first_fit=150,refit_every=150,swap_after=20,n_estimators=60,background=False")
     predictor.fit(stream[:300])
+    made = 0
     for record in stream[300:700]:
         assert same_bits(by_row(predictor, record), by_dicts(predictor, record))
+        made += planned(predictor.regressor)
         predictor.learn_one(record)
-    assert predictor.regressor.n_refits >= 3 and planned(predictor.regressor) > 0
+        assert planned(predictor.regressor) == 0  # an observation ends the model version: plans forgotten
+    assert predictor.regressor.n_refits >= 3 and made == 400
+
+
+feature_names = st.sampled_from(["a", "b", "c", "d", "e"])
+rows = st.tuples(st.dictionaries(feature_names, st.one_of(st.just(0.0), st.floats(-5.0, 5.0)), max_size=5),
+                 st.dictionaries(st.sampled_from(["kind", "model"]), st.sampled_from(["x", "y", "z"]), max_size=2))
+
+
+def row_of(numeric: dict[str, float], categories: dict[str, str]) -> tuple:
+    return tuple(numeric), np.array(list(numeric.values()), dtype=float), tuple(categories.items())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(rows, st.floats(-3.0, 3.0)), min_size=1, max_size=40), st.lists(rows, min_size=1, max_size=6))
+def test_regressor_rows_equal_the_dicts_while_learning(stream, queries):
+    """The regressor alone, over feature sets that come and go: columns seen only as 0 (no scale yet in
+    the corrector: its masked division), unseen names and categories, refits and swaps, the mean
+    before the first fit; ``predict_row`` and ``predict_parts`` give ``predict_dicts``' bits."""
+    model = BoostedResidual(first_fit=6, refit_every=6, swap_after=2, n_estimators=4, min_child_samples=1,
+                            background=False)
+    for (numeric, categories), y in stream:
+        for query in (*queries, (numeric, categories)):
+            expected = model.predict_dicts(*query)
+            for _ in range(3):  # the dicts, the layout seen, its plan
+                assert same_bits(model.predict_row(*row_of(*query)), expected)
+                assert same_bits(model.predict_parts(*query), expected)
+        model.learn_parts(numeric, categories, y)
+
+
+def test_a_column_without_a_scale_is_zero_in_the_planned_row():
+    """A feature learned only as 0 has no scale in the corrector: the dict path's masked division puts 0
+    there whatever the row's value; so does the plan (a divisor of 0)."""
+    model = BoostedResidual(first_fit=8, refit_every=8, swap_after=1, n_estimators=3, background=False)
+    rng = np.random.default_rng(2)
+    for _ in range(12):
+        model.learn_parts({"a": float(rng.random()), "zero": 0.0}, {}, float(rng.random()))
+    assert not model._corrector._all_scaled
+    numeric = {"a": 0.5, "zero": 7.0}
+    for _ in range(3):
+        assert same_bits(model.predict_parts(numeric, {}), model.predict_dicts(numeric, {}))
+    (plan,) = (p for p in model._row_plans.values() if isinstance(p, _RowPlan))
+    assert (plan.divisors == 0).sum() == 1
+
+
+def test_a_category_coded_by_a_refused_observation_renews_the_plans():
+    """An observation refused for its target still codes its new category: the model's answer for that
+    category changes (it is no longer unseen), so plans made before must go."""
+    model = BoostedResidual(first_fit=8, refit_every=8, swap_after=1, n_estimators=3, background=False)
+    rng = np.random.default_rng(3)
+    for i in range(12):
+        model.learn_parts({"a": float(rng.random())}, {"kind": "xy"[i % 2]}, float(rng.random() + (i % 2)))
+    numeric, categories = {"a": 0.5}, {"kind": "new"}
+    for _ in range(3):
+        assert same_bits(model.predict_parts(numeric, categories), model.predict_dicts(numeric, categories))
+    assert planned(model) == 1
+    with pytest.raises(ValueError, match="y"):
+        model.learn_parts(numeric, categories, float("nan"))
+    assert model._codes["kind"]["new"] == 2
+    for _ in range(3):
+        assert same_bits(model.predict_parts(numeric, categories), model.predict_dicts(numeric, categories))
+
+
+def test_concurrent_planned_answers_stay_apart():
+    """Threads answering different rows from the same plans at once (the walk releases the GIL) get
+    each row's own answer: every call fills vectors of its own."""
+    predictor = create(SMALL_TREE)
+    stream = default_records(120)
+    predictor.fit(stream[:80])
+    model = predictor.regressor
+    queries = [(tuple(numeric), np.fromiter(numeric.values(), dtype=float), tuple(categories.items()))
+               for numeric, categories in (predictor.parts(r) for r in stream[80:])]
+    expected = [model.predict_dicts(dict(zip(n, v.tolist(), strict=True)), dict(c)) for n, v, c in queries]
+    for query in queries * 3:
+        model.predict_row(*query)
+    assert planned(model) > 0
+
+    def answer(offset: int) -> bool:
+        return all(same_bits(model.predict_row(*queries[(offset + i) % len(queries)]),
+                             expected[(offset + i) % len(queries)]) for i in range(2000))
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(answer, range(8)))
+
+
+def test_a_row_of_the_wrong_length_is_refused():
+    model = BoostedResidual(first_fit=8, refit_every=8, swap_after=1, n_estimators=3, background=False)
+    for i in range(12):
+        model.learn_parts({"a": float(i), "b": 1.0}, {}, float(i))
+    for _ in range(3):  # the dicts, the layout seen, its plan: each refuses it
+        with pytest.raises(ValueError, match="values"):
+            model.predict_row(("a", "b"), np.array([1.0]), ())
+        assert same_bits(model.predict_row(("a", "b"), np.array([1, 2]), ()), model.predict_dicts({"a": 1.0, "b": 2.0}, {}))

@@ -49,15 +49,33 @@ def work_features(record: Record) -> dict[str, float]:
     tree can only combine with many splits.
     """
     batch = record.batch
-    out = {f"{OWN}{key}{WORK}": value * batch.batch_size for key, value in batch.attrs.items()}
+    size = batch.batch_size
+    own, co = _OWN_WORK, _CO_WORK
+    out = {own.get(key) or _work_name(own, OWN, key): value * size for key, value in batch.attrs.items()}
+    get = out.get
     for runner in record.co_runners:
         if runner.overlap == 0.0:
             continue
         weight = runner.overlap * runner.batch_size
         for key, value in runner.attrs.items():
-            name = f"{CO}{key}{WORK}"
-            out[name] = out.get(name, 0.0) + weight * value
+            name = co.get(key) or _work_name(co, CO, key)
+            out[name] = get(name, 0.0) + weight * value
     return out
+
+
+_OWN_WORK: dict[str, str] = {}
+_CO_WORK: dict[str, str] = {}
+"""The work features' names by attribute (made once: the one-row hot path builds no string)."""
+MAX_NAMES = 4096
+"""Names kept by attribute (then forgotten at once: clients may send any attributes)."""
+
+
+def _work_name(names: dict[str, str], prefix: str, key: str) -> str:
+    """``prefix + key + WORK``, kept in ``names``."""
+    if len(names) >= MAX_NAMES:
+        names.clear()
+    name = names[key] = f"{prefix}{key}{WORK}"
+    return name
 
 
 def work_columns(rows: CoLocations) -> tuple[tuple[str, ...], np.ndarray]:
@@ -207,8 +225,12 @@ class TreePredictor(LatencyPredictor):
     def predict_one(self, record: Record) -> float:
         """``exp(offset + trees + corrector)``, within a factor 2 of the targets seen (the regressor's
         planned one-row path, :meth:`~predictor.regressors.boosted.BoostedResidual.predict_row`)."""
-        value = self._clamp(self._model.predict_parts(*self._parts(record)))
-        return math.exp(self._offset(record) + value)
+        numeric, categories = self._parts(record)
+        value = self._model.predict_parts(numeric, categories)
+        low, high = self._target_range
+        if not low - MARGIN <= value <= high + MARGIN:  # within: what _clamp answers, bit for bit
+            value = self._clamp(value)
+        return math.exp(numeric["log_solo"] + value)  # log_solo: the offset
 
     def predict_one_by_dicts(self, record: Record) -> float:
         """:meth:`predict_one` through the regressor's dict views (the reference the planned path equals, bit for bit)."""

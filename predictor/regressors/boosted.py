@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import BrokenExecutor, CancelledError, Future
 from dataclasses import dataclass
 
@@ -40,7 +40,7 @@ from river import base
 from predictor.regressors import refit_worker
 from predictor.regressors.feature_index import FeatureIndex
 from predictor.regressors.rls import RLS
-from predictor.regressors.trees import TreeArrays, fit_trees
+from predictor.regressors.trees import PackedTrees, TreeArrays, fit_trees
 
 Features = Mapping[str, object]
 WORKERS = ("process", "thread")
@@ -131,34 +131,51 @@ MAX_ROW_PLANS = 4096
 """Row plans kept per model version (then forgotten at once, like the feature index's layouts)."""
 _UNSEEN, _SEEN = object(), object()
 """A layout not seen in this model version, and one seen once (its plan is made the next time)."""
+_NO_TREES = PackedTrees(np.zeros(0, dtype=np.int32), np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int32))
+"""No trees (before the first fit): the kernel's walk adds nothing, the window's mean answers."""
 
 
 @dataclass(frozen=True, eq=False)
 class _RowPlan:
     """Where one row layout's values go in the trees' vector and in the corrector's (one model version).
 
-    ``tree`` and ``corrector`` are the vectors with everything but the row's numbers in place (the
-    intercept, the category codes, the one-hot columns); a row's values ``values[take]`` (all where
-    ``take`` is ``None``) go to ``columns`` of each.
+    ``tree`` is the trees' vector with everything but the row's numbers in place (the intercept,
+    the category codes); ``corrector`` the corrector's, scaled (the intercept, the one-hot
+    columns). A row's value ``values[tree_at[1, j]]`` goes to column ``tree_at[0, j]`` of the
+    first, ``values[corrector_at[1, j]] / divisors[j]`` (``0`` where the divisor is ``0``: a
+    column without a scale) to column ``corrector_at[0, j]`` of the second; ``weights`` are the
+    corrector's. ``kernel(values, tree, tree_at, z, corrector_at, divisors, *arrays)`` does both
+    and walks the trees (:meth:`~predictor.regressors.trees.PackedTrees.scattered_walk`);
+    ``mean`` answers for the trees where there are none (``None``: there are).
     """
 
     tree: np.ndarray
-    tree_columns: np.ndarray
-    tree_take: np.ndarray | None
+    tree_at: np.ndarray
     corrector: np.ndarray
-    corrector_columns: np.ndarray
-    corrector_take: np.ndarray | None
+    corrector_at: np.ndarray
+    divisors: np.ndarray
+    weights: np.ndarray
+    kernel: Callable[..., float]
+    arrays: tuple[np.ndarray, ...]
+    mean: float | None
+
+    def predict(self, values: np.ndarray) -> float:
+        """The regressor's answer for the row of ``values`` (the trees' value plus the corrector's)."""
+        z = self.corrector.copy()  # a vector per call: concurrent answers stay apart
+        tree = self.kernel(values, self.tree, self.tree_at, z, self.corrector_at, self.divisors, *self.arrays)
+        if self.mean is not None:
+            tree = self.mean
+        return tree + float(z.dot(self.weights))  # RLS.predict_vector's ``@``: the same BLAS dot, called for less
 
 
 def _scatter_plan(index: FeatureIndex, names: tuple[str, ...], fixed: Mapping[str, float]
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """The vector of ``index`` holding the intercept and ``fixed``, and where the values of ``names`` go."""
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The vector of ``index`` holding the intercept and ``fixed``, and where the values of ``names``
+    go: columns (first row) and positions in ``names`` (second row)."""
     template = index.vector_of(tuple(fixed), np.fromiter(fixed.values(), dtype=float, count=len(fixed)), grow=False)
     positions, known = index.positions(names)
-    if known is None:
-        return template, positions, None
-    take = np.flatnonzero(known)
-    return template, positions[take], take
+    take = np.arange(len(names)) if known is None else np.flatnonzero(known)
+    return template, np.ascontiguousarray(np.vstack([positions[take], take]).astype(np.int64))
 
 
 class BoostedResidual(base.Regressor):
@@ -285,6 +302,7 @@ class BoostedResidual(base.Regressor):
             if not grow:
                 return -1.0
             code = codes[value] = len(codes)
+            self._changed()
         return float(code)
 
     def _split(self, x: Features, grow: bool) -> tuple[dict[str, float], dict[str, float]]:
@@ -320,6 +338,7 @@ class BoostedResidual(base.Regressor):
         self._learn(*self._views(numeric, categories, grow=True), y)
 
     def _learn(self, coded: dict[str, float], numeric: dict[str, float], y: float) -> None:
+        self._changed()
         y = float(y)
         if not math.isfinite(y):
             raise ValueError(f"y: must be finite, got {y!r}")
@@ -379,6 +398,7 @@ class BoostedResidual(base.Regressor):
         """Put the pending refit's trees in place, with a corrector of their residuals since the refit began."""
         refit, self._pending = self._pending, None
         assert refit is not None
+        self._changed()
         trees = refit.result(self._params())
         rows, self._corrector_rows = self._corrector_rows, []
         if trees is None:
@@ -408,11 +428,10 @@ class BoostedResidual(base.Regressor):
     def predict_parts(self, numeric: Mapping[str, float], categories: Mapping[str, str]) -> float:
         """:meth:`predict_one` of the dict of ``numeric`` and ``categories`` (the hot path: no type tests;
         by the layout's plan where it has one, see :meth:`predict_row`: the same number, bit for bit)."""
-        plans = self._version_plans()
-        plan = None if plans is None else self._row_plan(plans, tuple(numeric), tuple(categories.items()))
+        plan = self._row_plan(tuple(numeric), tuple(categories.items()))
         if plan is None:
             return self.predict_dicts(numeric, categories)
-        return self._predict_planned(plan, np.fromiter(numeric.values(), dtype=float, count=len(numeric)))
+        return plan.predict(np.fromiter(numeric.values(), dtype=float, count=len(numeric)))
 
     def predict_dicts(self, numeric: Mapping[str, float], categories: Mapping[str, str]) -> float:
         """:meth:`predict_parts` through the dict views (the reference the planned path equals)."""
@@ -422,53 +441,41 @@ class BoostedResidual(base.Regressor):
                     categories: tuple[tuple[str, str], ...]) -> float:
         """:meth:`predict_parts` of the numbers ``values`` of the features ``names`` (distinct) and the
         ``(key, category)`` pairs ``categories``, without a dict: the same number, bit for bit.
+        ``ValueError`` unless ``values`` holds one number per name.
 
         The one-row hot path. Where each name's value goes in the trees' vector and in the
         corrector's is planned once per layout (``names`` and ``categories``) and model version (see
-        :meth:`_version_plans`), so a call copies two prepared vectors,
-        puts the values in place, walks the packed trees and takes the corrector's dot product
-        (the copies keep concurrent answers apart).
+        :meth:`_row_plan`), so a call copies the corrector's prepared vector and makes one compiled
+        call that puts the values in place (in a copy of the trees' prepared vector too) and walks
+        the packed trees, then takes the corrector's dot product (the copies keep concurrent
+        answers apart).
         """
-        plans = self._version_plans()
-        plan = None if plans is None else self._row_plan(plans, names, categories)
+        values = np.ascontiguousarray(values, dtype=float)
+        if values.shape != (len(names),):
+            raise ValueError(f"values: one number per name expected ({len(names)}), got shape {values.shape}")
+        plan = self._row_plan(names, categories)
         if plan is None:
             return self.predict_dicts(dict(zip(names, values.tolist(), strict=True)), dict(categories))
-        return self._predict_planned(plan, values)
+        return plan.predict(values)
 
-    def _predict_planned(self, plan: _RowPlan, values: np.ndarray) -> float:
-        x = plan.tree.copy()
-        x[plan.tree_columns] = values if plan.tree_take is None else values[plan.tree_take]
-        tree = self._trees.packed.predict_vector(x) if self._trees is not None else self._mean
-        z = plan.corrector.copy()
-        z[plan.corrector_columns] = values if plan.corrector_take is None else values[plan.corrector_take]
-        corrector = self._corrector
-        return tree + corrector.predict_vector(corrector.scaled(z))
+    def _changed(self) -> None:
+        """A new model version begins (an observation, a swap, a category code): the plans are forgotten."""
+        self.__dict__.pop("_row_plans", None)
 
-    def _version_plans(self) -> dict | None:
-        """The plans of this model version (``None``: a new version began, the dicts answer this call).
+    def _row_plan(self, names: tuple[str, ...], categories: tuple[tuple[str, str], ...]) -> _RowPlan | None:
+        """The :class:`_RowPlan` of a layout in this model version (``None``: use the dicts).
 
-        A model version ends with any observation learned (or a swap, or a category or column
-        added): plans serve a model that answers without learning in between (the service's
-        published version), and a stream that learns after each answer (prequential scoring)
-        takes the dict path at the cost of this check.
+        A model version ends with any observation learned (or a swap, or a category added): plans
+        serve a model that answers without learning in between (the service's published
+        version); a stream that learns after each answer (prequential scoring) takes the dict
+        path. A version's first call uses the dicts, and so does a layout's first sighting in it
+        (the dicts cost less than making a plan); its plan is made the second time. A layout
+        whose names a dict would merge always uses the dicts.
         """
-        corrector = self._corrector
-        version = (self._count, len(self._index.columns), corrector, len(corrector.index.columns),
-                   sum(map(len, self._codes.values())))
-        cached = self.__dict__.get("_row_plans")
-        if cached is None or cached[0] != version or len(cached[1]) >= MAX_ROW_PLANS:
-            self._row_plans = (version, {})
+        plans = self.__dict__.get("_row_plans")
+        if plans is None or len(plans) >= MAX_ROW_PLANS:
+            self._row_plans = {}
             return None
-        return cached[1]
-
-    def _row_plan(self, plans: dict, names: tuple[str, ...],
-                  categories: tuple[tuple[str, str], ...]) -> _RowPlan | None:
-        """The :class:`_RowPlan` of a layout among ``plans`` (``None``: use the dicts).
-
-        A layout's plan is made the second time it is seen in a version, the first time the dicts
-        answer (they cost less than making a plan). A layout whose names a dict would merge
-        always uses the dicts.
-        """
         key = (names, categories)
         plan = plans.get(key, _UNSEEN)
         if plan is _UNSEEN:
@@ -484,8 +491,15 @@ class BoostedResidual(base.Regressor):
         if len(set(every)) != len(every):  # a dict would merge some of these: the dict path decides
             return None
         codes = {key: self._code(key, value, grow=False) for key, value in categories}
-        return _RowPlan(*_scatter_plan(self._index, names, codes),
-                        *_scatter_plan(self._corrector.index, names, dict.fromkeys(onehot, 1.0)))
+        tree, tree_at = _scatter_plan(self._index, names, codes)
+        corrector = self._corrector
+        z, corrector_at = _scatter_plan(corrector.index, names, dict.fromkeys(onehot, 1.0))
+        weights = corrector.predicting_weights()[: z.size]
+        scale = corrector._column_scale[: z.size]  # what RLS.scaled divides by (0: no scale yet, the column is 0)
+        divisors = np.where(scale > 0, scale, 0.0)[corrector_at[0]]
+        kernel, arrays = (self._trees.packed if self._trees is not None else _NO_TREES).scattered_walk()
+        return _RowPlan(tree, tree_at, corrector.scaled(z), corrector_at, np.ascontiguousarray(divisors),
+                        np.ascontiguousarray(weights), kernel, arrays, None if self._trees is not None else self._mean)
 
     def _predict(self, coded: dict[str, float], numeric: dict[str, float]) -> float:
         value = self._tree_value(self._index.vector(coded, grow=False))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,13 +59,14 @@ def _compiled_walks():
 
             @numba.njit(cache=True, nogil=True)
             def walk_packed(x, nodes, threshold, leaves, roots):  # pragma: no cover - compiled
-                # four trees walked side by side (their loads overlap), their leaves added in tree order
+                # eight trees walked side by side (their loads overlap), their leaves added in tree order
                 total = 0.0
                 n = roots.size
                 t = 0
-                while t + 4 <= n:
+                while t + 8 <= n:
                     a, b, c, d = roots[t], roots[t + 1], roots[t + 2], roots[t + 3]
-                    while a >= 0 or b >= 0 or c >= 0 or d >= 0:
+                    e, f, g, h = roots[t + 4], roots[t + 5], roots[t + 6], roots[t + 7]
+                    while a >= 0 or b >= 0 or c >= 0 or d >= 0 or e >= 0 or f >= 0 or g >= 0 or h >= 0:
                         if a >= 0:
                             a = step(x, nodes, threshold, a)
                         if b >= 0:
@@ -74,11 +75,23 @@ def _compiled_walks():
                             c = step(x, nodes, threshold, c)
                         if d >= 0:
                             d = step(x, nodes, threshold, d)
+                        if e >= 0:
+                            e = step(x, nodes, threshold, e)
+                        if f >= 0:
+                            f = step(x, nodes, threshold, f)
+                        if g >= 0:
+                            g = step(x, nodes, threshold, g)
+                        if h >= 0:
+                            h = step(x, nodes, threshold, h)
                     total += leaves[~a]
                     total += leaves[~b]
                     total += leaves[~c]
                     total += leaves[~d]
-                    t += 4
+                    total += leaves[~e]
+                    total += leaves[~f]
+                    total += leaves[~g]
+                    total += leaves[~h]
+                    t += 8
                 for rest in range(t, n):
                     node = roots[rest]
                     while node >= 0:
@@ -93,7 +106,20 @@ def _compiled_walks():
                     out[i] = walk_packed(xs[i], nodes, threshold, leaves, roots)
                 return out
 
-            _WALK = (walk_one, walk_packed, walk_many)
+            @numba.njit(cache=True, nogil=True)
+            def walk_scattered(values, x, x_at, z, z_at, divisors, nodes, threshold, leaves, roots
+                               ):  # pragma: no cover - compiled
+                # one row, planned: a copy of the template x with values[x_at[1]] at x_at[0] walked;
+                # values[z_at[1]] / divisors (0 where a divisor is 0) put at z_at[0] of z, in place
+                row = x.copy()
+                for j in range(x_at.shape[1]):
+                    row[x_at[0, j]] = values[x_at[1, j]]
+                for j in range(z_at.shape[1]):
+                    divisor = divisors[j]
+                    z[z_at[0, j]] = values[z_at[1, j]] / divisor if divisor > 0 else 0.0
+                return walk_packed(row, nodes, threshold, leaves, roots)
+
+            _WALK = (walk_one, walk_packed, walk_many, walk_scattered)
     return _WALK
 
 
@@ -159,7 +185,7 @@ class PackedTrees:
     ``nodes[3 * i + 1]`` (``x <= threshold``) and ``nodes[3 * i + 2]``: an internal node when
     ``>= 0``, else leaf ``~child``, worth ``leaves[~child]``; ``roots`` likewise (a tree of one leaf
     has a negative root). A walk touches a third of the memory the node arrays take (no leaf
-    visits, 32-bit indices, one cache line for a node's split and children) and goes down four
+    visits, 32-bit indices, one cache line for a node's split and children) and goes down eight
     trees side by side (their memory loads overlap), and adds the trees' leaves in the same
     order: the same sum, bit for bit (tested).
     """
@@ -188,6 +214,16 @@ class PackedTrees:
         """The ensemble's value for one row (a contiguous float64 row is walked as it is)."""
         walk = _WALK[1] if _WALK is not None else _compiled_walks()[1]
         return float(walk(x, self.nodes, self.threshold, self.leaves, self.roots))
+
+    def scattered_walk(self) -> tuple[Callable[..., float], tuple[np.ndarray, ...]]:
+        """The compiled one-row kernel of a planned row and these trees' arrays (its last arguments).
+
+        ``kernel(values, x, x_at, z, z_at, divisors, *arrays)`` walks a copy of the template ``x``
+        holding ``values[x_at[1]]`` at columns ``x_at[0]`` (the same value as :meth:`predict_vector`
+        of that row, bit for bit), and puts ``values[z_at[1]] / divisors`` at ``z_at[0]`` of ``z``
+        (in place; ``0`` where a divisor is ``0``): a second vector filled in the same call.
+        """
+        return _compiled_walks()[3], (self.nodes, self.threshold, self.leaves, self.roots)
 
     def predict_matrix(self, xs: np.ndarray) -> np.ndarray:
         """The ensemble's value for each row of ``xs``."""
