@@ -35,6 +35,7 @@ from predictor.calibration import BoundSource
 from predictor.records import Record
 from predictor.service.monitor import LINKED, REPLAY, ShapeMonitor
 from predictor.service.types import CoRunnerSource, PlannedCoRunner, Query
+from predictor.shape_block import Outcome, learn_block
 from predictor.shape_calibration import ShapeCalibrator
 from predictor.shapes import QueryShape, count_bucket
 
@@ -111,6 +112,16 @@ class AnswerMemory:
         self._lock = threading.Lock()
 
 
+Observed = tuple[Record, str, float, list[tuple[QueryShape, float]], str]
+"""A learned record to calibrate on: the record, its device kind, its prediction before it was
+learned, its replayed admission-time answers and its batch id (:meth:`AdmissionCalibration.observe`)."""
+
+
+def _valid(latency: float | None) -> bool:
+    """Whether an observed latency is one the calibrator takes (finite and positive)."""
+    return latency is not None and latency > 0 and math.isfinite(latency)
+
+
 def record_shape(record: Record) -> QueryShape:
     """The shape of an observed record taken as a query: every overlap known, its signals."""
     n = len(record.co_runners)
@@ -181,6 +192,46 @@ class AdmissionCalibration:
         upper = (calibrator or self.calibrator).bound(shape, kind, count, model, predicted_ms, self.confidence).upper_ms
         self.memory.remember(batch_id, device, Answered(shape, kind, count, model, predicted_ms, upper,
                                                         self.memory.clock(), answered_ms))
+
+    def observe_block(self, observed: list[Observed]) -> None:
+        """:meth:`observe` of each of a block's learned records in turn, the calibrator's share by
+        the compiled block path (:func:`~predictor.shape_block.learn_block`: the same state and
+        answers, bit for bit); the monitor is updated afterwards in the same order."""
+        if not all(_valid(record.latency_ms) for record, *_ in observed):
+            for entry in observed:  # the calibrator refuses one: exactly as record by record
+                self.observe(*entry)
+            return
+        outcomes: list[Outcome] = []
+        updates: list[tuple] = []  # (source, shape key, kind, model, count, actual, answered, upper or None)
+        for record, kind, predicted_ms, replays, batch_id in observed:
+            actual = record.latency_ms
+            assert actual is not None
+            model = record.batch.model
+            count = count_bucket(len(record.co_runners))
+            linked = self.memory.take(batch_id, record.device) if batch_id else None
+            if linked is not None:
+                self.n_linked += 1
+                answered = linked.predicted_ms if math.isnan(linked.answered_ms) else linked.answered_ms
+                updates.append((LINKED, linked.shape.key, kind, model, linked.count, actual, answered,
+                                linked.upper_ms, None))
+                outcomes.append(Outcome(linked.shape, kind, linked.count, model, actual, linked.predicted_ms, True))
+            for shape, predicted in [(record_shape(record), predicted_ms), *replays]:
+                if not (math.isfinite(predicted) and predicted > 0):
+                    continue
+                updates.append((REPLAY, shape.key, kind, model, count, actual, predicted, None, len(outcomes)))
+                outcomes.append(Outcome(shape, kind, count, model, actual, predicted, False, self.confidence))
+        results = learn_block(self.calibrator, outcomes)
+        monitor, point_correction = self.monitor, self.point_correction
+        for source, key, kind, model, count, actual, predicted, upper, at in updates:
+            if at is None:
+                monitor.update(source, key, kind, model, count, actual=actual, predicted=predicted,
+                               covered=actual <= upper)
+                continue
+            correction, factor, _ = results[at]  # type: ignore[misc]
+            answered = predicted * correction if point_correction else predicted
+            monitor.update(source, key, kind, model, count, actual=actual, predicted=answered,
+                           covered=actual <= predicted * factor.upper_ms,
+                           calibrated=factor.source is not BoundSource.FALLBACK)
 
     def observe(self, record: Record, kind: str, predicted_ms: float,
                 replays: list[tuple[QueryShape, float]], batch_id: str = "") -> None:
