@@ -25,7 +25,10 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
+import weakref
+from collections import deque
 from typing import NamedTuple
 
 import numpy as np
@@ -49,6 +52,10 @@ from predictor.shape_calibration import (
 )
 from predictor.shapes import QueryShape
 
+FEWEST = 32
+"""Outcomes a block needs to go through the kernel: copying the state of its cells in and out
+costs about as much as the calls for ~25 outcomes (``learn_block`` of a few records' outcomes
+goes the per-call way)."""
 _SOURCES = (BoundSource.DEVICE_KIND, BoundSource.POOLED, BoundSource.FALLBACK)
 
 
@@ -82,10 +89,11 @@ def learn_one(calibrator: ShapeCalibrator, outcome: Outcome) -> Result:
     return calibrator.score(o.shape, o.kind, o.count, o.model, o.confidence, actual=o.actual, predicted=o.predicted)
 
 
-def learn_block(calibrator: ShapeCalibrator, outcomes: list[Outcome]) -> list[Result]:
-    """:func:`learn_one` of each outcome in order, by the compiled kernel (see the module)."""
-    residuals = _residuals(outcomes)
-    if residuals is None or len(outcomes) < 2:
+def learn_block(calibrator: ShapeCalibrator, outcomes: list[Outcome], fewest: int = FEWEST) -> list[Result]:
+    """:func:`learn_one` of each outcome in order, by the compiled kernel (see the module) when
+    there are at least ``fewest`` of them."""
+    residuals = _residuals(outcomes) if len(outcomes) >= fewest else None
+    if residuals is None:
         return [learn_one(calibrator, o) for o in outcomes]
     block = _Block(calibrator)
     block.number(outcomes)
@@ -115,82 +123,157 @@ def _residuals(outcomes: list[Outcome]) -> list[float] | None:
     return out
 
 
-class _Block:
-    """The numbering of a block's cells, their state as arrays, and the kernel's answers."""
+_RING = "_block_ring"
+"""Attribute of a window the block path wrote: ``(adds, ring, head)``, its residuals in arrival
+order as the kernel keeps them, valid while the window's ``adds`` is still ``adds`` (never
+pickled nor copied: a window's snapshot is its residuals)."""
 
-    def __init__(self, calibrator: ShapeCalibrator):
-        self.cal = calibrator
-        self.windows: dict[Cell, int] = {}  # cells read or written, existing or written
-        self.window_cells: list[Cell] = [(POOL, POOL, ALL)]  # 0: every cell absent all along (read, never written)
-        self.written: set[int] = set()
+
+def _catch_up(window: ResidualWindow, added: int, n: int, head: int, ring: np.ndarray, ordered: np.ndarray) -> None:
+    """Bring ``window`` to the state the kernel left its row in (``added`` residuals later: ``n`` of
+    them in ``ring`` from ``head``, sorted in ``ordered``): by adding the new residuals (the same
+    steps) when they are few, else by taking the rows whole; either way its sorted array and
+    ring kept for the next block."""
+    size = window.size
+    if added * 16 < n:
+        for value in ring[(head + n - added + np.arange(added)) % size].tolist():
+            window.add(value)
+    else:
+        window._order = deque(ring[:n].tolist() if n < size else ring[head:].tolist() + ring[:head].tolist())
+        window._sorted = ordered[:n].tolist()
+        window._adds = window.adds + added
+    window._array = ordered[:n].copy()
+    window.__dict__[_RING] = (window.adds, ring.copy(), head)
+
+
+class _Plan(NamedTuple):
+    """The walk of one bound (``ShapeCalibrator._terms_levels`` over ``_cells``), by cell name:
+    per term, its lookups (``look`` offsets into window, alpha cell, spread keys and source)
+    and the widest cells it falls back on (``wide`` offsets into window and spread keys)."""
+
+    look: np.ndarray
+    lk_win: np.ndarray
+    lk_alpha: np.ndarray
+    lk_spread: np.ndarray
+    lk_src: np.ndarray
+    wide: np.ndarray
+    wd_win: np.ndarray
+    wd_spread: np.ndarray
+
+
+class _Names:
+    """Numbers for the cells (windows, spreads, alpha cells) a calibrator's blocks name, and
+    the walks of the bounds they ask, kept from block to block (names only: no state). Held
+    beside the calibrator (:data:`_NAMES`), so that neither its snapshots nor its copies carry it."""
+
+    MOST = 500_000
+    """Names kept at most (beyond, they start over)."""
+
+    def __init__(self) -> None:
+        self.windows: dict[Cell, int] = {}
+        self.window_cells: list[Cell] = []
         self.spreads: dict[tuple[str, str, str, int], int] = {}
+        self.spread_keys: list[tuple[str, str, str, int]] = []
         self.alphas: dict[Cell, int] = {}
+        self.alpha_cells: list[Cell] = []
         self.plans: dict[tuple, int] = {}
-        self.plan_start = [0]
-        self.term_look = [0]
-        self.term_wide = [0]
-        self.lk_win: list[int] = []
-        self.lk_alpha: list[int] = []
-        self.lk_spread: list[tuple[int, int, int]] = []
-        self.lk_src: list[int] = []
-        self.wd_win: list[int] = []
-        self.wd_spread: list[tuple[int, int, int]] = []
-        self.read_windows: list[tuple[Cell, int | None]] = []  # resolved after the writes are known
+        self.walks: list[_Plan] = []
+        self.items: dict[tuple, tuple[int, tuple[int, ...], tuple[int, int, int], int]] = {}
 
-    # ------------------------------------------------------------------ numbering
-    def _window(self, cell: Cell, write: bool = False) -> int:
+    def full(self) -> bool:
+        """Whether so many names are kept that they should start over."""
+        return len(self.windows) + len(self.spreads) + len(self.alphas) + len(self.items) > self.MOST
+
+    def window(self, cell: Cell) -> int:
         at = self.windows.get(cell)
         if at is None:
             at = self.windows[cell] = len(self.window_cells)
             self.window_cells.append(cell)
-        if write:
-            self.written.add(at)
         return at
 
-    def _spread_ids(self, key: str, kind: str, count: int, model: str) -> tuple[int, int, int]:
+    def spread(self, key: str, kind: str, count: int, model: str) -> tuple[int, int, int]:
         ids = []
         for spread_key in ((key, kind, model, count), (key, kind, "", count), (key, POOL, "", count)):
             at = self.spreads.get(spread_key)
             if at is None:
-                at = self.spreads[spread_key] = len(self.spreads)
+                at = self.spreads[spread_key] = len(self.spread_keys)
+                self.spread_keys.append(spread_key)
             ids.append(at)
         return ids[0], ids[1], ids[2]
 
-    def _alpha(self, cell: Cell) -> int:
+    def alpha(self, cell: Cell) -> int:
         at = self.alphas.get(cell)
         if at is None:
-            at = self.alphas[cell] = len(self.alphas)
+            at = self.alphas[cell] = len(self.alpha_cells)
+            self.alpha_cells.append(cell)
         return at
 
-    def _plan(self, shape: QueryShape, kind: str, count: int, model: str) -> int:
-        """The number of the plan of a bound (``ShapeCalibrator._terms_levels``'s walk)."""
-        key = (shape, kind, count, model)
+    def plan(self, shape: QueryShape, kind: str, count: int, model: str, monotone: bool) -> int:
+        """The number of the walk of a bound."""
+        key = (shape, kind, count, model, monotone)
         at = self.plans.get(key)
         if at is not None:
             return at
-        at = self.plans[key] = len(self.plans)
-        for s, j in _cells(shape, count, self.cal.monotone):
+        look, lk_win, lk_alpha, lk_spread, lk_src = [0], [], [], [], []
+        wide, wd_win, wd_spread = [0], [], []
+        for s, j in _cells(shape, count, monotone):
             for cell_kind, source in ((kind, shape_kernel.DEVICE_KIND), (POOL, shape_kernel.POOLED)):
                 for lookup, c in _lookups(s, j):
-                    self.lk_win.append(self._window((lookup, cell_kind, c)))
-                    self.lk_alpha.append(self._alpha((lookup, kind, j)))
-                    self.lk_spread.append(self._spread_ids(lookup, kind, j, model))
-                    self.lk_src.append(source)
-            self.term_look.append(len(self.lk_win))
+                    lk_win.append(self.window((lookup, cell_kind, c)))
+                    lk_alpha.append(self.alpha((lookup, kind, j)))
+                    lk_spread.append(self.spread(lookup, kind, j, model))
+                    lk_src.append(source)
+            look.append(len(lk_win))
             for stand_in in _chain_keys(s):
-                self.wd_win.append(self._window((stand_in, POOL, ALL)))
-                self.wd_spread.append(self._spread_ids(stand_in, kind, j, model))
-            self.term_wide.append(len(self.wd_win))
-        self.plan_start.append(len(self.term_look) - 1)
+                wd_win.append(self.window((stand_in, POOL, ALL)))
+                wd_spread.append(self.spread(stand_in, kind, j, model))
+            wide.append(len(wd_win))
+        ints = functools.partial(np.array, dtype=np.int64)
+        self.walks.append(_Plan(ints(look), ints(lk_win), ints(lk_alpha), ints(lk_spread).reshape(-1, 3),
+                                ints(lk_src), ints(wide), ints(wd_win), ints(wd_spread).reshape(-1, 3)))
+        at = self.plans[key] = len(self.walks) - 1
         return at
 
+    def item(self, o: Outcome, monotone: bool) -> tuple[int, tuple[int, ...], tuple[int, int, int], int]:
+        """An outcome's walk, the windows and spreads it writes and its alpha cell."""
+        key = (o.shape, o.kind, o.count, o.model, o.linked, monotone)
+        found = self.items.get(key)
+        if found is None:
+            cell_key = (LINKED if o.linked else "") + o.shape.key
+            kind, count = o.kind, o.count
+            found = self.items[key] = (
+                self.plan(o.shape, kind, count, o.model, monotone),
+                tuple(self.window(cell) for cell in ((cell_key, kind, count), (cell_key, kind, ALL),
+                                                     (cell_key, POOL, count), (cell_key, POOL, ALL))),
+                self.spread(cell_key, kind, count, o.model),
+                self.alpha((cell_key, kind, count)),
+            )
+        return found
+
+
+_NAMES: weakref.WeakKeyDictionary[ShapeCalibrator, _Names] = weakref.WeakKeyDictionary()
+
+
+def _names(calibrator: ShapeCalibrator) -> _Names:
+    names = _NAMES.get(calibrator)
+    if names is None or names.full():
+        names = _NAMES[calibrator] = _Names()
+    return names
+
+
+class _Block:
+    """A block's cells numbered from 0 (those its outcomes read or write), their state as
+    arrays, and the kernel's answers."""
+
+    def __init__(self, calibrator: ShapeCalibrator):
+        self.cal = calibrator
+
     def number(self, outcomes: list[Outcome]) -> None:
-        """Number every cell the outcomes read or write, and the plans of their bounds."""
+        """Number every cell the outcomes read or write, and the walks of their bounds."""
+        names, monotone = _names(self.cal), self.cal.monotone
         n = len(outcomes)
-        self.it_plan = np.empty(n, dtype=np.int64)
-        self.it_win = np.empty((n, 4), dtype=np.int64)
-        self.it_spread = np.empty((n, 3), dtype=np.int64)
-        self.it_alpha = np.empty(n, dtype=np.int64)
+        plans: dict[int, int] = {}
+        it_plan, it_win, it_spread, it_alpha = [], [], [], []
         self.it_score = np.zeros(n, dtype=np.bool_)
         self.it_out = np.zeros(n, dtype=np.int64)
         self.it_onem = np.zeros(n)
@@ -199,13 +282,11 @@ class _Block:
         self.it_fallback = np.zeros(n)
         sigma = self.cal.fallback_sigma
         for i, o in enumerate(outcomes):
-            key = (LINKED if o.linked else "") + o.shape.key
-            kind, count = o.kind, o.count
-            self.it_plan[i] = self._plan(o.shape, kind, count, o.model)
-            self.it_win[i] = [self._window(cell, True) for cell in
-                              ((key, kind, count), (key, kind, ALL), (key, POOL, count), (key, POOL, ALL))]
-            self.it_spread[i] = self._spread_ids(key, kind, count, o.model)
-            self.it_alpha[i] = self._alpha((key, kind, count))
+            plan, wins, spreads, alpha = names.item(o, monotone)
+            it_plan.append(plans.setdefault(plan, len(plans)))
+            it_win.append(wins)
+            it_spread.append(spreads)
+            it_alpha.append(alpha)
             confidence = o.confidence
             if confidence is None:
                 continue
@@ -219,6 +300,41 @@ class _Block:
                 self.it_ai[i] = ai
                 self.it_denom[i] = 1.0 - GRID[ai]
                 self.it_fallback[i] = normal_quantile(confidence) * sigma
+        walks = [names.walks[plan] for plan in plans]
+        terms = np.array([len(walk.look) - 1 for walk in walks], dtype=np.int64)
+        self.plan_start = np.concatenate(([0], np.cumsum(terms)))
+        lk_sizes = np.array([len(walk.lk_win) for walk in walks], dtype=np.int64)
+        wd_sizes = np.array([len(walk.wd_win) for walk in walks], dtype=np.int64)
+        lk_base = np.concatenate(([0], np.cumsum(lk_sizes)))
+        wd_base = np.concatenate(([0], np.cumsum(wd_sizes)))
+        self.term_look = np.concatenate([walk.look[:-1] + base for walk, base in zip(walks, lk_base, strict=False)]
+                                        + [lk_base[-1:]])
+        self.term_wide = np.concatenate([walk.wide[:-1] + base for walk, base in zip(walks, wd_base, strict=False)]
+                                        + [wd_base[-1:]])
+        self.lk_src = np.concatenate([walk.lk_src for walk in walks])
+        self.it_plan = np.array(it_plan, dtype=np.int64)
+        item_win = np.array(it_win, dtype=np.int64)
+        item_spread = np.array(it_spread, dtype=np.int64)
+        item_alpha = np.array(it_alpha, dtype=np.int64)
+        # global names -> this block's numbers (0 .. distinct - 1)
+        lk_win = np.concatenate([walk.lk_win for walk in walks])
+        wd_win = np.concatenate([walk.wd_win for walk in walks])
+        cells, inverse = np.unique(np.concatenate((lk_win, wd_win, item_win.ravel())), return_inverse=True)
+        self.lk_win, self.wd_win = inverse[:len(lk_win)], inverse[len(lk_win):len(lk_win) + len(wd_win)]
+        self.it_win = inverse[len(lk_win) + len(wd_win):].reshape(-1, 4)
+        self.window_cells = [names.window_cells[at] for at in cells.tolist()]
+        lk_spread = np.concatenate([walk.lk_spread for walk in walks])
+        wd_spread = np.concatenate([walk.wd_spread for walk in walks])
+        keys, inverse = np.unique(np.concatenate((lk_spread, wd_spread, item_spread)).ravel(), return_inverse=True)
+        inverse = inverse.reshape(-1, 3)
+        self.lk_spread, self.wd_spread = inverse[:len(lk_spread)], inverse[len(lk_spread):len(lk_spread) + len(wd_spread)]
+        self.it_spread = inverse[len(lk_spread) + len(wd_spread):]
+        self.spread_keys = [names.spread_keys[at] for at in keys.tolist()]
+        lk_alpha = np.concatenate([walk.lk_alpha for walk in walks])
+        alphas, inverse = np.unique(np.concatenate((lk_alpha, item_alpha)), return_inverse=True)
+        self.lk_alpha, self.it_alpha = inverse[:len(lk_alpha)], inverse[len(lk_alpha):]
+        self.alpha_cells = [names.alpha_cells[at] for at in alphas.tolist()]
+        self.written = set(self.it_win.ravel().tolist())
 
     # ------------------------------------------------------------------ state in, kernel, state out
     def run(self, outcomes: list[Outcome], residuals: list[float]) -> None:
@@ -230,8 +346,9 @@ class _Block:
         win_sorted = np.empty((rows, cal.window))
         win_ring = np.empty((rows, cal.window))
         win_pool = np.array([cell[1] == POOL for cell in self.window_cells], dtype=np.bool_)
+        win_head = np.zeros(rows, dtype=np.int64)
         self.kept: list[ResidualWindow | None] = [None] * rows
-        for at in range(1, rows):
+        for at in range(rows):
             window = cal._windows.get(self.window_cells[at])
             if window is None:
                 continue
@@ -240,10 +357,14 @@ class _Block:
             win_exists[at] = True
             win_len[at] = n
             if n:
-                win_sorted[at, :n] = window._array if window._array is not None else window._sorted
+                win_sorted[at, :n] = window.sorted_array()  # cached as an array from block to block
                 if at in self.written:
-                    win_ring[at, :n] = list(window._order)
-        spread_keys = list(self.spreads)
+                    kept = window.__dict__.get(_RING)
+                    if kept is not None and kept[0] == window.adds:  # as the last block left it
+                        win_ring[at], win_head[at] = kept[1], kept[2]
+                    else:
+                        win_ring[at, :n] = np.fromiter(window._order, dtype=float, count=n)
+        spread_keys = self.spread_keys
         n_spreads = len(spread_keys)
         sp_exists = np.zeros(n_spreads, dtype=np.bool_)
         sp_m, sp_s, sp_n = np.zeros(n_spreads), np.zeros(n_spreads), np.zeros(n_spreads, dtype=np.int64)
@@ -253,7 +374,7 @@ class _Block:
             if spread is not None:
                 sp_exists[at] = True
                 sp_m[at], sp_s[at], sp_n[at] = spread.m, spread.s, spread.n
-        alpha_cells = list(self.alphas)
+        alpha_cells = self.alpha_cells
         al_exists = np.zeros(len(alpha_cells), dtype=np.bool_)
         al = np.zeros((len(alpha_cells), len(GRID)))
         for at, cell in enumerate(alpha_cells):
@@ -268,17 +389,13 @@ class _Block:
         self.sizes = np.array([len(cal._windows), len(cal._spreads), len(cal._alphas)], dtype=np.int64)
         self.created = np.zeros((3, max(rows, n_spreads, len(alpha_cells), 1)), dtype=np.int64)
         self.n_created = np.zeros(3, dtype=np.int64)
-        win_head = np.zeros(rows, dtype=np.int64)
         win_added = np.zeros(rows, dtype=np.int64)
         shape_kernel.learn_block(
             win_exists, win_len, win_sorted, win_ring, win_head, win_pool, win_added,
             sp_exists, sp_m, sp_s, sp_n, sp_pool, al_exists, al, grid_onem.copy(), self.sizes, self.created,
             self.n_created,
-            np.array(self.plan_start, dtype=np.int64), np.array(self.term_look, dtype=np.int64),
-            np.array(self.term_wide, dtype=np.int64), np.array(self.lk_win, dtype=np.int64),
-            np.array(self.lk_alpha, dtype=np.int64), np.array(self.lk_spread, dtype=np.int64).reshape(-1, 3),
-            np.array(self.lk_src, dtype=np.int64), np.array(self.wd_win, dtype=np.int64),
-            np.array(self.wd_spread, dtype=np.int64).reshape(-1, 3),
+            self.plan_start, self.term_look, self.term_wide, self.lk_win, self.lk_alpha, self.lk_spread,
+            self.lk_src, self.wd_win, self.wd_spread,
             self.it_plan, np.array(residuals), self.it_score, self.it_win, self.it_spread, self.it_alpha, self.it_out,
             self.it_onem, self.it_ai, self.it_denom, self.it_fallback,
             grid_onem, np.array([normal_quantile(level) * cal.fallback_sigma for level in GRID]),
@@ -295,26 +412,19 @@ class _Block:
                alpha_cells, al_exists, al) -> None:
         """Copy what the kernel changed back into the calibrator (new cells in order of creation)."""
         cal = self.cal
-        created = {int(at) for at in self.created[0, :self.n_created[0]]}
         for at in sorted(self.written):
             added = int(win_added[at])
             if not added:
                 continue
             window = self.kept[at]
             if window is None:
-                window = ResidualWindow(cal.window)
-            n, head = int(win_len[at]), int(win_head[at])
-            ring = win_ring[at]
-            order = ring[:n].tolist() if head == 0 else ring[head:n].tolist() + ring[:head].tolist()
-            window._order.clear()
-            window._order.extend(order)
-            window._sorted = win_sorted[at, :n].tolist()
-            window._array = None
-            window._adds = window.adds + added
-            self.kept[at] = window
+                window = self.kept[at] = ResidualWindow(cal.window)
+            _catch_up(window, added, int(win_len[at]), int(win_head[at]), win_ring[at], win_sorted[at])
         for at in self.created[0, :self.n_created[0]].tolist():
             cal._windows[self.window_cells[at]] = self.kept[at]  # type: ignore[assignment]
-        assert len(created) == self.n_created[0]
+        for at, window in enumerate(self.kept):
+            if window is not None and window._array is None:
+                window._array = win_sorted[at, :int(win_len[at])].copy()  # (ResidualWindow.sorted_array)
         for at in sorted(set(self.it_spread.ravel().tolist())):
             spread = cal._spreads.get(spread_keys[at])
             if spread is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import pickle
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -68,7 +69,7 @@ def _outcomes(raw: list) -> list[Outcome]:
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     raw=outcomes_strategy,
-    cuts=st.lists(st.integers(1, 60), min_size=1, max_size=8),
+    cuts=st.lists(st.tuples(st.integers(1, 60), st.booleans()), min_size=1, max_size=8),
     window=st.sampled_from([1, 3, 8, 40]),
     min_residuals=st.sampled_from([1, 2, 5]),
     min_spread_n=st.sampled_from([1, 3]),
@@ -84,9 +85,10 @@ def test_blocks_equal_calls(raw, cuts, window, min_residuals, min_spread_n, gamm
     outcomes = _outcomes(raw)
     got, at, c = [], 0, 0
     while at < len(outcomes):
-        size = cuts[c % len(cuts)]
+        size, blockwise = cuts[c % len(cuts)]
         c += 1
-        got += learn_block(by_block, outcomes[at:at + size])
+        part = outcomes[at:at + size]
+        got += learn_block(by_block, part, fewest=2) if blockwise else [learn_one(by_block, o) for o in part]
         at += size
     expected = [learn_one(by_call, o) for o in outcomes]
     assert _same(got, expected)
@@ -102,10 +104,10 @@ def test_a_frozen_copy_is_not_changed_by_its_source_learning_a_block(raw):
     cal = ShapeCalibrator(window=8, min_residuals=2, min_spread_n=1, gamma=0.05)
     outcomes = _outcomes(raw)
     half = len(outcomes) // 2
-    learn_block(cal, outcomes[:half])
+    learn_block(cal, outcomes[:half], fewest=2)
     frozen = cal.frozen()
     before = _state(frozen)
-    learn_block(cal, outcomes[half:])
+    learn_block(cal, outcomes[half:], fewest=2)
     assert _state(frozen) == before
     twin = pickle.loads(pickle.dumps(cal))
     assert _state(twin)[1:] == _state(cal)[1:]
@@ -120,8 +122,33 @@ def test_an_outcome_the_calls_refuse_is_refused_the_same_way():
                 Outcome(shape, "cpu", 1, "m", 1.0, 1.0, False, 1.5)):
         by_block, by_call = ShapeCalibrator(min_residuals=2), ShapeCalibrator(min_residuals=2)
         with pytest.raises(ValueError):
-            learn_block(by_block, [*good, bad, *good])
+            learn_block(by_block, [*good, bad, *good], fewest=2)
         with pytest.raises(ValueError):
             for o in [*good, bad, *good]:
                 learn_one(by_call, o)
         assert _state(by_block) == _state(by_call)  # what came before the refused one is learned, the rest not
+
+
+def test_a_long_stream_by_blocks_and_calls_mixed_equals_calls():
+    """Full windows (residuals evicted, blocks that add few residuals to a window and many),
+    blocks between calls (what a block left cached must not outlive a call's change)."""
+    rng = np.random.default_rng(7)
+    settings_ = dict(window=200, min_residuals=20, min_spread_n=10, gamma=0.05)
+    by_block, by_call = ShapeCalibrator(**settings_), ShapeCalibrator(**settings_)
+    outcomes = []
+    for _ in range(6000):
+        count = int(rng.integers(0, 4))
+        shape = SHAPES[0] if count == 0 else SHAPES[int(rng.integers(1, len(SHAPES)))]
+        predicted = float(rng.uniform(1.0, 50.0))
+        outcomes.append(Outcome(shape, str(rng.choice(["cpu", "gpu"])), count, str(rng.choice(["a", "b"])),
+                                predicted * float(np.exp(rng.normal(0.2, 0.4))), predicted,
+                                bool(rng.random() < 0.1), None))
+        outcomes[-1] = outcomes[-1]._replace(confidence=None if outcomes[-1].linked else 0.95)
+    got, at = [], 0
+    for size in rng.integers(1, 400, 200).tolist():
+        part = outcomes[at:at + size]
+        got += [learn_one(by_block, o) for o in part] if size < 20 else learn_block(by_block, part)
+        at += size
+    got += learn_block(by_block, outcomes[at:])
+    assert _same(got, [learn_one(by_call, o) for o in outcomes])
+    assert _state(by_block) == _state(by_call)

@@ -24,6 +24,7 @@ coverage per query shape, model and co-runner count.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -125,7 +126,13 @@ def _valid(latency: float | None) -> bool:
 def record_shape(record: Record) -> QueryShape:
     """The shape of an observed record taken as a query: every overlap known, its signals."""
     n = len(record.co_runners)
-    return QueryShape.of(n, n, 0, signals=bool(record.signals))
+    return _shape(n, n, bool(record.signals))
+
+
+@functools.lru_cache(maxsize=1024)
+def _shape(co_runners: int, overlaps: int, signals: bool) -> QueryShape:
+    """:meth:`QueryShape.of` without remaining times (looked up: a few are asked for every record)."""
+    return QueryShape.of(co_runners, overlaps, 0, signals=signals)
 
 
 def admission_queries(record: Record) -> list[tuple[QueryShape, Query]]:
@@ -139,8 +146,7 @@ def admission_queries(record: Record) -> list[tuple[QueryShape, Query]]:
     own = record_shape(record)
     n = len(record.co_runners)
     wanted = []  # (shape, with overlaps): a query is built only for a shape asked
-    for shape, with_overlaps in ((QueryShape.of(n, 0, 0, signals=False), False),
-                                 (QueryShape.of(n, n, 0, signals=False), True)):
+    for shape, with_overlaps in ((_shape(n, 0, False), False), (_shape(n, n, False), True)):
         if shape != own and all(shape != s for s, _ in wanted):
             wanted.append((shape, with_overlaps))
     if not wanted:
