@@ -118,11 +118,6 @@ Observed = tuple[Record, str, float, list[tuple[QueryShape, float]], str]
 learned, its replayed admission-time answers and its batch id (:meth:`AdmissionCalibration.observe`)."""
 
 
-def _valid(latency: float | None) -> bool:
-    """Whether an observed latency is one the calibrator takes (finite and positive)."""
-    return latency is not None and latency > 0 and math.isfinite(latency)
-
-
 def record_shape(record: Record) -> QueryShape:
     """The shape of an observed record taken as a query: every overlap known, its signals."""
     n = len(record.co_runners)
@@ -199,14 +194,19 @@ class AdmissionCalibration:
         self.memory.remember(batch_id, device, Answered(shape, kind, count, model, predicted_ms, upper,
                                                         self.memory.clock(), answered_ms))
 
+    def observe(self, record: Record, kind: str, predicted_ms: float,
+                replays: list[tuple[QueryShape, float]], batch_id: str = "") -> None:
+        """Calibrate on an observed record: its own prediction, the replayed admission-time
+        answers (``(shape, predicted ms)``, made before it was learned) and, with a
+        ``batch_id``, the answer remembered for it."""
+        self.observe_block([(record, kind, predicted_ms, replays, batch_id)])
+
     def observe_block(self, observed: list[Observed]) -> None:
-        """:meth:`observe` of each of a block's learned records in turn, the calibrator's share by
-        the compiled block path (:func:`~predictor.shape_block.learn_block`: the same state and
-        answers, bit for bit); the monitor is updated afterwards in the same order."""
-        if not all(_valid(record.latency_ms) for record, *_ in observed):
-            for entry in observed:  # the calibrator refuses one: exactly as record by record
-                self.observe(*entry)
-            return
+        """:meth:`observe` of each of a block's learned records in turn: each answer as it would
+        have been given scored, then its outcome calibrated on (the linked answer's only
+        calibrated on), by :func:`~predictor.shape_block.learn_block` (compiled for a block of
+        many: the same state and answers as the calls, bit for bit); the monitor then scores the
+        answers in the same order."""
         outcomes: list[Outcome] = []
         updates: list[tuple] = []  # (source, shape key, kind, model, count, actual, answered, upper or None)
         for record, kind, predicted_ms, replays, batch_id in observed:
@@ -238,31 +238,3 @@ class AdmissionCalibration:
             monitor.update(source, key, kind, model, count, actual=actual, predicted=answered,
                            covered=actual <= predicted * factor.upper_ms,
                            calibrated=factor.source is not BoundSource.FALLBACK)
-
-    def observe(self, record: Record, kind: str, predicted_ms: float,
-                replays: list[tuple[QueryShape, float]], batch_id: str = "") -> None:
-        """Calibrate on an observed record: its own prediction, the replayed admission-time
-        answers (``(shape, predicted ms)``, made before it was learned) and, with a
-        ``batch_id``, the answer remembered for it."""
-        actual = record.latency_ms
-        assert actual is not None
-        model = record.batch.model
-        count = count_bucket(len(record.co_runners))
-        linked = self.memory.take(batch_id, record.device) if batch_id else None
-        if linked is not None:
-            self.n_linked += 1
-            answered = linked.predicted_ms if math.isnan(linked.answered_ms) else linked.answered_ms
-            self.monitor.update(LINKED, linked.shape.key, kind, model, linked.count, actual=actual,
-                                predicted=answered, covered=actual <= linked.upper_ms)
-            self.calibrator.add(linked.shape, kind, linked.count, model, actual=actual,
-                                predicted=linked.predicted_ms, linked=True)
-        for shape, predicted in [(record_shape(record), predicted_ms), *replays]:
-            if not (math.isfinite(predicted) and predicted > 0):
-                continue
-            # the answer as it would have been given, scored, then its outcome calibrated on
-            correction, factor, _ = self.calibrator.score(shape, kind, count, model, self.confidence,
-                                                          actual=actual, predicted=predicted)
-            answered = predicted * correction if self.point_correction else predicted
-            self.monitor.update(REPLAY, shape.key, kind, model, count, actual=actual, predicted=answered,
-                                covered=actual <= predicted * factor.upper_ms,
-                                calibrated=factor.source is not BoundSource.FALLBACK)
