@@ -97,7 +97,8 @@ def learn_block(calibrator: ShapeCalibrator, outcomes: list[Outcome], fewest: in
         return [learn_one(calibrator, o) for o in outcomes]
     block = _Block(calibrator)
     block.number(outcomes)
-    block.run(outcomes, residuals)
+    if not block.run(outcomes, residuals):
+        return [learn_one(calibrator, o) for o in outcomes]
     return block.results(outcomes, residuals)
 
 
@@ -337,8 +338,9 @@ class _Block:
         self.written = set(self.it_win.ravel().tolist())
 
     # ------------------------------------------------------------------ state in, kernel, state out
-    def run(self, outcomes: list[Outcome], residuals: list[float]) -> None:
-        """Copy the numbered state into arrays and run the kernel over the outcomes."""
+    def run(self, outcomes: list[Outcome], residuals: list[float]) -> bool:
+        """Copy the numbered state into arrays and run the kernel over the outcomes; ``False``
+        (nothing changed) where a window's size is not the calibrator's (made elsewhere)."""
         cal = self.cal
         rows = len(self.window_cells)
         win_exists = np.zeros(rows, dtype=np.bool_)
@@ -352,6 +354,8 @@ class _Block:
             window = cal._windows.get(self.window_cells[at])
             if window is None:
                 continue
+            if window.size != cal.window:
+                return False
             self.kept[at] = window
             n = len(window)
             win_exists[at] = True
@@ -407,6 +411,7 @@ class _Block:
         )
         self._store(win_len, win_sorted, win_ring, win_head, win_added, spread_keys, sp_m, sp_s, sp_n,
                     alpha_cells, al_exists, al)
+        return True
 
     def _store(self, win_len, win_sorted, win_ring, win_head, win_added, spread_keys, sp_m, sp_s, sp_n,
                alpha_cells, al_exists, al) -> None:

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from predictor.calibration import ResidualWindow
 from predictor.shape_block import Outcome, learn_block, learn_one
 from predictor.shape_calibration import ShapeCalibrator
 from predictor.shapes import QueryShape
@@ -152,3 +153,16 @@ def test_a_long_stream_by_blocks_and_calls_mixed_equals_calls():
     got += learn_block(by_block, outcomes[at:])
     assert _same(got, [learn_one(by_call, o) for o in outcomes])
     assert _state(by_block) == _state(by_call)
+
+
+def test_a_window_of_another_size_sends_the_block_the_per_call_way():
+    shape = SHAPES[1]
+    by_block, by_call = ShapeCalibrator(window=8, min_residuals=2), ShapeCalibrator(window=8, min_residuals=2)
+    for cal in (by_block, by_call):
+        odd = cal._windows[(shape.key, "cpu", 1)] = ResidualWindow(5)  # as a merge of other sizes leaves
+        for value in (0.1, -0.2, 0.3):
+            odd.add(value)
+    outcomes = [Outcome(shape, "cpu", 1, "m", 10.0 + i, 10.0, False, 0.9) for i in range(12)]
+    assert _same(learn_block(by_block, outcomes, fewest=2), [learn_one(by_call, o) for o in outcomes])
+    assert _state(by_block) == _state(by_call)
+    assert by_block._windows[(shape.key, "cpu", 1)].size == 5
