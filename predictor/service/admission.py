@@ -113,7 +113,7 @@ class AnswerMemory:
         self._lock = threading.Lock()
 
 
-Observed = tuple[Record, str, float, list[tuple[QueryShape, float]], str]
+Learned = tuple[Record, str, float, list[tuple[QueryShape, float]], str]
 """A learned record to calibrate on: the record, its device kind, its prediction before it was
 learned, its replayed admission-time answers and its batch id (:meth:`AdmissionCalibration.observe`)."""
 
@@ -201,7 +201,7 @@ class AdmissionCalibration:
         ``batch_id``, the answer remembered for it."""
         self.observe_block([(record, kind, predicted_ms, replays, batch_id)])
 
-    def observe_block(self, observed: list[Observed]) -> None:
+    def observe_block(self, observed: list[Learned]) -> None:
         """:meth:`observe` of each of a block's learned records in turn: each answer as it would
         have been given scored, then its outcome calibrated on (the linked answer's only
         calibrated on), by :func:`~predictor.shape_block.learn_block` (compiled for a block of
