@@ -25,8 +25,12 @@ Measured on the shared 2-core machine (4096 records, BLAS pinned to one thread),
 service 633, no replay 1296, no replay and no gate 1486, learning per record 3665, learning
 blockwise 5278. By blocks (run 1): per record 822, service 1507 (1.83x), no replay 3253, no
 replay and no gate 3454, learning per record 4985, learning blockwise 7230 records per CPU
-second; run 2 (busier): per record 557, service 1296 (2.33x), no replay 2782. Half of a block's time is the admission-time replay (planning the questions, and the
-per-shape calibrator scoring each replayed answer, a sequential walk over cells).
+second; run 2 (busier): per record 557, service 1296 (2.33x), no replay 2782. Half of a block's time was
+then the per-shape calibrator scoring each replayed answer, a sequential walk over cells.
+With that walk compiled over the block (:mod:`predictor.shape_block`; load average 3.9-4.3):
+per record 805, service 2218 (2.75x), no replay 4105, no replay and no gate 4345, learning per
+record 5037, learning blockwise 8096; interleaved against the code before it, service
+1609 -> 2263 (1.41x). Most of a block is now the admission-time replay's planning.
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python -m experiments.bench_ingest --max-records 4096``
 """
@@ -100,7 +104,8 @@ def main() -> None:
     config, out = start("bench_ingest", Config(), __doc__.splitlines()[0])
     records = read_records(config.log)[0][: config.max_records]
     base = ServiceConfig(predictor=config.predictor)
-    learning_seconds(records[:300], config.predictor, True)  # load the compiled kernel once, as a running server has
+    learning_seconds(records[:300], config.predictor, True)  # load the compiled kernels once, as a running server has
+    ingest_seconds(records[:2 * config.message], config.message, base)  # (the calibrator's too)
     variants: dict[str, Callable[[], float]] = {
         "service, per record": lambda: ingest_seconds(records, config.message, base, per_record=True),
         "service": lambda: ingest_seconds(records, config.message, base),

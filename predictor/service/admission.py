@@ -24,6 +24,7 @@ coverage per query shape, model and co-runner count.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -35,6 +36,7 @@ from predictor.calibration import BoundSource
 from predictor.records import Record
 from predictor.service.monitor import LINKED, REPLAY, ShapeMonitor
 from predictor.service.types import CoRunnerSource, PlannedCoRunner, Query
+from predictor.shape_block import Outcome, learn_block
 from predictor.shape_calibration import ShapeCalibrator
 from predictor.shapes import QueryShape, count_bucket
 
@@ -111,10 +113,21 @@ class AnswerMemory:
         self._lock = threading.Lock()
 
 
+Learned = tuple[Record, str, float, list[tuple[QueryShape, float]], str]
+"""A learned record to calibrate on: the record, its device kind, its prediction before it was
+learned, its replayed admission-time answers and its batch id (:meth:`AdmissionCalibration.observe`)."""
+
+
 def record_shape(record: Record) -> QueryShape:
     """The shape of an observed record taken as a query: every overlap known, its signals."""
     n = len(record.co_runners)
-    return QueryShape.of(n, n, 0, signals=bool(record.signals))
+    return _shape(n, n, bool(record.signals))
+
+
+@functools.lru_cache(maxsize=1024)
+def _shape(co_runners: int, overlaps: int, signals: bool) -> QueryShape:
+    """:meth:`QueryShape.of` without remaining times (looked up: a few are asked for every record)."""
+    return QueryShape.of(co_runners, overlaps, 0, signals=signals)
 
 
 def admission_queries(record: Record) -> list[tuple[QueryShape, Query]]:
@@ -128,8 +141,7 @@ def admission_queries(record: Record) -> list[tuple[QueryShape, Query]]:
     own = record_shape(record)
     n = len(record.co_runners)
     wanted = []  # (shape, with overlaps): a query is built only for a shape asked
-    for shape, with_overlaps in ((QueryShape.of(n, 0, 0, signals=False), False),
-                                 (QueryShape.of(n, n, 0, signals=False), True)):
+    for shape, with_overlaps in ((_shape(n, 0, False), False), (_shape(n, n, False), True)):
         if shape != own and all(shape != s for s, _ in wanted):
             wanted.append((shape, with_overlaps))
     if not wanted:
@@ -187,25 +199,42 @@ class AdmissionCalibration:
         """Calibrate on an observed record: its own prediction, the replayed admission-time
         answers (``(shape, predicted ms)``, made before it was learned) and, with a
         ``batch_id``, the answer remembered for it."""
-        actual = record.latency_ms
-        assert actual is not None
-        model = record.batch.model
-        count = count_bucket(len(record.co_runners))
-        linked = self.memory.take(batch_id, record.device) if batch_id else None
-        if linked is not None:
-            self.n_linked += 1
-            answered = linked.predicted_ms if math.isnan(linked.answered_ms) else linked.answered_ms
-            self.monitor.update(LINKED, linked.shape.key, kind, model, linked.count, actual=actual,
-                                predicted=answered, covered=actual <= linked.upper_ms)
-            self.calibrator.add(linked.shape, kind, linked.count, model, actual=actual,
-                                predicted=linked.predicted_ms, linked=True)
-        for shape, predicted in [(record_shape(record), predicted_ms), *replays]:
-            if not (math.isfinite(predicted) and predicted > 0):
+        self.observe_block([(record, kind, predicted_ms, replays, batch_id)])
+
+    def observe_block(self, observed: list[Learned]) -> None:
+        """:meth:`observe` of each of a block's learned records in turn: each answer as it would
+        have been given scored, then its outcome calibrated on (the linked answer's only
+        calibrated on), by :func:`~predictor.shape_block.learn_block` (compiled for a block of
+        many: the same state and answers as the calls, bit for bit); the monitor then scores the
+        answers in the same order."""
+        outcomes: list[Outcome] = []
+        updates: list[tuple] = []  # (source, shape key, kind, model, count, actual, answered, upper or None)
+        for record, kind, predicted_ms, replays, batch_id in observed:
+            actual = record.latency_ms
+            assert actual is not None
+            model = record.batch.model
+            count = count_bucket(len(record.co_runners))
+            linked = self.memory.take(batch_id, record.device) if batch_id else None
+            if linked is not None:
+                self.n_linked += 1
+                answered = linked.predicted_ms if math.isnan(linked.answered_ms) else linked.answered_ms
+                updates.append((LINKED, linked.shape.key, kind, model, linked.count, actual, answered,
+                                linked.upper_ms, None))
+                outcomes.append(Outcome(linked.shape, kind, linked.count, model, actual, linked.predicted_ms, True))
+            for shape, predicted in [(record_shape(record), predicted_ms), *replays]:
+                if not (math.isfinite(predicted) and predicted > 0):
+                    continue
+                updates.append((REPLAY, shape.key, kind, model, count, actual, predicted, None, len(outcomes)))
+                outcomes.append(Outcome(shape, kind, count, model, actual, predicted, False, self.confidence))
+        results = learn_block(self.calibrator, outcomes)
+        monitor, point_correction = self.monitor, self.point_correction
+        for source, key, kind, model, count, actual, predicted, upper, at in updates:
+            if at is None:
+                monitor.update(source, key, kind, model, count, actual=actual, predicted=predicted,
+                               covered=actual <= upper)
                 continue
-            # the answer as it would have been given, scored, then its outcome calibrated on
-            correction, factor, _ = self.calibrator.score(shape, kind, count, model, self.confidence,
-                                                          actual=actual, predicted=predicted)
-            answered = predicted * correction if self.point_correction else predicted
-            self.monitor.update(REPLAY, shape.key, kind, model, count, actual=actual, predicted=answered,
-                                covered=actual <= predicted * factor.upper_ms,
-                                calibrated=factor.source is not BoundSource.FALLBACK)
+            correction, factor, _ = results[at]  # type: ignore[misc]
+            answered = predicted * correction if point_correction else predicted
+            monitor.update(source, key, kind, model, count, actual=actual, predicted=answered,
+                           covered=actual <= predicted * factor.upper_ms,
+                           calibrated=factor.source is not BoundSource.FALLBACK)

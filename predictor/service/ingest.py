@@ -147,9 +147,10 @@ class Ingest:
             with state.lock:
                 replays = self.replay([t.record for t in block]) if self.replay is not None else [[] for _ in block]
                 out = self._learn_records(block)
-                for taken, replayed, outcome in zip(block, replays, out, strict=True):
-                    if not isinstance(outcome, ServiceError):
-                        state.admission.observe(taken.record, taken.kind, outcome, replayed, taken.batch_id)
+                state.admission.observe_block([
+                    (taken.record, taken.kind, outcome, replayed, taken.batch_id)
+                    for taken, replayed, outcome in zip(block, replays, out, strict=True)
+                    if not isinstance(outcome, ServiceError)])
                 learned = sum(not isinstance(outcome, ServiceError) for outcome in out)
                 if learned:
                     state.changed(learned)
