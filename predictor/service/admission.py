@@ -130,6 +130,18 @@ def _shape(co_runners: int, overlaps: int, signals: bool) -> QueryShape:
     return QueryShape.of(co_runners, overlaps, 0, signals=signals)
 
 
+def admission_shapes(record: Record) -> list[tuple[QueryShape, bool]]:
+    """The shapes of :func:`admission_queries` about ``record``, each with whether its question
+    gives the co-runners' overlaps, in the same order (no query built)."""
+    own = record_shape(record)
+    n = len(record.co_runners)
+    wanted: list[tuple[QueryShape, bool]] = []
+    for shape, with_overlaps in ((_shape(n, 0, False), False), (_shape(n, n, False), True)):
+        if shape != own and all(shape != s for s, _ in wanted):
+            wanted.append((shape, with_overlaps))
+    return wanted
+
+
 def admission_queries(record: Record) -> list[tuple[QueryShape, Query]]:
     """The questions a scheduler could have asked about ``record``'s batch before dispatch,
     each with its shape, leaving out the record's own shape (it is calibrated on the
@@ -138,12 +150,7 @@ def admission_queries(record: Record) -> list[tuple[QueryShape, Query]]:
     * its co-runners without overlaps, no signals (:data:`predictor.shapes.ADMISSION`);
     * its co-runners with their overlaps, no signals (when the record has signals).
     """
-    own = record_shape(record)
-    n = len(record.co_runners)
-    wanted = []  # (shape, with overlaps): a query is built only for a shape asked
-    for shape, with_overlaps in ((_shape(n, 0, False), False), (_shape(n, n, False), True)):
-        if shape != own and all(shape != s for s, _ in wanted):
-            wanted.append((shape, with_overlaps))
+    wanted = admission_shapes(record)  # a query is built only for a shape asked
     if not wanted:
         return []
     base = {

@@ -46,14 +46,12 @@ from predictor.records import (
     record_within_limits,
 )
 from predictor.service import monotone
-from predictor.service.admission import admission_queries
 from predictor.service.delay import decide
 from predictor.service.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     ResourceExhausted,
-    ServiceError,
 )
 from predictor.service.liveview import RunningBatch
 from predictor.service.placements import (
@@ -728,44 +726,17 @@ class Answering:
         """:meth:`replay` of every record of a block, all against the model as it stands (the
         version at the block's start: what a scheduler was answered from while the block ran).
 
-        Each question is planned as every query is (:meth:`plan_query`); the questions about
-        batches that share one batch and solo latency are predicted together, as one ranking's
-        rows (:meth:`predict_plan` of a :class:`Plan`); a lone question goes the way a single
-        query goes, so a block of one record is exactly :meth:`replay`.
+        Each question is planned as :meth:`plan_query` plans it, a record's questions at once
+        (:func:`predictor.service.replay_block.replay_block`: validated, filled once per record);
+        the questions about batches that share one batch and solo latency are predicted together,
+        as one ranking's rows (:meth:`predict_plan` of a :class:`Plan`); a lone question goes the
+        way a single query goes, so a block of one record is exactly :meth:`replay`. The answers
+        are those of every question planned by :meth:`plan_query`
+        (:func:`~predictor.service.replay_block.replay_block_per_question`), bit for bit.
         """
-        live = self.state.live_model()
-        out: list[list[tuple[QueryShape, float]]] = [[] for _ in records]
-        groups: dict[tuple, list[tuple[int, QueryShape, Planned]]] = {}
-        for at, record in enumerate(records):
-            for shape, query in admission_queries(record):
-                try:
-                    planned = self.plan_query(query, "record.")
-                except ServiceError:
-                    continue
-                batch = planned.record.batch
-                key = (batch.model, batch.batch_size, tuple(batch.attrs.items()), planned.record.solo_latency_ms)
-                groups.setdefault(key, []).append((at, shape, planned))
-        for group in groups.values():  # a record's questions share its batch: one group, in order
-            for (at, shape, _), latency in zip(group, self._replay_latencies(group, live), strict=True):
-                if latency is not None:
-                    out[at].append((shape, latency))
-        return out
+        from predictor.service.replay_block import replay_block
 
-    def _replay_latencies(self, group: list[tuple[int, QueryShape, Planned]],
-                          live: ModelVersion) -> list[float | None]:
-        """The latencies of planned questions sharing one batch and solo latency (``None``: refused)."""
-        if len(group) > 1:
-            try:
-                return self.predict_plan(Plan.of([planned for _, _, planned in group]), live)[0].tolist()
-            except ServiceError:
-                pass  # each alone, so that only the refused ones are left out
-        out: list[float | None] = []
-        for _, _, planned in group:
-            try:
-                out.append(float(self.predict_plan(planned, live)[0][0]))
-            except ServiceError:
-                out.append(None)
-        return out
+        return replay_block(self, records)
 
     def check_learned(self, query: Query, planned: Planned, prefix: str = "query.") -> None:
         """For a query asking for a learned answer only: :class:`FailedPrecondition` when the
