@@ -90,10 +90,11 @@ def vouched(record: Record, limit: float) -> bool:
             and (solo is None or (type(solo) is float and rules.positive_ok(solo) and rules.latency_ok(solo, limit)))
             and rules.co_runner_count_ok(len(record.co_runners)) and _numbers_ok(batch.attrs, limit)):
         return False
-    batch_size_ok, overlap_ok = rules.batch_size_ok, rules.overlap_ok
+    name_ok, batch_size_ok, overlap_ok = rules.name_ok, rules.batch_size_ok, rules.overlap_ok
     for r in record.co_runners:
-        if not (_name_ok(r.model) and type(r.batch_size) is int and batch_size_ok(r.batch_size)
-                and type(r.overlap) is float and overlap_ok(r.overlap) and _numbers_ok(r.attrs, limit)):
+        model, size, overlap = r.model, r.batch_size, r.overlap
+        if not (type(model) is str and name_ok(model) and type(size) is int and batch_size_ok(size)
+                and type(overlap) is float and overlap_ok(overlap) and _numbers_ok(r.attrs, limit)):
             return False
     return True
 
