@@ -30,7 +30,11 @@ then the per-shape calibrator scoring each replayed answer, a sequential walk ov
 With that walk compiled over the block (:mod:`predictor.shape_block`; load average 3.9-4.3):
 per record 805, service 2218 (2.75x), no replay 4105, no replay and no gate 4345, learning per
 record 5037, learning blockwise 8096; interleaved against the code before it, service
-1609 -> 2263 (1.41x). Most of a block is now the admission-time replay's planning.
+1609 -> 2263 (1.41x). Most of a block was then the admission-time replay's planning; with the
+block replay planned per record (:mod:`predictor.service.replay_block`; load 3.4-4.1): per record
+838, service 3110 (3.71x), no replay 4314, no replay and no gate 4570, learning per record 4974,
+learning blockwise 8019; interleaved against the code before it (load 2.7-3.5), service
+2385 -> 3326 (1.39x).
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python -m experiments.bench_ingest --max-records 4096``
 """
