@@ -110,8 +110,8 @@ def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: i
             names, numbers = feature_row(record, predictor.features)  # the predictor's own row path
             layout = layouts.get(names)
             if layout is None:
-                positions = model.index._layouts.get(names)
-                if positions is not None and model.index.size == model._weights.size:
+                positions, partly = model.index.positions(names)  # None: every name known (no growth)
+                if partly is None and model.index.size == model._weights.size:
                     layout = layouts[names] = (positions, bool((model._column_scale[positions] > 0).all()))
             if layout is not None:
                 # a non-zero value in a column without its scale would set the scale: not here
