@@ -79,7 +79,8 @@ def prequential_rls(predictor: RlsPredictor, records: Iterable[Record | ColocRow
     rows: list[np.ndarray] = []  # the column positions of each pending record's features
     values: list[np.ndarray] = []  # and their values
     targets: list[float] = []
-    layouts: dict[tuple[str, ...], tuple[np.ndarray, bool]] = {}  # positions, every column scaled
+    # per feature names: their column positions, and which of them (in the row) have no scale yet
+    layouts: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
     bounds: list[tuple[float, float, float]] = []  # solo latency, slowdown range at the time
 
     def flush() -> None:
@@ -118,10 +119,12 @@ def prequential_rls(predictor: RlsPredictor, records: Iterable[Record | ColocRow
             if layout is None:
                 positions, partly = model.index.positions(names)  # None: every name known (no growth)
                 if partly is None and model.index.size == model._weights.size:
-                    layout = layouts[names] = (positions, bool((model._column_scale[positions] > 0).all()))
+                    layout = layouts[names] = (positions, np.flatnonzero(model._column_scale[positions] <= 0))
             if layout is not None:
-                # a non-zero value in a column without its scale would set the scale: not here
-                fits = layout[1] or not (numbers[model._column_scale[layout[0]] <= 0] != 0).any()
+                # a non-zero value in a column without its scale would set the scale: not here (a column
+                # always 0 in the stream, e.g. a signal, never gets its scale: most rows have one)
+                unscaled = layout[1]
+                fits = not unscaled.size or not numbers[unscaled].any()
         if not fits:
             flush()
             scored.predicted.append(predictor.predict_learn_one(
