@@ -80,7 +80,7 @@ def prequential_rls(predictor: RlsPredictor, records: Iterable[Record | ColocRow
     values: list[np.ndarray] = []  # and their values
     targets: list[float] = []
     # per feature names: their column positions, and which of them (in the row) have no scale yet
-    layouts: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
+    layouts: dict[tuple[str, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
     bounds: list[tuple[float, float, float]] = []  # solo latency, slowdown range at the time
 
     def flush() -> None:
@@ -119,12 +119,12 @@ def prequential_rls(predictor: RlsPredictor, records: Iterable[Record | ColocRow
             if layout is None:
                 positions, partly = model.index.positions(names)  # None: every name known (no growth)
                 if partly is None and model.index.size == model._weights.size:
-                    layout = layouts[names] = (positions, np.flatnonzero(model._column_scale[positions] <= 0))
+                    unscaled = tuple(np.flatnonzero(model._column_scale[positions] <= 0).tolist())
+                    layout = layouts[names] = (positions, unscaled)
             if layout is not None:
                 # a non-zero value in a column without its scale would set the scale: not here (a column
                 # always 0 in the stream, e.g. a signal, never gets its scale: most rows have one)
-                unscaled = layout[1]
-                fits = not unscaled.size or not numbers[unscaled].any()
+                fits = not any(map(numbers.__getitem__, layout[1]))  # (a NaN counts as non-zero)
         if not fits:
             flush()
             scored.predicted.append(predictor.predict_learn_one(
