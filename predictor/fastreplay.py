@@ -22,8 +22,9 @@ for such a predictor (``--reference``: record by record):
    ``predict_learn_one`` after the block before them is learned.
 
 The predictions and the learned state equal the reference's within rounding
-(``tests/test_fastreplay.py``: 1e-9). Records are decoded by the typed decoder
-(:mod:`predictor.typed_decoding`) through :func:`~predictor.logio.iter_records`.
+(``tests/test_fastreplay.py``: 1e-9). Lines are decoded by the typed decoder
+(:mod:`predictor.typed_decoding`) through :func:`~predictor.logio.iter_rows` into rows read
+like records (no record built per line).
 
 Fastest configuration measured (``python -m experiments.bench``): this path
 with ``rls:features='fine'`` (a 30-odd column model instead of ~190).
@@ -31,6 +32,7 @@ with ``rls:features='fine'`` (a 30-odd column model instead of ~190).
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Iterable
@@ -40,11 +42,12 @@ import numpy as np
 
 from predictor.evaluation import Scored, run_prequential
 from predictor.features import feature_row
-from predictor.logio import ReadReport, iter_records
+from predictor.logio import ReadReport, iter_rows
 from predictor.predictors import create
 from predictor.predictors.base import LatencyPredictor
 from predictor.predictors.rls import RlsPredictor
 from predictor.records import Record
+from predictor.typed_decoding import ColocRow, record_of
 
 BLOCK = 256
 
@@ -56,9 +59,12 @@ def supports(predictor: LatencyPredictor) -> bool:
             and not predictor.drift_reset)
 
 
-def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: int = BLOCK,
+def prequential_rls(predictor: RlsPredictor, records: Iterable[Record | ColocRow], block: int = BLOCK,
                     knows: list[bool] | None = None) -> Scored:
     """:func:`~predictor.evaluation.run_prequential` of ``predictor`` (see :func:`supports`), blockwise.
+
+    ``records``: records, or decoded rows read like them (:func:`~predictor.logio.iter_rows`; a row
+    becomes a record only where the reference step takes it).
 
     ``knows``: when given, whether each record's solo latency was known (given or profiled,
     :meth:`~predictor.predictors.base.LatencyPredictor.knows_solo`) just before it was learned is
@@ -73,7 +79,8 @@ def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: i
     rows: list[np.ndarray] = []  # the column positions of each pending record's features
     values: list[np.ndarray] = []  # and their values
     targets: list[float] = []
-    layouts: dict[tuple[str, ...], tuple[np.ndarray, bool]] = {}  # positions, every column scaled
+    # per feature names: their column positions, and which of them (in the row) have no scale yet
+    layouts: dict[tuple[str, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
     bounds: list[tuple[float, float, float]] = []  # solo latency, slowdown range at the time
 
     def flush() -> None:
@@ -110,15 +117,18 @@ def prequential_rls(predictor: RlsPredictor, records: Iterable[Record], block: i
             names, numbers = feature_row(record, predictor.features)  # the predictor's own row path
             layout = layouts.get(names)
             if layout is None:
-                positions = model.index._layouts.get(names)
-                if positions is not None and model.index.size == model._weights.size:
-                    layout = layouts[names] = (positions, bool((model._column_scale[positions] > 0).all()))
+                positions, partly = model.index.positions(names)  # None: every name known (no growth)
+                if partly is None and model.index.size == model._weights.size:
+                    unscaled = tuple(np.flatnonzero(model._column_scale[positions] <= 0).tolist())
+                    layout = layouts[names] = (positions, unscaled)
             if layout is not None:
-                # a non-zero value in a column without its scale would set the scale: not here
-                fits = layout[1] or not (numbers[model._column_scale[layout[0]] <= 0] != 0).any()
+                # a non-zero value in a column without its scale would set the scale: not here (a column
+                # always 0 in the stream, e.g. a signal, never gets its scale: most rows have one)
+                fits = not any(map(numbers.__getitem__, layout[1]))  # (a NaN counts as non-zero)
         if not fits:
             flush()
-            scored.predicted.append(predictor.predict_learn_one(record))
+            scored.predicted.append(predictor.predict_learn_one(
+                record_of(record) if isinstance(record, ColocRow) else record))
             layouts.clear()  # columns and scales may have changed
             continue
         solo = predictor.solo_latency(record)
@@ -155,9 +165,9 @@ def fast_prequential(source: str | os.PathLike | IO[str], spec: str = "rls", *, 
         Filled in as the read progresses (records accepted, lines skipped).
     """
     predictor = create(spec, seed=seed)
-    records: Iterable[Record] = iter_records(source, tolerant=tolerant, report=report)
+    rows: Iterable[ColocRow | Record] = iter_rows(source, tolerant=tolerant, report=report)
     if limit is not None:
-        records = (r for _, r in zip(range(limit), records, strict=False))
+        rows = itertools.islice(rows, limit)
     if supports(predictor):
-        return prequential_rls(predictor, records)  # type: ignore[arg-type]
-    return run_prequential(predictor, records)
+        return prequential_rls(predictor, rows)  # type: ignore[arg-type]
+    return run_prequential(predictor, (record_of(r) if isinstance(r, ColocRow) else r for r in rows))

@@ -11,15 +11,16 @@ import gzip
 import io
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 from predictor.records import Record, RecordError, parse_record, record_to_dict
-from predictor.typed_decoding import decode_record
+from predictor.typed_decoding import ColocRow, decode_record, decode_row
 
 MAX_REPORTED_ERRORS = 100
+T = TypeVar("T")
 
 
 @dataclass
@@ -71,6 +72,13 @@ def parse_line(text: str, line: int) -> Record:
         raise exc.at_line(line) from None
 
 
+def parse_row(text: str, line: int) -> ColocRow | Record:
+    """:func:`parse_line`, answering the decoded :class:`~predictor.typed_decoding.ColocRow` (read
+    like a record) where the line is one, without building the record."""
+    row = decode_row(text)
+    return row if row is not None else parse_line(text, line)
+
+
 def iter_records(
     source: str | os.PathLike | IO[str],
     *,
@@ -88,6 +96,27 @@ def iter_records(
     report
         Filled in as the read progresses.
     """
+    return _iter_parsed(source, tolerant, report, parse_line)
+
+
+def iter_rows(
+    source: str | os.PathLike | IO[str],
+    *,
+    tolerant: bool = False,
+    report: ReadReport | None = None,
+) -> Iterator[ColocRow | Record]:
+    """:func:`iter_records`, each line as :func:`parse_row` gives it: the same lines accepted,
+    the same errors (the replay's reader: it reads fields, never needs a record)."""
+    return _iter_parsed(source, tolerant, report, parse_row)
+
+
+def _iter_parsed(
+    source: str | os.PathLike | IO[str],
+    tolerant: bool,
+    report: ReadReport | None,
+    parse: Callable[[str, int], T],
+) -> Iterator[T]:
+    """The lines of ``source`` through ``parse(text, line number)``, as :func:`iter_records` reads them."""
     report = report if report is not None else ReadReport()
     stream = open_text(source) if isinstance(source, (str, os.PathLike)) else source
     try:
@@ -95,7 +124,7 @@ def iter_records(
             if text is None or not text.strip():
                 continue
             try:
-                record = parse_line(text, number)
+                record = parse(text, number)
             except RecordError as exc:
                 if not tolerant:
                     raise

@@ -8,7 +8,9 @@ constraints are the same rules (names non-empty and at most
 > 0, overlaps in [0, 1], finite numbers, at most
 :data:`~predictor.rules.MAX_NUMERIC_KEYS` keys and
 :data:`~predictor.rules.MAX_CO_RUNNERS` co-runners), and builds the
-:class:`~predictor.records.Record`.
+:class:`~predictor.records.Record` (:func:`decode_record`), or leaves the
+struct as it is (:func:`decode_row`: a :class:`ColocRow`, read like a record,
+for the replay, which needs no record per line).
 
 A line the typed decoder refuses is **not** reported from here: it goes on to
 the reference path, which either accepts it (the types are stricter than the
@@ -76,17 +78,69 @@ class _Record(msgspec.Struct):
     source: OptionalName | None = None
 
 
+class _RowBatch(msgspec.Struct, gc=False):
+    model: Name
+    batch_size: BatchSize
+    attrs: Numbers = {}
+
+
+class _RowCoRunner(msgspec.Struct, gc=False):
+    model: Name
+    batch_size: BatchSize
+    attrs: Numbers = {}
+    overlap: Fraction = 1.0
+
+
+class ColocRow(msgspec.Struct, gc=False):
+    """One ``coloc/v1`` line as decoded, read like a :class:`~predictor.records.Record`.
+
+    The same attributes, with the record's values where they are set (an absent map is an
+    empty one, an absent overlap 1, an absent name ``""``; the co-runners a list), so what
+    reads a record's fields (features, the solo profile) reads a row alike, without a record
+    built per line. A line with an explicit ``null`` where the record has a default is not a
+    row (:func:`decode_row` gives ``None``): the record path decides. Rows hold no reference
+    cycles, so the garbage collector does not track them (``gc=False``: cheaper to allocate by
+    the hundred thousand).
+    """
+
+    schema: Literal["coloc/v1"]  # noqa: F821 - a literal type, not a name
+    device: Name
+    batch: _RowBatch
+    latency_ms: Positive
+    device_kind: OptionalName = ""
+    start_s: Finite | None = None
+    solo_latency_ms: Positive | None = None
+    co_runners: Annotated[list[_RowCoRunner], msgspec.Meta(max_length=MAX_CO_RUNNERS)] = []
+    signals: Numbers = {}
+    source: OptionalName = ""
+
+
 assert SCHEMA == "coloc/v1"  # the literal above
 _DECODER = msgspec.json.Decoder(_Record)
+_ROW_DECODER = msgspec.json.Decoder(ColocRow)
+_REFUSED = (msgspec.DecodeError, msgspec.ValidationError)
 
 
 def decode_record(line: str | bytes) -> Record | None:
     """The :class:`~predictor.records.Record` of one JSON line, or ``None`` where the typed
     decoder refuses it (then the reference path decides: it accepts or names the error)."""
     try:
-        raw = _DECODER.decode(line)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+        return record_of(_DECODER.decode(line))
+    except _REFUSED:
         return None
+
+
+def decode_row(line: str | bytes) -> ColocRow | None:
+    """The :class:`ColocRow` of one JSON line, or ``None`` where it is not one (refused by the
+    types, or an explicit ``null`` for a defaulted field): then :func:`decode_record` decides."""
+    try:
+        return _ROW_DECODER.decode(line)
+    except _REFUSED:
+        return None
+
+
+def record_of(raw: _Record | ColocRow) -> Record:
+    """The :class:`~predictor.records.Record` of a decoded line (a ``None`` field: the record's default)."""
     batch = raw.batch
     return Record(
         device=raw.device,

@@ -87,3 +87,24 @@ def test_evaluate_prequential_gives_the_reference_summaries(tmp_path):
         expected = summarize(run_prequential(create(spec), read_records(path)[0]))
         assert got[spec]["n"] == expected["n"] == 300
         assert got[spec]["mape"] == pytest.approx(expected["mape"], rel=1e-9)
+
+
+@pytest.mark.parametrize("spec", ["rls", "rls:features='fine'"])
+def test_rows_replay_as_their_records(tmp_path, spec):
+    """The replay over decoded rows (``logio.iter_rows``, no record per line) learns what it learns over
+    the records of the same lines: the same predictions and state, to the bit."""
+    from predictor.logio import iter_rows
+    from predictor.typed_decoding import ColocRow
+
+    path = tmp_path / "log.jsonl.gz"
+    write_records(path, _records())
+    rows = list(iter_rows(path))
+    assert all(isinstance(r, ColocRow) for r in rows)
+    on_rows, on_records = create(spec), create(spec)
+    got = prequential_rls(on_rows, rows, block=37)
+    expected = prequential_rls(on_records, read_records(path)[0], block=37)
+    assert got.predicted == expected.predicted and got.measured == expected.measured
+    a, b = on_rows._models[""], on_records._models[""]
+    np.testing.assert_array_equal(a._weights, b._weights)
+    assert (a.n_updates, on_rows._scale, on_rows._slowdown_range) == (b.n_updates, on_records._scale,
+                                                                      on_records._slowdown_range)
