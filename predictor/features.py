@@ -532,11 +532,15 @@ class FeatureForm:
 
     def values(self, overlaps: np.ndarray) -> np.ndarray:
         """The matrix (subset rows x :attr:`names`) at these overlaps (one per co-runner of the rows)."""
+        return self._columns(np.append(overlaps, 0.0)[self.gather] if self.gather.shape[0] else None).T
+
+    def _columns(self, o: np.ndarray | None) -> np.ndarray:
+        """The matrix, transposed (:attr:`names` x rows), at the overlaps ``o`` of each row's
+        ``k``-th co-runner (:attr:`gather`'s shape, padding 0)."""
         out = np.empty((len(self.names), self.fixed.shape[1]))
         out[self.fixed_at] = self.fixed
         if self.summed_at.size:
-            if self.gather.shape[0]:
-                o = np.append(overlaps, 0.0)[self.gather]
+            if o is not None:
                 sums = o[0] * self.weighted[0]
                 for k in range(1, o.shape[0]):
                     sums += o[k] * self.weighted[k]
@@ -552,7 +556,58 @@ class FeatureForm:
             quantities = out[fine + pairs:]
             np.take(out, at, axis=0, out=quantities)
             np.multiply(quantities[first], quantities[second], out=out[fine:fine + pairs])
-        return out.T
+        return out
+
+    def quadratic(self, weights: np.ndarray, intercept: float) -> OverlapQuadratic:
+        """``values(overlaps) @ weights + intercept`` (``weights``: one per name) as a quadratic of
+        each row's co-runners' overlaps (:class:`OverlapQuadratic`): the same numbers up to
+        rounding (the terms summed in another order)."""
+        k, n = self.gather.shape[0], len(self)
+        at_zero = self._columns(np.zeros((k, n)) if k else None)
+        constant = intercept + weights @ at_zero
+        # d column / d overlap of the k-th co-runner, per row: the weighted sums and their crosses
+        slopes = np.zeros((k, self.width, n))
+        slopes[:, self.summed_at] = self.weighted
+        cross_at, source, own = self.crosses
+        if cross_at.size:
+            slopes[:, cross_at] = own[None, :, None] * slopes[:, source]
+        fine = weights[:self.width].copy()
+        pairs = np.zeros((self.width, self.width))  # pairs[i, j]: the weight of column i times column j
+        if self.interactions is not None:
+            at, first, second = self.interactions
+            np.add.at(fine, at, weights[self.width + first.size:])  # the quantities' own columns copy fine ones
+            np.add.at(pairs, (at[first], at[second]), weights[self.width:self.width + first.size])
+        # (F + o.S)' P (F + o.S) = F'PF + o.S'(P + P')F + (o.S)' P (o.S), F the columns at zero overlaps
+        linear = np.einsum("kjn,jn->kn", slopes, fine[:, None] + (pairs + pairs.T) @ at_zero[:self.width])
+        quadratic = np.einsum("kjn,ljn->kln", np.matmul(pairs.T, slopes), slopes)
+        return OverlapQuadratic(self.gather, constant, linear, quadratic)
+
+
+@dataclass(frozen=True, eq=False)
+class OverlapQuadratic:
+    """A linear model's answer on the rows of a :class:`FeatureForm`, as a quadratic of each row's
+    co-runners' overlaps ``o`` (``o[k]``: its ``k``-th co-runner's; padding 0):
+    ``constant + linear . o + o . quadratic . o``. Rows are independent: any of them may be
+    asked alone (what a fixed point over windows asks, row by row)."""
+
+    gather: np.ndarray  # most co-runners x rows: the co-runner of each (k, row) (padding: one past the last)
+    constant: np.ndarray  # rows
+    linear: np.ndarray  # most co-runners x rows
+    quadratic: np.ndarray  # most co-runners x most co-runners x rows
+
+    def __len__(self) -> int:
+        return self.constant.size
+
+    def raw(self, o: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """The answers of rows ``rows`` (``None``: all), ``o`` their overlaps (most co-runners x rows)."""
+        if rows is None:
+            constant, linear, quadratic = self.constant, self.linear, self.quadratic
+        else:
+            constant, linear, quadratic = self.constant[rows], self.linear[:, rows], self.quadratic[:, :, rows]
+        out = constant.copy()
+        for k in range(o.shape[0]):
+            out += o[k] * (linear[k] + (o * quadratic[k]).sum(axis=0))
+        return out
 
 
 @dataclass(frozen=True, eq=False)

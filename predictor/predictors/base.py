@@ -13,6 +13,7 @@ import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -23,6 +24,19 @@ from predictor.solo_profile import SoloProfile
 
 MIN_SLOWDOWN = 0.05
 MAX_SLOWDOWN = 100.0
+
+
+@dataclass(frozen=True, eq=False)
+class RowLatencies:
+    """Latencies of some rows as a function of each row's co-runners' overlaps, any rows alone.
+
+    ``latencies(o, which)``: the latencies of rows ``which`` (``None``: all), ``o[k]`` the overlap
+    of each one's ``k``-th co-runner (padding 0); ``gather[k, row]``: that co-runner (padding:
+    one past the last).
+    """
+
+    gather: np.ndarray
+    latencies: Callable[[np.ndarray, np.ndarray | None], np.ndarray]
 
 
 class LatencyPredictor(ABC):
@@ -107,6 +121,11 @@ class LatencyPredictor(ABC):
         """:meth:`predict_colocations` of rows ``subset`` as a function of the co-runners' overlaps
         (``overlaps -> latencies``), with what does not depend on them computed once; ``None``
         where this predictor has none (the caller predicts ``rows.with_overlaps(overlaps)``)."""
+        return None
+
+    def colocation_rows(self, rows: CoLocations, subset: np.ndarray) -> RowLatencies | None:
+        """:meth:`colocation_form` of rows ``subset`` where each row can be asked alone (a fixed
+        point asks only the rows still searching); ``None`` where this predictor has none."""
         return None
 
     def _to_latencies(self, rows: CoLocations, slowdowns: np.ndarray) -> np.ndarray:

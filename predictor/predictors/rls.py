@@ -28,7 +28,7 @@ from predictor.features import (
     interaction_values,
     row_layout,
 )
-from predictor.predictors.base import LatencyPredictor
+from predictor.predictors.base import LatencyPredictor, RowLatencies
 from predictor.records import Record
 from predictor.regressors.rls import RLS
 from predictor.window_features import at_window, fine_program, overlap_at
@@ -265,11 +265,42 @@ class RlsPredictor(LatencyPredictor):
         def latencies(overlaps: np.ndarray) -> np.ndarray:
             if predict is None:
                 return np.full(len(form), solo * min(max(1.0, low), high))
-            slowdowns = self._slowdowns_of(predict(form.values(overlaps)))
-            slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
-            return solo * np.minimum(np.maximum(slowdowns, low), high)
+            return self._clipped_latencies(predict(form.values(overlaps)), solo)
 
         return latencies
+
+    def _clipped_latencies(self, raw: np.ndarray, solo: float) -> np.ndarray:
+        """Latencies of the model's raw answers: slowdowns (non-finite: 1) within the range, times ``solo``."""
+        low, high = self._slowdown_range
+        slowdowns = self._slowdowns_of(raw)
+        slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
+        return solo * np.minimum(np.maximum(slowdowns, low), high)
+
+    def colocation_rows(self, rows: CoLocations, subset: np.ndarray) -> RowLatencies | None:
+        """:meth:`colocation_form` with each row's raw answer a quadratic of its co-runners'
+        overlaps (:meth:`FeatureForm.quadratic <predictor.features.FeatureForm.quadratic>`), so
+        that rows are asked alone; the same numbers up to rounding. ``None`` where there is no form."""
+        if self.split_by not in (None, "model") or not len(rows):
+            return None
+        form = feature_form(rows, self.features, subset)
+        if form is None:
+            return None
+        model = self._models.get(self._row_groups(rows)[0][0])
+        solo = self.solo_latency(rows.record(0))
+        if model is None:
+            low, high = self._slowdown_range
+            quadratic = form.quadratic(np.zeros(len(form.names)), 0.0)
+            constant = solo * min(max(1.0, low), high)
+
+            def latencies(o: np.ndarray, which: np.ndarray | None) -> np.ndarray:
+                return np.full(len(quadratic) if which is None else which.size, constant)
+        else:
+            quadratic = form.quadratic(*model.matrix_weights(form.names))
+
+            def latencies(o: np.ndarray, which: np.ndarray | None) -> np.ndarray:
+                return self._clipped_latencies(quadratic.raw(o, which), solo)
+
+        return RowLatencies(quadratic.gather, latencies)
 
     def _row_groups(self, rows: CoLocations) -> list[tuple[str, list[int] | None]]:
         """The model key of the rows, and which rows (``None``: all) have it."""

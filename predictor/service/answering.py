@@ -189,6 +189,23 @@ class Plan:
         overlaps[self.given] = np.minimum(fraction, 1.0)
         return overlaps
 
+    def overlaps_of(self, gather: np.ndarray) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
+        """:meth:`overlaps_at` laid out by ``gather`` (``gather[k, r]``: the ``k``-th co-runner of
+        some row ``r``; padding: one past the last), as a function of ``(window, which)``: the
+        overlaps of rows ``which`` (``None``: all) at their windows ``window``, padding 0."""
+        remaining = np.append(self.remaining, math.nan)[gather]
+        given = np.append(self.rows.overlaps, 0.0)[gather]
+        moving = ~np.isnan(remaining)
+
+        def overlaps(window: np.ndarray, which: np.ndarray | None) -> np.ndarray:
+            rest, fixed, moves = (remaining, given, moving) if which is None else (
+                remaining[:, which], given[:, which], moving[:, which])
+            fraction = np.ones(rest.shape)
+            np.divide(rest, window, out=fraction, where=~(window <= 0) & moves)
+            return np.where(moves, np.minimum(fraction, 1.0), fixed)
+
+        return overlaps
+
     def at_window(self, window: np.ndarray) -> CoLocations:
         """The rows with each remaining-time co-runner's overlap for its row's predicted window
         (``window``, per row): ``min(remaining / window, 1)``, or 1 for an idle window (<= 0).
@@ -517,10 +534,16 @@ class Answering:
         moving = np.unique(row_of[plan.given])
         still = np.setdiff1d(np.arange(len(rows)), moving, assume_unique=True)
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
-        evaluate = monotone.overlap_latencies(predictor, rows, moving)
-        at = np.searchsorted(moving, row_of[plan.given])
-        found = monotone.fixed_point(lambda w: evaluate(plan.overlaps_at(w, at)), np.ones(moving.size, dtype=bool),
-                                     solo, high, low)
+        alone = monotone.overlap_rows(predictor, rows, moving)
+        if alone is not None:  # each step asks only the rows still searching
+            overlaps = plan.overlaps_of(alone.gather)
+            found = monotone.fixed_point_rows(lambda w, which: alone.latencies(overlaps(w, which), which),
+                                              np.ones(moving.size, dtype=bool), solo, high, low)
+        else:
+            evaluate = monotone.overlap_latencies(predictor, rows, moving)
+            at = np.searchsorted(moving, row_of[plan.given])
+            found = monotone.fixed_point(lambda w: evaluate(plan.overlaps_at(w, at)),
+                                         np.ones(moving.size, dtype=bool), solo, high, low)
         window = np.empty(len(rows))
         window[moving] = found
         if still.size:

@@ -45,7 +45,7 @@ import numpy as np
 from predictor.colocations import CoLocations
 from predictor.keyed import KeyedMaps
 from predictor.predictors import LatencyPredictor
-from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN
+from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN, RowLatencies
 from predictor.records import Record
 
 _VALUES = operator.methodcaller("values")
@@ -108,6 +108,15 @@ def overlap_latencies(
         if form is not None:
             return form
     return lambda overlaps: latencies(predictor, rows.with_overlaps(overlaps))[subset]
+
+
+def overlap_rows(predictor: LatencyPredictor, rows: CoLocations, subset: np.ndarray) -> RowLatencies | None:
+    """:func:`overlap_latencies` where each row can be asked alone
+    (:meth:`~predictor.predictors.base.LatencyPredictor.colocation_rows`; the overlaps of each
+    row's co-runners): ``None`` where the predictor does not answer directly or has none."""
+    if len(rows) > 1 and direct(predictor, dict(rows.batch.attrs)):
+        return predictor.colocation_rows(clipped(rows) if needs_clipping(rows) else rows, subset)
+    return None
 
 
 def _predict(predictor: LatencyPredictor, rows: CoLocations) -> np.ndarray:
@@ -193,8 +202,29 @@ def fixed_point(
     ``predict(window)`` gives every row's latency for per-row windows; it must not rise with
     the window (overlaps ``min(1, remaining / window)`` fall as it grows). The grid does not
     depend on the rows, so a larger ``predict`` never gives a smaller answer; only the search
-    does: from a secant estimate of the fixed point (two predictions, from the solo latency),
-    a galloping search brackets the grid point, then bisection finds it (a few predictions when
+    does (:func:`fixed_point_rows`, here asking every row each time).
+    """
+    current = np.full(moving.size, solo)
+
+    def predict_rows(window: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+        if rows is None:
+            return predict(window)
+        current[rows] = window  # the rows not asked keep a window of their own: rows are independent
+        return predict(current)[rows]
+
+    return fixed_point_rows(predict_rows, moving, solo, high, low)
+
+
+def fixed_point_rows(
+    predict: Callable[[np.ndarray, np.ndarray | None], np.ndarray], moving: np.ndarray, solo: float, high: float,
+    low: float,
+) -> np.ndarray:
+    """:func:`fixed_point` with ``predict(window, rows)`` giving the latencies of rows ``rows``
+    only (``None``: every row) at their windows ``window``: each step asks only the rows still
+    searching, and each row's search is the one it would make alone, whatever the others do.
+
+    From a secant estimate of the fixed point (two predictions, from the solo latency), a
+    galloping search brackets the grid point, then bisection finds it (a few predictions when
     the estimate is close, as it usually is).
     """
     grid_low, scale, points = _grid(solo, high, low)
@@ -202,46 +232,46 @@ def fixed_point(
     def at(index: np.ndarray) -> np.ndarray:
         return np.exp(grid_low + scale * index)
 
-    def covered(index: np.ndarray) -> np.ndarray:
+    def covered(index: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         window = at(index)
-        return window >= predict(window)
+        return window >= predict(window, rows)
 
     # A secant estimate of w = F(w) from (solo, F(solo)) and (F(solo), F(F(solo))).
     w0 = np.full(moving.size, solo)
-    f0 = predict(w0)
-    f1 = predict(f0)
+    f0 = predict(w0, None)
+    f1 = predict(f0, None)
     slope = np.divide(f1 - f0, f0 - w0, out=np.zeros_like(f0), where=np.abs(f0 - w0) > 1e-12 * solo)
     slope = np.minimum(slope, 0.0)  # F does not rise with the window
     guess = np.where(slope < 0, f0 + slope * (f0 - w0) / (1.0 - slope), f1)
     guess = np.clip(np.where(np.isfinite(guess) & (guess > 0), guess, f1), solo * low, solo * high)
     start = np.clip(np.floor((np.log(guess) - grid_low) / scale), 0, points - 1).astype(np.int64)
 
-    first = covered(start)
+    first = covered(start, None)
     below = np.where(first, -1, start)  # w(below) < predict (or -1: below the grid)
     above = np.where(first, start, points)  # w(above) >= predict (the grid's top always is)
-    down, up = moving & first, moving & ~first  # still galloping down (to find below) or up (to find above)
+    down = moving & first  # galloping down, to find below (the others up, to find above)
+    rows = np.flatnonzero(moving)
     step = 1
-    while down.any() or up.any():
-        probe = np.where(down, np.maximum(above - step, 0), np.where(up, np.minimum(below + step, points), above))
-        result = covered(np.minimum(probe, points - 1)) | (probe >= points)
-        above = np.where(down & result, probe, np.where(up & result, probe, above))
-        below = np.where((down & ~result) | (up & ~result), probe, below)
-        done_down = down & (~result | (probe == 0))
-        below = np.where(down & result & (probe == 0), -1, below)
-        down = down & ~done_down
-        up = up & ~result
+    while rows.size:  # the galloping rows
+        going_down = down[rows]
+        probe = np.where(going_down, np.maximum(above[rows] - step, 0), np.minimum(below[rows] + step, points))
+        result = (probe >= points) | covered(np.minimum(probe, points - 1), rows)
+        above[rows[result]] = probe[result]
+        below[rows[~result]] = probe[~result]
+        below[rows[going_down & result & (probe == 0)]] = -1
+        # down: on while covered above 0; up: on while not covered
+        rows = rows[np.where(going_down, result & (probe != 0), ~result)]
         step *= 2
-    while True:
-        open_ = moving & (above - below > 1)
-        if not open_.any():
-            break
-        mid = np.where(open_, (below + above) // 2, above)
-        result = covered(mid)
-        above = np.where(open_ & result, mid, above)
-        below = np.where(open_ & ~result, mid, below)
+    rows = np.flatnonzero(moving & (above - below > 1))
+    while rows.size:  # the bisecting rows
+        mid = (below[rows] + above[rows]) // 2
+        result = covered(mid, rows)
+        above[rows[result]] = mid[result]
+        below[rows[~result]] = mid[~result]
+        rows = rows[above[rows] - below[rows] > 1]
     result = at(above)
     if not moving.all():
-        result = np.where(moving, result, predict(result))
+        result = np.where(moving, result, predict(result, None))
     return result
 
 
