@@ -336,6 +336,15 @@ def _by_key(maps: Sequence[Mapping[str, float]]) -> dict[str, tuple[np.ndarray, 
     return out
 
 
+def _each_distinct(value_of: Callable[[int], float], sizes: Sequence[int]) -> np.ndarray:
+    """``value_of`` of every batch size, called once per distinct size (a ranking's co-runners
+    have a few)."""
+    if len(sizes) < 64:
+        return np.fromiter(map(value_of, sizes), float, len(sizes))
+    distinct, inverse = np.unique(np.asarray(sizes), return_inverse=True)
+    return np.fromiter(map(value_of, distinct.tolist()), float, distinct.size)[inverse]
+
+
 def _layout(rows: CoLocations) -> _Layout | None:
     cached = rows.cache.get("feature_layout", False)
     if cached is not False:
@@ -356,11 +365,10 @@ def _layout(rows: CoLocations) -> _Layout | None:
         firsts: dict[str, int] = {}
         first_of = np.fromiter(map(firsts.setdefault, rows.models, range(len(rows.models))), dtype=np.intp,
                                count=len(rows.models))
-        count = len(rows.batch_sizes)
         layout = _Layout(
             row_of=rows.rows_of_runners(),
             runner_values={
-                name: None if value_of is None else np.fromiter(map(value_of, rows.batch_sizes), float, count)
+                name: None if value_of is None else _each_distinct(value_of, rows.batch_sizes)
                 for name, value_of in RUNNER_SUMS.items()
             },
             by_model={m: np.flatnonzero(first_of == first) for m, first in firsts.items()},
@@ -580,7 +588,7 @@ class FeatureForm:
         # (F + o.S)' P (F + o.S) = F'PF + o.S'(P + P')F + (o.S)' P (o.S), F the columns at zero overlaps
         linear = np.einsum("kjn,jn->kn", slopes, fine[:, None] + (pairs + pairs.T) @ at_zero[:self.width])
         quadratic = np.einsum("kjn,ljn->kln", np.matmul(pairs.T, slopes), slopes)
-        return OverlapQuadratic(self.gather, constant, linear, quadratic)
+        return OverlapQuadratic.of(self.gather, constant, linear, quadratic)
 
 
 @dataclass(frozen=True, eq=False)
@@ -588,26 +596,58 @@ class OverlapQuadratic:
     """A linear model's answer on the rows of a :class:`FeatureForm`, as a quadratic of each row's
     co-runners' overlaps ``o`` (``o[k]``: its ``k``-th co-runner's; padding 0):
     ``constant + linear . o + o . quadratic . o``. Rows are independent: any of them may be
-    asked alone (what a fixed point over windows asks, row by row)."""
+    asked alone (what a fixed point over windows asks, row by row).
+
+    ``coefficients`` stacks, per row, the constant, the ``k`` linear and the ``k * k`` quadratic
+    ones (one look-up gives a row's all).
+    """
 
     gather: np.ndarray  # most co-runners x rows: the co-runner of each (k, row) (padding: one past the last)
-    constant: np.ndarray  # rows
-    linear: np.ndarray  # most co-runners x rows
-    quadratic: np.ndarray  # most co-runners x most co-runners x rows
+    coefficients: np.ndarray  # 1 + k + k * k x rows
+
+    @classmethod
+    def of(cls, gather: np.ndarray, constant: np.ndarray, linear: np.ndarray, quadratic: np.ndarray
+           ) -> OverlapQuadratic:
+        """From the constant (rows), linear (k x rows) and quadratic (k x k x rows) coefficients."""
+        k, n = linear.shape
+        return cls(gather, np.concatenate([constant.reshape(1, n), linear, quadratic.reshape(k * k, n)]))
 
     def __len__(self) -> int:
-        return self.constant.size
+        return self.coefficients.shape[1]
+
+    @property
+    def constant(self) -> np.ndarray:
+        """Per row, the answer at overlaps 0."""
+        return self.coefficients[0]
+
+    @property
+    def linear(self) -> np.ndarray:
+        """``k x rows``: the linear coefficients."""
+        return self.coefficients[1:1 + self.gather.shape[0]]
+
+    @property
+    def quadratic(self) -> np.ndarray:
+        """``k x k x rows``: the quadratic coefficients."""
+        k = self.gather.shape[0]
+        return self.coefficients[1 + k:].reshape(k, k, -1)
+
+    def fixing(self, overlaps: np.ndarray, free: np.ndarray) -> OverlapQuadratic:
+        """The same answers with the overlaps where ``free`` is false (k x rows) fixed at ``overlaps``
+        there: a quadratic of the free ones alone (the others' coefficients 0, whatever is asked)."""
+        fixed = np.where(free, 0.0, overlaps)
+        linear, quadratic = self.linear, self.quadratic
+        both = quadratic + quadratic.transpose(1, 0, 2)
+        constant = self.constant + (fixed * (linear + 0.5 * (both * fixed[None]).sum(axis=1))).sum(axis=0)
+        moved = (linear + (both * fixed[None]).sum(axis=1)) * free
+        kept = quadratic * (free[:, None] & free[None, :])
+        return OverlapQuadratic.of(self.gather, constant, moved, kept)
 
     def raw(self, o: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """The answers of rows ``rows`` (``None``: all), ``o`` their overlaps (most co-runners x rows)."""
-        if rows is None:
-            constant, linear, quadratic = self.constant, self.linear, self.quadratic
-        else:
-            constant, linear, quadratic = self.constant[rows], self.linear[:, rows], self.quadratic[:, :, rows]
-        out = constant.copy()
-        for k in range(o.shape[0]):
-            out += o[k] * (linear[k] + (o * quadratic[k]).sum(axis=0))
-        return out
+        c = self.coefficients if rows is None else self.coefficients[:, rows]
+        k = o.shape[0]
+        quadratic = c[1 + k:].reshape(k, k, -1)
+        return c[0] + (o * (c[1:1 + k] + (quadratic * o[None]).sum(axis=1))).sum(axis=0)
 
 
 @dataclass(frozen=True, eq=False)

@@ -31,8 +31,8 @@ class RowLatencies:
     """Latencies of some rows as a function of each row's co-runners' overlaps, any rows alone.
 
     ``latencies(o, which)``: the latencies of rows ``which`` (``None``: all), ``o[k]`` the overlap
-    of each one's ``k``-th co-runner (padding 0); ``gather[k, row]``: that co-runner (padding:
-    one past the last).
+    of each one's ``k``-th co-runner (read where it moves only); ``gather[k, row]``: that
+    co-runner (padding: one past the last).
     """
 
     gather: np.ndarray
@@ -123,9 +123,10 @@ class LatencyPredictor(ABC):
         where this predictor has none (the caller predicts ``rows.with_overlaps(overlaps)``)."""
         return None
 
-    def colocation_rows(self, rows: CoLocations, subset: np.ndarray) -> RowLatencies | None:
-        """:meth:`colocation_form` of rows ``subset`` where each row can be asked alone (a fixed
-        point asks only the rows still searching); ``None`` where this predictor has none."""
+    def colocation_rows(self, rows: CoLocations, subset: np.ndarray, moving: np.ndarray) -> RowLatencies | None:
+        """:meth:`colocation_form` of rows ``subset`` as a function of the overlaps of the co-runners
+        flagged ``moving`` (the others at ``rows.overlaps``), where each row can be asked alone (a
+        fixed point asks only the rows still searching); ``None`` where this predictor has none."""
         return None
 
     def _to_latencies(self, rows: CoLocations, slowdowns: np.ndarray) -> np.ndarray:

@@ -276,10 +276,11 @@ class RlsPredictor(LatencyPredictor):
         slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
         return solo * np.minimum(np.maximum(slowdowns, low), high)
 
-    def colocation_rows(self, rows: CoLocations, subset: np.ndarray) -> RowLatencies | None:
-        """:meth:`colocation_form` with each row's raw answer a quadratic of its co-runners'
-        overlaps (:meth:`FeatureForm.quadratic <predictor.features.FeatureForm.quadratic>`), so
-        that rows are asked alone; the same numbers up to rounding. ``None`` where there is no form."""
+    def colocation_rows(self, rows: CoLocations, subset: np.ndarray, moving: np.ndarray) -> RowLatencies | None:
+        """:meth:`colocation_form` with each row's raw answer a quadratic of its ``moving``
+        co-runners' overlaps, the others at theirs (:meth:`FeatureForm.quadratic
+        <predictor.features.FeatureForm.quadratic>`), so that rows are asked alone; the same
+        numbers up to rounding. ``None`` where there is no form."""
         if self.split_by not in (None, "model") or not len(rows):
             return None
         form = feature_form(rows, self.features, subset)
@@ -289,16 +290,18 @@ class RlsPredictor(LatencyPredictor):
         solo = self.solo_latency(rows.record(0))
         if model is None:
             low, high = self._slowdown_range
-            quadratic = form.quadratic(np.zeros(len(form.names)), 0.0)
             constant = solo * min(max(1.0, low), high)
 
             def latencies(o: np.ndarray, which: np.ndarray | None) -> np.ndarray:
-                return np.full(len(quadratic) if which is None else which.size, constant)
-        else:
-            quadratic = form.quadratic(*model.matrix_weights(form.names))
+                return np.full(len(form) if which is None else which.size, constant)
 
-            def latencies(o: np.ndarray, which: np.ndarray | None) -> np.ndarray:
-                return self._clipped_latencies(quadratic.raw(o, which), solo)
+            return RowLatencies(form.gather, latencies)
+        gather = form.gather
+        quadratic = form.quadratic(*model.matrix_weights(form.names)).fixing(
+            np.append(rows.overlaps, 0.0)[gather], np.append(moving, False)[gather])
+
+        def latencies(o: np.ndarray, which: np.ndarray | None) -> np.ndarray:
+            return self._clipped_latencies(quadratic.raw(o, which), solo)
 
         return RowLatencies(quadratic.gather, latencies)
 

@@ -60,6 +60,7 @@ from predictor.service.placements import (
     CandidateColumns,
     EstimatedPaths,
     RankingColumns,
+    RowShapes,
     rank_order,
     valid_columns,
 )
@@ -121,7 +122,7 @@ class Plan:
     rows: CoLocations
     remaining: np.ndarray
     given: np.ndarray
-    shapes: list[QueryShape] | None = None  # per row, what its query knew (None: every overlap known)
+    shapes: Sequence[QueryShape] | None = None  # per row, what its query knew (None: every overlap known)
     estimated: Sequence[tuple[str, ...]] | None = None
 
     @classmethod
@@ -190,19 +191,19 @@ class Plan:
         return overlaps
 
     def overlaps_of(self, gather: np.ndarray) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
-        """:meth:`overlaps_at` laid out by ``gather`` (``gather[k, r]``: the ``k``-th co-runner of
-        some row ``r``; padding: one past the last), as a function of ``(window, which)``: the
-        overlaps of rows ``which`` (``None``: all) at their windows ``window``, padding 0."""
-        remaining = np.append(self.remaining, math.nan)[gather]
-        given = np.append(self.rows.overlaps, 0.0)[gather]
-        moving = ~np.isnan(remaining)
+        """:meth:`overlaps_at` of the remaining-time co-runners laid out by ``gather``
+        (``gather[k, r]``: the ``k``-th co-runner of some row ``r``; padding: one past the last),
+        as a function of ``(window, which)``: their overlaps in rows ``which`` (``None``: all) at
+        those rows' windows ``window`` (0 for the others, 1 for an idle window)."""
+        remaining = np.nan_to_num(np.append(self.remaining, math.nan)[gather], nan=0.0)
 
         def overlaps(window: np.ndarray, which: np.ndarray | None) -> np.ndarray:
-            rest, fixed, moves = (remaining, given, moving) if which is None else (
-                remaining[:, which], given[:, which], moving[:, which])
+            rest = remaining if which is None else remaining[:, which]
+            if (window > 0).all():
+                return np.minimum(rest / window, 1.0)
             fraction = np.ones(rest.shape)
-            np.divide(rest, window, out=fraction, where=~(window <= 0) & moves)
-            return np.where(moves, np.minimum(fraction, 1.0), fixed)
+            np.divide(rest, window, out=fraction, where=~(window <= 0))
+            return np.minimum(fraction, 1.0)
 
         return overlaps
 
@@ -423,7 +424,9 @@ class Answering:
                 for i in range(len(candidates))
             ])
         devices = candidates.devices
-        kinds = [k or live_view.kind_of(d) for k, d in zip(candidates.device_kinds, devices, strict=True)]
+        kinds = candidates.device_kinds
+        if "" in kinds:  # the device's kind from the live view
+            kinds = [k or live_view.kind_of(d) for k, d in zip(kinds, devices, strict=True)]
         remaining = np.where(candidates.has_remaining, candidates.remaining, math.nan)
         overlaps, signals, estimated = self._fill_columns(candidates, kinds)
         rows = CoLocations(batch, devices, kinds, signals, candidates.offsets, candidates.models,
@@ -435,6 +438,7 @@ class Answering:
         if not live:
             return Plan(rows, remaining, np.flatnonzero(candidates.has_remaining), shapes=shapes, estimated=estimated)
         running = {i: live_view.running(devices[i]) for i in live}
+        shapes = list(shapes)
         for i, batches in running.items():
             shapes[i] = QueryShape.of(len(batches), 0, len(batches), signals=bool(candidates.signals[i]), live=True)
         runners = [
@@ -534,7 +538,7 @@ class Answering:
         moving = np.unique(row_of[plan.given])
         still = np.setdiff1d(np.arange(len(rows)), moving, assume_unique=True)
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
-        alone = monotone.overlap_rows(predictor, rows, moving)
+        alone = monotone.overlap_rows(predictor, rows, moving, ~np.isnan(plan.remaining))
         if alone is not None:  # each step asks only the rows still searching
             overlaps = plan.overlaps_of(alone.gather)
             found = monotone.fixed_point_rows(lambda w, which: alone.latencies(overlaps(w, which), which),
@@ -841,6 +845,8 @@ def _cells(shapes: Sequence[QueryShape], rows: CoLocations) -> list[tuple[tuple[
     offsets, kinds = rows.offsets, rows.device_kinds
     if len(shapes) == 1:
         return [((shapes[0], kinds[0], min(int(offsets[1] - offsets[0]), MAX_COUNT)), _ROW0)]
+    if isinstance(shapes, RowShapes):
+        return _coded_cells(shapes, kinds, np.minimum(np.diff(offsets), MAX_COUNT))
     buckets = np.minimum(np.diff(offsets), MAX_COUNT).tolist()  # count_bucket of every row
     firsts: dict[tuple[int, str, int], int] = {}
     keys = list(zip(map(id, shapes), kinds, buckets, strict=True))
@@ -853,19 +859,38 @@ def _cells(shapes: Sequence[QueryShape], rows: CoLocations) -> list[tuple[tuple[
             for first, at in zip(sorted(firsts.values()), np.split(order, bounds), strict=True)]
 
 
+def _coded_cells(shapes: RowShapes, kinds: Sequence[str], buckets: np.ndarray
+                 ) -> list[tuple[tuple[QueryShape, str, int], np.ndarray]]:
+    """:func:`_cells` of rows whose shapes are indexed: each row's cell as one integer."""
+    n = len(shapes)
+    first_of: dict[str, int] = {}  # each kind's first row
+    kind_codes = np.fromiter(map(first_of.setdefault, kinds, itertools.count()), dtype=np.intp, count=n)
+    codes = (shapes.index * n + kind_codes) * (MAX_COUNT + 1) + buckets
+    distinct, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    if distinct.size == 1:
+        return [((shapes[0], kinds[0], int(buckets[0])), np.arange(n))]
+    number = np.empty(distinct.size, dtype=np.intp)  # cells numbered in order of first row
+    number[np.argsort(first)] = np.arange(distinct.size)
+    cell = number[inverse.reshape(-1)]
+    order = np.argsort(cell, kind="stable")
+    bounds = np.flatnonzero(np.diff(cell[order])) + 1
+    firsts = np.sort(first).tolist()
+    return [((shapes[f], kinds[f], int(buckets[f])), at) for f, at in zip(firsts, np.split(order, bounds), strict=True)]
+
+
 def _shapes_of(counts: np.ndarray, overlaps: np.ndarray, remaining: np.ndarray, signals: np.ndarray
-               ) -> list[QueryShape]:
+               ) -> RowShapes:
     """:func:`_shape_of` of every candidate: once per distinct combination, spread by index."""
     base = int(counts.max()) + 1 if counts.size else 1  # overlaps, remaining <= counts: one integer per combination
     codes = ((counts.astype(np.int64) * base + overlaps) * base + remaining) * 2 + signals
     distinct, inverse = np.unique(codes, return_inverse=True)
-    found = np.empty(len(distinct), dtype=object)
-    for j, code in enumerate(distinct.tolist()):
+    found = []
+    for code in distinct.tolist():
         rest, s = divmod(code, 2)
         rest, r = divmod(rest, base)
         n, o = divmod(rest, base)
-        found[j] = _shape_of(n, o, r, bool(s))
-    return found[inverse].tolist()
+        found.append(_shape_of(n, o, r, bool(s)))
+    return RowShapes(found, inverse.reshape(-1))
 
 
 def _has_signals(signals: Sequence[Mapping[str, float]]) -> np.ndarray:
@@ -877,6 +902,8 @@ def _has_signals(signals: Sequence[Mapping[str, float]]) -> np.ndarray:
 
 def _keys_of(shapes: Sequence[QueryShape]) -> list[str]:
     """``shape.key`` of every shape, computed once per distinct shape object."""
+    if isinstance(shapes, RowShapes):
+        return shapes.keys()
     keys: dict[int, str] = {}
     return [keys.get(id(s)) or keys.setdefault(id(s), s.key) for s in shapes]
 

@@ -110,12 +110,13 @@ def overlap_latencies(
     return lambda overlaps: latencies(predictor, rows.with_overlaps(overlaps))[subset]
 
 
-def overlap_rows(predictor: LatencyPredictor, rows: CoLocations, subset: np.ndarray) -> RowLatencies | None:
-    """:func:`overlap_latencies` where each row can be asked alone
-    (:meth:`~predictor.predictors.base.LatencyPredictor.colocation_rows`; the overlaps of each
-    row's co-runners): ``None`` where the predictor does not answer directly or has none."""
+def overlap_rows(predictor: LatencyPredictor, rows: CoLocations, subset: np.ndarray,
+                 moving: np.ndarray) -> RowLatencies | None:
+    """:func:`overlap_latencies` where each row can be asked alone, as a function of the overlaps
+    of the co-runners flagged ``moving`` (:meth:`~predictor.predictors.base.LatencyPredictor.colocation_rows`):
+    ``None`` where the predictor does not answer directly or has none."""
     if len(rows) > 1 and direct(predictor, dict(rows.batch.attrs)):
-        return predictor.colocation_rows(clipped(rows) if needs_clipping(rows) else rows, subset)
+        return predictor.colocation_rows(clipped(rows) if needs_clipping(rows) else rows, subset, moving)
     return None
 
 

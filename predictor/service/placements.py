@@ -45,6 +45,7 @@ from predictor.service.types import (
     Prediction,
     Ranking,
 )
+from predictor.shapes import QueryShape
 
 if TYPE_CHECKING:
     from predictor.service.terms import Terms
@@ -183,6 +184,38 @@ class EstimatedPaths(Sequence[tuple[str, ...]]):
     def any(self) -> bool:
         """Whether some candidate has a path."""
         return bool(self.moving.any() or self.filled.any() or any(self.extra.values()))
+
+
+class RowShapes(Sequence[QueryShape]):
+    """Per row, the query shape its bound is calibrated for, as an index into the few distinct
+    shapes of a ranking (what the calibration cells and the answer's shape keys are found from
+    without a look-up per row).
+
+    Parameters
+    ----------
+    distinct
+        The distinct shapes.
+    index
+        Per row, its shape's position in ``distinct``.
+    """
+
+    def __init__(self, distinct: Sequence[QueryShape], index: np.ndarray):
+        self.distinct = list(distinct)
+        self.index = index
+
+    def __len__(self) -> int:
+        return self.index.size
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, (int, np.integer)):
+            return self.distinct[self.index[i]]
+        return [self.distinct[j] for j in self.index[i].tolist()]
+
+    def keys(self) -> list[str]:
+        """``shape.key`` of every row."""
+        keys = np.empty(len(self.distinct), dtype=object)
+        keys[:] = [shape.key for shape in self.distinct]
+        return keys[self.index].tolist()
 
 
 def valid_columns(
