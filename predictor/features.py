@@ -644,10 +644,15 @@ class OverlapQuadratic:
 
     def raw(self, o: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """The answers of rows ``rows`` (``None``: all), ``o`` their overlaps (most co-runners x rows)."""
-        c = self.coefficients if rows is None else self.coefficients[:, rows]
+        c = self.coefficients if rows is None else self.coefficients.take(rows, axis=1)
         k = o.shape[0]
-        quadratic = c[1 + k:].reshape(k, k, -1)
-        return c[0] + (o * (c[1:1 + k] + (quadratic * o[None]).sum(axis=1))).sum(axis=0)
+        out = c[0].copy()
+        for i in range(k):  # a few co-runners: a loop of whole-row operations
+            term = c[1 + i].copy()
+            for j in range(k):
+                term += c[1 + k + i * k + j] * o[j]
+            out += o[i] * term
+        return out
 
 
 @dataclass(frozen=True, eq=False)

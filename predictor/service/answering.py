@@ -198,7 +198,7 @@ class Plan:
         remaining = np.nan_to_num(np.append(self.remaining, math.nan)[gather], nan=0.0)
 
         def overlaps(window: np.ndarray, which: np.ndarray | None) -> np.ndarray:
-            rest = remaining if which is None else remaining[:, which]
+            rest = remaining if which is None else remaining.take(which, axis=1)
             if (window > 0).all():
                 return np.minimum(rest / window, 1.0)
             fraction = np.ones(rest.shape)
@@ -863,8 +863,11 @@ def _coded_cells(shapes: RowShapes, kinds: Sequence[str], buckets: np.ndarray
                  ) -> list[tuple[tuple[QueryShape, str, int], np.ndarray]]:
     """:func:`_cells` of rows whose shapes are indexed: each row's cell as one integer."""
     n = len(shapes)
-    first_of: dict[str, int] = {}  # each kind's first row
-    kind_codes = np.fromiter(map(first_of.setdefault, kinds, itertools.count()), dtype=np.intp, count=n)
+    if kinds.count(kinds[0]) == n:  # one kind (as usual)
+        kind_codes = np.zeros(n, dtype=np.intp)
+    else:
+        first_of: dict[str, int] = {}  # each kind's first row
+        kind_codes = np.fromiter(map(first_of.setdefault, kinds, itertools.count()), dtype=np.intp, count=n)
     codes = (shapes.index * n + kind_codes) * (MAX_COUNT + 1) + buckets
     distinct, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
     if distinct.size == 1:

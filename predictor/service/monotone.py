@@ -203,17 +203,48 @@ def fixed_point(
     ``predict(window)`` gives every row's latency for per-row windows; it must not rise with
     the window (overlaps ``min(1, remaining / window)`` fall as it grows). The grid does not
     depend on the rows, so a larger ``predict`` never gives a smaller answer; only the search
-    does (:func:`fixed_point_rows`, here asking every row each time).
+    does: from a secant estimate of the fixed point (two predictions, from the solo latency),
+    a galloping search brackets the grid point, then bisection finds it (a few predictions when
+    the estimate is close, as it usually is).
     """
-    current = np.full(moving.size, solo)
+    grid_low, scale, points = _grid(solo, high, low)
 
-    def predict_rows(window: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
-        if rows is None:
-            return predict(window)
-        current[rows] = window  # the rows not asked keep a window of their own: rows are independent
-        return predict(current)[rows]
+    def at(index: np.ndarray) -> np.ndarray:
+        return np.exp(grid_low + scale * index)
 
-    return fixed_point_rows(predict_rows, moving, solo, high, low)
+    def covered(index: np.ndarray) -> np.ndarray:
+        window = at(index)
+        return window >= predict(window)
+
+    start = _estimate(predict, moving.size, solo, high, low)
+
+    first = covered(start)
+    below = np.where(first, -1, start)  # w(below) < predict (or -1: below the grid)
+    above = np.where(first, start, points)  # w(above) >= predict (the grid's top always is)
+    down, up = moving & first, moving & ~first  # still galloping down (to find below) or up (to find above)
+    step = 1
+    while down.any() or up.any():
+        probe = np.where(down, np.maximum(above - step, 0), np.where(up, np.minimum(below + step, points), above))
+        result = covered(np.minimum(probe, points - 1)) | (probe >= points)
+        above = np.where(down & result, probe, np.where(up & result, probe, above))
+        below = np.where((down & ~result) | (up & ~result), probe, below)
+        done_down = down & (~result | (probe == 0))
+        below = np.where(down & result & (probe == 0), -1, below)
+        down = down & ~done_down
+        up = up & ~result
+        step *= 2
+    while True:
+        open_ = moving & (above - below > 1)
+        if not open_.any():
+            break
+        mid = np.where(open_, (below + above) // 2, above)
+        result = covered(mid)
+        above = np.where(open_ & result, mid, above)
+        below = np.where(open_ & ~result, mid, below)
+    result = at(above)
+    if not moving.all():
+        result = np.where(moving, result, predict(result))
+    return result
 
 
 def fixed_point_rows(
@@ -237,15 +268,7 @@ def fixed_point_rows(
         window = at(index)
         return window >= predict(window, rows)
 
-    # A secant estimate of w = F(w) from (solo, F(solo)) and (F(solo), F(F(solo))).
-    w0 = np.full(moving.size, solo)
-    f0 = predict(w0, None)
-    f1 = predict(f0, None)
-    slope = np.divide(f1 - f0, f0 - w0, out=np.zeros_like(f0), where=np.abs(f0 - w0) > 1e-12 * solo)
-    slope = np.minimum(slope, 0.0)  # F does not rise with the window
-    guess = np.where(slope < 0, f0 + slope * (f0 - w0) / (1.0 - slope), f1)
-    guess = np.clip(np.where(np.isfinite(guess) & (guess > 0), guess, f1), solo * low, solo * high)
-    start = np.clip(np.floor((np.log(guess) - grid_low) / scale), 0, points - 1).astype(np.int64)
+    start = _estimate(lambda window: predict(window, None), moving.size, solo, high, low)
 
     first = covered(start, None)
     below = np.where(first, -1, start)  # w(below) < predict (or -1: below the grid)
@@ -274,6 +297,21 @@ def fixed_point_rows(
     if not moving.all():
         result = np.where(moving, result, predict(result, None))
     return result
+
+
+def _estimate(predict: Callable[[np.ndarray], np.ndarray], n: int, solo: float, high: float, low: float
+              ) -> np.ndarray:
+    """Per row, the grid point below a secant estimate of ``w = F(w)`` from ``(solo, F(solo))`` and
+    ``(F(solo), F(F(solo)))`` (two predictions of every row), where :func:`fixed_point` starts."""
+    grid_low, scale, points = _grid(solo, high, low)
+    w0 = np.full(n, solo)
+    f0 = predict(w0)
+    f1 = predict(f0)
+    slope = np.divide(f1 - f0, f0 - w0, out=np.zeros_like(f0), where=np.abs(f0 - w0) > 1e-12 * solo)
+    slope = np.minimum(slope, 0.0)  # F does not rise with the window
+    guess = np.where(slope < 0, f0 + slope * (f0 - w0) / (1.0 - slope), f1)
+    guess = np.clip(np.where(np.isfinite(guess) & (guess > 0), guess, f1), solo * low, solo * high)
+    return np.clip(np.floor((np.log(guess) - grid_low) / scale), 0, points - 1).astype(np.int64)
 
 
 def _grid(solo: float, high: float, low: float) -> tuple[float, float, int]:
