@@ -341,7 +341,13 @@ def _each_distinct(value_of: Callable[[int], float], sizes: Sequence[int]) -> np
     have a few)."""
     if len(sizes) < 64:
         return np.fromiter(map(value_of, sizes), float, len(sizes))
-    distinct, inverse = np.unique(np.asarray(sizes), return_inverse=True)
+    values = np.fromiter(sizes, dtype=np.int64, count=len(sizes))
+    if values.min() >= 0 and values.max() < 1 << 16:  # a table of the sizes present
+        present = np.flatnonzero(np.bincount(values))
+        table = np.zeros(int(present[-1]) + 1)
+        table[present] = np.fromiter(map(value_of, present.tolist()), float, present.size)
+        return table[values]
+    distinct, inverse = np.unique(values, return_inverse=True)
     return np.fromiter(map(value_of, distinct.tolist()), float, distinct.size)[inverse]
 
 
@@ -566,16 +572,25 @@ class FeatureForm:
             np.multiply(quantities[first], quantities[second], out=out[fine:fine + pairs])
         return out
 
-    def quadratic(self, weights: np.ndarray, intercept: float) -> OverlapQuadratic:
+    def quadratic(self, weights: np.ndarray, intercept: float, overlaps: np.ndarray | None = None,
+                  free: np.ndarray | None = None) -> OverlapQuadratic:
         """``values(overlaps) @ weights + intercept`` (``weights``: one per name) as a quadratic of
         each row's co-runners' overlaps (:class:`OverlapQuadratic`): the same numbers up to
-        rounding (the terms summed in another order)."""
+        rounding (the terms summed in another order).
+
+        With ``overlaps`` and ``free`` (:attr:`gather`'s shape), a quadratic of the free overlaps
+        alone, the others at ``overlaps`` (their coefficients 0, whatever is asked).
+        """
         k, n = self.gather.shape[0], len(self)
-        at_zero = self._columns(np.zeros((k, n)) if k else None)
-        constant = intercept + weights @ at_zero
+        if free is None:
+            fixed, free = np.zeros((k, n)), np.ones((k, n), dtype=bool)
+        else:
+            fixed = np.where(free, 0.0, overlaps)
+        at_fixed = self._columns(fixed if k else None)
+        constant = intercept + weights @ at_fixed
         # d column / d overlap of the k-th co-runner, per row: the weighted sums and their crosses
         slopes = np.zeros((k, self.width, n))
-        slopes[:, self.summed_at] = self.weighted
+        slopes[:, self.summed_at] = self.weighted * free[:, None, :]
         cross_at, source, own = self.crosses
         if cross_at.size:
             slopes[:, cross_at] = own[None, :, None] * slopes[:, source]
@@ -585,8 +600,8 @@ class FeatureForm:
             at, first, second = self.interactions
             np.add.at(fine, at, weights[self.width + first.size:])  # the quantities' own columns copy fine ones
             np.add.at(pairs, (at[first], at[second]), weights[self.width:self.width + first.size])
-        # (F + o.S)' P (F + o.S) = F'PF + o.S'(P + P')F + (o.S)' P (o.S), F the columns at zero overlaps
-        linear = np.einsum("kjn,jn->kn", slopes, fine[:, None] + (pairs + pairs.T) @ at_zero[:self.width])
+        # (F + o.S)' P (F + o.S) = F'PF + o.S'(P + P')F + (o.S)' P (o.S), F the columns at the fixed overlaps
+        linear = np.einsum("kjn,jn->kn", slopes, fine[:, None] + (pairs + pairs.T) @ at_fixed[:self.width])
         quadratic = np.einsum("kjn,ljn->kln", np.matmul(pairs.T, slopes), slopes)
         return OverlapQuadratic.of(self.gather, constant, linear, quadratic)
 
@@ -630,17 +645,6 @@ class OverlapQuadratic:
         """``k x k x rows``: the quadratic coefficients."""
         k = self.gather.shape[0]
         return self.coefficients[1 + k:].reshape(k, k, -1)
-
-    def fixing(self, overlaps: np.ndarray, free: np.ndarray) -> OverlapQuadratic:
-        """The same answers with the overlaps where ``free`` is false (k x rows) fixed at ``overlaps``
-        there: a quadratic of the free ones alone (the others' coefficients 0, whatever is asked)."""
-        fixed = np.where(free, 0.0, overlaps)
-        linear, quadratic = self.linear, self.quadratic
-        both = quadratic + quadratic.transpose(1, 0, 2)
-        constant = self.constant + (fixed * (linear + 0.5 * (both * fixed[None]).sum(axis=1))).sum(axis=0)
-        moved = (linear + (both * fixed[None]).sum(axis=1)) * free
-        kept = quadratic * (free[:, None] & free[None, :])
-        return OverlapQuadratic.of(self.gather, constant, moved, kept)
 
     def raw(self, o: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """The answers of rows ``rows`` (``None``: all), ``o`` their overlaps (most co-runners x rows)."""

@@ -297,8 +297,8 @@ class RlsPredictor(LatencyPredictor):
 
             return RowLatencies(form.gather, latencies)
         gather = form.gather
-        quadratic = form.quadratic(*model.matrix_weights(form.names)).fixing(
-            np.append(rows.overlaps, 0.0)[gather], np.append(moving, False)[gather])
+        quadratic = form.quadratic(*model.matrix_weights(form.names), np.append(rows.overlaps, 0.0)[gather],
+                                   np.append(moving, False)[gather])
 
         def latencies(o: np.ndarray, which: np.ndarray | None) -> np.ndarray:
             return self._clipped_latencies(quadratic.raw(o, which), solo)
