@@ -54,28 +54,6 @@ def test_one_row_fixed_point_equals_the_column_wise_one(problem):
     assert asked, "the search asks the predictor"
 
 
-@settings(max_examples=200, deadline=None)
-@given(problem=windows_problem(), rows=st.lists(st.tuples(st.floats(0.05, 20.0), st.lists(
-    st.tuples(st.floats(0.0, 10.0), st.floats(0.0, 1000.0)), max_size=4)), min_size=1, max_size=12))
-def test_rows_asked_alone_answer_what_each_row_alone_answers(problem, rows):
-    """:func:`monotone.fixed_point_rows` (each step asks only the rows still searching) finds each
-    row's point that the single-row search finds, to the last bit."""
-    solo, low, high, _, _ = problem
-    asked: list[int] = []
-
-    def predict(window: np.ndarray, which: np.ndarray | None) -> np.ndarray:
-        which = np.arange(len(rows)) if which is None else which
-        asked.append(which.size)
-        return np.array([_latency(rows[i][0] * solo, rows[i][1], w)
-                         for i, w in zip(which.tolist(), window.tolist(), strict=True)])
-
-    found = monotone.fixed_point_rows(predict, np.ones(len(rows), dtype=bool), solo, high, low)
-    for i, (base, terms) in enumerate(rows):
-        alone = monotone.fixed_point_one(lambda w, b=base, t=terms: _latency(b * solo, t, w), solo, high, low)
-        assert float(found[i]) == alone
-    assert asked[:2] == [len(rows)] * 2 and max(asked[2:], default=0) <= len(rows)
-
-
 @pytest.fixture(scope="module", params=available())
 def trained(request) -> Service:
     service = Service(ServiceConfig(predictor=request.param, observation_log=False, outlier_gate=False))

@@ -19,6 +19,7 @@ from typing import ClassVar
 import numpy as np
 
 from predictor.colocations import CoLocations
+from predictor.features import OverlapQuadratic
 from predictor.records import Record
 from predictor.solo_profile import SoloProfile
 
@@ -27,16 +28,26 @@ MAX_SLOWDOWN = 100.0
 
 
 @dataclass(frozen=True, eq=False)
-class RowLatencies:
-    """Latencies of some rows as a function of each row's co-runners' overlaps, any rows alone.
+class QuadraticLatencies:
+    """Latencies ``solo * min(max(s, low), high)`` of the rows of a quadratic of their overlaps,
+    ``s`` the slowdown of a row's raw answer: ``exp(min(raw, 10))`` for a log target, ``raw``
+    otherwise, 1 where it is not finite (what a fixed point can run compiled,
+    :mod:`predictor.service.fixed_point_kernel`)."""
 
-    ``latencies(o, which)``: the latencies of rows ``which`` (``None``: all), ``o[k]`` the overlap
-    of each one's ``k``-th co-runner (read where it moves only); ``gather[k, row]``: that
-    co-runner (padding: one past the last).
-    """
+    quadratic: OverlapQuadratic
+    solo: float
+    low: float
+    high: float
+    log_target: bool
 
-    gather: np.ndarray
-    latencies: Callable[[np.ndarray, np.ndarray | None], np.ndarray]
+    def latencies(self, o: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """The latencies of rows ``rows`` (``None``: all) at their overlaps ``o`` (most co-runners x
+        rows; see :meth:`OverlapQuadratic.raw <predictor.features.OverlapQuadratic.raw>`): the
+        definition the compiled fixed point follows."""
+        raw = self.quadratic.raw(o, rows)
+        slowdowns = np.exp(np.minimum(raw, 10.0)) if self.log_target else raw
+        slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
+        return self.solo * np.minimum(np.maximum(slowdowns, self.low), self.high)
 
 
 class LatencyPredictor(ABC):
@@ -123,10 +134,11 @@ class LatencyPredictor(ABC):
         where this predictor has none (the caller predicts ``rows.with_overlaps(overlaps)``)."""
         return None
 
-    def colocation_rows(self, rows: CoLocations, subset: np.ndarray, moving: np.ndarray) -> RowLatencies | None:
-        """:meth:`colocation_form` of rows ``subset`` as a function of the overlaps of the co-runners
-        flagged ``moving`` (the others at ``rows.overlaps``), where each row can be asked alone (a
-        fixed point asks only the rows still searching); ``None`` where this predictor has none."""
+    def colocation_quadratic(self, rows: CoLocations, subset: np.ndarray,
+                             moving: np.ndarray) -> QuadraticLatencies | None:
+        """:meth:`predict_colocations` of rows ``subset`` as a quadratic of the overlaps of the
+        co-runners flagged ``moving`` (the others at ``rows.overlaps``), where the predictor's answer
+        is one (a linear model of the features); ``None`` where it is not."""
         return None
 
     def _to_latencies(self, rows: CoLocations, slowdowns: np.ndarray) -> np.ndarray:

@@ -28,7 +28,7 @@ from predictor.features import (
     interaction_values,
     row_layout,
 )
-from predictor.predictors.base import LatencyPredictor, RowLatencies
+from predictor.predictors.base import LatencyPredictor, QuadraticLatencies
 from predictor.records import Record
 from predictor.regressors.rls import RLS
 from predictor.window_features import at_window, fine_program, overlap_at
@@ -276,34 +276,23 @@ class RlsPredictor(LatencyPredictor):
         slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
         return solo * np.minimum(np.maximum(slowdowns, low), high)
 
-    def colocation_rows(self, rows: CoLocations, subset: np.ndarray, moving: np.ndarray) -> RowLatencies | None:
-        """:meth:`colocation_form` with each row's raw answer a quadratic of its ``moving``
-        co-runners' overlaps, the others at theirs (:meth:`FeatureForm.quadratic
-        <predictor.features.FeatureForm.quadratic>`), so that rows are asked alone; the same
-        numbers up to rounding. ``None`` where there is no form."""
+    def colocation_quadratic(self, rows: CoLocations, subset: np.ndarray,
+                             moving: np.ndarray) -> QuadraticLatencies | None:
+        """:meth:`colocation_form` as a quadratic of the ``moving`` co-runners' overlaps, the others
+        at theirs (:meth:`FeatureForm.quadratic <predictor.features.FeatureForm.quadratic>`; the
+        same numbers up to rounding). ``None`` with a model per device or device kind, where the
+        rows have no form, or nothing is learned for the batch's model."""
         if self.split_by not in (None, "model") or not len(rows):
             return None
-        form = feature_form(rows, self.features, subset)
+        model = self._models.get(self._row_groups(rows)[0][0])
+        form = None if model is None else feature_form(rows, self.features, subset)
         if form is None:
             return None
-        model = self._models.get(self._row_groups(rows)[0][0])
-        solo = self.solo_latency(rows.record(0))
-        if model is None:
-            low, high = self._slowdown_range
-            constant = solo * min(max(1.0, low), high)
-
-            def latencies(o: np.ndarray, which: np.ndarray | None) -> np.ndarray:
-                return np.full(len(form) if which is None else which.size, constant)
-
-            return RowLatencies(form.gather, latencies)
         gather = form.gather
         quadratic = form.quadratic(*model.matrix_weights(form.names), np.append(rows.overlaps, 0.0)[gather],
                                    np.append(moving, False)[gather])
-
-        def latencies(o: np.ndarray, which: np.ndarray | None) -> np.ndarray:
-            return self._clipped_latencies(quadratic.raw(o, which), solo)
-
-        return RowLatencies(quadratic.gather, latencies)
+        low, high = self._slowdown_range
+        return QuadraticLatencies(quadratic, self.solo_latency(rows.record(0)), low, high, self.log_target)
 
     def _row_groups(self, rows: CoLocations) -> list[tuple[str, list[int] | None]]:
         """The model key of the rows, and which rows (``None``: all) have it."""

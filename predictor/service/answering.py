@@ -45,7 +45,7 @@ from predictor.records import (
     record_numbers,
     record_within_limits,
 )
-from predictor.service import monotone
+from predictor.service import fixed_point_kernel, monotone
 from predictor.service.admission import admission_queries
 from predictor.service.delay import decide
 from predictor.service.errors import (
@@ -190,22 +190,10 @@ class Plan:
         overlaps[self.given] = np.minimum(fraction, 1.0)
         return overlaps
 
-    def overlaps_of(self, gather: np.ndarray) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
-        """:meth:`overlaps_at` of the remaining-time co-runners laid out by ``gather``
-        (``gather[k, r]``: the ``k``-th co-runner of some row ``r``; padding: one past the last),
-        as a function of ``(window, which)``: their overlaps in rows ``which`` (``None``: all) at
-        those rows' windows ``window`` (0 for the others, 1 for an idle window)."""
-        remaining = np.nan_to_num(np.append(self.remaining, math.nan)[gather], nan=0.0)
-
-        def overlaps(window: np.ndarray, which: np.ndarray | None) -> np.ndarray:
-            rest = remaining if which is None else remaining.take(which, axis=1)
-            if (window > 0).all():
-                return np.minimum(rest / window, 1.0)
-            fraction = np.ones(rest.shape)
-            np.divide(rest, window, out=fraction, where=~(window <= 0))
-            return np.minimum(fraction, 1.0)
-
-        return overlaps
+    def remaining_of(self, gather: np.ndarray) -> np.ndarray:
+        """The remaining times laid out by ``gather`` (``gather[k, r]``: the ``k``-th co-runner of some
+        row ``r``; padding: one past the last), 0 where the overlap is given."""
+        return np.nan_to_num(np.append(self.remaining, math.nan)[gather], nan=0.0)
 
     def at_window(self, window: np.ndarray) -> CoLocations:
         """The rows with each remaining-time co-runner's overlap for its row's predicted window
@@ -538,11 +526,10 @@ class Answering:
         moving = np.unique(row_of[plan.given])
         still = np.setdiff1d(np.arange(len(rows)), moving, assume_unique=True)
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
-        alone = monotone.overlap_rows(predictor, rows, moving, ~np.isnan(plan.remaining))
-        if alone is not None:  # each step asks only the rows still searching
-            overlaps = plan.overlaps_of(alone.gather)
-            found = monotone.fixed_point_rows(lambda w, which: alone.latencies(overlaps(w, which), which),
-                                              np.ones(moving.size, dtype=bool), solo, high, low)
+        quadratic = monotone.overlap_quadratic(predictor, rows, moving, ~np.isnan(plan.remaining))
+        if quadratic is not None:  # each row's search, compiled
+            found = fixed_point_kernel.fixed_points(quadratic, plan.remaining_of(quadratic.quadratic.gather), solo,
+                                                    high, low, monotone.grid(solo, high, low))
         else:
             evaluate = monotone.overlap_latencies(predictor, rows, moving)
             at = np.searchsorted(moving, row_of[plan.given])

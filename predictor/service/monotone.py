@@ -45,7 +45,7 @@ import numpy as np
 from predictor.colocations import CoLocations
 from predictor.keyed import KeyedMaps
 from predictor.predictors import LatencyPredictor
-from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN, RowLatencies
+from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN, QuadraticLatencies
 from predictor.records import Record
 
 _VALUES = operator.methodcaller("values")
@@ -110,13 +110,13 @@ def overlap_latencies(
     return lambda overlaps: latencies(predictor, rows.with_overlaps(overlaps))[subset]
 
 
-def overlap_rows(predictor: LatencyPredictor, rows: CoLocations, subset: np.ndarray,
-                 moving: np.ndarray) -> RowLatencies | None:
-    """:func:`overlap_latencies` where each row can be asked alone, as a function of the overlaps
-    of the co-runners flagged ``moving`` (:meth:`~predictor.predictors.base.LatencyPredictor.colocation_rows`):
-    ``None`` where the predictor does not answer directly or has none."""
+def overlap_quadratic(predictor: LatencyPredictor, rows: CoLocations, subset: np.ndarray,
+                      moving: np.ndarray) -> QuadraticLatencies | None:
+    """:func:`overlap_latencies` as a quadratic of the overlaps of the co-runners flagged ``moving``
+    (:meth:`~predictor.predictors.base.LatencyPredictor.colocation_quadratic`): ``None`` where the
+    predictor does not answer directly or has none."""
     if len(rows) > 1 and direct(predictor, dict(rows.batch.attrs)):
-        return predictor.colocation_rows(clipped(rows) if needs_clipping(rows) else rows, subset, moving)
+        return predictor.colocation_quadratic(clipped(rows) if needs_clipping(rows) else rows, subset, moving)
     return None
 
 
@@ -207,7 +207,7 @@ def fixed_point(
     a galloping search brackets the grid point, then bisection finds it (a few predictions when
     the estimate is close, as it usually is).
     """
-    grid_low, scale, points = _grid(solo, high, low)
+    grid_low, scale, points = grid(solo, high, low)
 
     def at(index: np.ndarray) -> np.ndarray:
         return np.exp(grid_low + scale * index)
@@ -216,7 +216,15 @@ def fixed_point(
         window = at(index)
         return window >= predict(window)
 
-    start = _estimate(predict, moving.size, solo, high, low)
+    # A secant estimate of w = F(w) from (solo, F(solo)) and (F(solo), F(F(solo))).
+    w0 = np.full(moving.size, solo)
+    f0 = predict(w0)
+    f1 = predict(f0)
+    slope = np.divide(f1 - f0, f0 - w0, out=np.zeros_like(f0), where=np.abs(f0 - w0) > 1e-12 * solo)
+    slope = np.minimum(slope, 0.0)  # F does not rise with the window
+    guess = np.where(slope < 0, f0 + slope * (f0 - w0) / (1.0 - slope), f1)
+    guess = np.clip(np.where(np.isfinite(guess) & (guess > 0), guess, f1), solo * low, solo * high)
+    start = np.clip(np.floor((np.log(guess) - grid_low) / scale), 0, points - 1).astype(np.int64)
 
     first = covered(start)
     below = np.where(first, -1, start)  # w(below) < predict (or -1: below the grid)
@@ -247,74 +255,7 @@ def fixed_point(
     return result
 
 
-def fixed_point_rows(
-    predict: Callable[[np.ndarray, np.ndarray | None], np.ndarray], moving: np.ndarray, solo: float, high: float,
-    low: float,
-) -> np.ndarray:
-    """:func:`fixed_point` with ``predict(window, rows)`` giving the latencies of rows ``rows``
-    only (``None``: every row) at their windows ``window``: each step asks only the rows still
-    searching, and each row's search is the one it would make alone, whatever the others do.
-
-    From a secant estimate of the fixed point (two predictions, from the solo latency), a
-    galloping search brackets the grid point, then bisection finds it (a few predictions when
-    the estimate is close, as it usually is).
-    """
-    grid_low, scale, points = _grid(solo, high, low)
-
-    def at(index: np.ndarray) -> np.ndarray:
-        return np.exp(grid_low + scale * index)
-
-    def covered(index: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
-        window = at(index)
-        return window >= predict(window, rows)
-
-    start = _estimate(lambda window: predict(window, None), moving.size, solo, high, low)
-
-    first = covered(start, None)
-    below = np.where(first, -1, start)  # w(below) < predict (or -1: below the grid)
-    above = np.where(first, start, points)  # w(above) >= predict (the grid's top always is)
-    down = moving & first  # galloping down, to find below (the others up, to find above)
-    rows = np.flatnonzero(moving)
-    step = 1
-    while rows.size:  # the galloping rows
-        going_down = down[rows]
-        probe = np.where(going_down, np.maximum(above[rows] - step, 0), np.minimum(below[rows] + step, points))
-        result = (probe >= points) | covered(np.minimum(probe, points - 1), rows)
-        above[rows[result]] = probe[result]
-        below[rows[~result]] = probe[~result]
-        below[rows[going_down & result & (probe == 0)]] = -1
-        # down: on while covered above 0; up: on while not covered
-        rows = rows[np.where(going_down, result & (probe != 0), ~result)]
-        step *= 2
-    rows = np.flatnonzero(moving & (above - below > 1))
-    while rows.size:  # the bisecting rows
-        mid = (below[rows] + above[rows]) // 2
-        result = covered(mid, rows)
-        above[rows[result]] = mid[result]
-        below[rows[~result]] = mid[~result]
-        rows = rows[above[rows] - below[rows] > 1]
-    result = at(above)
-    if not moving.all():
-        result = np.where(moving, result, predict(result, None))
-    return result
-
-
-def _estimate(predict: Callable[[np.ndarray], np.ndarray], n: int, solo: float, high: float, low: float
-              ) -> np.ndarray:
-    """Per row, the grid point below a secant estimate of ``w = F(w)`` from ``(solo, F(solo))`` and
-    ``(F(solo), F(F(solo)))`` (two predictions of every row), where :func:`fixed_point` starts."""
-    grid_low, scale, points = _grid(solo, high, low)
-    w0 = np.full(n, solo)
-    f0 = predict(w0)
-    f1 = predict(f0)
-    slope = np.divide(f1 - f0, f0 - w0, out=np.zeros_like(f0), where=np.abs(f0 - w0) > 1e-12 * solo)
-    slope = np.minimum(slope, 0.0)  # F does not rise with the window
-    guess = np.where(slope < 0, f0 + slope * (f0 - w0) / (1.0 - slope), f1)
-    guess = np.clip(np.where(np.isfinite(guess) & (guess > 0), guess, f1), solo * low, solo * high)
-    return np.clip(np.floor((np.log(guess) - grid_low) / scale), 0, points - 1).astype(np.int64)
-
-
-def _grid(solo: float, high: float, low: float) -> tuple[float, float, int]:
+def grid(solo: float, high: float, low: float) -> tuple[float, float, int]:
     """The fixed point's grid over ``solo * [low, high]``: its log start, log step and size."""
     grid_low, grid_high = math.log(solo * low), math.log(solo * high)
     points = 1 << GRID_STEPS
@@ -328,7 +269,7 @@ def fixed_point_one(predict: Callable[[float], float], solo: float, high: float,
 
     ``predict(window)``: the row's latency for its co-runners' overlaps at ``window``.
     """
-    grid_low, scale, points = _grid(solo, high, low)
+    grid_low, scale, points = grid(solo, high, low)
 
     def at(index: int) -> float:
         return float(np.exp(grid_low + scale * index))
