@@ -856,16 +856,15 @@ def _coded_cells(shapes: RowShapes, kinds: Sequence[str], buckets: np.ndarray
         first_of: dict[str, int] = {}  # each kind's first row
         kind_codes = np.fromiter(map(first_of.setdefault, kinds, itertools.count()), dtype=np.intp, count=n)
     codes = (shapes.index * n + kind_codes) * (MAX_COUNT + 1) + buckets
-    distinct, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-    if distinct.size == 1:
-        return [((shapes[0], kinds[0], int(buckets[0])), np.arange(n))]
-    number = np.empty(distinct.size, dtype=np.intp)  # cells numbered in order of first row
-    number[np.argsort(first)] = np.arange(distinct.size)
-    cell = number[inverse.reshape(-1)]
-    order = np.argsort(cell, kind="stable")
-    bounds = np.flatnonzero(np.diff(cell[order])) + 1
-    firsts = np.sort(first).tolist()
-    return [((shapes[f], kinds[f], int(buckets[f])), at) for f, at in zip(firsts, np.split(order, bounds), strict=True)]
+    order = np.argsort(codes, kind="stable")  # each cell's rows ascending, its first row first
+    ordered = codes[order]
+    starts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+    if not starts.size:
+        return [((shapes[0], kinds[0], int(buckets[0])), order)]
+    groups = np.split(order, starts)
+    firsts = order[np.concatenate([[0], starts])].tolist()
+    return [((shapes[firsts[c]], kinds[firsts[c]], int(buckets[firsts[c]])), groups[c])
+            for c in sorted(range(len(groups)), key=firsts.__getitem__)]  # cells in order of first row
 
 
 def _shapes_of(counts: np.ndarray, overlaps: np.ndarray, remaining: np.ndarray, signals: np.ndarray
