@@ -23,7 +23,7 @@ from numba import njit
 from predictor.predictors.base import QuadraticLatencies
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _latency(coefficients: np.ndarray, remaining: np.ndarray, i: int, window: float, solo: float, low: float,
              high: float, log_target: bool) -> float:
     """Row ``i``'s latency with its co-runners at ``min(remaining / window, 1)`` (1: an idle window)."""
