@@ -61,6 +61,7 @@ from predictor.service.placements import (
     EstimatedPaths,
     RankingColumns,
     RowShapes,
+    distinct_maps,
     rank_order,
     valid_columns,
 )
@@ -886,6 +887,8 @@ def _has_signals(signals: Sequence[Mapping[str, float]]) -> np.ndarray:
     """Whether each candidate gives signals."""
     if isinstance(signals, KeyedMaps):
         return signals.nonempty()
+    if len(distinct_maps(signals)) == 1:
+        return np.full(len(signals), bool(signals[0]))
     return np.fromiter(map(bool, signals), dtype=bool, count=len(signals))
 
 

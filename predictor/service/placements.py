@@ -218,6 +218,14 @@ class RowShapes(Sequence[QueryShape]):
         return keys[self.index].tolist()
 
 
+def distinct_maps(maps: Sequence[Mapping[str, float]]) -> Sequence[Mapping[str, float]]:
+    """``maps``, or its first alone where every row's is equal to it (the candidates of a packed
+    request without signals share one empty map): what checking every row comes to."""
+    if isinstance(maps, list) and len(maps) > 1 and maps.count(maps[0]) == len(maps):
+        return maps[:1]
+    return maps
+
+
 def valid_columns(
     columns: CandidateColumns, batch: BatchSpec, solo_latency_ms: float | None, limit: float = rules.MAX_MAGNITUDE
 ) -> bool:
@@ -240,7 +248,7 @@ def valid_columns(
     if not (
         rules.names_ok(columns.models, required=True)
         and rules.maps_ok(columns.attrs, limit)
-        and rules.maps_ok(columns.signals, limit)
+        and rules.maps_ok(distinct_maps(columns.signals), limit)
     ):
         return False
     if columns.batch_sizes and not rules.batch_size_ok(min(columns.batch_sizes)):
