@@ -630,22 +630,6 @@ class OverlapQuadratic:
     def __len__(self) -> int:
         return self.coefficients.shape[1]
 
-    @property
-    def constant(self) -> np.ndarray:
-        """Per row, the answer at overlaps 0."""
-        return self.coefficients[0]
-
-    @property
-    def linear(self) -> np.ndarray:
-        """``k x rows``: the linear coefficients."""
-        return self.coefficients[1:1 + self.gather.shape[0]]
-
-    @property
-    def quadratic(self) -> np.ndarray:
-        """``k x k x rows``: the quadratic coefficients."""
-        k = self.gather.shape[0]
-        return self.coefficients[1 + k:].reshape(k, k, -1)
-
     def raw(self, o: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """The answers of rows ``rows`` (``None``: all), ``o`` their overlaps (most co-runners x rows)."""
         c = self.coefficients if rows is None else self.coefficients.take(rows, axis=1)
