@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS, check_switch_interval_ms, switch_interval
+from predictor.service import fixed_point_kernel
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.snapshot import SnapshotError
@@ -186,6 +187,7 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
             flush=True,
         )
     _install_signal_handlers(stop)
+    fixed_point_kernel.warm()  # before the first ranking, not during it
     try:
         said = service.open(options.state_dir, options.warm_start)
     except (SnapshotError, OSError, ValueError) as exc:

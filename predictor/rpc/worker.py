@@ -30,6 +30,7 @@ from predictor.rpc.forwarding import caller_metadata
 from predictor.rpc.learner import child_signals, learner_socket
 from predictor.rpc.protos import load
 from predictor.rpc.servicer import InterferenceServicer
+from predictor.service import fixed_point_kernel
 from predictor.service.answer_forwarding import ForwardedMemory
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
@@ -237,6 +238,7 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
     while not stop.is_set() and not state.wait_published(timeout=0.5):
         pass
     if not stop.is_set():
+        fixed_point_kernel.warm()  # before the first ranking, not during it
         service.mark_ready()
         print(f"predictor serve: worker {index} (pid {os.getpid()}) answering on port {bound}", flush=True)
     stop.wait()

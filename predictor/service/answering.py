@@ -45,7 +45,7 @@ from predictor.records import (
     record_numbers,
     record_within_limits,
 )
-from predictor.service import fixed_point_kernel, monotone
+from predictor.service import monotone
 from predictor.service.admission import admission_queries
 from predictor.service.delay import decide
 from predictor.service.errors import (
@@ -529,6 +529,8 @@ class Answering:
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
         quadratic = monotone.overlap_quadratic(predictor, rows, moving, ~np.isnan(plan.remaining))
         if quadratic is not None:  # each row's search, compiled
+            from predictor.service import fixed_point_kernel  # numba, imported where first needed
+
             found = fixed_point_kernel.fixed_points(quadratic, plan.remaining_of(quadratic.quadratic.gather), solo,
                                                     high, low, monotone.grid(solo, high, low))
         else:
