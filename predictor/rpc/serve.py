@@ -153,6 +153,7 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
     from predictor.rpc.metrics import ServerMetrics  # grpc: not at CLI parse
     from predictor.rpc.server import stop_server  # grpc: not at CLI parse
 
+    fixed_point_kernel.warm()  # before the first ranking, not during it
     service = Service(config)
     metrics = ServerMetrics(service)
     server, port = public_server(options, f"{options.host}:{options.port}", service, metrics,
@@ -187,7 +188,6 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
             flush=True,
         )
     _install_signal_handlers(stop)
-    fixed_point_kernel.warm()  # before the first ranking, not during it
     try:
         said = service.open(options.state_dir, options.warm_start)
     except (SnapshotError, OSError, ValueError) as exc:

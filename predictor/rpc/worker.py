@@ -222,6 +222,7 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
     child_signals(stop)
     # answers against the background loading of versions: a short GIL switch interval (predictor.gil)
     sys.setswitchinterval(getattr(options, "switch_interval_ms", DEFAULT_SWITCH_INTERVAL_MS) / 1e3)
+    fixed_point_kernel.warm()  # before the first ranking, not during it
     credentials, policy = security_from_options(options)
     tracing = tracing_from_option(options.trace, options.trace_endpoint)
     service = worker_service(config, folder, shards, answers)  # answers: the learners' queues (admission linking)
@@ -238,7 +239,6 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
     while not stop.is_set() and not state.wait_published(timeout=0.5):
         pass
     if not stop.is_set():
-        fixed_point_kernel.warm()  # before the first ranking, not during it
         service.mark_ready()
         print(f"predictor serve: worker {index} (pid {os.getpid()}) answering on port {bound}", flush=True)
     stop.wait()
