@@ -336,6 +336,21 @@ def _by_key(maps: Sequence[Mapping[str, float]]) -> dict[str, tuple[np.ndarray, 
     return out
 
 
+def _each_distinct(value_of: Callable[[int], float], sizes: Sequence[int]) -> np.ndarray:
+    """``value_of`` of every batch size, called once per distinct size (a ranking's co-runners
+    have a few)."""
+    if len(sizes) < 64:
+        return np.fromiter(map(value_of, sizes), float, len(sizes))
+    values = np.fromiter(sizes, dtype=np.int64, count=len(sizes))
+    if values.min() >= 0 and values.max() < 1 << 16:  # a table of the sizes present
+        present = np.flatnonzero(np.bincount(values))
+        table = np.zeros(int(present[-1]) + 1)
+        table[present] = np.fromiter(map(value_of, present.tolist()), float, present.size)
+        return table[values]
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return np.fromiter(map(value_of, distinct.tolist()), float, distinct.size)[inverse]
+
+
 def _layout(rows: CoLocations) -> _Layout | None:
     cached = rows.cache.get("feature_layout", False)
     if cached is not False:
@@ -356,11 +371,10 @@ def _layout(rows: CoLocations) -> _Layout | None:
         firsts: dict[str, int] = {}
         first_of = np.fromiter(map(firsts.setdefault, rows.models, range(len(rows.models))), dtype=np.intp,
                                count=len(rows.models))
-        count = len(rows.batch_sizes)
         layout = _Layout(
             row_of=rows.rows_of_runners(),
             runner_values={
-                name: None if value_of is None else np.fromiter(map(value_of, rows.batch_sizes), float, count)
+                name: None if value_of is None else _each_distinct(value_of, rows.batch_sizes)
                 for name, value_of in RUNNER_SUMS.items()
             },
             by_model={m: np.flatnonzero(first_of == first) for m, first in firsts.items()},
@@ -532,11 +546,15 @@ class FeatureForm:
 
     def values(self, overlaps: np.ndarray) -> np.ndarray:
         """The matrix (subset rows x :attr:`names`) at these overlaps (one per co-runner of the rows)."""
+        return self._columns(np.append(overlaps, 0.0)[self.gather] if self.gather.shape[0] else None).T
+
+    def _columns(self, o: np.ndarray | None) -> np.ndarray:
+        """The matrix, transposed (:attr:`names` x rows), at the overlaps ``o`` of each row's
+        ``k``-th co-runner (:attr:`gather`'s shape, padding 0)."""
         out = np.empty((len(self.names), self.fixed.shape[1]))
         out[self.fixed_at] = self.fixed
         if self.summed_at.size:
-            if self.gather.shape[0]:
-                o = np.append(overlaps, 0.0)[self.gather]
+            if o is not None:
                 sums = o[0] * self.weighted[0]
                 for k in range(1, o.shape[0]):
                     sums += o[k] * self.weighted[k]
@@ -552,7 +570,77 @@ class FeatureForm:
             quantities = out[fine + pairs:]
             np.take(out, at, axis=0, out=quantities)
             np.multiply(quantities[first], quantities[second], out=out[fine:fine + pairs])
-        return out.T
+        return out
+
+    def quadratic(self, weights: np.ndarray, intercept: float, overlaps: np.ndarray | None = None,
+                  free: np.ndarray | None = None) -> OverlapQuadratic:
+        """``values(overlaps) @ weights + intercept`` (``weights``: one per name) as a quadratic of
+        each row's co-runners' overlaps (:class:`OverlapQuadratic`): the same numbers up to
+        rounding (the terms summed in another order).
+
+        With ``overlaps`` and ``free`` (:attr:`gather`'s shape), a quadratic of the free overlaps
+        alone, the others at ``overlaps`` (their coefficients 0, whatever is asked).
+        """
+        k, n = self.gather.shape[0], len(self)
+        if free is None:
+            fixed, free = np.zeros((k, n)), np.ones((k, n), dtype=bool)
+        else:
+            fixed = np.where(free, 0.0, overlaps)
+        at_fixed = self._columns(fixed if k else None)
+        constant = intercept + weights @ at_fixed
+        # d column / d overlap of the k-th co-runner, per row: the weighted sums and their crosses
+        slopes = np.zeros((k, self.width, n))
+        slopes[:, self.summed_at] = self.weighted * free[:, None, :]
+        cross_at, source, own = self.crosses
+        if cross_at.size:
+            slopes[:, cross_at] = own[None, :, None] * slopes[:, source]
+        fine = weights[:self.width].copy()
+        pairs = np.zeros((self.width, self.width))  # pairs[i, j]: the weight of column i times column j
+        if self.interactions is not None:
+            at, first, second = self.interactions
+            np.add.at(fine, at, weights[self.width + first.size:])  # the quantities' own columns copy fine ones
+            np.add.at(pairs, (at[first], at[second]), weights[self.width:self.width + first.size])
+        # (F + o.S)' P (F + o.S) = F'PF + o.S'(P + P')F + (o.S)' P (o.S), F the columns at the fixed overlaps
+        linear = np.einsum("kjn,jn->kn", slopes, fine[:, None] + (pairs + pairs.T) @ at_fixed[:self.width])
+        quadratic = np.einsum("kjn,ljn->kln", np.matmul(pairs.T, slopes), slopes)
+        return OverlapQuadratic.of(self.gather, constant, linear, quadratic)
+
+
+@dataclass(frozen=True, eq=False)
+class OverlapQuadratic:
+    """A linear model's answer on the rows of a :class:`FeatureForm`, as a quadratic of each row's
+    co-runners' overlaps ``o`` (``o[k]``: its ``k``-th co-runner's; padding 0):
+    ``constant + linear . o + o . quadratic . o``. Rows are independent: any of them may be
+    asked alone (what a fixed point over windows asks, row by row).
+
+    ``coefficients`` stacks, per row, the constant, the ``k`` linear and the ``k * k`` quadratic
+    ones (one look-up gives a row's all).
+    """
+
+    gather: np.ndarray  # most co-runners x rows: the co-runner of each (k, row) (padding: one past the last)
+    coefficients: np.ndarray  # 1 + k + k * k x rows
+
+    @classmethod
+    def of(cls, gather: np.ndarray, constant: np.ndarray, linear: np.ndarray, quadratic: np.ndarray
+           ) -> OverlapQuadratic:
+        """From the constant (rows), linear (k x rows) and quadratic (k x k x rows) coefficients."""
+        k, n = linear.shape
+        return cls(gather, np.concatenate([constant.reshape(1, n), linear, quadratic.reshape(k * k, n)]))
+
+    def __len__(self) -> int:
+        return self.coefficients.shape[1]
+
+    def raw(self, o: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """The answers of rows ``rows`` (``None``: all), ``o`` their overlaps (most co-runners x rows)."""
+        c = self.coefficients if rows is None else self.coefficients.take(rows, axis=1)
+        k = o.shape[0]
+        out = c[0].copy()
+        for i in range(k):  # a few co-runners: a loop of whole-row operations
+            term = c[1 + i].copy()
+            for j in range(k):
+                term += c[1 + k + i * k + j] * o[j]
+            out += o[i] * term
+        return out
 
 
 @dataclass(frozen=True, eq=False)

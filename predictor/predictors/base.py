@@ -13,16 +13,41 @@ import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from predictor.colocations import CoLocations
+from predictor.features import OverlapQuadratic
 from predictor.records import Record
 from predictor.solo_profile import SoloProfile
 
 MIN_SLOWDOWN = 0.05
 MAX_SLOWDOWN = 100.0
+
+
+@dataclass(frozen=True, eq=False)
+class QuadraticLatencies:
+    """Latencies ``solo * min(max(s, low), high)`` of the rows of a quadratic of their overlaps,
+    ``s`` the slowdown of a row's raw answer: ``exp(min(raw, 10))`` for a log target, ``raw``
+    otherwise, 1 where it is not finite (what a fixed point can run compiled,
+    :mod:`predictor.service.fixed_point_kernel`)."""
+
+    quadratic: OverlapQuadratic
+    solo: float
+    low: float
+    high: float
+    log_target: bool
+
+    def latencies(self, o: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """The latencies of rows ``rows`` (``None``: all) at their overlaps ``o`` (most co-runners x
+        rows; see :meth:`OverlapQuadratic.raw <predictor.features.OverlapQuadratic.raw>`): the
+        definition the compiled fixed point follows."""
+        raw = self.quadratic.raw(o, rows)
+        slowdowns = np.exp(np.minimum(raw, 10.0)) if self.log_target else raw
+        slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
+        return self.solo * np.minimum(np.maximum(slowdowns, self.low), self.high)
 
 
 class LatencyPredictor(ABC):
@@ -107,6 +132,13 @@ class LatencyPredictor(ABC):
         """:meth:`predict_colocations` of rows ``subset`` as a function of the co-runners' overlaps
         (``overlaps -> latencies``), with what does not depend on them computed once; ``None``
         where this predictor has none (the caller predicts ``rows.with_overlaps(overlaps)``)."""
+        return None
+
+    def colocation_quadratic(self, rows: CoLocations, subset: np.ndarray,
+                             moving: np.ndarray) -> QuadraticLatencies | None:
+        """:meth:`predict_colocations` of rows ``subset`` as a quadratic of the overlaps of the
+        co-runners flagged ``moving`` (the others at ``rows.overlaps``), where the predictor's answer
+        is one (a linear model of the features); ``None`` where it is not."""
         return None
 
     def _to_latencies(self, rows: CoLocations, slowdowns: np.ndarray) -> np.ndarray:

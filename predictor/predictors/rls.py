@@ -29,7 +29,7 @@ from predictor.features import (
     interaction_values,
     row_layout,
 )
-from predictor.predictors.base import LatencyPredictor
+from predictor.predictors.base import LatencyPredictor, QuadraticLatencies
 from predictor.records import Record
 from predictor.regressors.rls import RLS
 from predictor.window_features import at_window, fine_program, overlap_at
@@ -272,11 +272,34 @@ class RlsPredictor(LatencyPredictor):
         def latencies(overlaps: np.ndarray) -> np.ndarray:
             if predict is None:
                 return np.full(len(form), solo * min(max(1.0, low), high))
-            slowdowns = self._slowdowns_of(predict(form.values(overlaps)))
-            slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
-            return solo * np.minimum(np.maximum(slowdowns, low), high)
+            return self._clipped_latencies(predict(form.values(overlaps)), solo)
 
         return latencies
+
+    def _clipped_latencies(self, raw: np.ndarray, solo: float) -> np.ndarray:
+        """Latencies of the model's raw answers: slowdowns (non-finite: 1) within the range, times ``solo``."""
+        low, high = self._slowdown_range
+        slowdowns = self._slowdowns_of(raw)
+        slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
+        return solo * np.minimum(np.maximum(slowdowns, low), high)
+
+    def colocation_quadratic(self, rows: CoLocations, subset: np.ndarray,
+                             moving: np.ndarray) -> QuadraticLatencies | None:
+        """:meth:`colocation_form` as a quadratic of the ``moving`` co-runners' overlaps, the others
+        at theirs (:meth:`FeatureForm.quadratic <predictor.features.FeatureForm.quadratic>`; the
+        same numbers up to rounding). ``None`` with a model per device or device kind, where the
+        rows have no form, or nothing is learned for the batch's model."""
+        if self.split_by not in (None, "model") or not len(rows):
+            return None
+        model = self._models.get(self._row_groups(rows)[0][0])
+        form = None if model is None else feature_form(rows, self.features, subset)
+        if form is None:
+            return None
+        gather = form.gather
+        quadratic = form.quadratic(*model.matrix_weights(form.names), np.append(rows.overlaps, 0.0)[gather],
+                                   np.append(moving, False)[gather])
+        low, high = self._slowdown_range
+        return QuadraticLatencies(quadratic, self.solo_latency(rows.record(0)), low, high, self.log_target)
 
     def _row_groups(self, rows: CoLocations) -> list[tuple[str, list[int] | None]]:
         """The model key of the rows, and which rows (``None``: all) have it."""

@@ -361,6 +361,18 @@ class RLS:
         """
         return self.matrix_predictor(names)(values)
 
+    def matrix_weights(self, names: tuple[str, ...]) -> tuple[np.ndarray, float]:
+        """The weight of each of the columns ``names`` (0 for a name never seen) and the intercept
+        that :meth:`matrix_predictor` applies to matrices of those columns."""
+        positions, known = self.index.positions(names)
+        effective = self.predicting_weights() / np.where(self._column_scale > 0, self._column_scale, np.inf)
+        weights = np.zeros(len(names))
+        if known is None:
+            weights[:] = effective[positions]
+        else:
+            weights[known] = effective[positions[known]]
+        return weights, float(effective[0])
+
     def matrix_predictor(self, names: tuple[str, ...]) -> Callable[[np.ndarray], np.ndarray]:
         """:meth:`predict_matrix` for matrices of the columns ``names``, with the weights of those
         columns looked up once (valid while the model does not learn: a frozen version's)."""

@@ -195,7 +195,7 @@ def packed_columns_from_pb(packed: Any) -> CandidateColumns:
     _lengths_ok(packed, "device_kind", (0, n))
     _lengths_ok(packed, "co_runner_source", (0, n))
     _lengths_ok(packed, "co_runner_count", (0, n))
-    counts = np.fromiter(packed.co_runner_count, dtype=np.int64, count=len(packed.co_runner_count))
+    counts = np.array(packed.co_runner_count, dtype=np.int64)
     offsets = np.zeros(n + 1, dtype=np.int64)
     if counts.size:
         np.cumsum(counts, out=offsets[1:])
@@ -211,12 +211,10 @@ def packed_columns_from_pb(packed: Any) -> CandidateColumns:
     remaining = (np.array(packed.co_runner_remaining_ms, dtype=float) if len(packed.co_runner_remaining_ms)
                  else np.full(r, np.nan))
     has_overlap, has_remaining = ~np.isnan(overlaps), ~np.isnan(remaining)
-    source_of, auto = _SOURCES.get, CoRunnerSource.AUTO
     return CandidateColumns(
         devices=list(packed.device),
         device_kinds=list(packed.device_kind) if len(packed.device_kind) else [""] * n,
-        sources=[source_of(code, auto) for code in packed.co_runner_source] if len(packed.co_runner_source)
-        else [auto] * n,
+        sources=_sources(packed.co_runner_source, n),
         signals=_rows_of(signal_keys, packed.signal_values, n, "signal_values"),
         offsets=offsets,
         models=list(packed.co_runner_model),
@@ -228,6 +226,18 @@ def packed_columns_from_pb(packed: Any) -> CandidateColumns:
         has_remaining=has_remaining,
         typed=True,
     )
+
+
+def _sources(codes: Any, n: int) -> list[CoRunnerSource]:
+    """The co-runner source of each of ``n`` candidates from their codes (none: AUTO for all; one
+    code for all looked up once)."""
+    source_of, auto = _SOURCES.get, CoRunnerSource.AUTO
+    if not len(codes):
+        return [auto] * n
+    values = np.array(codes, dtype=np.int64)
+    if (values == values[0]).all():
+        return [source_of(int(values[0]), auto)] * n
+    return [source_of(code, auto) for code in values.tolist()]
 
 
 def _matrix(maps: list[Mapping[str, float]]) -> tuple[list[str], list[float]]:

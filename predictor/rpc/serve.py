@@ -28,6 +28,7 @@ from typing import Any
 
 from predictor.cpu_priority import check_nice, check_policy
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS, check_switch_interval_ms, switch_interval
+from predictor.service import fixed_point_kernel
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.snapshot import SnapshotError
@@ -153,6 +154,7 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
     from predictor.rpc.metrics import ServerMetrics  # grpc: not at CLI parse
     from predictor.rpc.server import stop_server  # grpc: not at CLI parse
 
+    fixed_point_kernel.warm()  # before the first ranking, not during it
     service = Service(config)
     metrics = ServerMetrics(service)
     server, port = public_server(options, f"{options.host}:{options.port}", service, metrics,

@@ -30,6 +30,7 @@ from predictor.rpc.forwarding import caller_metadata
 from predictor.rpc.learner import child_signals, learner_socket
 from predictor.rpc.protos import load
 from predictor.rpc.servicer import InterferenceServicer
+from predictor.service import fixed_point_kernel
 from predictor.service.answer_forwarding import ForwardedMemory
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
@@ -221,6 +222,7 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
     child_signals(stop)
     # answers against the background loading of versions: a short GIL switch interval (predictor.gil)
     sys.setswitchinterval(getattr(options, "switch_interval_ms", DEFAULT_SWITCH_INTERVAL_MS) / 1e3)
+    fixed_point_kernel.warm()  # before the first ranking, not during it
     credentials, policy = security_from_options(options)
     tracing = tracing_from_option(options.trace, options.trace_endpoint)
     service = worker_service(config, folder, shards, answers)  # answers: the learners' queues (admission linking)

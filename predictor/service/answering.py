@@ -58,6 +58,8 @@ from predictor.service.placements import (
     CandidateColumns,
     EstimatedPaths,
     RankingColumns,
+    RowShapes,
+    distinct_maps,
     rank_order,
     valid_columns,
 )
@@ -119,7 +121,7 @@ class Plan:
     rows: CoLocations
     remaining: np.ndarray
     given: np.ndarray
-    shapes: list[QueryShape] | None = None  # per row, what its query knew (None: every overlap known)
+    shapes: Sequence[QueryShape] | None = None  # per row, what its query knew (None: every overlap known)
     estimated: Sequence[tuple[str, ...]] | None = None
 
     @classmethod
@@ -186,6 +188,11 @@ class Plan:
         overlaps = self.rows.overlaps.copy()
         overlaps[self.given] = np.minimum(fraction, 1.0)
         return overlaps
+
+    def remaining_of(self, gather: np.ndarray) -> np.ndarray:
+        """The remaining times laid out by ``gather`` (``gather[k, r]``: the ``k``-th co-runner of some
+        row ``r``; padding: one past the last), 0 where the overlap is given."""
+        return np.nan_to_num(np.append(self.remaining, math.nan)[gather], nan=0.0)
 
     def at_window(self, window: np.ndarray) -> CoLocations:
         """The rows with each remaining-time co-runner's overlap for its row's predicted window
@@ -404,7 +411,9 @@ class Answering:
                 for i in range(len(candidates))
             ])
         devices = candidates.devices
-        kinds = [k or live_view.kind_of(d) for k, d in zip(candidates.device_kinds, devices, strict=True)]
+        kinds = candidates.device_kinds
+        if "" in kinds:  # the device's kind from the live view
+            kinds = [k or live_view.kind_of(d) for k, d in zip(kinds, devices, strict=True)]
         remaining = np.where(candidates.has_remaining, candidates.remaining, math.nan)
         overlaps, signals, estimated = self._fill_columns(candidates, kinds)
         rows = CoLocations(batch, devices, kinds, signals, candidates.offsets, candidates.models,
@@ -416,6 +425,7 @@ class Answering:
         if not live:
             return Plan(rows, remaining, np.flatnonzero(candidates.has_remaining), shapes=shapes, estimated=estimated)
         running = {i: live_view.running(devices[i]) for i in live}
+        shapes = list(shapes)
         for i, batches in running.items():
             shapes[i] = QueryShape.of(len(batches), 0, len(batches), signals=bool(candidates.signals[i]), live=True)
         runners = [
@@ -515,10 +525,17 @@ class Answering:
         moving = np.unique(row_of[plan.given])
         still = np.setdiff1d(np.arange(len(rows)), moving, assume_unique=True)
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
-        evaluate = monotone.overlap_latencies(predictor, rows, moving)
-        at = np.searchsorted(moving, row_of[plan.given])
-        found = monotone.fixed_point(lambda w: evaluate(plan.overlaps_at(w, at)), np.ones(moving.size, dtype=bool),
-                                     solo, high, low)
+        quadratic = monotone.overlap_quadratic(predictor, rows, moving, ~np.isnan(plan.remaining))
+        if quadratic is not None:  # each row's search, compiled
+            from predictor.service import fixed_point_kernel  # numba, imported where first needed
+
+            found = fixed_point_kernel.fixed_points(quadratic, plan.remaining_of(quadratic.quadratic.gather), solo,
+                                                    high, low, monotone.grid(solo, high, low))
+        else:
+            evaluate = monotone.overlap_latencies(predictor, rows, moving)
+            at = np.searchsorted(moving, row_of[plan.given])
+            found = monotone.fixed_point(lambda w: evaluate(plan.overlaps_at(w, at)),
+                                         np.ones(moving.size, dtype=bool), solo, high, low)
         window = np.empty(len(rows))
         window[moving] = found
         if still.size:
@@ -789,6 +806,8 @@ def _cells(shapes: Sequence[QueryShape], rows: CoLocations) -> list[tuple[tuple[
     offsets, kinds = rows.offsets, rows.device_kinds
     if len(shapes) == 1:
         return [((shapes[0], kinds[0], min(int(offsets[1] - offsets[0]), MAX_COUNT)), _ROW0)]
+    if isinstance(shapes, RowShapes):
+        return _coded_cells(shapes, kinds, np.minimum(np.diff(offsets), MAX_COUNT))
     buckets = np.minimum(np.diff(offsets), MAX_COUNT).tolist()  # count_bucket of every row
     firsts: dict[tuple[int, str, int], int] = {}
     keys = list(zip(map(id, shapes), kinds, buckets, strict=True))
@@ -801,30 +820,55 @@ def _cells(shapes: Sequence[QueryShape], rows: CoLocations) -> list[tuple[tuple[
             for first, at in zip(sorted(firsts.values()), np.split(order, bounds), strict=True)]
 
 
+def _coded_cells(shapes: RowShapes, kinds: Sequence[str], buckets: np.ndarray
+                 ) -> list[tuple[tuple[QueryShape, str, int], np.ndarray]]:
+    """:func:`_cells` of rows whose shapes are indexed: each row's cell as one integer."""
+    n = len(shapes)
+    if kinds.count(kinds[0]) == n:  # one kind (as usual)
+        kind_codes = np.zeros(n, dtype=np.intp)
+    else:
+        first_of: dict[str, int] = {}  # each kind's first row
+        kind_codes = np.fromiter(map(first_of.setdefault, kinds, itertools.count()), dtype=np.intp, count=n)
+    codes = (shapes.index * n + kind_codes) * (MAX_COUNT + 1) + buckets
+    order = np.argsort(codes, kind="stable")  # each cell's rows ascending, its first row first
+    ordered = codes[order]
+    starts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+    if not starts.size:
+        return [((shapes[0], kinds[0], int(buckets[0])), order)]
+    groups = np.split(order, starts)
+    firsts = order[np.concatenate([[0], starts])].tolist()
+    return [((shapes[firsts[c]], kinds[firsts[c]], int(buckets[firsts[c]])), groups[c])
+            for c in sorted(range(len(groups)), key=firsts.__getitem__)]  # cells in order of first row
+
+
 def _shapes_of(counts: np.ndarray, overlaps: np.ndarray, remaining: np.ndarray, signals: np.ndarray
-               ) -> list[QueryShape]:
+               ) -> RowShapes:
     """:func:`_shape_of` of every candidate: once per distinct combination, spread by index."""
     base = int(counts.max()) + 1 if counts.size else 1  # overlaps, remaining <= counts: one integer per combination
     codes = ((counts.astype(np.int64) * base + overlaps) * base + remaining) * 2 + signals
     distinct, inverse = np.unique(codes, return_inverse=True)
-    found = np.empty(len(distinct), dtype=object)
-    for j, code in enumerate(distinct.tolist()):
+    found = []
+    for code in distinct.tolist():
         rest, s = divmod(code, 2)
         rest, r = divmod(rest, base)
         n, o = divmod(rest, base)
-        found[j] = _shape_of(n, o, r, bool(s))
-    return found[inverse].tolist()
+        found.append(_shape_of(n, o, r, bool(s)))
+    return RowShapes(found, inverse.reshape(-1))
 
 
 def _has_signals(signals: Sequence[Mapping[str, float]]) -> np.ndarray:
     """Whether each candidate gives signals."""
     if isinstance(signals, KeyedMaps):
         return signals.nonempty()
+    if len(distinct_maps(signals)) == 1:
+        return np.full(len(signals), bool(signals[0]))
     return np.fromiter(map(bool, signals), dtype=bool, count=len(signals))
 
 
 def _keys_of(shapes: Sequence[QueryShape]) -> list[str]:
     """``shape.key`` of every shape, computed once per distinct shape object."""
+    if isinstance(shapes, RowShapes):
+        return shapes.keys()
     keys: dict[int, str] = {}
     return [keys.get(id(s)) or keys.setdefault(id(s), s.key) for s in shapes]
 

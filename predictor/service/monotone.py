@@ -45,7 +45,7 @@ import numpy as np
 from predictor.colocations import CoLocations
 from predictor.keyed import KeyedMaps
 from predictor.predictors import LatencyPredictor
-from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN
+from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN, QuadraticLatencies
 from predictor.records import Record
 
 _VALUES = operator.methodcaller("values")
@@ -108,6 +108,16 @@ def overlap_latencies(
         if form is not None:
             return form
     return lambda overlaps: latencies(predictor, rows.with_overlaps(overlaps))[subset]
+
+
+def overlap_quadratic(predictor: LatencyPredictor, rows: CoLocations, subset: np.ndarray,
+                      moving: np.ndarray) -> QuadraticLatencies | None:
+    """:func:`overlap_latencies` as a quadratic of the overlaps of the co-runners flagged ``moving``
+    (:meth:`~predictor.predictors.base.LatencyPredictor.colocation_quadratic`): ``None`` where the
+    predictor does not answer directly or has none."""
+    if len(rows) > 1 and direct(predictor, dict(rows.batch.attrs)):
+        return predictor.colocation_quadratic(clipped(rows) if needs_clipping(rows) else rows, subset, moving)
+    return None
 
 
 def _predict(predictor: LatencyPredictor, rows: CoLocations) -> np.ndarray:
@@ -197,7 +207,7 @@ def fixed_point(
     a galloping search brackets the grid point, then bisection finds it (a few predictions when
     the estimate is close, as it usually is).
     """
-    grid_low, scale, points = _grid(solo, high, low)
+    grid_low, scale, points = grid(solo, high, low)
 
     def at(index: np.ndarray) -> np.ndarray:
         return np.exp(grid_low + scale * index)
@@ -245,7 +255,7 @@ def fixed_point(
     return result
 
 
-def _grid(solo: float, high: float, low: float) -> tuple[float, float, int]:
+def grid(solo: float, high: float, low: float) -> tuple[float, float, int]:
     """The fixed point's grid over ``solo * [low, high]``: its log start, log step and size."""
     grid_low, grid_high = math.log(solo * low), math.log(solo * high)
     points = 1 << GRID_STEPS
@@ -259,7 +269,7 @@ def fixed_point_one(predict: Callable[[float], float], solo: float, high: float,
 
     ``predict(window)``: the row's latency for its co-runners' overlaps at ``window``.
     """
-    grid_low, scale, points = _grid(solo, high, low)
+    grid_low, scale, points = grid(solo, high, low)
 
     def at(index: int) -> float:
         return float(np.exp(grid_low + scale * index))

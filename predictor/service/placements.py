@@ -45,6 +45,7 @@ from predictor.service.types import (
     Prediction,
     Ranking,
 )
+from predictor.shapes import QueryShape
 
 if TYPE_CHECKING:
     from predictor.service.terms import Terms
@@ -185,6 +186,46 @@ class EstimatedPaths(Sequence[tuple[str, ...]]):
         return bool(self.moving.any() or self.filled.any() or any(self.extra.values()))
 
 
+class RowShapes(Sequence[QueryShape]):
+    """Per row, the query shape its bound is calibrated for, as an index into the few distinct
+    shapes of a ranking (what the calibration cells and the answer's shape keys are found from
+    without a look-up per row).
+
+    Parameters
+    ----------
+    distinct
+        The distinct shapes.
+    index
+        Per row, its shape's position in ``distinct``.
+    """
+
+    def __init__(self, distinct: Sequence[QueryShape], index: np.ndarray):
+        self.distinct = list(distinct)
+        self.index = index
+
+    def __len__(self) -> int:
+        return self.index.size
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, (int, np.integer)):
+            return self.distinct[self.index[i]]
+        return [self.distinct[j] for j in self.index[i].tolist()]
+
+    def keys(self) -> list[str]:
+        """``shape.key`` of every row."""
+        keys = np.empty(len(self.distinct), dtype=object)
+        keys[:] = [shape.key for shape in self.distinct]
+        return keys[self.index].tolist()
+
+
+def distinct_maps(maps: Sequence[Mapping[str, float]]) -> Sequence[Mapping[str, float]]:
+    """``maps``, or its first alone where every row's is equal to it (the candidates of a packed
+    request without signals share one empty map): what checking every row comes to."""
+    if isinstance(maps, list) and len(maps) > 1 and maps.count(maps[0]) == len(maps):
+        return maps[:1]
+    return maps
+
+
 def valid_columns(
     columns: CandidateColumns, batch: BatchSpec, solo_latency_ms: float | None, limit: float = rules.MAX_MAGNITUDE
 ) -> bool:
@@ -207,7 +248,7 @@ def valid_columns(
     if not (
         rules.names_ok(columns.models, required=True)
         and rules.maps_ok(columns.attrs, limit)
-        and rules.maps_ok(columns.signals, limit)
+        and rules.maps_ok(distinct_maps(columns.signals), limit)
     ):
         return False
     if columns.batch_sizes and not rules.batch_size_ok(min(columns.batch_sizes)):

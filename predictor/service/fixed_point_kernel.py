@@ -1,0 +1,119 @@
+"""The fixed point of many rows at once, compiled (numba), where each row's latency is a quadratic
+of its co-runners' overlaps.
+
+A linear predictor's answer on a ranking's rows is, per row, a quadratic of the overlaps of its
+co-runners given by remaining time (:class:`~predictor.features.OverlapQuadratic`), mapped to a
+latency by :class:`~predictor.predictors.base.QuadraticLatencies`. :func:`fixed_points` runs, row by row in one compiled
+loop, the search of :func:`~predictor.service.monotone.fixed_point_one` (the secant estimate, the
+galloping search, the bisection: the same grid points asked in the same order), where the
+column-wise search (:func:`~predictor.service.monotone.fixed_point_rows`) pays a dozen rounds of
+array operations. The grid points' windows are computed by NumPy from the indices found, so a
+window is the very number the other searches give for the same point (tested).
+
+Compiled on first use and cached on disk (``cache=True``), in strict IEEE order; a server
+compiles it (or loads it from the cache) before it answers (:func:`warm`), so that its first
+ranking does not pay for it (0.3 s from the cache, ~3 s without).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from predictor.predictors.base import QuadraticLatencies
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _latency(coefficients: np.ndarray, remaining: np.ndarray, i: int, window: float, solo: float, low: float,
+             high: float, log_target: bool) -> float:
+    """Row ``i``'s latency with its co-runners at ``min(remaining / window, 1)`` (1: an idle window)."""
+    k = remaining.shape[0]
+    raw = coefficients[0, i]
+    for a in range(k):
+        oa = min(remaining[a, i] / window, 1.0) if window > 0 else 1.0
+        term = coefficients[1 + a, i]
+        for b in range(k):
+            ob = min(remaining[b, i] / window, 1.0) if window > 0 else 1.0
+            term += coefficients[1 + k + a * k + b, i] * ob
+        raw += oa * term
+    if math.isnan(raw):
+        return solo * min(max(1.0, low), high)
+    s = math.exp(min(raw, 10.0)) if log_target else raw
+    if not math.isfinite(s):
+        s = 1.0
+    return solo * min(max(s, low), high)
+
+
+@njit(cache=True, nogil=True)
+def _search(coefficients: np.ndarray, remaining: np.ndarray, solo: float, low: float, high: float,
+            log_target: bool, grid_low: float, scale: float, points: int, solo_grid: float, grid_min: float,
+            grid_max: float, out: np.ndarray) -> None:
+    """Per row, the index of its grid point (``fixed_point_one``'s search)."""
+    for i in range(coefficients.shape[1]):
+        w0 = solo_grid
+        f0 = _latency(coefficients, remaining, i, w0, solo, low, high, log_target)
+        f1 = _latency(coefficients, remaining, i, f0, solo, low, high, log_target)
+        slope = (f1 - f0) / (f0 - w0) if abs(f0 - w0) > 1e-12 * solo_grid else 0.0
+        if slope == slope:  # NaN stays NaN
+            slope = min(slope, 0.0)
+        guess = f0 + slope * (f0 - w0) / (1.0 - slope) if slope < 0 else f1
+        if not (math.isfinite(guess) and guess > 0):
+            guess = f1
+        guess = min(max(guess, grid_min), grid_max)
+        start = int(min(max(math.floor((math.log(guess) - grid_low) / scale), 0.0), points - 1.0))
+
+        window = math.exp(grid_low + scale * start)
+        first = window >= _latency(coefficients, remaining, i, window, solo, low, high, log_target)
+        below, above = (-1, start) if first else (start, points)
+        down, up = first, not first
+        step = 1
+        while down or up:
+            probe = max(above - step, 0) if down else min(below + step, points)
+            result = probe >= points
+            if not result:
+                window = math.exp(grid_low + scale * probe)
+                result = window >= _latency(coefficients, remaining, i, window, solo, low, high, log_target)
+            if result:
+                above = probe
+                if down and probe == 0:
+                    below, down = -1, False
+            else:
+                below = probe
+                down = False
+            up = up and not result
+            step *= 2
+        while above - below > 1:
+            mid = (below + above) // 2
+            window = math.exp(grid_low + scale * mid)
+            if window >= _latency(coefficients, remaining, i, window, solo, low, high, log_target):
+                above = mid
+            else:
+                below = mid
+        out[i] = above
+
+
+def fixed_points(latencies: QuadraticLatencies, remaining: np.ndarray, solo: float, high: float, low: float,
+                 grid: tuple[float, float, int]) -> np.ndarray:
+    """The window of every row of ``latencies`` (:func:`~predictor.service.monotone.fixed_point`'s
+    answer): ``remaining[k, row]`` the remaining time of the row's ``k``-th co-runner (0 for one
+    whose overlap does not move: its coefficients are 0); ``solo``, ``high``, ``low`` and ``grid``
+    (log start, log step, size) those of the grid searched."""
+    grid_low, scale, points = grid
+    q = latencies.quadratic
+    out = np.empty(len(q), dtype=np.int64)
+    _search(np.ascontiguousarray(q.coefficients), np.ascontiguousarray(remaining, dtype=float), latencies.solo,
+            latencies.low, latencies.high, latencies.log_target, grid_low, scale, points, solo, solo * low,
+            solo * high, out)
+    return np.exp(grid_low + scale * out)
+
+
+def warm() -> None:
+    """Compile the kernel now (or load it from the disk cache), on a two-row problem."""
+    from predictor.features import OverlapQuadratic
+    from predictor.service.monotone import grid
+
+    rows = QuadraticLatencies(OverlapQuadratic.of(np.zeros((1, 2), dtype=np.intp), np.zeros(2), np.ones((1, 2)),
+                                                  np.zeros((1, 1, 2))), 1.0, 0.5, 2.0, True)
+    fixed_points(rows, np.ones((1, 2)), 1.0, 2.0, 0.5, grid(1.0, 2.0, 0.5))

@@ -1,0 +1,31 @@
+"""A ranking's calibration cells found from indexed shapes (:class:`RowShapes`, integer codes) are
+those found by looking each row's shape, kind and count up (the per-row path)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from predictor.colocations import CoLocations
+from predictor.records import BatchSpec
+from predictor.service.answering import _cells
+from predictor.service.placements import RowShapes
+from predictor.shapes import QueryShape
+
+SHAPES = [QueryShape.of(c, c, 0, signals=s) for c in range(3) for s in (False, True)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, len(SHAPES) - 1), st.sampled_from(["a", "b", "c"]),
+                               st.integers(0, 12)), min_size=2, max_size=60))
+def test_indexed_shapes_give_the_per_row_cells(rows):
+    index = np.array([shape for shape, _, _ in rows])
+    built = CoLocations.build(BatchSpec("m", 1), [f"d{i}" for i in range(len(rows))],
+                              [[("x", 1, {}, 1.0)] * count for _, _, count in rows],
+                              device_kinds=[kind for _, kind, _ in rows])
+    shapes = RowShapes(SHAPES, index)
+    assert [shapes[i] for i in range(len(rows))] == [SHAPES[i] for i in index.tolist()]
+    indexed, looked_up = _cells(shapes, built), _cells(list(shapes), built)
+    assert [(cell, at.tolist()) for cell, at in indexed] == [(cell, at.tolist()) for cell, at in looked_up]
+    assert shapes.keys() == [SHAPES[i].key for i in index.tolist()]
