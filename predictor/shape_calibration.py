@@ -378,7 +378,8 @@ class ShapeCalibrator:
         predicted = np.asarray(predicted, dtype=float)
         if limit_ms <= 0:
             return np.zeros(predicted.shape)
-        x = np.log(limit_ms / predicted)
+        with np.errstate(divide="ignore"):  # a ratio that underflows to 0: -inf, probability 0
+            x = np.log(limit_ms / predicted)
         out = np.ones(predicted.shape)
         terms = self._terms(shape, kind, count, model, confidence)
         for term in terms:
