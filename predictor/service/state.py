@@ -13,6 +13,7 @@ without the lock.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -99,6 +100,7 @@ class ServiceState:
         self.memory = MemoryBook(clock, max_devices=config.max_devices)
         self.transfers = TransferBook(config.topology, alpha=config.transfer_alpha)
         self.lock = threading.RLock()
+        self._status_before_block: Status | None = None  # see learning_block
         self._ready = False
         self._listeners: list[Callable[[bool], None]] = []
         self.started = time.time()
@@ -457,8 +459,39 @@ class ServiceState:
             replay_skipped=replay.skipped if replay else 0,
         )
 
+    @contextlib.contextmanager
+    def learning_block(self) -> Iterator[None]:
+        """Hold the lock for a block of learning (a message of a stream: up to a few hundred ms).
+
+        Meanwhile :meth:`status` does not wait: it answers the status as it stood when the block
+        began, which holds every write acknowledged before (each took the lock) and none of the
+        block's records (acknowledged only after it)."""
+        with self.lock:
+            self._status_before_block = self._status_now()
+            try:
+                yield
+            finally:
+                self._status_before_block = None
+
     def status(self) -> Status:
-        """Observations learned, rolling error, coverage and drift alarms, per device kind."""
+        """Observations learned, rolling error, coverage and drift alarms, per device kind.
+
+        While a block is being learned, the status at the block's start, its clock and live view
+        read now (:meth:`learning_block`); otherwise the status now."""
+        if not self.lock.acquire(blocking=False):
+            before = self._status_before_block  # set only while a block holds the lock
+            if before is not None:
+                return dataclasses.replace(before, uptime_s=time.monotonic() - self._started_monotonic,
+                                           devices=len(self.live.devices()),
+                                           batches_running=self.live.running_count())
+            self.lock.acquire()
+        try:
+            return self._status_now()
+        finally:
+            self.lock.release()
+
+    def _status_now(self) -> Status:
+        """The status as it stands (under the lock)."""
         with self.lock:
             monitor, calibrator, admission = self.monitor, self.calibrator, self.admission
             admitted = admission.monitor.rolling(REPLAY, ADMISSION)
