@@ -29,7 +29,7 @@ import functools
 import math
 import weakref
 from collections import deque
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -162,6 +162,15 @@ class _Plan(NamedTuple):
     wd_spread: np.ndarray
 
 
+def _number(numbers: dict, names: list, name: Any) -> int:
+    """The number of ``name`` in ``numbers``, the next one (appending it to ``names``) if it has none."""
+    at = numbers.get(name)
+    if at is None:
+        at = numbers[name] = len(names)
+        names.append(name)
+    return at
+
+
 class _Names:
     """Numbers for the cells (windows, spreads, alpha cells) a calibrator's blocks name, and
     the walks of the bounds they ask, kept from block to block (names only: no state). Held
@@ -186,28 +195,15 @@ class _Names:
         return len(self.windows) + len(self.spreads) + len(self.alphas) + len(self.items) > self.MOST
 
     def window(self, cell: Cell) -> int:
-        at = self.windows.get(cell)
-        if at is None:
-            at = self.windows[cell] = len(self.window_cells)
-            self.window_cells.append(cell)
-        return at
+        return _number(self.windows, self.window_cells, cell)
 
     def spread(self, key: str, kind: str, count: int, model: str) -> tuple[int, int, int]:
-        ids = []
-        for spread_key in ((key, kind, model, count), (key, kind, "", count), (key, POOL, "", count)):
-            at = self.spreads.get(spread_key)
-            if at is None:
-                at = self.spreads[spread_key] = len(self.spread_keys)
-                self.spread_keys.append(spread_key)
-            ids.append(at)
-        return ids[0], ids[1], ids[2]
+        return (_number(self.spreads, self.spread_keys, (key, kind, model, count)),
+                _number(self.spreads, self.spread_keys, (key, kind, "", count)),
+                _number(self.spreads, self.spread_keys, (key, POOL, "", count)))
 
     def alpha(self, cell: Cell) -> int:
-        at = self.alphas.get(cell)
-        if at is None:
-            at = self.alphas[cell] = len(self.alpha_cells)
-            self.alpha_cells.append(cell)
-        return at
+        return _number(self.alphas, self.alpha_cells, cell)
 
     def plan(self, shape: QueryShape, kind: str, count: int, model: str, monotone: bool) -> int:
         """The number of the walk of a bound."""
