@@ -214,15 +214,14 @@ class _RowLayout:
 
     names: tuple[str, ...]  # every name, in interaction_features' order
     keys: np.ndarray  # position among the fine features of each crossed key
-    first: np.ndarray  # the pairs of crossed keys multiplied
-    second: np.ndarray
-    left: np.ndarray  # keys[first] and keys[second]: the pairs' positions among the fine features
+    left: np.ndarray  # the pairs of crossed keys multiplied: their positions among the fine features
     right: np.ndarray
 
 
 @functools.lru_cache(maxsize=1024)
-def _row_layout(fine: tuple[str, ...], model: str) -> _RowLayout | None:
-    """The :class:`_RowLayout` of a row of fine features ``fine`` (``None``: a name would repeat)."""
+def row_layout(fine: tuple[str, ...], model: str) -> _RowLayout | None:
+    """Where the interaction features of a row of fine feature names ``fine`` (of a batch of
+    ``model``) come from (cached; ``None``: a name would repeat, only the dict path answers)."""
     keys = crossed_keys(fine)
     extra, first, second = _interaction_layout(keys, model)
     names = fine + tuple(extra)
@@ -230,7 +229,7 @@ def _row_layout(fine: tuple[str, ...], model: str) -> _RowLayout | None:
         return None
     at = {name: j for j, name in enumerate(fine)}
     positions = np.array([at[k] for k in keys], dtype=np.intp)
-    return _RowLayout(names, positions, first, second, positions[first], positions[second])
+    return _RowLayout(names, positions, positions[first], positions[second])
 
 
 def interaction_row(record: Record) -> tuple[tuple[str, ...], np.ndarray]:
@@ -241,17 +240,11 @@ def interaction_row(record: Record) -> tuple[tuple[str, ...], np.ndarray]:
     The names tuple is shared by every row of the same fine names and model (cached).
     """
     fine = fine_features(record)
-    layout = _row_layout(tuple(fine), record.batch.model)
+    layout = row_layout(tuple(fine), record.batch.model)
     if layout is None:
         features = interaction_features(record)
         return tuple(features), np.fromiter(features.values(), dtype=float, count=len(features))
     return layout.names, interaction_values(layout, np.fromiter(fine.values(), dtype=float, count=len(fine)))
-
-
-def row_layout(fine: tuple[str, ...], model: str) -> _RowLayout | None:
-    """Where the interaction features of a row of fine feature names ``fine`` (of a batch of
-    ``model``) come from (cached; ``None``: a name would repeat, only the dict path answers)."""
-    return _row_layout(fine, model)
 
 
 def interaction_values(layout: _RowLayout, values: np.ndarray) -> np.ndarray:

@@ -27,6 +27,12 @@ MIN_SLOWDOWN = 0.05
 MAX_SLOWDOWN = 100.0
 
 
+def clipped_latencies(solo: float, slowdowns: np.ndarray, low: float, high: float) -> np.ndarray:
+    """``solo`` times each slowdown within ``[low, high]``, a non-finite one taken as 1."""
+    slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
+    return solo * np.minimum(np.maximum(slowdowns, low), high)
+
+
 @dataclass(frozen=True, eq=False)
 class QuadraticLatencies:
     """Latencies ``solo * min(max(s, low), high)`` of the rows of a quadratic of their overlaps,
@@ -46,8 +52,7 @@ class QuadraticLatencies:
         definition the compiled fixed point follows."""
         raw = self.quadratic.raw(o, rows)
         slowdowns = np.exp(np.minimum(raw, 10.0)) if self.log_target else raw
-        slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
-        return self.solo * np.minimum(np.maximum(slowdowns, self.low), self.high)
+        return clipped_latencies(self.solo, slowdowns, self.low, self.high)
 
 
 class LatencyPredictor(ABC):
@@ -143,9 +148,7 @@ class LatencyPredictor(ABC):
 
     def _to_latencies(self, rows: CoLocations, slowdowns: np.ndarray) -> np.ndarray:
         """:meth:`_to_latency` of every row (they share one batch, hence one solo latency)."""
-        slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
-        low, high = self._slowdown_range
-        return self.solo_latency(rows.record(0)) * np.minimum(np.maximum(slowdowns, low), high)
+        return clipped_latencies(self.solo_latency(rows.record(0)), slowdowns, *self._slowdown_range)
 
     def learn_one(self, record: Record) -> None:
         """Learn from an observed record (``latency_ms`` set)."""

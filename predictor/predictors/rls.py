@@ -29,7 +29,7 @@ from predictor.features import (
     interaction_values,
     row_layout,
 )
-from predictor.predictors.base import LatencyPredictor, QuadraticLatencies
+from predictor.predictors.base import LatencyPredictor, QuadraticLatencies, clipped_latencies
 from predictor.records import Record
 from predictor.regressors.rls import RLS
 from predictor.window_features import at_window, fine_program, overlap_at
@@ -243,12 +243,9 @@ class RlsPredictor(LatencyPredictor):
             if model is None:
                 continue  # nothing learned for this key: slowdown 1, as predict_slowdown says
             values = matrix.values if where is None else matrix.values[where]
-            slowdowns[slice(None) if where is None else where] = self._slowdowns(model, matrix.names, values)
+            slowdowns[slice(None) if where is None else where] = self._slowdowns_of(model.predict_matrix(matrix.names,
+                                                                                                         values))
         return self._to_latencies(rows, slowdowns)
-
-    def _slowdowns(self, model: RLS, names: tuple[str, ...], values: np.ndarray) -> np.ndarray:
-        """The model's slowdowns of the rows of a feature matrix."""
-        return self._slowdowns_of(model.predict_matrix(names, values))
 
     def _slowdowns_of(self, raw: np.ndarray) -> np.ndarray:
         return np.exp(np.minimum(raw, 10.0)) if self.log_target else raw
@@ -272,16 +269,9 @@ class RlsPredictor(LatencyPredictor):
         def latencies(overlaps: np.ndarray) -> np.ndarray:
             if predict is None:
                 return np.full(len(form), solo * min(max(1.0, low), high))
-            return self._clipped_latencies(predict(form.values(overlaps)), solo)
+            return clipped_latencies(solo, self._slowdowns_of(predict(form.values(overlaps))), low, high)
 
         return latencies
-
-    def _clipped_latencies(self, raw: np.ndarray, solo: float) -> np.ndarray:
-        """Latencies of the model's raw answers: slowdowns (non-finite: 1) within the range, times ``solo``."""
-        low, high = self._slowdown_range
-        slowdowns = self._slowdowns_of(raw)
-        slowdowns = np.where(np.isfinite(slowdowns), slowdowns, 1.0)
-        return solo * np.minimum(np.maximum(slowdowns, low), high)
 
     def colocation_quadratic(self, rows: CoLocations, subset: np.ndarray,
                              moving: np.ndarray) -> QuadraticLatencies | None:
