@@ -135,7 +135,7 @@ class ThinInterceptor(grpc.ServerInterceptor):
     def _wrap(self, behaviour: Callable, method: _Method, unary: bool) -> Callable:
         metrics, authenticate = self.metrics, self.auth._authenticate
         name, protected, deserialize = method.name, method.protected, method.deserialize
-        if _anonymous_read(self.auth.policy, name, protected):
+        if _anonymous_read(self.auth.policy, name):
             return self._wrap_anonymous(behaviour, method, unary)
 
         def handled(raw: Any, context: grpc.ServicerContext) -> Any:
@@ -201,12 +201,12 @@ class ThinInterceptor(grpc.ServerInterceptor):
         return handled
 
 
-def _anonymous_read(policy: AuthPolicy, name: str, protected: bool) -> bool:
+def _anonymous_read(policy: AuthPolicy, name: str) -> bool:
     """Whether every call of method ``name`` is a read that authentication lets through as the
     anonymous caller of its peer whatever its metadata (no tokens, no client certificates): its
     caller is then what :func:`~predictor.rpc.security.current_caller` finds from the context,
     and nothing need be computed per call."""
-    return not protected and name not in WRITE_METHODS and not policy.token_digests and not policy.mutual_tls
+    return not policy.enforced and name not in WRITE_METHODS
 
 
 def _decoded(raw_iterator: Iterator[bytes], deserialize: Callable[[bytes], Any]) -> Iterator[Any]:

@@ -25,7 +25,6 @@ from typing import Any
 
 import grpc
 
-from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
 from predictor.rpc.forwarding import caller_metadata
 from predictor.rpc.learner import child_signals, learner_socket
 from predictor.rpc.protos import load
@@ -221,7 +220,7 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
     stop = threading.Event()
     child_signals(stop)
     # answers against the background loading of versions: a short GIL switch interval (predictor.gil)
-    sys.setswitchinterval(getattr(options, "switch_interval_ms", DEFAULT_SWITCH_INTERVAL_MS) / 1e3)
+    sys.setswitchinterval(options.switch_interval_ms / 1e3)
     fixed_point_kernel.warm()  # before the first ranking, not during it
     credentials, policy = security_from_options(options)
     tracing = tracing_from_option(options.trace, options.trace_endpoint)

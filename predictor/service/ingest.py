@@ -257,14 +257,15 @@ class Ingest:
         predictor = state.predictor
         if len(block) < fewest or not fastreplay.supports(predictor):
             return None
-        saved = pickle.dumps((predictor, state.gates), protocol=pickle.HIGHEST_PROTOCOL)
+        # what a refusal of the gate restores (no gate: nothing is refused, nothing to keep)
+        saved = None if state.gates is None else pickle.dumps((predictor, state.gates), protocol=pickle.HIGHEST_PROTOCOL)
         knows: list[bool] = []
         predicted = fastreplay.prequential_rls(predictor, [t.record for t in block],  # type: ignore[arg-type]
                                                block=len(block), knows=knows).predicted
         if state.gates is not None:
             for at, (taken, value, known) in enumerate(zip(block, predicted, knows, strict=True)):
                 if known and state.gates.check(taken.kind, value, taken.record.latency_ms, taken.source) is not None:
-                    state.predictor, state.gates = pickle.loads(saved)
+                    state.predictor, state.gates = pickle.loads(saved)  # type: ignore[arg-type]
                     return self._learn_compiled(block[:at], fewest=1) if at else []
         for taken, value in zip(block, predicted, strict=True):
             self._score(taken.record, taken.kind, value)

@@ -117,7 +117,7 @@ def plan_block(answering: Answering, records: Sequence[Record]) -> dict[tuple, l
             for shape, planned in _planned_each(answering, record):
                 p = planned.record
                 batch = p.batch
-                key = (batch.model, batch.batch_size, tuple(batch.attrs.items()), p.solo_latency_ms)
+                key = _group_key(batch, p.solo_latency_ms)
                 groups.setdefault(key, []).append(
                     (at, shape, p.device, p.device_kind, p.signals, p.co_runners, [c.overlap for c in p.co_runners],
                      planned))
@@ -139,7 +139,7 @@ def plan_block(answering: Answering, records: Sequence[Record]) -> dict[tuple, l
                     overlap = assumed_overlaps[count] = filling.overlap(kind, len(runners))
                 assumed = overlap
         batch = record.batch
-        group = groups.setdefault((batch.model, batch.batch_size, tuple(batch.attrs.items()), record.solo_latency_ms), [])
+        group = groups.setdefault(_group_key(batch, record.solo_latency_ms), [])
         for shape, with_overlaps in wanted:
             overlaps = [r.overlap for r in runners] if with_overlaps else [assumed] * len(runners)
             group.append((at, shape, record.device, kind, signals, runners, overlaps, None))
@@ -239,7 +239,7 @@ def replay_block_per_question(answering: Answering, records: Sequence[Record]) -
     for at, record in enumerate(records):
         for shape, planned in _planned_each(answering, record):
             batch = planned.record.batch
-            key = (batch.model, batch.batch_size, tuple(batch.attrs.items()), planned.record.solo_latency_ms)
+            key = _group_key(batch, planned.record.solo_latency_ms)
             groups.setdefault(key, []).append((at, shape, planned))
     for group in groups.values():
         latencies: list[float | None] | None = None
@@ -259,3 +259,8 @@ def replay_block_per_question(answering: Answering, records: Sequence[Record]) -
             if latency is not None:
                 out[at].append((shape, latency))
     return out
+
+
+def _group_key(batch: BatchSpec, solo_latency_ms: float | None) -> tuple:
+    """The questions predicted together: one batch (model, size, attributes) and one solo latency."""
+    return (batch.model, batch.batch_size, tuple(batch.attrs.items()), solo_latency_ms)

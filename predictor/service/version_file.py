@@ -29,9 +29,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from predictor.service.version_pickle import KEY_BYTES, PartReader, PartWriter, dumps
+from predictor.service.version_pickle import KEY_BYTES, PartReader, PartWriter
 
-__all__ = ["VersionFile", "VersionReader", "dumps", "layout", "parse"]
+__all__ = ["VersionFile", "VersionReader", "layout", "parse"]
 
 _COUNTER = struct.Struct("<qq")  # the latest generation; the latest an answer must see (see VersionFile.write)
 _HEAD = struct.Struct("<qqq")  # generation, main pickle's length, parts
@@ -102,7 +102,7 @@ class VersionFile:
             return self._write(main, parts, required)
 
     def write_bytes(self, payload: bytes) -> int:
-        """Publish an object already pickled (:func:`dumps`, no shared parts) as the next generation;
+        """Publish an object already pickled (:func:`~predictor.service.version_pickle.dumps`, no shared parts) as the next generation;
         returns it.
 
         After :meth:`close` (the learner stopping) nothing is published: the generation stays.
