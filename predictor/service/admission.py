@@ -215,7 +215,8 @@ class AdmissionCalibration:
         many: the same state and answers as the calls, bit for bit); the monitor then scores the
         answers in the same order."""
         outcomes: list[Outcome] = []
-        updates: list[tuple] = []  # (source, shape key, kind, model, count, actual, answered, upper or None)
+        updates: list[tuple] = []  # (source, shape key, kind, model, count, actual, answered, upper or None,
+        #   the outcome's index in outcomes or None: a linked answer is only calibrated on)
         for record, kind, predicted_ms, replays, batch_id in observed:
             actual = record.latency_ms
             assert actual is not None
