@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from experiments import bench_rpc
+from experiments.cpu_accounting import process_cpu_seconds
 from experiments.echo_server import method_path
 from experiments.rpc_load import ClientPool
-from experiments.rpc_servers import CLOCK_TICKS, ServerProcess, echo_main
+from experiments.rpc_servers import ServerProcess, echo_main
 from predictor.rpc.names import METHOD_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,9 +66,7 @@ class CodeServer:
 
     def cpu_seconds(self) -> float:
         """User plus system CPU time of the server process so far."""
-        with open(f"/proc/{self.process.pid}/stat", encoding="ascii") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        return process_cpu_seconds(self.process.pid)
 
     def stop(self) -> None:
         """Tell the server to stop and wait for it."""

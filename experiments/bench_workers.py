@@ -14,7 +14,15 @@ With ``--baseline DIR`` (a checkout of an earlier commit, its generated code in 
 checkout's servers (``--baseline-workers``, default 1: the single process, which ``--workers 1``
 must be no slower than) are measured beside them.
 
-Run: ``.venv/bin/python -m experiments.bench_workers`` (``--workers 1,2 --clients 4 --repeats 3``)
+Beside the rates, each server's CPU per call (its whole process tree), the clients' CPU per call
+and the machine's busy cores, and the *CPU bound*: the most calls/s the machine's cores could give at
+those costs, the clients' included, since they run on the same cores. ``--client h2load`` runs each
+client as an ``h2load`` process instead (:mod:`experiments.h2load_clients`: HTTP/2 in C, a tenth of
+the CPU per call of a grpcio client, one new connection per client and repeat), so that the clients
+take less of the cores the servers are measured on.
+
+Run: ``.venv/bin/python -m experiments.bench_workers`` (``--workers 1,2 --clients 4 --repeats 3
+--client python|h2load``)
 """
 
 from __future__ import annotations
@@ -34,8 +42,10 @@ import grpc
 from rich.console import Console
 from rich.table import Table
 
-from experiments import bench_rpc
+from collectors.conditions import busy_cpu_seconds
+from experiments import bench_rpc, h2load_clients
 from experiments.common import ROOT, finish, start
+from experiments.cpu_accounting import cpu_per_call_ms, tree_cpu_seconds
 from experiments.rpc_load import ClientPool
 from predictor.logio import write_records
 from predictor.rpc.client import InterferenceClient
@@ -57,6 +67,29 @@ class Config:
     baseline: str = ""  # a checkout of the code before a change (e.g. from `git archive`): its servers too
     baseline_workers: tuple[int, ...] = (1,)
     seed: int = 0
+    client: str = "python"  # python: grpcio client processes; h2load: nghttp2's h2load in C (experiments.h2load_clients)
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuAccount:
+    """Where one measurement's CPU went: per call, the server's process tree and the clients; the machine's busy cores."""
+
+    server_ms: float
+    clients_ms: float
+    busy_cores: float
+
+    @classmethod
+    def of(cls, results: list[dict], server_s: float, busy_cores: float) -> CpuAccount:
+        """The account of one measurement from its clients' results, the server's CPU seconds read around it
+        (its warm-up calls included, so they are counted as calls) and the machine's busy cores meanwhile."""
+        server_calls = sum(r["calls"] + r["warmup_calls"] for r in results)
+        clients_ms = cpu_per_call_ms(sum(r["cpu_s"] for r in results), sum(r["calls"] for r in results))
+        return cls(cpu_per_call_ms(server_s, server_calls), clients_ms, busy_cores)
+
+    @classmethod
+    def median(cls, accounts: list[CpuAccount]) -> CpuAccount:
+        """Each figure's median over the repeats."""
+        return cls(*(statistics.median(getattr(a, f.name) for a in accounts) for f in dataclasses.fields(cls)))
 
 
 def start_server(folder: Path, label: str, args: list[str], root: Path = ROOT) -> tuple[subprocess.Popen, str]:
@@ -81,20 +114,23 @@ def start_server(folder: Path, label: str, args: list[str], root: Path = ROOT) -
     return proc, target
 
 
-def differing_answers(targets: dict[str, str], requests: list[bytes]) -> dict[str, list[str]]:
-    """Per server, the fields of its answers that differ from the first server's (none: the same answers)."""
-    answers = {}
+def differing_answers(targets: dict[str, str], requests: list[bytes]) -> tuple[dict[str, list[str]], list[int]]:
+    """Per server, the fields of its answers that differ from the first server's (none: the same answers),
+    and the length of the first server's answer to each request."""
+    answers, sizes = {}, []
     decode = pb2().PredictLatencyResponse.FromString
     for label, target in targets.items():
         with grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
             call = channel.unary_unary(METHOD_PREFIX + "PredictLatency")
-            answers[label] = [decode(call(r, timeout=30)).prediction for r in requests]
+            raw = [call(r, timeout=30) for r in requests]
+        sizes = sizes or [len(answer) for answer in raw]
+        answers[label] = [decode(answer).prediction for answer in raw]
     first = next(iter(answers.values()))
     return {
         label: sorted({f.name for a, b in zip(these, first, strict=True) for f, _ in a.ListFields()
                        if getattr(a, f.name) != getattr(b, f.name)})
         for label, these in answers.items()
-    }
+    }, sizes
 
 
 def main() -> None:
@@ -113,18 +149,32 @@ def main() -> None:
                                                             Path(config.baseline).resolve())
                     for w in config.baseline_workers}
     targets = {label: target for label, (_, target) in servers.items()}
-    pool = ClientPool(config.clients)
+    if config.client not in ("python", "h2load"):
+        raise SystemExit(f"--client: python or h2load, not {config.client!r}")
+    if config.client == "h2load" and not h2load_clients.available():
+        raise SystemExit("--client h2load: h2load is not installed (Debian: apt-get install nghttp2-client)")
+    pool = ClientPool(config.clients if config.client == "python" else 0)
     rates: dict[str, list[float]] = {label: [] for label in servers}
+    accounts: dict[str, list[CpuAccount]] = {label: [] for label in servers}
     try:
-        differing = differing_answers(targets, requests)
+        differing, answer_sizes = differing_answers(targets, requests)
         for _ in range(config.repeats):
             for label, target in targets.items():
                 task = {"kind": "closed", "target": target, "path": METHOD_PREFIX + "PredictLatency",
                         "requests": requests, "duration_s": config.duration_s}
-                results = pool.run([task] * config.clients)
+                server_pid = servers[label][0].pid
+                server0, busy0, wall0 = tree_cpu_seconds(server_pid), busy_cpu_seconds(), time.perf_counter()
+                if config.client == "python":
+                    results = pool.run([task] * config.clients)
+                else:
+                    results = h2load_clients.run(target, task["path"], requests, config.clients, config.duration_s,
+                                                 answer_sizes)
+                wall_s = time.perf_counter() - wall0
+                server_s, busy_s = tree_cpu_seconds(server_pid) - server0, busy_cpu_seconds() - busy0
                 if sum(r["errors"] for r in results):
                     raise RuntimeError(f"{label}: {sum(r['errors'] for r in results)} calls failed")
                 rates[label].append(sum(r["calls"] / r["elapsed"] for r in results))
+                accounts[label].append(CpuAccount.of(results, server_s, busy_s / wall_s))
     finally:
         pool.close()
         for proc, _ in servers.values():
@@ -132,18 +182,27 @@ def main() -> None:
         for proc, _ in servers.values():
             proc.wait(timeout=120)
     base = next(iter(servers))
-    table = Table(title=f"PredictLatency, {config.clients} sequential clients (closed loop, {config.duration_s:g} s), "
-                        f"median of {config.repeats}; {os.cpu_count()} CPUs")
-    for column in ("server", "calls/s", f"ratio to {base}", "per repeat (calls/s)"):
+    cpus = os.cpu_count() or 1
+    table = Table(title=f"PredictLatency, {config.clients} sequential {config.client} clients (closed loop, "
+                        f"{config.duration_s:g} s), median of {config.repeats}; {cpus} CPUs")
+    for column in ("server", "calls/s", f"ratio to {base}", "per repeat (calls/s)", "server CPU ms/call",
+                   "clients' CPU ms/call", "cores busy", f"CPU bound (calls/s on {cpus} cores)",
+                   f"bound / {base}"):
         table.add_column(column, justify="right" if column != "server" else "left")
-    results = {"differing_fields": differing, "rates": rates, "ratio": {}}
+    results = {"differing_fields": differing, "rates": rates, "ratio": {}, "cpu": {}}
     for label in servers:
         ratio = statistics.median(r / b for r, b in zip(rates[label], rates[base], strict=True))
+        cpu = CpuAccount.median(accounts[label])
+        bound = cpus / (cpu.server_ms + cpu.clients_ms) * 1e3
         results["ratio"][label] = ratio
+        results["cpu"][label] = dataclasses.asdict(cpu) | {"bound_calls_per_s": bound}
         table.add_row(label, f"{statistics.median(rates[label]):,.0f}", f"{ratio:.2f}x",
-                      " ".join(f"{r:,.0f}" for r in rates[label]))
-    console = Console()
+                      " ".join(f"{r:,.0f}" for r in rates[label]), f"{cpu.server_ms:.3f}", f"{cpu.clients_ms:.3f}",
+                      f"{cpu.busy_cores:.2f}", f"{bound:,.0f}", f"{bound / statistics.median(rates[base]):.2f}x")
+    console = Console(width=200)
     console.print(table)
+    console.print("CPU bound: the most calls/s this machine's cores could give at the measured CPU per call of "
+                  "the server and the clients together (the clients run on the same cores).")
     for label, fields in differing.items():
         console.print(f"{label}: answers equal to {base}'s" if not fields
                       else f"{label}: answers differ from {base}'s in {', '.join(fields)}")

@@ -122,6 +122,7 @@ def _closed(call: Any, task: dict) -> dict:
     errors = 0
     i = 0
     now = start
+    cpu0 = time.process_time()  # this client process's CPU (every thread: gRPC's own included)
     while now < end:
         try:
             call(requests[i % len(requests)])
@@ -131,7 +132,8 @@ def _closed(call: Any, task: dict) -> dict:
         latencies.append(t1 - now)
         now = t1
         i += 1
-    return {"latency": np.array(latencies), "elapsed": now - start, "calls": i, "errors": errors}
+    return {"latency": np.array(latencies), "elapsed": now - start, "calls": i, "errors": errors,
+            "cpu_s": time.process_time() - cpu0}
 
 
 def _stream(channel: Any, task: dict) -> dict:
@@ -158,16 +160,18 @@ def client_main(conn: Any) -> None:
                 continue
             channel = _channel(channels, task["target"])
             call = None
+            warmup = 0
             if task["kind"] != "stream":
                 call = channel.unary_unary(task["path"])
-                for i in range(min(task.get("warmup", WARMUP_CALLS), 5 * len(task["requests"]))):
+                warmup = min(task.get("warmup", WARMUP_CALLS), 5 * len(task["requests"]))
+                for i in range(warmup):
                     call(task["requests"][i % len(task["requests"])])
             conn.send("ready")
             task["start_at"] = conn.recv()
             if call is None:
                 result = _stream(channel, task)
             else:
-                result = (_open if task["kind"] == "open" else _closed)(call, task)
+                result = (_open if task["kind"] == "open" else _closed)(call, task) | {"warmup_calls": warmup}
         except Exception as exc:  # noqa: BLE001 - reported to the parent
             result = {"failed": f"{type(exc).__name__}: {exc}"}
         conn.send(result)

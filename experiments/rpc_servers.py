@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
-import os
 import sys
 import time
 from typing import Any
 
+from experiments.cpu_accounting import process_cpu_seconds
 from experiments.echo_server import create_echo_aio_server, create_echo_server
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
 from predictor.rpc.metrics import ServerMetrics
@@ -27,8 +27,6 @@ from predictor.rpc.server import create_server, stop_server
 from predictor.service import Service, ServiceConfig
 from predictor.service.synthetic import synthetic_records
 from predictor.threads import pin_blas_threads
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _build_service(spec: dict) -> Any:
@@ -119,9 +117,7 @@ class ServerProcess:
 
     def cpu_seconds(self) -> float:
         """User plus system CPU time of the server process so far (all its threads)."""
-        with open(f"/proc/{self.process.pid}/stat", encoding="ascii") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        return process_cpu_seconds(self.process.pid)
 
     def stop(self) -> None:
         """Tell the server to stop; kill it if it has not exited within 10 s."""
