@@ -35,15 +35,18 @@ import os
 import signal
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from collectors.conditions import busy_cpu_seconds
 from experiments import bench_rpc
 from experiments.bench_workers import start_server
 from experiments.common import ROOT, finish, start
+from experiments.cpu_accounting import tree_cpu_seconds
 from experiments.rpc_load import ClientPool
 from predictor.logio import read_records, write_records
 from predictor.rpc import convert
@@ -87,7 +90,8 @@ def ingest_messages(path: str | Path, batch: int) -> list[bytes]:
 def measure(pool: ClientPool, target: str, config: Config, queries: list[bytes], stream: list[bytes] | None,
             records_per_message: float = 0.0) -> tuple[np.ndarray, float]:
     """PredictLatency latencies (s) of ``config.clients`` sequential clients, and the records/s ingested
-    meanwhile from ``stream`` (``records_per_message`` on average; 0 without ``stream``)."""
+    meanwhile from ``stream`` (``records_per_message`` on average; 0 without ``stream``).
+    (:func:`measure_with_cpu` adds where the CPU went.)"""
     task = {"kind": "closed", "target": target, "path": METHOD_PREFIX + "PredictLatency", "requests": queries,
             "duration_s": config.duration_s}
     tasks = [task] * config.clients
@@ -103,6 +107,15 @@ def measure(pool: ClientPool, target: str, config: Config, queries: list[bytes],
         return latencies, 0.0
     ingest = results[-1]
     return latencies, ingest["calls"] * records_per_message / ingest["elapsed"]
+
+
+def measure_with_cpu(pool: ClientPool, server_pid: int, target: str, config: Config, queries: list[bytes],
+                     stream: list[bytes] | None, records_per_message: float) -> tuple[np.ndarray, float, float, float]:
+    """:func:`measure`, and the cores the server's process tree and the whole machine kept busy meanwhile."""
+    server0, busy0, wall0 = tree_cpu_seconds(server_pid), busy_cpu_seconds(), time.perf_counter()
+    latencies, rate = measure(pool, target, config, queries, stream, records_per_message)
+    wall = time.perf_counter() - wall0
+    return latencies, rate, (tree_cpu_seconds(server_pid) - server0) / wall, (busy_cpu_seconds() - busy0) / wall
 
 
 def main() -> None:
@@ -128,17 +141,22 @@ def main() -> None:
                                                             Path(config.baseline).resolve())
                     for w in config.baseline_workers}
     pool = ClientPool(config.clients + 1)
-    runs: dict[str, dict[str, list]] = {label: {"p50": [], "p99": [], "ingest_p50": [], "ingest_p99": [],
-                                                 "records_per_s": []} for label in servers}
+    runs: dict[str, dict[str, list]] = {
+        label: {f"{prefix}{figure}": [] for prefix in ("", "ingest_")
+                for figure in ("p50", "p99", "server_cores", "busy_cores")} | {"records_per_s": []}
+        for label in servers}
     try:
         for _ in range(config.repeats):
-            for label, (_, target) in servers.items():
+            for label, (proc, target) in servers.items():
                 for condition in CONDITIONS:
-                    latencies, rate = measure(pool, target, config, queries,
-                                                 stream if condition == "ingest" else None, records_per_message)
+                    latencies, rate, server_cores, busy_cores = measure_with_cpu(
+                        pool, proc.pid, target, config, queries, stream if condition == "ingest" else None,
+                        records_per_message)
                     prefix = "" if condition == "idle" else "ingest_"
                     runs[label][prefix + "p50"].append(1e3 * float(np.percentile(latencies, 50)))
                     runs[label][prefix + "p99"].append(1e3 * float(np.percentile(latencies, 99)))
+                    runs[label][prefix + "server_cores"].append(server_cores)
+                    runs[label][prefix + "busy_cores"].append(busy_cores)
                     if condition == "ingest":
                         runs[label]["records_per_s"].append(rate)
     finally:
@@ -151,7 +169,8 @@ def main() -> None:
                         f"while one more client streams ReportObservations ({config.batch} records a message); "
                         f"median of {config.repeats}; {os.cpu_count()} CPUs")
     for column in ("server", "p50 idle (ms)", "p50 ingest (ms)", "p50 ratio", "p99 idle (ms)", "p99 ingest (ms)",
-                   f"p99 ratio (target <= {TARGET_P99_RATIO:g}x)", "ingest records/s"):
+                   f"p99 ratio (target <= {TARGET_P99_RATIO:g}x)", "ingest records/s",
+                   "server cores idle / ingest", "busy cores idle / ingest"):
         table.add_column(column, justify="right" if column != "server" else "left")
     results: dict = {"runs": runs, "ratio": {}}
     for label, run in runs.items():
@@ -160,8 +179,12 @@ def main() -> None:
         results["ratio"][label] = ratios
         table.add_row(label, *(f"{statistics.median(run[k]):.2f}" for k in ("p50", "ingest_p50")),
                       f"{ratios['p50']:.2f}x", *(f"{statistics.median(run[k]):.2f}" for k in ("p99", "ingest_p99")),
-                      f"{ratios['p99']:.2f}x", f"{statistics.median(run['records_per_s']):,.0f}")
-    Console(width=170).print(table)
+                      f"{ratios['p99']:.2f}x", f"{statistics.median(run['records_per_s']):,.0f}",
+                      *(" / ".join(f"{statistics.median(run[prefix + k]):.2f}" for prefix in ("", "ingest_"))
+                        for k in ("server_cores", "busy_cores")))
+    Console(width=220).print(table)
+    print("server cores: CPU of the server's process tree (learner, workers, supervisor) per second of the "
+          f"measurement; busy cores: the whole machine's (clients included), of {os.cpu_count()}")
     finish(out, results)
 
 
