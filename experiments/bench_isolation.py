@@ -35,6 +35,7 @@ import os
 import signal
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -43,8 +44,8 @@ from rich.console import Console
 from rich.table import Table
 
 from collectors.conditions import busy_cpu_seconds
-from experiments import bench_rpc
-from experiments.bench_workers import start_server
+from experiments import bench_rpc, h2load_clients
+from experiments.bench_workers import differing_answers, start_server
 from experiments.common import ROOT, finish, start
 from experiments.cpu_accounting import tree_cpu_seconds
 from experiments.rpc_load import ClientPool
@@ -75,6 +76,7 @@ class Config:
     learner_nice: tuple[int, ...] = (0,)  # each --workers N > 1 server once per --learner-nice value
     learner_policy: tuple[str, ...] = ("normal",)  # ... and per --learner-policy value
     seed: int = 0
+    client: str = "python"  # the answer clients: python (grpcio processes) or h2load (experiments.h2load_clients)
 
 
 def ingest_messages(path: str | Path, batch: int) -> list[bytes]:
@@ -88,17 +90,30 @@ def ingest_messages(path: str | Path, batch: int) -> list[bytes]:
 
 
 def measure(pool: ClientPool, target: str, config: Config, queries: list[bytes], stream: list[bytes] | None,
-            records_per_message: float = 0.0) -> tuple[np.ndarray, float]:
+            records_per_message: float = 0.0, answer_sizes: list[int] | None = None) -> tuple[np.ndarray, float]:
     """PredictLatency latencies (s) of ``config.clients`` sequential clients, and the records/s ingested
     meanwhile from ``stream`` (``records_per_message`` on average; 0 without ``stream``).
-    (:func:`measure_with_cpu` adds where the CPU went.)"""
+    ``answer_sizes``: the length of the answer to each query, which h2load clients check
+    (:mod:`experiments.h2load_clients`). (:func:`measure_with_cpu` adds where the CPU went.)"""
     task = {"kind": "closed", "target": target, "path": METHOD_PREFIX + "PredictLatency", "requests": queries,
             "duration_s": config.duration_s}
-    tasks = [task] * config.clients
+    tasks = [task] * config.clients if config.client == "python" else []
     if stream is not None:  # one message a call, back to back: each waits for its acknowledgement
         tasks.append({"kind": "closed", "target": target, "path": METHOD_PREFIX + "ReportObservations",
                       "requests": stream, "duration_s": config.duration_s, "warmup": 0})
-    results = pool.run(tasks)
+    if config.client == "python":
+        results = pool.run(tasks)
+    else:  # the answer clients are h2load processes; the ingest client (if any) runs in the pool meanwhile
+        ingest: list[dict] = []
+        thread = threading.Thread(target=lambda: ingest.extend(pool.run(tasks))) if tasks else None
+        if thread is not None:
+            thread.start()
+        results = h2load_clients.run(target, task["path"], queries, config.clients, config.duration_s, answer_sizes)
+        if thread is not None:
+            thread.join()
+            if not ingest:
+                raise RuntimeError(f"{target}: the ingest client failed")
+        results += ingest
     errors = sum(r["errors"] for r in results)
     if errors:
         raise RuntimeError(f"{target}: {errors} calls failed")
@@ -110,10 +125,11 @@ def measure(pool: ClientPool, target: str, config: Config, queries: list[bytes],
 
 
 def measure_with_cpu(pool: ClientPool, server_pid: int, target: str, config: Config, queries: list[bytes],
-                     stream: list[bytes] | None, records_per_message: float) -> tuple[np.ndarray, float, float, float]:
+                     stream: list[bytes] | None, records_per_message: float,
+                     answer_sizes: list[int] | None = None) -> tuple[np.ndarray, float, float, float]:
     """:func:`measure`, and the cores the server's process tree and the whole machine kept busy meanwhile."""
     server0, busy0, wall0 = tree_cpu_seconds(server_pid), busy_cpu_seconds(), time.perf_counter()
-    latencies, rate = measure(pool, target, config, queries, stream, records_per_message)
+    latencies, rate = measure(pool, target, config, queries, stream, records_per_message, answer_sizes)
     wall = time.perf_counter() - wall0
     return latencies, rate, (tree_cpu_seconds(server_pid) - server0) / wall, (busy_cpu_seconds() - busy0) / wall
 
@@ -140,7 +156,15 @@ def main() -> None:
                                                             ["--workers", str(w), "--warm-start", str(warm)],
                                                             Path(config.baseline).resolve())
                     for w in config.baseline_workers}
-    pool = ClientPool(config.clients + 1)
+    if config.client not in ("python", "h2load"):
+        raise SystemExit(f"--client: python or h2load, not {config.client!r}")
+    if config.client == "h2load" and not h2load_clients.available():
+        raise SystemExit("--client h2load: h2load is not installed (Debian: apt-get install nghttp2-client)")
+    pool = ClientPool(config.clients + 1 if config.client == "python" else 1)
+    differing, answer_sizes = differing_answers({label: target for label, (_, target) in servers.items()}, queries)
+    for label, fields in differing.items():
+        if fields:
+            print(f"{label}: answers differ from the first server's in {', '.join(fields)}")
     runs: dict[str, dict[str, list]] = {
         label: {f"{prefix}{figure}": [] for prefix in ("", "ingest_")
                 for figure in ("p50", "p99", "server_cores", "busy_cores")} | {"records_per_s": []}
@@ -151,7 +175,7 @@ def main() -> None:
                 for condition in CONDITIONS:
                     latencies, rate, server_cores, busy_cores = measure_with_cpu(
                         pool, proc.pid, target, config, queries, stream if condition == "ingest" else None,
-                        records_per_message)
+                        records_per_message, answer_sizes)
                     prefix = "" if condition == "idle" else "ingest_"
                     runs[label][prefix + "p50"].append(1e3 * float(np.percentile(latencies, 50)))
                     runs[label][prefix + "p99"].append(1e3 * float(np.percentile(latencies, 99)))
@@ -165,7 +189,7 @@ def main() -> None:
             proc.send_signal(signal.SIGTERM)
         for proc, _ in servers.values():
             proc.wait(timeout=120)
-    table = Table(title=f"PredictLatency of {config.clients} sequential clients ({config.duration_s:g} s), idle and "
+    table = Table(title=f"PredictLatency of {config.clients} sequential {config.client} clients ({config.duration_s:g} s), idle and "
                         f"while one more client streams ReportObservations ({config.batch} records a message); "
                         f"median of {config.repeats}; {os.cpu_count()} CPUs")
     for column in ("server", "p50 idle (ms)", "p50 ingest (ms)", "p50 ratio", "p99 idle (ms)", "p99 ingest (ms)",

@@ -25,6 +25,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 H2LOAD = "h2load"
 
 
@@ -47,6 +49,12 @@ def _parse(output: str) -> dict:
     return {"calls": succeeded, "errors": done - succeeded, "elapsed": seconds, "data_bytes": int(data.group(1))}
 
 
+def _latencies(log: Path) -> np.ndarray:
+    """Each logged call's duration (s), from ``h2load``'s log (start µs, status, duration µs per line)."""
+    rows = [line.split("\t") for line in log.read_text().splitlines() if line.strip()]
+    return np.array([int(row[2]) / 1e6 for row in rows], dtype=float)
+
+
 def run(target: str, path: str, requests: Sequence[bytes], clients: int, duration_s: float,
         answer_bytes: Sequence[int] | None = None) -> list[dict]:
     """Run ``clients`` sequential clients at once on ``target`` for ``duration_s`` seconds.
@@ -63,7 +71,9 @@ def run(target: str, path: str, requests: Sequence[bytes], clients: int, duratio
     -------
     list of dict
         Per client: ``calls`` (answered), ``errors``, ``elapsed`` (s), ``cpu_s`` (the ``h2load``
-        process's user + system CPU) and ``warmup_calls`` (0: none outside the measurement).
+        process's user + system CPU), ``warmup_calls`` (0: none outside the measurement) and
+        ``latency``: each call's time from sending to the end of its answer (s, ``h2load``'s
+        ``--log-file``, microsecond resolution).
     """
     if not available():
         raise RuntimeError(f"{H2LOAD} is not installed (Debian: apt-get install nghttp2-client)")
@@ -74,6 +84,7 @@ def run(target: str, path: str, requests: Sequence[bytes], clients: int, duratio
             body = Path(folder, f"request-{i}.bin")
             body.write_bytes(grpc_frame(requests[i % len(requests)]))
             command = [H2LOAD, "-c", "1", "-m", "1", "-D", f"{max(1, round(duration_s))}", "-d", str(body),
+                       "--log-file", str(Path(folder, f"log-{i}.tsv")),
                        "-H", "content-type: application/grpc", "-H", "te: trailers", url]
             processes.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         results = []
@@ -83,7 +94,8 @@ def run(target: str, path: str, requests: Sequence[bytes], clients: int, duratio
             process.returncode = os.waitstatus_to_exitcode(status)
             if process.returncode != 0 or "finished in" not in output:
                 raise RuntimeError(f"{H2LOAD} failed ({process.returncode}):\n{output[-2000:]}")
-            result = _parse(output) | {"cpu_s": usage.ru_utime + usage.ru_stime, "warmup_calls": 0}
+            result = _parse(output) | {"cpu_s": usage.ru_utime + usage.ru_stime, "warmup_calls": 0,
+                                       "latency": _latencies(Path(folder, f"log-{i}.tsv"))}
             expected = None if answer_bytes is None else len(grpc_frame(b"")) + answer_bytes[i % len(requests)] - 1
             if expected is not None and result["data_bytes"] < result["calls"] * expected:
                 raise RuntimeError(f"{H2LOAD}: {result['data_bytes']} bytes of answers for {result['calls']} calls, "

@@ -69,6 +69,7 @@ def test_h2load_clients_answered_and_errors_detected(served):
         assert result["calls"] > 10 and result["errors"] == 0
         assert result["cpu_s"] > 0 and result["warmup_calls"] == 0
         assert result["data_bytes"] >= result["calls"] * (5 + len(answer) - 1)
+        assert len(result["latency"]) >= result["calls"] and 0 < result["latency"].min() < 1.0
     refused = _request("", "resnet")  # no device: INVALID_ARGUMENT, an HTTP 200 without a message
     with pytest.raises(RuntimeError, match="some were errors"):
         h2load_clients.run(served, METHOD_PREFIX + "PredictLatency", [refused], 1, 1.0, [len(answer)])
