@@ -530,7 +530,7 @@ class Answering:
             from predictor.service import fixed_point_kernel  # numba, imported where first needed
 
             found = fixed_point_kernel.fixed_points(quadratic, plan.remaining_of(quadratic.quadratic.gather), solo,
-                                                    high, low, monotone.grid(solo, high, low))
+                                                    high, low)
         else:
             evaluate = monotone.overlap_latencies(predictor, rows, moving)
             at = np.searchsorted(moving, row_of[plan.given])
