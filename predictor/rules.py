@@ -247,17 +247,17 @@ def names_ok(names: Iterable[str], *, required: bool) -> bool:
 
 def maps_ok(maps: Sequence[Mapping[str, float]], limit: float = math.inf) -> bool:
     """:func:`numbers_ok` of every map at once, and every value within ``limit`` in magnitude."""
-    if isinstance(maps, KeyedMaps):
+    keys: Iterable[str]
+    if isinstance(maps, KeyedMaps):  # its keys are checked even where no row has a value
         if maps.most_keys() > MAX_NUMERIC_KEYS:
             return False
-        values = maps.present()
-        return (all(isinstance(k, str) for k in maps.keys) and names_ok(maps.keys, required=True)
-                and bool(np.isfinite(values).all()) and magnitudes_ok(values, limit))
-    most = max(map(len, maps)) if maps else 0
-    if not most or most > MAX_NUMERIC_KEYS:
-        return most <= MAX_NUMERIC_KEYS
-    keys = set(itertools.chain.from_iterable(map(tuple, set(map(tuple, maps)))))
-    values = np.fromiter(itertools.chain.from_iterable(map(_VALUES, maps)), dtype=float)
+        keys, values = maps.keys, maps.present()
+    else:
+        most = max(map(len, maps)) if maps else 0
+        if not most or most > MAX_NUMERIC_KEYS:
+            return most <= MAX_NUMERIC_KEYS
+        keys = set(itertools.chain.from_iterable(map(tuple, set(map(tuple, maps)))))
+        values = np.fromiter(itertools.chain.from_iterable(map(_VALUES, maps)), dtype=float)
     return (
         all(isinstance(k, str) for k in keys)
         and names_ok(keys, required=True)

@@ -43,7 +43,7 @@ def quadratic_rows(draw) -> tuple[QuadraticLatencies, np.ndarray, float, float, 
 @given(problem=quadratic_rows())
 def test_each_row_finds_the_single_row_searchs_point(problem):
     rows, remaining, solo, high, low = problem
-    found = fixed_points(rows, remaining, solo, high, low, monotone.grid(solo, high, low))
+    found = fixed_points(rows, remaining, solo, high, low)
     for i in range(remaining.shape[1]):
 
         def latency(window: float, i: int = i) -> float:
@@ -60,6 +60,6 @@ def test_the_compiled_latency_is_the_definitions():
     rows = QuadraticLatencies(q, 10.0, 0.5, 12.0, True)
     # NaN: slowdown 1; exp(min(50, 10)) clipped at 12
     assert rows.latencies(np.zeros((1, 2))).tolist() == [10.0, 120.0]
-    found = fixed_points(rows, np.zeros((1, 2)), 10.0, 12.0, 0.5, monotone.grid(10.0, 12.0, 0.5))
+    found = fixed_points(rows, np.zeros((1, 2)), 10.0, 12.0, 0.5)
     for i, latency in enumerate((10.0, 120.0)):
         assert float(found[i]) == monotone.fixed_point_one(lambda w, v=latency: v, 10.0, 12.0, 0.5)

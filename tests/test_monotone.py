@@ -10,6 +10,7 @@ a real gRPC server.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from predictor.colocations import CoLocations
 from predictor.contention import is_contention
 from predictor.logio import iter_records
 from predictor.predictors import available, create
@@ -137,6 +139,31 @@ def test_negative_attributes_do_not_break_monotonicity():
             for k in range(6)
         ]
         assert all(_not_lower(b, a) for a, b in zip(answers, answers[1:], strict=False)), answers
+
+
+@pytest.mark.parametrize("name", ["rls:features='fine'", "rls"])
+def test_rows_that_differ_in_overlaps_share_one_clipped_form(name):
+    """Rows are clipped once per cache: rows that differ only in their overlaps get the same clipped
+    attributes (and cache), each with its own overlaps, and answer as rows clipped afresh do."""
+    predictor = create(name)
+    for record in synthetic_records(120, seed=3):
+        predictor.learn_one(record)
+    rows = CoLocations.build(BATCH, ["d0", "d1"], [
+        [("mlp", 2, {"l2_util": -3.0, "dram_util": 0.6}, 0.5)],
+        [("mlp", 2, {"l2_util": 0.2}, 1.0), ("bert", 1, {"l2_util": -0.1}, 0.3)],
+    ], solo_latency_ms=10.0)
+    first = monotone.clipped(rows)
+    assert list(first.attrs) == [{"l2_util": 0.0, "dram_util": 0.6}, {"l2_util": 0.2}, {"l2_util": 0.0}]
+    assert monotone.clipped(rows) is first and first.overlaps is rows.overlaps
+    other = rows.with_overlaps(np.array([0.1, 0.2, 0.9]))
+    again = monotone.clipped(other)
+    assert again.attrs is first.attrs and again.cache is first.cache and again.overlaps is other.overlaps
+    for each in (rows, other):  # the second from what the first left cached
+        fresh = dataclasses.replace(each, cache={})
+        np.testing.assert_array_equal(monotone.latencies(predictor, each), monotone.latencies(predictor, fresh))
+        subset = np.array([0, 1])
+        np.testing.assert_array_equal(monotone.overlap_latencies(predictor, each, subset)(each.overlaps),
+                                      monotone.overlap_latencies(predictor, fresh, subset)(fresh.overlaps))
 
 
 # ------------------------------------------------------------------ the linear learners' weights

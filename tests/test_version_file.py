@@ -16,7 +16,7 @@ from predictor.service.file_publisher import FilePublisher
 from predictor.service.shards import ShardMap
 from predictor.service.synthetic import synthetic_records
 from predictor.service.version_file import VersionFile, VersionReader
-from predictor.service.version_pickle import PackedWindow
+from predictor.service.version_pickle import PackedWindow, PartWriter
 from predictor.service.workers import worker_service
 
 
@@ -170,6 +170,17 @@ def test_unchanged_windows_are_neither_written_nor_read_again(tmp_path):
     kept.add(9.0)
     writer.write({"kept": kept})
     assert reader.latest()["kept"].values() == [1.0, 2.0, 9.0]
+
+
+def test_an_object_that_does_not_pickle_leaves_the_parts_of_the_last_version_written():
+    kept, other = window_of([1.0, 2.0]), window_of([3.0])
+    parts = PartWriter()
+    main, first = parts.encode({"kept": kept})
+    with pytest.raises(TypeError, match="generator"):  # after both windows are keyed
+        parts.encode({"kept": kept, "other": other, "bad": (x for x in ())})
+    again_main, again = parts.encode({"kept": kept})
+    assert again == first and again_main == main  # kept's part reused, the failed object's forgotten
+    assert parts.pickled == 2
 
 
 def test_a_learner_started_again_never_reuses_a_part_a_reader_holds(tmp_path):

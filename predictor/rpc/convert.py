@@ -309,12 +309,14 @@ def observations_from_pb(messages: Iterable[Any]) -> Iterator[tuple[Record | Rec
                 yield observed_from_pb(record), ids[i] if i < len(ids) else ""
 
 
-def keyed_observations_from_pb(
-    messages: Iterable[Any],
-) -> Iterator[tuple[Record | RecordError, str, DedupKey | None]]:
+def keyed_observation_messages_from_pb(messages: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
     """:func:`observations_from_pb` with how the producer named each record (``producer_id``,
     ``sequence`` numbering the message's records consecutively, ``record_id``/``record_ids``):
-    ``(record, batch_id, key)``, the key ``None`` for a record not named."""
+    ``(record, batch_id, key)``, the key ``None`` for a record not named; each message's records
+    followed by :data:`~predictor.service.ingest.MESSAGE_END` (the service learns a message as
+    one block)."""
+    from predictor.service.ingest import MESSAGE_END
+
     for message in messages:
         producer, sequence = message.producer_id, message.sequence
         batch = message.records
@@ -334,15 +336,6 @@ def keyed_observations_from_pb(
                     else None
                 )
                 yield observed_from_pb(record), batch_ids[i] if i < len(batch_ids) else "", key
-
-
-def keyed_observation_messages_from_pb(messages: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
-    """:func:`keyed_observations_from_pb`, each message's records followed by
-    :data:`~predictor.service.ingest.MESSAGE_END` (the service learns a message as one block)."""
-    from predictor.service.ingest import MESSAGE_END
-
-    for message in messages:
-        yield from keyed_observations_from_pb((message,))
         yield MESSAGE_END
 
 

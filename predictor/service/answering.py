@@ -530,7 +530,7 @@ class Answering:
             from predictor.service import fixed_point_kernel  # numba, imported where first needed
 
             found = fixed_point_kernel.fixed_points(quadratic, plan.remaining_of(quadratic.quadratic.gather), solo,
-                                                    high, low, monotone.grid(solo, high, low))
+                                                    high, low)
         else:
             evaluate = monotone.overlap_latencies(predictor, rows, moving)
             at = np.searchsorted(moving, row_of[plan.given])
@@ -814,10 +814,7 @@ def _cells(shapes: Sequence[QueryShape], rows: CoLocations) -> list[tuple[tuple[
     codes = np.fromiter(map(firsts.setdefault, keys, range(len(keys))), dtype=np.intp, count=len(keys))
     if len(firsts) == 1:
         return [((shapes[0], kinds[0], buckets[0]), np.arange(len(keys)))]
-    order = np.argsort(codes, kind="stable")
-    bounds = np.flatnonzero(np.diff(codes[order])) + 1
-    return [((shapes[first], kinds[first], buckets[first]), at)
-            for first, at in zip(sorted(firsts.values()), np.split(order, bounds), strict=True)]
+    return _grouped(codes, shapes, kinds, buckets)
 
 
 def _coded_cells(shapes: RowShapes, kinds: Sequence[str], buckets: np.ndarray
@@ -829,7 +826,13 @@ def _coded_cells(shapes: RowShapes, kinds: Sequence[str], buckets: np.ndarray
     else:
         first_of: dict[str, int] = {}  # each kind's first row
         kind_codes = np.fromiter(map(first_of.setdefault, kinds, itertools.count()), dtype=np.intp, count=n)
-    codes = (shapes.index * n + kind_codes) * (MAX_COUNT + 1) + buckets
+    return _grouped((shapes.index * n + kind_codes) * (MAX_COUNT + 1) + buckets, shapes, kinds, buckets)
+
+
+def _grouped(codes: np.ndarray, shapes: Sequence[QueryShape], kinds: Sequence[str], buckets: Sequence[int] | np.ndarray
+             ) -> list[tuple[tuple[QueryShape, str, int], np.ndarray]]:
+    """The rows of each cell of :func:`_cells`, given each row's cell as one integer: a cell's
+    key from its first row, its rows ascending, cells in order of first row."""
     order = np.argsort(codes, kind="stable")  # each cell's rows ascending, its first row first
     ordered = codes[order]
     starts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1

@@ -23,6 +23,7 @@ import numpy as np
 from numba import njit
 
 from predictor.predictors.base import QuadraticLatencies
+from predictor.service.monotone import grid
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -94,13 +95,13 @@ def _search(coefficients: np.ndarray, remaining: np.ndarray, solo: float, low: f
         out[i] = above
 
 
-def fixed_points(latencies: QuadraticLatencies, remaining: np.ndarray, solo: float, high: float, low: float,
-                 grid: tuple[float, float, int]) -> np.ndarray:
+def fixed_points(latencies: QuadraticLatencies, remaining: np.ndarray, solo: float, high: float, low: float
+                 ) -> np.ndarray:
     """The window of every row of ``latencies`` (:func:`~predictor.service.monotone.fixed_point`'s
     answer): ``remaining[k, row]`` the remaining time of the row's ``k``-th co-runner (0 for one
-    whose overlap does not move: its coefficients are 0); ``solo``, ``high``, ``low`` and ``grid``
-    (log start, log step, size) those of the grid searched."""
-    grid_low, scale, points = grid
+    whose overlap does not move: its coefficients are 0); ``solo``, ``high`` and ``low`` those of
+    the grid searched (:func:`~predictor.service.monotone.grid`)."""
+    grid_low, scale, points = grid(solo, high, low)
     q = latencies.quadratic
     out = np.empty(len(q), dtype=np.int64)
     _search(np.ascontiguousarray(q.coefficients), np.ascontiguousarray(remaining, dtype=float), latencies.solo,
@@ -112,8 +113,7 @@ def fixed_points(latencies: QuadraticLatencies, remaining: np.ndarray, solo: flo
 def warm() -> None:
     """Compile the kernel now (or load it from the disk cache), on a two-row problem."""
     from predictor.features import OverlapQuadratic
-    from predictor.service.monotone import grid
 
     rows = QuadraticLatencies(OverlapQuadratic.of(np.zeros((1, 2), dtype=np.intp), np.zeros(2), np.ones((1, 2)),
                                                   np.zeros((1, 1, 2))), 1.0, 0.5, 2.0, True)
-    fixed_points(rows, np.ones((1, 2)), 1.0, 2.0, 0.5, grid(1.0, 2.0, 0.5))
+    fixed_points(rows, np.ones((1, 2)), 1.0, 2.0, 0.5)

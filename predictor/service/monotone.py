@@ -77,9 +77,18 @@ def needs_clipping(rows: CoLocations | Record) -> bool:
 
 
 def clipped(rows: CoLocations) -> CoLocations:
-    """The rows with every negative co-runner attribute read as 0."""
-    attrs = [{k: max(v, 0.0) for k, v in m.items()} if m and min(m.values()) < 0 else m for m in rows.attrs]
-    return dataclasses.replace(rows, attrs=attrs, cache={})
+    """The rows with every negative co-runner attribute read as 0.
+
+    Built once per ``rows.cache`` (kept there): rows that share it differ only in their overlaps
+    (:meth:`~predictor.colocations.CoLocations.with_overlaps`), so they share one clipped form,
+    and what is cached for it (its feature form) is computed once, not on every call; each
+    gets it with its own overlaps.
+    """
+    base = rows.cache.get("clipped")
+    if base is None:
+        attrs = [{k: max(v, 0.0) for k, v in m.items()} if m and min(m.values()) < 0 else m for m in rows.attrs]
+        base = rows.cache["clipped"] = dataclasses.replace(rows, attrs=attrs, cache={})
+    return base if base.overlaps is rows.overlaps else base.with_overlaps(rows.overlaps)
 
 
 def as_rows(record: Record) -> CoLocations:

@@ -147,12 +147,8 @@ class PartWriter:
     def encode(self, obj: Any) -> tuple[bytes, dict[bytes, bytes]]:
         """``obj``'s main pickle and the parts it refers to (key to pickled bytes); the parts not
         referred to are forgotten."""
-        self._used = {}
-        try:
-            main = dumps(obj, self)
-        except BaseException:
-            self._used = {}
-            raise
+        self._used = {}  # filled by key_of while obj is pickled (and only then)
+        main = dumps(obj, self)
         self._held, self._used = self._used, {}
         return main, {key: data for _, _, key, data in self._held.values()}
 
