@@ -21,8 +21,8 @@ Prints per server the p50 and p99 of the answers' latencies in each condition (m
 repeats), the ratio ingest/idle (median of the per-repeat ratios; the target is p99 <= 1.3x) and
 the records/s the stream achieved.
 
-``--learner-nice 0,10`` and ``--learner-policy normal,idle`` add a ``--workers N`` server per
-combination (``predictor.cpu_priority``).
+``--learner-nice 0,10``, ``--learner-policy normal,idle`` and ``--server-args ",--learner-cpus 1
+--worker-cpus 0"`` add a ``--workers N`` server per combination (``predictor.cpu_priority``).
 
 Run: ``.venv/bin/python -m experiments.bench_isolation`` (``--workers 1,2 --clients 2 --repeats 3``)
 """
@@ -75,8 +75,10 @@ class Config:
     baseline_workers: tuple[int, ...] = (2,)
     learner_nice: tuple[int, ...] = (0,)  # each --workers N > 1 server once per --learner-nice value
     learner_policy: tuple[str, ...] = ("normal",)  # ... and per --learner-policy value
+    server_args: tuple[str, ...] = ("",)  # ... and per set of more arguments (e.g. "--learner-cpus 1 --worker-cpus 0")
     seed: int = 0
     client: str = "python"  # the answer clients: python (grpcio processes) or h2load (experiments.h2load_clients)
+    rps: float = 0.0  # with --client h2load: each answer client's calls per second (0: back to back)
 
 
 def ingest_messages(path: str | Path, batch: int) -> list[bytes]:
@@ -108,7 +110,8 @@ def measure(pool: ClientPool, target: str, config: Config, queries: list[bytes],
         thread = threading.Thread(target=lambda: ingest.extend(pool.run(tasks))) if tasks else None
         if thread is not None:
             thread.start()
-        results = h2load_clients.run(target, task["path"], queries, config.clients, config.duration_s, answer_sizes)
+        results = h2load_clients.run(target, task["path"], queries, config.clients, config.duration_s, answer_sizes,
+                                     config.rps)
         if thread is not None:
             thread.join()
             if not ingest:
@@ -146,9 +149,10 @@ def main() -> None:
     write_records(warm, synthetic_records(config.warm_records, seed=config.seed + 1, devices=bench_rpc.DEVICES))
     servers = {}
     for w in config.workers:
-        for nice, policy in itertools.product(config.learner_nice, config.learner_policy) if w > 1 else [(0, "normal")]:
+        variants = itertools.product(config.learner_nice, config.learner_policy, config.server_args)
+        for nice, policy, more in variants if w > 1 else [(0, "normal", "")]:
             extra = (["--learner-nice", str(nice)] if nice else []) + (["--learner-policy", policy]
-                                                                       if policy != "normal" else [])
+                                                                       if policy != "normal" else []) + more.split()
             label = " ".join(["--workers", str(w), *extra])
             servers[label] = start_server(folder, label, ["--workers", str(w), "--warm-start", str(warm), *extra])
     if config.baseline:  # the servers of another checkout (before a change), measured beside
@@ -158,6 +162,8 @@ def main() -> None:
                     for w in config.baseline_workers}
     if config.client not in ("python", "h2load"):
         raise SystemExit(f"--client: python or h2load, not {config.client!r}")
+    if config.rps and config.client != "h2load":
+        raise SystemExit("--rps: only with --client h2load")
     if config.client == "h2load" and not h2load_clients.available():
         raise SystemExit("--client h2load: h2load is not installed (Debian: apt-get install nghttp2-client)")
     pool = ClientPool(config.clients + 1 if config.client == "python" else 1)
@@ -189,7 +195,8 @@ def main() -> None:
             proc.send_signal(signal.SIGTERM)
         for proc, _ in servers.values():
             proc.wait(timeout=120)
-    table = Table(title=f"PredictLatency of {config.clients} sequential {config.client} clients ({config.duration_s:g} s), idle and "
+    pace = f", {config.rps:g} calls/s each" if config.rps else ""
+    table = Table(title=f"PredictLatency of {config.clients} sequential {config.client} clients{pace} ({config.duration_s:g} s), idle and "
                         f"while one more client streams ReportObservations ({config.batch} records a message); "
                         f"median of {config.repeats}; {os.cpu_count()} CPUs")
     for column in ("server", "p50 idle (ms)", "p50 ingest (ms)", "p50 ratio", "p99 idle (ms)", "p99 ingest (ms)",

@@ -56,10 +56,12 @@ def _latencies(log: Path) -> np.ndarray:
 
 
 def run(target: str, path: str, requests: Sequence[bytes], clients: int, duration_s: float,
-        answer_bytes: Sequence[int] | None = None) -> list[dict]:
+        answer_bytes: Sequence[int] | None = None, rps: float = 0.0) -> list[dict]:
     """Run ``clients`` sequential clients at once on ``target`` for ``duration_s`` seconds.
 
-    Client ``i`` sends ``requests[i % len(requests)]`` to the method ``path`` back to back.
+    Client ``i`` sends ``requests[i % len(requests)]`` to the method ``path`` back to back, or,
+    with ``rps``, at most ``rps`` calls a second (``h2load --rps``: still one at a time, so a
+    call that waits delays the next; a call's latency is counted from when it was sent).
 
     Parameters
     ----------
@@ -84,7 +86,7 @@ def run(target: str, path: str, requests: Sequence[bytes], clients: int, duratio
             body = Path(folder, f"request-{i}.bin")
             body.write_bytes(grpc_frame(requests[i % len(requests)]))
             command = [H2LOAD, "-c", "1", "-m", "1", "-D", f"{max(1, round(duration_s))}", "-d", str(body),
-                       "--log-file", str(Path(folder, f"log-{i}.tsv")),
+                       "--log-file", str(Path(folder, f"log-{i}.tsv")), *(["--rps", f"{rps:g}"] if rps else []),
                        "-H", "content-type: application/grpc", "-H", "te: trailers", url]
             processes.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         results = []

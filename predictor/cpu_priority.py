@@ -11,9 +11,13 @@ scheduling class (Linux, ``sched(7)``):
   wakes up preempts it at once. Under sustained answer load that fills every core, learning (and
   so the acknowledgement of observations) waits until the load eases.
 
-Linux schedules threads, and a thread inherits its creator's niceness and class when it starts, so
-:func:`lower_priority` changes every thread the process already has (by thread id, from
-``/proc/self/task``); the threads started afterwards inherit it.
+and ``--learner-cpus`` / ``--worker-cpus`` keep them on separate cores (:func:`pin_to_cpus`,
+``sched_setaffinity``): on a machine of many cores, learning then never runs on a core an answer
+needs (cores that share hardware, as SMT siblings do, still slow each other a little).
+
+Linux schedules threads, and a thread inherits its creator's niceness, class and CPUs when it
+starts, so :func:`lower_priority` and :func:`pin_to_cpus` change every thread the process already
+has (by thread id, from ``/proc/self/task``); the threads started afterwards inherit it.
 
 Examples
 --------
@@ -22,11 +26,19 @@ Examples
 Traceback (most recent call last):
 ...
 ValueError: --learner-policy must be one of normal, batch, idle, got 'fast'
+>>> parse_cpus("0-2,5", "--learner-cpus", available=range(8))
+(0, 1, 2, 5)
+>>> parse_cpus("3", "--worker-cpus", available=(0, 1))
+Traceback (most recent call last):
+...
+ValueError: --worker-cpus: CPU 3 is not one this process may use (0-1)
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterable
 
 POLICIES = {"normal": os.SCHED_OTHER, "batch": os.SCHED_BATCH, "idle": os.SCHED_IDLE}
 MAX_NICE = 19
@@ -75,5 +87,49 @@ def lower_priority(nice: int = 0, policy: str = "normal") -> None:
                 os.setpriority(os.PRIO_PROCESS, tid, min(MAX_NICE, os.getpriority(os.PRIO_PROCESS, tid) + nice))
             if policy != "normal":
                 os.sched_setscheduler(tid, POLICIES[policy], os.sched_param(0))
+        except ProcessLookupError:  # the thread ended meanwhile
+            continue
+
+
+def parse_cpus(text: str, option: str, available: Iterable[int] | None = None) -> tuple[int, ...]:
+    """The CPUs of a Linux CPU list (``"1"``, ``"0-3,6"``), sorted; ``ValueError`` naming ``option``.
+
+    ``available``: the CPUs that may be named (default: those this process may run on).
+    """
+    allowed = sorted(os.sched_getaffinity(0) if available is None else available)
+    cpus: set[int] = set()
+    for part in text.split(","):
+        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if match is None:
+            raise ValueError(f"{option}: {part!r} is not a CPU or a range of CPUs (e.g. 0-3,6)")
+        first, last = int(match.group(1)), int(match.group(2) or match.group(1))
+        if last < first:
+            raise ValueError(f"{option}: the range {part.strip()!r} ends before it starts")
+        cpus.update(range(first, last + 1))
+    for cpu in sorted(cpus):
+        if cpu not in allowed:
+            raise ValueError(f"{option}: CPU {cpu} is not one this process may use ({_cpu_list(allowed)})")
+    return tuple(sorted(cpus))
+
+
+def _cpu_list(cpus: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``"0-2,5"``."""
+    runs: list[list[int]] = []
+    for cpu in cpus:
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def pin_to_cpus(cpus: Iterable[int]) -> None:
+    """Keep every thread of this process on ``cpus`` (nothing: leave them where they may run)."""
+    cpus = set(cpus)
+    if not cpus:
+        return
+    for tid in thread_ids():
+        try:
+            os.sched_setaffinity(tid, cpus)
         except ProcessLookupError:  # the thread ended meanwhile
             continue

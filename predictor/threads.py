@@ -21,6 +21,7 @@ True
 
 from __future__ import annotations
 
+import logging
 import os
 
 from threadpoolctl import ThreadpoolController
@@ -87,3 +88,9 @@ def restore_blas_threads(previous: dict[str, int]) -> None:
     for library in _controller().select(user_api="blas").lib_controllers:
         if library.filepath in previous:
             library.set_num_threads(previous[library.filepath])
+
+
+def log_blas_threads(logger: logging.Logger) -> None:
+    """Log the thread counts of the BLAS libraries loaded (``BLAS threads: 1``), as each server process starts."""
+    counts = sorted(set(blas_threads().values()))
+    logger.info("BLAS threads: %s", ",".join(map(str, counts)) or "no BLAS loaded")

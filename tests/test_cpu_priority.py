@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from predictor.cpu_priority import POLICIES, check_nice, check_policy, lower_priority
+from predictor.cpu_priority import POLICIES, check_nice, check_policy, lower_priority, parse_cpus, pin_to_cpus
 
 
 def _lower_then_wait(nice: int, policy: str, lowered, done) -> None:
@@ -70,3 +70,61 @@ def test_unknown_policy_is_refused_naming_the_option(policy):
     with pytest.raises(ValueError):
         lower_priority(3, policy)
     assert priorities(os.getpid()) == before  # nothing changed before the refusal
+
+
+def _pin_then_wait(cpus, pinned, done) -> None:
+    """In the child: start a thread, pin the process, start another, report, and wait."""
+    before = threading.Thread(target=done.wait)
+    before.start()
+    pin_to_cpus(cpus)
+    after = threading.Thread(target=done.wait)
+    after.start()
+    pinned.set()
+    done.wait(60)
+    before.join()
+    after.join()
+
+
+def test_every_thread_of_the_process_is_pinned():
+    cpus = {sorted(os.sched_getaffinity(0))[-1]}
+    context = multiprocessing.get_context("spawn")
+    pinned, done = context.Event(), context.Event()
+    child = context.Process(target=_pin_then_wait, args=(cpus, pinned, done))
+    child.start()
+    try:
+        assert pinned.wait(60)
+        tids = [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
+        assert len(tids) >= 3
+        assert {frozenset(os.sched_getaffinity(t)) for t in tids} == {frozenset(cpus)}
+    finally:
+        done.set()
+        child.join(60)
+    assert child.exitcode == 0
+
+
+def test_no_cpus_leaves_the_process_where_it_may_run():
+    before = os.sched_getaffinity(0)
+    pin_to_cpus(())
+    assert os.sched_getaffinity(0) == before
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "'' is not a CPU"), ("a", "'a' is not a CPU"), ("1-", "'1-' is not a CPU"), ("3-1", "ends before it starts"),
+    ("999", "CPU 999 is not one this process may use"),
+])
+def test_a_bad_cpu_list_is_refused_naming_the_option(text, message):
+    with pytest.raises(ValueError, match=rf"^--learner-cpus: .*{message}"):
+        parse_cpus(text, "--learner-cpus")
+
+
+def test_cpu_lists_and_ranges():
+    assert parse_cpus(" 0 - 1 ,3", "--worker-cpus", available=range(4)) == (0, 1, 3)
+    assert parse_cpus("2,2,1", "--worker-cpus", available=range(4)) == (1, 2)
+
+
+def test_serve_refuses_cpus_without_workers(capsys):
+    from predictor.rpc.serve import ServeOptions, serve
+    from predictor.service import ServiceConfig
+
+    assert serve(ServiceConfig(), ServeOptions(workers=1, learner_cpus=(0,))) == 2
+    assert "--learner-cpus and --worker-cpus need --workers 2" in capsys.readouterr().err

@@ -62,3 +62,14 @@ def test_the_server_process_reports_one_blas_thread(tmp_path) -> None:
     match = re.search(r"BLAS threads: (\S+)", server.output())
     assert match, server.output()
     assert match.group(1) == "1"
+
+
+def test_every_process_of_a_multi_process_server_reports_one_blas_thread(tmp_path) -> None:
+    """The learner and the workers are new interpreters (spawned): each limits BLAS itself, as the supervisor did."""
+    server = start_server(tmp_path, "--workers", "2")
+    server.stop()
+    output = server.output()
+    for role in ("learner-0", "worker-0", "worker-1"):
+        match = re.search(rf"{role} INFO BLAS threads: (\S+)", output)
+        assert match, output
+        assert match.group(1) == "1", role

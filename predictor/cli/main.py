@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from predictor import threads
@@ -67,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         threads.pin_blas_threads(args.blas_threads)
+        if args.blas_threads is not None:  # the processes it starts (predictor serve --workers N) limit theirs alike
+            os.environ[threads.ENV_VAR] = str(args.blas_threads)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130

@@ -11,11 +11,11 @@ import argparse
 import logging
 from typing import Any
 
-from predictor.cpu_priority import POLICIES
+from predictor.cpu_priority import POLICIES, parse_cpus
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
 from predictor.rpc.serve import ServeOptions, serve
 from predictor.service import ServiceConfig
-from predictor.threads import blas_threads
+from predictor.threads import log_blas_threads
 from predictor.topology import TopologyError, load_topology
 
 SERVE_EPILOG = """\
@@ -218,6 +218,15 @@ def register(subparsers: Any) -> None:
         "short, answers run before learning, and ingest takes what they leave; default 0)",
     )
     scale.add_argument(
+        "--learner-cpus", metavar="LIST", default="",
+        help="with --workers > 1: the CPUs the learner processes run on, a Linux CPU list (e.g. 2-3); with "
+        "--worker-cpus, learning never runs on an answering core (default: any CPU)",
+    )
+    scale.add_argument(
+        "--worker-cpus", metavar="LIST", default="",
+        help="with --workers > 1: the CPUs the answering workers run on (e.g. 0-1; default: any CPU)",
+    )
+    scale.add_argument(
         "--learner-policy", choices=tuple(POLICIES), default="normal",
         help="with --workers > 1: the learner processes' scheduling class: normal, batch (never preempts an "
         "answer that wakes up) or idle (runs only on cores the answers leave: under answer load that fills "
@@ -289,13 +298,24 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         shards=tuple(args.shard or ()),
         learner_nice=args.learner_nice,
         learner_policy=args.learner_policy,
+        learner_cpus=_cpus(args.learner_cpus, "--learner-cpus"),
+        worker_cpus=_cpus(args.worker_cpus, "--worker-cpus"),
         switch_interval_ms=args.switch_interval_ms,
     )
+
+
+def _cpus(text: str, option: str) -> tuple[int, ...]:
+    """The CPUs of ``option``'s list (none when empty); ``SystemExit`` naming the option otherwise."""
+    if not text:
+        return ()
+    try:
+        return parse_cpus(text, option)
+    except ValueError as exc:
+        raise SystemExit(f"predictor serve: error: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``predictor serve``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    counts = sorted(set(blas_threads().values()))
-    logging.getLogger("predictor.serve").info("BLAS threads: %s", ",".join(map(str, counts)) or "no BLAS loaded")
+    log_blas_threads(logging.getLogger("predictor.serve"))
     return serve(config_from_args(args), options_from_args(args))

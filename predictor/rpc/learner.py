@@ -23,7 +23,7 @@ from typing import Any
 
 import grpc
 
-from predictor.cpu_priority import lower_priority
+from predictor.cpu_priority import lower_priority, pin_to_cpus
 from predictor.rpc.forwarding import adopt_forwarded_caller
 from predictor.rpc.servicer import InterferenceServicer
 from predictor.service.answer_forwarding import AnswerReceiver
@@ -32,6 +32,7 @@ from predictor.service.core import Service
 from predictor.service.file_publisher import FilePublisher
 from predictor.service.shards import ShardMap
 from predictor.snapshot import SnapshotError
+from predictor.threads import log_blas_threads, pin_blas_threads
 
 log = logging.getLogger("predictor.serve")
 PR_SET_PDEATHSIG = 1
@@ -73,10 +74,14 @@ class LearnerServicer(InterferenceServicer):
         return self._published(super().ReportBatchQueued, request, context)
 
 
-def child_signals(stop: threading.Event) -> None:
-    """A child of the supervisor stops on SIGTERM (sent by it, in order, or by the kernel when the supervisor
+def start_child(stop: threading.Event) -> None:
+    """How a child of the supervisor starts. It stops on SIGTERM (sent by it, in order, or by the kernel when the supervisor
     dies) and ignores SIGINT (a terminal's ^C reaches the whole process group; the supervisor stops the
-    children itself)."""
+    children itself). It also limits BLAS as the command line did in the supervisor
+    (:func:`~predictor.threads.pin_blas_threads`: a child is a new interpreter, and OpenBLAS would
+    otherwise start a thread per core that spins beside every small update)."""
+    pin_blas_threads()
+    log_blas_threads(log)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with contextlib.suppress(OSError, AttributeError):  # Linux: SIGTERM when the parent dies
@@ -94,9 +99,10 @@ def run_learner(config: ServiceConfig, options: Any, shard: int, shards: ShardMa
 
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s learner-{shard} %(levelname)s %(message)s")
     stop = threading.Event()
-    child_signals(stop)
+    start_child(stop)
     # answers first when the CPUs are short (the workers keep niceness 0 and the normal class)
     lower_priority(options.learner_nice, options.learner_policy)
+    pin_to_cpus(options.learner_cpus)  # and, if given, on cores of their own
     service = Service(config)
     publisher = FilePublisher(service.state, folder, shard, shards, config.publish_every_s)
     server, _ = create_server(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from predictor.cpu_priority import check_nice, check_policy
+from predictor.cpu_priority import check_nice, check_policy, parse_cpus
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS, check_switch_interval_ms, switch_interval
 from predictor.service import fixed_point_kernel
 from predictor.service.config import ServiceConfig
@@ -64,6 +64,8 @@ class ServeOptions:
     shards: tuple[str, ...] = ()  # --shard: device kinds per learner (predictor.service.shards)
     learner_nice: int = 0  # the learner processes' niceness increment (--workers > 1)
     learner_policy: str = "normal"  # the learner processes' scheduling class (predictor.cpu_priority)
+    learner_cpus: tuple[int, ...] = ()  # the CPUs the learner processes run on (none: any)
+    worker_cpus: tuple[int, ...] = ()  # the CPUs the answering workers run on (none: any)
     switch_interval_ms: float = DEFAULT_SWITCH_INTERVAL_MS  # the GIL's switch interval (predictor.gil)
 
 
@@ -130,6 +132,9 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         check_switch_interval_ms(options.switch_interval_ms)
         check_nice(options.learner_nice)
         check_policy(options.learner_policy)
+        for option, cpus in (("--learner-cpus", options.learner_cpus), ("--worker-cpus", options.worker_cpus)):
+            if cpus:
+                parse_cpus(",".join(map(str, cpus)), option)  # CPUs this process may use
     except ValueError as exc:
         print(f"predictor serve: error: {exc}", file=sys.stderr)
         return 2
@@ -139,6 +144,10 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
     if options.shards and options.workers < 2:
         print("predictor serve: error: --shard needs --workers 2 or more (one process learns every kind)",
               file=sys.stderr)
+        return 2
+    if (options.learner_cpus or options.worker_cpus) and options.workers < 2:
+        print("predictor serve: error: --learner-cpus and --worker-cpus need --workers 2 or more (one process "
+              "learns and answers)", file=sys.stderr)
         return 2
     if options.workers > 1:
         from predictor.rpc.supervisor import serve_workers

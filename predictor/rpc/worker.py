@@ -25,8 +25,9 @@ from typing import Any
 
 import grpc
 
+from predictor.cpu_priority import pin_to_cpus
 from predictor.rpc.forwarding import caller_metadata
-from predictor.rpc.learner import child_signals, learner_socket
+from predictor.rpc.learner import learner_socket, start_child
 from predictor.rpc.protos import load
 from predictor.rpc.servicer import InterferenceServicer
 from predictor.service import fixed_point_kernel
@@ -218,9 +219,10 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
 
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s worker-{index} %(levelname)s %(message)s")
     stop = threading.Event()
-    child_signals(stop)
+    start_child(stop)
     # answers against the background loading of versions: a short GIL switch interval (predictor.gil)
     sys.setswitchinterval(options.switch_interval_ms / 1e3)
+    pin_to_cpus(options.worker_cpus)
     fixed_point_kernel.warm()  # before the first ranking, not during it
     credentials, policy = security_from_options(options)
     tracing = tracing_from_option(options.trace, options.trace_endpoint)
