@@ -18,6 +18,7 @@ import ray
 from predictor.records import parse_record
 from predictor.service import Service, ServiceConfig
 from predictor.service.published import ModelVersion
+from predictor.threads import pin_blas_threads
 
 
 class Learner:
@@ -32,6 +33,7 @@ class Learner:
     """
 
     def __init__(self, config: ServiceConfig | None = None, warm_start: str | None = None):
+        pin_blas_threads()  # an actor is a process of its own: BLAS limited as every entry point does
         self.service = Service(config or ServiceConfig())
         self.service.open(warm_start=warm_start)
 

@@ -33,6 +33,7 @@ from predictor.service import (
     Ranking,
     ServiceConfig,
 )
+from predictor.threads import pin_blas_threads
 
 log = logging.getLogger("predictor.ray_serve.service_app")
 
@@ -54,6 +55,7 @@ class ServiceReplica:
     def __init__(self, learner: str, config: ServiceConfig | None = None, refresh_s: float = 0.05):
         if not refresh_s > 0:
             raise ValueError(f"refresh_s must be > 0, got {refresh_s!r}")
+        pin_blas_threads()  # a replica is a process of its own: BLAS limited as every entry point does
         self.pinned = PinnedService(config)
         self.learner = learner_named(learner)
         self.refresh_s = refresh_s
