@@ -5,8 +5,8 @@ a millisecond of CPU per call in grpcio. On a machine of two cores those clients
 server they measure, so a server that scales with its cores shows little of it. ``h2load``
 (nghttp2's HTTP/2 load generator, Debian package ``nghttp2-client``) speaks the same HTTP/2 that
 gRPC runs on, in C: each client here is one ``h2load`` process with one connection and one call at a
-time (``-c 1 -m 1``), sending one pre-serialised request, framed as gRPC frames a message (a zero
-byte, the length in 4 bytes big-endian, the message), for a fixed duration.
+time (``-c 1 -m 1``), sending one pre-serialised request in gRPC's message framing (a zero byte,
+the length in 4 bytes big-endian, the message), for a fixed duration.
 
 ``h2load`` counts an HTTP status of 200 as a success, and gRPC answers an error with 200 too (the
 status in the trailers), so :func:`run` also reports the bytes of answer data per call: an error
