@@ -176,8 +176,8 @@ def test_kill_9_during_a_snapshot_restores_the_previous_snapshot_and_the_log(tmp
         server.kill()
     if not caught.is_set():
         pytest.skip("no snapshot was caught in flight (the machine was too fast or too busy)")
-    leftovers = list(state.glob(".service.snapshot.*.tmp"))
-    assert leftovers, "killed while a snapshot was being written: its temporary file is left"
+    if not list(state.glob(".service.snapshot.*.tmp")):  # the kill landed just after the snapshot's rename
+        pytest.skip("the snapshot seen in flight was finished before the kill landed (no temporary file left)")
     status, restored, output = restart_and_read(tmp_path, state, "restart")
     print(
         f"\nkill -9 during a snapshot: {acknowledged} acknowledged, {status.observations_learned} recovered "
