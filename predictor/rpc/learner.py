@@ -31,6 +31,7 @@ from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.service.file_publisher import FilePublisher
 from predictor.service.shards import ShardMap
+from predictor.service.warm import warm_ingest
 from predictor.snapshot import SnapshotError
 from predictor.threads import log_blas_threads, pin_blas_threads
 
@@ -103,6 +104,7 @@ def run_learner(config: ServiceConfig, options: Any, shard: int, shards: ShardMa
     # answers first when the CPUs are short (the workers keep niceness 0 and the normal class)
     lower_priority(options.learner_nice, options.learner_policy)
     pin_to_cpus(options.learner_cpus)  # and, if given, on cores of their own
+    warm_ingest(config)  # the first observation sent does not wait for the kernels to load
     service = Service(config)
     publisher = FilePublisher(service.state, folder, shard, shards, config.publish_every_s)
     server, _ = create_server(
