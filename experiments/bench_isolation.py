@@ -36,18 +36,16 @@ import signal
 import statistics
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from collectors.conditions import busy_cpu_seconds
 from experiments import bench_rpc, h2load_clients
 from experiments.bench_workers import differing_answers, start_server
 from experiments.common import ROOT, finish, start
-from experiments.cpu_accounting import tree_cpu_seconds
+from experiments.cpu_accounting import cpu_around
 from experiments.rpc_load import ClientPool
 from predictor.logio import read_records, write_records
 from predictor.rpc import convert
@@ -131,10 +129,9 @@ def measure_with_cpu(pool: ClientPool, server_pid: int, target: str, config: Con
                      stream: list[bytes] | None, records_per_message: float,
                      answer_sizes: list[int] | None = None) -> tuple[np.ndarray, float, float, float]:
     """:func:`measure`, and the cores the server's process tree and the whole machine kept busy meanwhile."""
-    server0, busy0, wall0 = tree_cpu_seconds(server_pid), busy_cpu_seconds(), time.perf_counter()
-    latencies, rate = measure(pool, target, config, queries, stream, records_per_message, answer_sizes)
-    wall = time.perf_counter() - wall0
-    return latencies, rate, (tree_cpu_seconds(server_pid) - server0) / wall, (busy_cpu_seconds() - busy0) / wall
+    (latencies, rate), window = cpu_around(
+        server_pid, lambda: measure(pool, target, config, queries, stream, records_per_message, answer_sizes))
+    return latencies, rate, window.tree_cores, window.busy_cores
 
 
 def main() -> None:

@@ -42,10 +42,9 @@ import grpc
 from rich.console import Console
 from rich.table import Table
 
-from collectors.conditions import busy_cpu_seconds
 from experiments import bench_rpc, h2load_clients
 from experiments.common import ROOT, finish, start
-from experiments.cpu_accounting import cpu_per_call_ms, tree_cpu_seconds
+from experiments.cpu_accounting import cpu_around, cpu_per_call_ms
 from experiments.rpc_load import ClientPool
 from predictor.logio import write_records
 from predictor.rpc.client import InterferenceClient
@@ -162,19 +161,16 @@ def main() -> None:
             for label, target in targets.items():
                 task = {"kind": "closed", "target": target, "path": METHOD_PREFIX + "PredictLatency",
                         "requests": requests, "duration_s": config.duration_s}
-                server_pid = servers[label][0].pid
-                server0, busy0, wall0 = tree_cpu_seconds(server_pid), busy_cpu_seconds(), time.perf_counter()
                 if config.client == "python":
-                    results = pool.run([task] * config.clients)
+                    results, window = cpu_around(servers[label][0].pid, lambda t=task: pool.run([t] * config.clients))
                 else:
-                    results = h2load_clients.run(target, task["path"], requests, config.clients, config.duration_s,
-                                                 answer_sizes)
-                wall_s = time.perf_counter() - wall0
-                server_s, busy_s = tree_cpu_seconds(server_pid) - server0, busy_cpu_seconds() - busy0
+                    results, window = cpu_around(servers[label][0].pid, lambda t=target: h2load_clients.run(
+                        t, METHOD_PREFIX + "PredictLatency", requests, config.clients, config.duration_s,
+                        answer_sizes))
                 if sum(r["errors"] for r in results):
                     raise RuntimeError(f"{label}: {sum(r['errors'] for r in results)} calls failed")
                 rates[label].append(sum(r["calls"] / r["elapsed"] for r in results))
-                accounts[label].append(CpuAccount.of(results, server_s, busy_s / wall_s))
+                accounts[label].append(CpuAccount.of(results, window.tree_s, window.busy_cores))
     finally:
         pool.close()
         for proc, _ in servers.values():

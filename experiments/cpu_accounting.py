@@ -10,7 +10,15 @@ workers and learners), so that a benchmark can print what each side spent per ca
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+from collectors.conditions import busy_cpu_seconds
+
+T = TypeVar("T")
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -57,3 +65,30 @@ def cpu_per_call_ms(cpu_seconds: float, calls: int) -> float:
     """CPU milliseconds per call (NaN without calls)."""
     return cpu_seconds / calls * 1e3 if calls else float("nan")
 
+
+
+@dataclass(frozen=True)
+class CpuWindow:
+    """The CPU seconds a process tree and the whole machine spent over ``wall_s`` seconds."""
+
+    tree_s: float
+    busy_s: float
+    wall_s: float
+
+    @property
+    def tree_cores(self) -> float:
+        """The cores the process tree kept busy on average."""
+        return self.tree_s / self.wall_s
+
+    @property
+    def busy_cores(self) -> float:
+        """The cores the whole machine kept busy on average."""
+        return self.busy_s / self.wall_s
+
+
+def cpu_around(pid: int, run: Callable[[], T]) -> tuple[T, CpuWindow]:
+    """``run()``'s result, and the CPU that ``pid``'s process tree and the machine spent while it ran."""
+    tree0, busy0, wall0 = tree_cpu_seconds(pid), busy_cpu_seconds(), time.perf_counter()
+    result = run()
+    wall = time.perf_counter() - wall0
+    return result, CpuWindow(tree_cpu_seconds(pid) - tree0, busy_cpu_seconds() - busy0, wall)

@@ -96,7 +96,6 @@ def parse_cpus(text: str, option: str, available: Iterable[int] | None = None) -
 
     ``available``: the CPUs that may be named (default: those this process may run on).
     """
-    allowed = sorted(os.sched_getaffinity(0) if available is None else available)
     cpus: set[int] = set()
     for part in text.split(","):
         match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
@@ -106,10 +105,17 @@ def parse_cpus(text: str, option: str, available: Iterable[int] | None = None) -
         if last < first:
             raise ValueError(f"{option}: the range {part.strip()!r} ends before it starts")
         cpus.update(range(first, last + 1))
-    for cpu in sorted(cpus):
+    return check_cpus(cpus, option, available)
+
+
+def check_cpus(cpus: Iterable[int], option: str, available: Iterable[int] | None = None) -> tuple[int, ...]:
+    """``cpus`` sorted, after checking each is one that may be named (``available``, default: those this
+    process may run on); ``ValueError`` naming ``option`` otherwise."""
+    allowed = sorted(os.sched_getaffinity(0) if available is None else available)
+    for cpu in sorted(set(cpus)):
         if cpu not in allowed:
             raise ValueError(f"{option}: CPU {cpu} is not one this process may use ({_cpu_list(allowed)})")
-    return tuple(sorted(cpus))
+    return tuple(sorted(set(cpus)))
 
 
 def _cpu_list(cpus: list[int]) -> str:

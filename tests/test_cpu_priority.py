@@ -128,3 +128,11 @@ def test_serve_refuses_cpus_without_workers(capsys):
 
     assert serve(ServiceConfig(), ServeOptions(workers=1, learner_cpus=(0,))) == 2
     assert "--learner-cpus and --worker-cpus need --workers 2" in capsys.readouterr().err
+
+
+def test_serve_refuses_a_cpu_this_process_may_not_use(capsys):
+    from predictor.rpc.serve import ServeOptions, serve
+    from predictor.service import ServiceConfig
+
+    assert serve(ServiceConfig(), ServeOptions(workers=2, worker_cpus=(0, 999))) == 2
+    assert "--worker-cpus: CPU 999 is not one this process may use" in capsys.readouterr().err

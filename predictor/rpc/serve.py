@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from predictor.cpu_priority import check_nice, check_policy, parse_cpus
+from predictor.cpu_priority import check_cpus, check_nice, check_policy
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS, check_switch_interval_ms, switch_interval
 from predictor.service import fixed_point_kernel
 from predictor.service.config import ServiceConfig
@@ -132,9 +132,8 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         check_switch_interval_ms(options.switch_interval_ms)
         check_nice(options.learner_nice)
         check_policy(options.learner_policy)
-        for option, cpus in (("--learner-cpus", options.learner_cpus), ("--worker-cpus", options.worker_cpus)):
-            if cpus:
-                parse_cpus(",".join(map(str, cpus)), option)  # CPUs this process may use
+        check_cpus(options.learner_cpus, "--learner-cpus")  # CPUs this process may use
+        check_cpus(options.worker_cpus, "--worker-cpus")
     except ValueError as exc:
         print(f"predictor serve: error: {exc}", file=sys.stderr)
         return 2
