@@ -20,6 +20,9 @@ judged against, both measured here, now, on the same input:
 * **PredictLatency** (one sequential client, p50) and **RankPlacements** with
   1,024 candidates (the classic and the packed request form) against a unary
   echo of the same request bytes returning a response of the same size;
+* the same two calls answered by the service's RPC layer alone (its server, interceptors and
+  error handling, answering a recorded response: :mod:`experiments.rpc_servers`), against the
+  same echo: the rest of the service's gap to the echo is computing the answer;
 * **overload**: the service started with a bounded in-flight limit, offered
   many concurrent calls at once: how many it refuses with ``RESOURCE_EXHAUSTED``
   and how fast the refusals come back;
@@ -214,6 +217,11 @@ def rpc_rows(settings: Settings) -> list[Row]:
                                          "unary": {k: v for k, v in canned.items() if k != "ReportObservations"},
                                          "streams": {"ReportObservations": canned["ReportObservations"]}})
         servers.append(echo)
+        # the service's RPC layer answering recorded responses: what is left of the gap to the echo
+        # is the answer's computation
+        layer = ServerProcess(service_main, {**spec, "warm_records": 0, "state_dir": None, "canned": {
+            k: canned[k] for k in ("PredictLatency", "RankPlacements")}})
+        servers.append(layer)
 
         def closed(server: ServerProcess, path: str, payloads: list[bytes]) -> dict:
             return bench_rpc.measure(pool, server, [{"kind": "closed", "path": path, "requests": payloads,
@@ -227,8 +235,12 @@ def rpc_rows(settings: Settings) -> list[Row]:
         for name in ("PredictLatency",):
             echo_r = best(lambda n=name: closed(echo, method_path(n), requests[n]), "p50_ms", True)
             svc_r = best(lambda n=name: closed(service, METHOD_PREFIX + n, requests[n]), "p50_ms", True)
+            layer_r = best(lambda n=name: closed(layer, METHOD_PREFIX + n, requests[n]), "p50_ms", True)
             rows.append(Row(f"{name} p50, 1 sequential client", svc_r["p50_ms"], "ms", "unary echo, same bytes",
                             echo_r["p50_ms"], higher_is_better=False, target="≤ 1.3×"))
+            rows.append(Row(f"{name} p50, recorded answer through the service's RPC layer", layer_r["p50_ms"],
+                            "ms", "unary echo, same bytes", echo_r["p50_ms"], higher_is_better=False,
+                            target="(the RPC layer alone)"))
         n = settings.candidates
         echo_r = best(lambda: closed(echo, method_path("RankPlacements"), requests["RankPlacements"]), "per_s", False)
         for label, payloads in (("classic", requests["RankPlacements"]), ("packed", packed)):
@@ -236,6 +248,10 @@ def rpc_rows(settings: Settings) -> list[Row]:
             rows.append(Row(f"RankPlacements {n} candidates ({label} form)", svc_r["per_s"] * n, "cand/s",
                             "unary echo of the classic request, same-size answer", echo_r["per_s"] * n,
                             target="≥ 500,000/s, ≥ 0.5×"))
+        layer_r = best(lambda: closed(layer, METHOD_PREFIX + "RankPlacements", packed), "per_s", False)
+        rows.append(Row(f"RankPlacements {n} candidates (packed form), recorded answer through the service's "
+                        "RPC layer", layer_r["per_s"] * n, "cand/s", "unary echo of the classic request, "
+                        "same-size answer", echo_r["per_s"] * n, target="(the RPC layer alone)"))
         stream = "ReportObservations (batched)"
         echo_r = best(lambda: bench_rpc.measure(pool, echo, [{"kind": "stream", "path": method_path(
             "ReportObservations"), "messages": requests[stream]}]), "per_s", False)

@@ -8,6 +8,11 @@ records so that answers come from a learned model with calibrated bounds.
 The echo (:mod:`experiments.echo_server`) answers canned responses of the same
 sizes as the service's, on the thread-pool server (``server="thread"``) or
 on ``grpc.aio`` (``"aio"``).
+
+A service spec with ``"canned"`` (method name -> a serialised response) answers those methods
+with the response, through everything else of the service's server: the request decoded, the
+interceptors (metrics, auth), the error wrapper and the thread pool. Against the echo it
+measures what the RPC layer costs; against the service, what computing the answer costs.
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ from typing import Any
 from experiments.cpu_accounting import process_cpu_seconds
 from experiments.echo_server import create_echo_aio_server, create_echo_server
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
+from predictor.rpc.errors import grpc_errors
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.protos import pb2
 from predictor.rpc.server import create_server, stop_server
+from predictor.rpc.servicer import InterferenceServicer
 from predictor.service import Service, ServiceConfig
 from predictor.service.synthetic import synthetic_records
 from predictor.threads import pin_blas_threads
@@ -53,12 +60,24 @@ def service_main(conn: Any, spec: dict) -> None:
 
     service = _build_service(spec)
     metrics = ServerMetrics(service) if spec["metrics"] else None
+    servicer = _canned_servicer(service, spec["canned"]) if spec.get("canned") else None
     server, port = create_server("127.0.0.1:0", service, metrics=metrics, max_workers=spec["max_workers"],
-                                 max_concurrent_rpcs=spec.get("max_concurrent_rpcs"))
+                                 max_concurrent_rpcs=spec.get("max_concurrent_rpcs"), servicer=servicer)
     server.start()
     conn.send(port)
     conn.recv()
     stop_server(server, service, grace=0.5)
+
+
+def _canned_servicer(service: Any, canned: dict[str, tuple[str, str, bytes]]) -> InterferenceServicer:
+    """The service's servicer with the methods of ``canned`` (name -> request type, response type,
+    serialised response) answering that response, wrapped in the servicer's error handling."""
+    messages = pb2()
+    methods = {}
+    for name, (_, response, payload) in canned.items():
+        answer = getattr(messages, response).FromString(payload)
+        methods[name] = grpc_errors(lambda self, request, context, answer=answer: answer)
+    return type("CannedServicer", (InterferenceServicer,), methods)(service)
 
 
 def _echo_methods(spec: dict) -> tuple[dict, dict]:
