@@ -19,7 +19,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from predictor.features import _RUNNER_SUMS, CO, COUNT, CROSS, SIGNAL, _batch_features, _model_sums
+import numpy as np
+
+from predictor.features import (
+    _RUNNER_SUMS,
+    CO,
+    COUNT,
+    CROSS,
+    SIGNAL,
+    _batch_features,
+    _model_sums,
+    _RowLayout,
+)
 from predictor.records import CoRunner, Record
 from predictor.rules import OUTCOME_SIGNALS
 
@@ -64,6 +75,41 @@ class FineProgram:
         for slot, own, co in self.crosses:
             values[slot] = own * values[co]
         return values
+
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The program as arrays, for the compiled quadratic
+        (:func:`~predictor.service.fixed_point_kernel.window_of`): the initial values; a row per
+        term, ``(slot, co-runner, step)`` (the step its multiplier, 1 for the overlap itself); a
+        row per cross, ``(slot, own value, source slot)``."""
+        terms = [(slot, runner, 1.0 if multiplier is None else multiplier) for slot, runner, multiplier in self.terms]
+        return (np.array(self.initial, dtype=float), np.array(terms, dtype=float).reshape(-1, 3),
+                np.array(self.crosses, dtype=float).reshape(-1, 3))
+
+
+@dataclass(frozen=True, eq=False)
+class WindowForm:
+    """A single query's answer as a function of the overlaps of its co-runners given by remaining
+    time, for the compiled fixed point (:func:`~predictor.service.fixed_point_kernel.window_of`):
+    a linear model's ``intercept + weights @ x`` over the features ``x`` of the record's
+    :class:`FineProgram` (its interaction features where ``layout`` is given), mapped to a
+    latency as :class:`~predictor.predictors.base.QuadraticLatencies` maps it.
+
+    ``moving``: the co-runners given by remaining time, ``remaining``: their remaining ms;
+    ``overlaps``: every co-runner's overlap (the moving ones' unused).
+    """
+
+    program: FineProgram
+    layout: _RowLayout | None
+    intercept: float
+    weights: np.ndarray
+    overlaps: tuple[float, ...]
+    moving: tuple[int, ...]
+    remaining: tuple[float, ...]
+    solo: float
+    low: float
+    high: float
+    log_target: bool
 
 
 def fine_program(record: Record, overlaps: Sequence[float] | None = None) -> FineProgram | None:

@@ -14,7 +14,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from predictor.colocations import CoLocations
 from predictor.features import OverlapQuadratic
 from predictor.records import Record
 from predictor.solo_profile import SoloProfile
+
+if TYPE_CHECKING:
+    from predictor.window_features import WindowForm
 
 MIN_SLOWDOWN = 0.05
 MAX_SLOWDOWN = 100.0
@@ -122,6 +125,13 @@ class LatencyPredictor(ABC):
 
         ``None`` (the default): the predictor has no such path; the caller predicts each window's record.
         """
+        return None
+
+    def window_form(self, record: Record, remaining_ms: Sequence[float | None]) -> WindowForm | None:
+        """:meth:`window_latency` as data a compiled fixed point reads
+        (:class:`~predictor.window_features.WindowForm`: the answer a quadratic of the moving
+        co-runners' overlaps; the same numbers up to rounding). ``None`` (the default): the
+        predictor has none; the caller asks :meth:`window_latency`."""
         return None
 
     def predict_many(self, records: list[Record]) -> list[float]:

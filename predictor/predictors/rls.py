@@ -32,7 +32,7 @@ from predictor.features import (
 from predictor.predictors.base import LatencyPredictor, QuadraticLatencies, clipped_latencies
 from predictor.records import Record
 from predictor.regressors.rls import RLS
-from predictor.window_features import at_window, fine_program, overlap_at
+from predictor.window_features import WindowForm, at_window, fine_program, overlap_at
 
 if TYPE_CHECKING:
     from river.drift import ADWIN
@@ -186,9 +186,12 @@ class RlsPredictor(LatencyPredictor):
         value = model.predict_vector(model.vectorize_row(*self._features(record), grow=False))
         return math.exp(min(value, 10.0)) if self.log_target else value
 
-    def window_latency(self, record: Record, remaining_ms: Sequence[float | None]) -> Callable[[float], float] | None:
-        """See the base class: the record's fine features as a function of the overlaps
-        (:func:`~predictor.window_features.fine_program`), its model's columns looked up once."""
+    def _window_program(self, record: Record, remaining_ms: Sequence[float | None]) -> tuple | None:
+        """What :meth:`window_latency` and :meth:`window_form` follow the record by: its model, the
+        moving co-runners ``(index, remaining ms)``, the overlaps (the moving ones at their
+        remaining ms: zero exactly where every window's overlap is), its :class:`FineProgram`,
+        the interaction layout (``None`` for the fine features) and the feature names; ``None``
+        where the predictor has no such path."""
         if (self.features not in ("fine", "interactions") or type(self).predict_slowdown is not RlsPredictor.predict_slowdown
                 or type(self).predict_many is not LatencyPredictor.predict_many
                 or type(self).predict_one is not LatencyPredictor.predict_one):
@@ -206,7 +209,30 @@ class RlsPredictor(LatencyPredictor):
         layout = row_layout(program.names, record.batch.model) if self.features == "interactions" else None
         if self.features == "interactions" and layout is None:
             return None
-        names = program.names if layout is None else layout.names
+        return model, moving, overlaps, program, layout, program.names if layout is None else layout.names
+
+    def window_form(self, record: Record, remaining_ms: Sequence[float | None]) -> WindowForm | None:
+        """See the base class: the record's :class:`FineProgram` with its model's weight per
+        feature (:meth:`RLS.row_coefficients <predictor.regressors.rls.RLS.row_coefficients>`)."""
+        found = self._window_program(record, remaining_ms)
+        if found is None:
+            return None
+        model, moving, overlaps, program, layout, names = found
+        coefficients = model.row_coefficients(names)
+        if coefficients is None:
+            return None
+        low, high = self._slowdown_range
+        return WindowForm(program, layout, coefficients[0], coefficients[1], tuple(overlaps),
+                          tuple(i for i, _ in moving), tuple(ms for _, ms in moving), self.solo_latency(record),
+                          low, high, self.log_target)
+
+    def window_latency(self, record: Record, remaining_ms: Sequence[float | None]) -> Callable[[float], float] | None:
+        """See the base class: the record's fine features as a function of the overlaps
+        (:func:`~predictor.window_features.fine_program`), its model's columns looked up once."""
+        found = self._window_program(record, remaining_ms)
+        if found is None:
+            return None
+        model, moving, overlaps, program, layout, names = found
         solo, log_target = self.solo_latency(record), self.log_target
         predict = model.row_predictor(names) or (
             lambda values: model.predict_vector(model.vectorize_row(names, values, grow=False)))

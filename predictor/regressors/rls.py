@@ -338,6 +338,21 @@ class RLS:
 
         return predict
 
+    def row_coefficients(self, names: tuple[str, ...]) -> tuple[float, np.ndarray] | None:
+        """The prediction of a row of ``names`` as ``intercept + coefficients @ values`` (each
+        known name's weight over its column's scale, 0 for a name the model does not know): what
+        :meth:`row_predictor` computes, the terms summed in another order. ``None`` where
+        :meth:`row_predictor` is."""
+        if not self.__dict__.get("_all_scaled", False):
+            return None
+        positions, known = self.index.positions(names)
+        size = self.index.size
+        per_column = self.predicting_weights()[:size] / self._column_scale[:size]
+        coefficients = per_column[positions]
+        if known is not None:
+            coefficients[~known] = 0.0
+        return float(per_column[0]), coefficients
+
     def predict_vector(self, vector: np.ndarray) -> float:
         """Prediction for a scaled vector from :meth:`vectorize`."""
         return float(vector @ self.predicting_weights()[: vector.size])

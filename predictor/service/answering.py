@@ -552,11 +552,17 @@ class Answering:
         monotone construction over the one row (whose terms are computed once)."""
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
         if per_record:
-            # the record's features as a function of the window where the predictor has one (the
-            # same numbers), else each window's record predicted
-            predict_record = predictor.window_latency(planned.record, planned.remaining_ms) or (
-                lambda window: float(predictor.predict_many([planned.at_window(window)])[0]))
-            found = monotone.fixed_point_one(predict_record, solo, high, low)
+            form = predictor.window_form(planned.record, planned.remaining_ms)
+            if form is not None:  # the answer a quadratic of the moving overlaps, its search compiled
+                from predictor.service import fixed_point_kernel  # numba, imported where first needed
+
+                found = fixed_point_kernel.window_of(form, solo, high, low)
+            else:
+                # the record's features as a function of the window where the predictor has one
+                # (the same numbers), else each window's record predicted
+                predict_record = predictor.window_latency(planned.record, planned.remaining_ms) or (
+                    lambda window: float(predictor.predict_many([planned.at_window(window)])[0]))
+                found = monotone.fixed_point_one(predict_record, solo, high, low)
             # the one row at the window found: the overlaps Plan.at_window gives, on floats
             return _row_of(planned.at_window(found)), np.array([found])
         plan = Plan.of([planned])

@@ -22,8 +22,10 @@ import math
 import numpy as np
 from numba import njit
 
+from predictor.features import OverlapQuadratic
 from predictor.predictors.base import QuadraticLatencies
 from predictor.service.monotone import grid
+from predictor.window_features import FineProgram, WindowForm
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -110,10 +112,106 @@ def fixed_points(latencies: QuadraticLatencies, remaining: np.ndarray, solo: flo
     return np.exp(grid_low + scale * out)
 
 
-def warm() -> None:
-    """Compile the kernel now (or load it from the disk cache), on a two-row problem."""
-    from predictor.features import OverlapQuadratic
+@njit(cache=True, nogil=True)
+def _window_coefficients(initial, terms, crosses, moving_of, overlaps, left, right, keys, weights, intercept, k,
+                         out):  # pragma: no cover
+    """``out`` = the coefficients (constant, ``k`` linear, ``k * k`` quadratic; the layout of
+    :class:`~predictor.features.OverlapQuadratic`) of ``intercept + weights @ x`` as a quadratic of
+    the ``k`` moving overlaps: ``x`` the features of a :class:`~predictor.window_features.FineProgram`
+    (:meth:`~predictor.window_features.FineProgram.arrays`), and with a layout (``left``,
+    ``right``, ``keys`` not empty) their pairwise products and crossed copies after them.
+    ``moving_of[runner]``: the moving index of a co-runner (-1: at ``overlaps[runner]``)."""
+    n = initial.size
+    affine = np.zeros((n, 1 + k))  # each fine feature: its value with the moving overlaps at 0, its slopes
+    for i in range(n):
+        affine[i, 0] = initial[i]
+    for t in range(terms.shape[0]):  # the sums, in the program's order
+        slot, runner, step = int(terms[t, 0]), int(terms[t, 1]), terms[t, 2]
+        j = moving_of[runner]
+        if j < 0:
+            affine[slot, 0] += overlaps[runner] * step
+        else:
+            affine[slot, 1 + j] += step
+    for c in range(crosses.shape[0]):
+        slot, own, source = int(crosses[c, 0]), crosses[c, 1], int(crosses[c, 2])
+        for m in range(1 + k):
+            affine[slot, m] = own * affine[source, m]
+    square = np.zeros((1 + k, 1 + k))  # the answer is z' square z, z = [1, o]
+    for i in range(n):
+        for m in range(1 + k):
+            square[0, m] += weights[i] * affine[i, m]
+    pairs = left.size
+    for q in range(pairs):
+        w = weights[n + q]
+        for a in range(1 + k):
+            wa = w * affine[left[q], a]
+            for b in range(1 + k):
+                square[a, b] += wa * affine[right[q], b]
+    for q in range(keys.size):
+        w = weights[n + pairs + q]
+        for m in range(1 + k):
+            square[0, m] += w * affine[keys[q], m]
+    out[0] = square[0, 0] + intercept
+    for a in range(k):
+        out[1 + a] = square[0, 1 + a] + square[1 + a, 0]
+        for b in range(k):
+            out[1 + k + a * k + b] = square[1 + a, 1 + b]
 
+
+@njit(cache=True, nogil=True)
+def _window_search(initial, terms, crosses, moving_of, overlaps, left, right, keys, weights, intercept, remaining,
+                   solo, low, high, log_target, grid_low, scale, points, solo_grid, grid_min, grid_max
+                   ):  # pragma: no cover
+    """The grid index of a single query's fixed point: its quadratic, then :func:`_search` on it."""
+    k = remaining.size
+    coefficients = np.empty((1 + k + k * k, 1))
+    _window_coefficients(initial, terms, crosses, moving_of, overlaps, left, right, keys, weights, intercept, k,
+                         coefficients[:, 0])
+    out = np.empty(1, dtype=np.int64)
+    _search(coefficients, remaining.reshape(k, 1), solo, low, high, log_target, grid_low, scale, points,
+            solo_grid, grid_min, grid_max, out)
+    return out[0]
+
+
+_NO_INDEX = np.zeros(0, dtype=np.intp)
+
+
+def _form_arguments(form: WindowForm) -> tuple:
+    """The compiled functions' arguments of the program, overlaps, layout and weights of ``form``."""
+    moving_of = [-1] * len(form.overlaps)
+    for j, runner in enumerate(form.moving):
+        moving_of[runner] = j
+    layout = form.layout
+    left, right, keys = (_NO_INDEX,) * 3 if layout is None else (layout.left, layout.right, layout.keys)
+    return (*form.program.arrays(), np.array(moving_of, dtype=np.intp), np.array(form.overlaps, dtype=float),
+            left, right, keys, form.weights, form.intercept)
+
+
+def window_coefficients(form: WindowForm) -> np.ndarray:
+    """The single query's answer as the coefficients of a quadratic of its moving co-runners'
+    overlaps (one column of :class:`~predictor.features.OverlapQuadratic`'s): the same numbers as its
+    features' dot product with the weights, up to rounding (tested)."""
+    k = len(form.moving)
+    out = np.empty(1 + k + k * k)
+    _window_coefficients(*_form_arguments(form), k, out)
+    return out
+
+
+def window_of(form: WindowForm, solo: float, high: float, low: float) -> float:
+    """The single query's window at its fixed point: :func:`~predictor.service.monotone.fixed_point_one`'s
+    grid point over ``solo * [low, high]``, searched (compiled, in one call) on the quadratic of
+    :func:`window_coefficients`."""
+    grid_low, scale, points = grid(solo, high, low)
+    index = _window_search(*_form_arguments(form), np.array(form.remaining, dtype=float), form.solo, form.low,
+                           form.high, form.log_target, grid_low, scale, points, solo, solo * low, solo * high)
+    return float(np.exp(grid_low + scale * index))
+
+
+def warm() -> None:
+    """Compile the kernels now (or load them from the disk cache), on a two-row problem and a
+    single query's quadratic."""
     rows = QuadraticLatencies(OverlapQuadratic.of(np.zeros((1, 2), dtype=np.intp), np.zeros(2), np.ones((1, 2)),
                                                   np.zeros((1, 1, 2))), 1.0, 0.5, 2.0, True)
     fixed_points(rows, np.ones((1, 2)), 1.0, 2.0, 0.5)
+    program = FineProgram(("own", "co"), (1.0, 0.0), ((1, 0, None),), (), (False,))
+    window_of(WindowForm(program, None, 0.0, np.ones(2), (0.5,), (0,), (3.0,), 1.0, 0.5, 2.0, True), 1.0, 2.0, 0.5)
