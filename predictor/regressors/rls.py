@@ -49,6 +49,7 @@ from scipy.linalg.blas import dsymv, dsyr
 
 from predictor.contention import is_contention
 from predictor.regressors.feature_index import FeatureIndex
+from predictor.regressors.pinned import find_gain
 
 RESCALE_ABOVE = 1e12
 MAX_MAGNITUDE = 1e100
@@ -274,48 +275,16 @@ class RLS:
         return weights
 
     def _find_gain(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The pinned set ``A`` of the projection and its gain ``P[:, A] P[A, A]^-1``.
+        """The pinned set ``A`` of the projection (ascending) and its gain ``P[:, A] P[A, A]^-1``.
 
-        The search needs only the moved weights ``w - P[:, A] P[A, A]^-1 w[A]`` (one solve with one
-        right-hand side per candidate set); the gain is computed once, for the set found, and only
-        on the rows outside it (its rows in ``A`` are the identity's: the projection sets ``w[A]`` to 0
-        whatever they hold). The compiled kernel (:func:`predictor.regressors.rls_kernel._find_gain`)
-        follows the same steps.
+        :func:`predictor.regressors.pinned.find_gain` of the current covariance and weights: the
+        search needs only the moved weights ``w - P[:, A] P[A, A]^-1 w[A]`` (one right-hand side per
+        candidate set) from a Cholesky factor of ``P[A, A]`` extended as ``A`` grows; the gain is
+        computed once, for the set found, from that factor, and only on the rows outside it (its
+        rows in ``A`` are the identity's). The compiled kernel
+        (:func:`predictor.regressors.gain_kernel.find_gain`) follows the same steps.
         """
-        weights = self._weights
-        active = np.flatnonzero(mask & (weights < 0))
-        none = (np.zeros(0, dtype=np.intp), np.zeros((weights.size, 0)))
-        if not active.size:
-            return none
-        covariance = self.covariance
-        pinned = None
-        for _ in range(8):
-            try:
-                solved = np.linalg.solve(covariance[np.ix_(active, active)], weights[active])
-            except np.linalg.LinAlgError:
-                break
-            if not np.isfinite(solved).all():
-                break
-            pinned = active
-            moved = weights - covariance[:, active] @ solved
-            moved[active] = 0.0
-            more = np.flatnonzero(mask & (moved < 0))
-            if not more.size:
-                break
-            active = np.union1d(active, more)
-        if pinned is None:
-            return none
-        free = np.setdiff1d(np.arange(weights.size), pinned)
-        try:
-            rows = np.linalg.solve(covariance[np.ix_(pinned, pinned)], covariance[np.ix_(pinned, free)])
-        except np.linalg.LinAlgError:
-            return none
-        if not np.isfinite(rows).all():
-            return none
-        matrix = np.zeros((weights.size, pinned.size))
-        matrix[free] = rows.T
-        matrix[pinned, np.arange(pinned.size)] = 1.0
-        return pinned, matrix
+        return find_gain(self.covariance, self._weights, mask)
 
     def row_predictor(self, names: tuple[str, ...]) -> Callable[[np.ndarray], float] | None:
         """``predict_vector(vectorize_row(names, values, grow=False))`` as a function of ``values``,
