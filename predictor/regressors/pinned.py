@@ -32,7 +32,8 @@ Examples
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import cholesky, solve_triangular
+from scipy.linalg.blas import dtrsm, dtrsv
+from scipy.linalg.lapack import dpotrf
 
 ROUNDS = 8
 """The most candidate sets the search tries."""
@@ -64,26 +65,29 @@ def find_gain(covariance: np.ndarray, weights: np.ndarray, mask: np.ndarray) -> 
     lower, forward = np.zeros((0, 0)), np.zeros(0)
     found = 0
     for _ in range(ROUNDS if new.size else 0):
-        try:
-            lower, forward = _bordered(lower, forward, covariance, order, new, weights)
-        except np.linalg.LinAlgError:  # numerically singular: keep the last set found
+        grown = _bordered(lower, forward, covariance, order, new, weights)
+        if grown is None:  # numerically singular: keep the last set found
             break
+        lower, forward = grown
         order = np.concatenate([order, new])
-        solved = solve_triangular(lower, forward, lower=True, trans="T", check_finite=False)
+        solved = dtrsv(lower, forward, lower=1, trans=1)
         if not np.isfinite(solved).all():
             break
         found = order.size
-        moved = weights - covariance[:, order] @ solved
+        spread = np.zeros(size)
+        spread[order] = solved
+        moved = weights - covariance @ spread
         moved[order] = 0.0
         new = np.flatnonzero(mask & (moved < 0))
         if not new.size:
             break
     if not found:
         return none
-    pinned, lower = order[:found], lower[:found, :found]
-    free = np.setdiff1d(np.arange(size), pinned)
-    half = solve_triangular(lower, covariance[np.ix_(pinned, free)], lower=True, check_finite=False)
-    rows = solve_triangular(lower, half, lower=True, trans="T", check_finite=False)
+    pinned, lower = order[:found], np.asfortranarray(lower[:found, :found])
+    outside = np.ones(size, dtype=bool)
+    outside[pinned] = False
+    free = np.flatnonzero(outside)
+    rows = dtrsm(1.0, lower, dtrsm(1.0, lower, covariance[np.ix_(pinned, free)], lower=1), lower=1, trans_a=1)
     if not np.isfinite(rows).all():
         return none
     ascending = np.argsort(pinned)
@@ -94,18 +98,19 @@ def find_gain(covariance: np.ndarray, weights: np.ndarray, mask: np.ndarray) -> 
 
 
 def _bordered(lower: np.ndarray, forward: np.ndarray, covariance: np.ndarray, order: np.ndarray,
-              new: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+              new: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """The Cholesky factor of ``P`` on ``order`` then ``new`` from ``lower`` (on ``order``), and
-    ``L^-1 w`` on them from ``forward``; raises ``LinAlgError`` where the new block is not
-    positive definite."""
+    ``L^-1 w`` on them from ``forward``; ``None`` where the new block is not positive definite."""
     known, added = order.size, new.size
     cross = np.zeros((0, added))
     if known:
-        cross = solve_triangular(lower, covariance[np.ix_(order, new)], lower=True, check_finite=False)
-    corner = cholesky(covariance[np.ix_(new, new)] - cross.T @ cross, lower=True, check_finite=False)
-    grown = np.zeros((known + added, known + added))
+        cross = dtrsm(1.0, lower, covariance[np.ix_(order, new)], lower=1)
+    corner, info = dpotrf(covariance[np.ix_(new, new)] - cross.T @ cross, lower=1, clean=1)
+    if info:
+        return None
+    grown = np.zeros((known + added, known + added), order="F")
     grown[:known, :known] = lower
     grown[known:, :known] = cross.T
     grown[known:, known:] = corner
-    tail = solve_triangular(corner, weights[new] - cross.T @ forward, lower=True, check_finite=False)
+    tail = dtrsv(corner, weights[new] - cross.T @ forward, lower=1)
     return grown, np.concatenate([forward, tail])

@@ -41,6 +41,7 @@ Examples
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Callable, Mapping
 
@@ -56,6 +57,14 @@ MAX_MAGNITUDE = 1e100
 SCALE_FLOOR = 1e-3
 PROJECT_EVERY = 32
 """Updates between two searches of the non-negativity projection's pinned set (see :meth:`RLS.predicting_weights`)."""
+
+
+@functools.lru_cache(maxsize=8)
+def _upper_mask(size: int) -> np.ndarray:
+    """Where a ``size x size`` matrix's upper triangle (the diagonal included) lies (read only)."""
+    mask = np.triu(np.ones((size, size), dtype=bool))
+    mask.flags.writeable = False
+    return mask
 
 
 class RLS:
@@ -147,8 +156,9 @@ class RLS:
     @property
     def covariance(self) -> np.ndarray:
         """``P`` over the scaled features, as a full symmetric matrix (a copy)."""
-        upper = np.triu(self._s)
-        return self._scale * (upper + np.triu(upper, 1).T)
+        full = np.where(_upper_mask(self._s.shape[0]), self._s, self._s.T)
+        full *= self._scale
+        return full
 
     @property
     def trace_bound(self) -> float:
