@@ -4,10 +4,12 @@
 for the search and the bordered Cholesky factor), step for step, on the state the compiled RLS
 run holds (:mod:`predictor.regressors.rls_kernel`): the upper triangle of ``S`` and its scale
 ``c``, the gain written into a preallocated array. The factor is kept as ``U = L'`` in a
-row-major array, so that every inner loop is an update of independent entries along a
-contiguous row (the triangular solves run over all right-hand sides at once), never a
-running sum: in strict IEEE order (no ``fastmath``) a sum is one chain of dependent additions,
-while independent updates pipeline and vectorise.
+row-major array, and every inner loop is an update of independent entries (``y -= a x`` over a
+view, from index 0: :func:`_subtract`), never a running sum: in strict IEEE order (no
+``fastmath``) a sum is one chain of dependent additions, while independent updates pipeline and
+vectorise. The gain's two triangular solves run over all its right-hand sides at once, four rows
+of the factor a pass (:func:`_solve_rows`); on the default replay's state (192 columns, 113
+pinned) the whole search takes ~290 µs against ~820 µs for the fresh LU solves it replaced.
 
 Compiled on first use and cached on disk (``cache=True``).
 """
@@ -166,9 +168,10 @@ def find_gain(s, c, w, mask, pinned, gain):  # pragma: no cover
     forward = np.empty(d)
     solved = np.empty(d)
     moved = np.empty(d)
+    column = np.empty(d)
     known = found = 0
     for _ in range(ROUNDS):
-        if not _border(covariance, upper, order, known, new, added, moved):
+        if not _border(covariance, upper, order, known, new, added, column):
             break  # numerically singular: keep the last set found
         total = known + added
         for a in range(known, total):
