@@ -41,6 +41,7 @@ Examples
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Callable, Mapping
 
@@ -49,12 +50,21 @@ from scipy.linalg.blas import dsymv, dsyr
 
 from predictor.contention import is_contention
 from predictor.regressors.feature_index import FeatureIndex
+from predictor.regressors.pinned import find_gain
 
 RESCALE_ABOVE = 1e12
 MAX_MAGNITUDE = 1e100
 SCALE_FLOOR = 1e-3
 PROJECT_EVERY = 32
 """Updates between two searches of the non-negativity projection's pinned set (see :meth:`RLS.predicting_weights`)."""
+
+
+@functools.lru_cache(maxsize=8)
+def _upper_mask(size: int) -> np.ndarray:
+    """Where a ``size x size`` matrix's upper triangle (the diagonal included) lies (read only)."""
+    mask = np.triu(np.ones((size, size), dtype=bool))
+    mask.flags.writeable = False
+    return mask
 
 
 class RLS:
@@ -146,8 +156,9 @@ class RLS:
     @property
     def covariance(self) -> np.ndarray:
         """``P`` over the scaled features, as a full symmetric matrix (a copy)."""
-        upper = np.triu(self._s)
-        return self._scale * (upper + np.triu(upper, 1).T)
+        full = np.where(_upper_mask(self._s.shape[0]), self._s, self._s.T)
+        full *= self._scale
+        return full
 
     @property
     def trace_bound(self) -> float:
@@ -274,48 +285,16 @@ class RLS:
         return weights
 
     def _find_gain(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The pinned set ``A`` of the projection and its gain ``P[:, A] P[A, A]^-1``.
+        """The pinned set ``A`` of the projection (ascending) and its gain ``P[:, A] P[A, A]^-1``.
 
-        The search needs only the moved weights ``w - P[:, A] P[A, A]^-1 w[A]`` (one solve with one
-        right-hand side per candidate set); the gain is computed once, for the set found, and only
-        on the rows outside it (its rows in ``A`` are the identity's: the projection sets ``w[A]`` to 0
-        whatever they hold). The compiled kernel (:func:`predictor.regressors.rls_kernel._find_gain`)
-        follows the same steps.
+        :func:`predictor.regressors.pinned.find_gain` of the current covariance and weights: the
+        search needs only the moved weights ``w - P[:, A] P[A, A]^-1 w[A]`` (one right-hand side per
+        candidate set) from a Cholesky factor of ``P[A, A]`` extended as ``A`` grows; the gain is
+        computed once, for the set found, from that factor, and only on the rows outside it (its
+        rows in ``A`` are the identity's). The compiled kernel
+        (:func:`predictor.regressors.gain_kernel.find_gain`) follows the same steps.
         """
-        weights = self._weights
-        active = np.flatnonzero(mask & (weights < 0))
-        none = (np.zeros(0, dtype=np.intp), np.zeros((weights.size, 0)))
-        if not active.size:
-            return none
-        covariance = self.covariance
-        pinned = None
-        for _ in range(8):
-            try:
-                solved = np.linalg.solve(covariance[np.ix_(active, active)], weights[active])
-            except np.linalg.LinAlgError:
-                break
-            if not np.isfinite(solved).all():
-                break
-            pinned = active
-            moved = weights - covariance[:, active] @ solved
-            moved[active] = 0.0
-            more = np.flatnonzero(mask & (moved < 0))
-            if not more.size:
-                break
-            active = np.union1d(active, more)
-        if pinned is None:
-            return none
-        free = np.setdiff1d(np.arange(weights.size), pinned)
-        try:
-            rows = np.linalg.solve(covariance[np.ix_(pinned, pinned)], covariance[np.ix_(pinned, free)])
-        except np.linalg.LinAlgError:
-            return none
-        if not np.isfinite(rows).all():
-            return none
-        matrix = np.zeros((weights.size, pinned.size))
-        matrix[free] = rows.T
-        matrix[pinned, np.arange(pinned.size)] = 1.0
-        return pinned, matrix
+        return find_gain(self.covariance, self._weights, mask)
 
     def row_predictor(self, names: tuple[str, ...]) -> Callable[[np.ndarray], float] | None:
         """``predict_vector(vectorize_row(names, values, grow=False))`` as a function of ``values``,
