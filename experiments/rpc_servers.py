@@ -31,7 +31,7 @@ from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.protos import pb2
 from predictor.rpc.server import create_server, stop_server
 from predictor.rpc.servicer import InterferenceServicer
-from predictor.service import Service, ServiceConfig
+from predictor.service import Service, ServiceConfig, fixed_point_kernel
 from predictor.service.synthetic import synthetic_records
 from predictor.threads import pin_blas_threads
 
@@ -59,6 +59,7 @@ def service_main(conn: Any, spec: dict) -> None:
     sys.setswitchinterval(spec.get("switch_interval_s") or DEFAULT_SWITCH_INTERVAL_MS / 1e3)
 
     service = _build_service(spec)
+    fixed_point_kernel.warm()  # as `predictor serve` does: compiled before the first answer, not during it
     metrics = ServerMetrics(service) if spec["metrics"] else None
     servicer = _canned_servicer(service, spec["canned"]) if spec.get("canned") else None
     server, port = create_server("127.0.0.1:0", service, metrics=metrics, max_workers=spec["max_workers"],

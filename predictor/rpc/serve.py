@@ -162,7 +162,7 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
     from predictor.rpc.metrics import ServerMetrics  # grpc: not at CLI parse
     from predictor.rpc.server import stop_server  # grpc: not at CLI parse
 
-    fixed_point_kernel.warm()  # before the first ranking, not during it
+    fixed_point_kernel.warm()  # before the first ranking or moving query, not during it
     service = Service(config)
     metrics = ServerMetrics(service)
     server, port = public_server(options, f"{options.host}:{options.port}", service, metrics,

@@ -223,7 +223,7 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
     # answers against the background loading of versions: a short GIL switch interval (predictor.gil)
     sys.setswitchinterval(options.switch_interval_ms / 1e3)
     pin_to_cpus(options.worker_cpus)
-    fixed_point_kernel.warm()  # before the first ranking, not during it
+    fixed_point_kernel.warm()  # before the first ranking or moving query, not during it
     credentials, policy = security_from_options(options)
     tracing = tracing_from_option(options.trace, options.trace_endpoint)
     service = worker_service(config, folder, shards, answers)  # answers: the learners' queues (admission linking)
