@@ -76,7 +76,6 @@ class FineProgram:
             values[slot] = own * values[co]
         return values
 
-
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The program as arrays, for the compiled quadratic
         (:func:`~predictor.service.fixed_point_kernel.window_of`): the initial values; a row per
