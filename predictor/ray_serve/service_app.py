@@ -56,6 +56,9 @@ class ServiceReplica:
         if not refresh_s > 0:
             raise ValueError(f"refresh_s must be > 0, got {refresh_s!r}")
         pin_blas_threads()  # a replica is a process of its own: BLAS limited as every entry point does
+        from predictor.service import fixed_point_kernel  # numba: loaded here, not by the first answer
+
+        fixed_point_kernel.warm()  # as predictor serve does, before the first ranking or moving query
         self.pinned = PinnedService(config)
         self.learner = learner_named(learner)
         self.refresh_s = refresh_s
