@@ -10,6 +10,12 @@ column-wise search (:func:`~predictor.service.monotone.fixed_point_rows`) pays a
 array operations. The grid points' windows are computed by NumPy from the indices found, so a
 window is the very number the other searches give for the same point (tested).
 
+A single query with co-runners given by remaining time runs the same search
+(:func:`window_of`): its ``rls`` answer is made a quadratic of its moving overlaps in the same
+compiled call (:func:`_window_coefficients`, from the record's
+:class:`~predictor.window_features.FineProgram` and the model's weight per feature), where the
+per-window Python path predicted the window's features some six times.
+
 Compiled on first use and cached on disk (``cache=True``), in strict IEEE order; a server
 compiles it (or loads it from the cache) before it answers (:func:`warm`), so that its first
 ranking does not pay for it (0.3 s from the cache, ~3 s without).
