@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 POLICIES = {"normal": os.SCHED_OTHER, "batch": os.SCHED_BATCH, "idle": os.SCHED_IDLE}
 MAX_NICE = 19
@@ -127,6 +127,26 @@ def _cpu_list(cpus: list[int]) -> str:
         else:
             runs.append([cpu, cpu])
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def worker_cpus(index: int, worker: Sequence[int], learner: Sequence[int], pin_each: bool) -> tuple[int, ...]:
+    """The CPUs answering worker ``index`` runs on: ``worker`` (``--worker-cpus``; none: any), or
+    with ``pin_each`` (``--pin-workers``) one of them of its own, round robin, from ``worker`` or
+    else from the CPUs this process may use but ``learner`` (all of them if that leaves none).
+
+    One CPU keeps a worker's threads and caches together: a sequential PredictLatency client was
+    answered with 9% less server CPU and an 11% lower p50 by a process held on one CPU (README).
+
+    >>> worker_cpus(0, (2, 3), (), False)
+    (2, 3)
+    >>> [worker_cpus(i, (2, 3), (), True) for i in range(3)]
+    [(2,), (3,), (2,)]
+    """
+    if not pin_each:
+        return tuple(worker)
+    mine = sorted(os.sched_getaffinity(0))
+    cpus = list(worker) or [cpu for cpu in mine if cpu not in set(learner)] or mine
+    return (cpus[index % len(cpus)],)
 
 
 def pin_to_cpus(cpus: Iterable[int]) -> None:

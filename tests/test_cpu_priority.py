@@ -8,7 +8,15 @@ import threading
 
 import pytest
 
-from predictor.cpu_priority import POLICIES, check_nice, check_policy, lower_priority, parse_cpus, pin_to_cpus
+from predictor.cpu_priority import (
+    POLICIES,
+    check_nice,
+    check_policy,
+    lower_priority,
+    parse_cpus,
+    pin_to_cpus,
+    worker_cpus,
+)
 
 
 def _lower_then_wait(nice: int, policy: str, lowered, done) -> None:
@@ -127,7 +135,20 @@ def test_serve_refuses_cpus_without_workers(capsys):
     from predictor.service import ServiceConfig
 
     assert serve(ServiceConfig(), ServeOptions(workers=1, learner_cpus=(0,))) == 2
-    assert "--learner-cpus and --worker-cpus need --workers 2" in capsys.readouterr().err
+    assert "--learner-cpus, --worker-cpus and --pin-workers need --workers 2" in capsys.readouterr().err
+    assert serve(ServiceConfig(), ServeOptions(workers=1, pin_workers=True)) == 2
+    assert "--pin-workers need --workers 2" in capsys.readouterr().err
+
+
+def test_each_pinned_worker_gets_one_cpu_round_robin():
+    mine = sorted(os.sched_getaffinity(0))
+    assert worker_cpus(5, (1, 2), (0,), False) == (1, 2)  # not pinned each: the whole list, or any CPU
+    assert worker_cpus(5, (), (0,), False) == ()
+    assert [worker_cpus(i, (4, 6, 7), (), True) for i in range(4)] == [(4,), (6,), (7,), (4,)]
+    # no --worker-cpus: the CPUs the learners leave, all of them if they leave none
+    left = [cpu for cpu in mine if cpu != mine[-1]] or mine
+    assert [worker_cpus(i, (), (mine[-1],), True) for i in range(len(left))] == [(cpu,) for cpu in left]
+    assert worker_cpus(0, (), tuple(mine), True) == (mine[0],)
 
 
 def test_serve_refuses_a_cpu_this_process_may_not_use(capsys):

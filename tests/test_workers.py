@@ -241,7 +241,8 @@ def test_answers_given_by_workers_are_linked_to_their_observations_by_the_learne
     learner_cpus, worker_cpus = ({cpus[-1]}, set(cpus[:-1])) if len(cpus) > 1 else (set(cpus), set(cpus))
     server = start_server(tmp_path, "--workers", "2", "--warm-start", str(warm_log), "--learner-nice", "3",
                           "--learner-policy", "batch", "--learner-cpus", ",".join(map(str, learner_cpus)),
-                          "--worker-cpus", ",".join(map(str, worker_cpus)), name="linking", timeout=240)
+                          "--worker-cpus", ",".join(map(str, worker_cpus)), "--pin-workers", name="linking",
+                          timeout=240)
     records = synthetic_records(CONNECTIONS, seed=11)
     try:
         client = InterferenceClient(server.target)
@@ -250,11 +251,16 @@ def test_answers_given_by_workers_are_linked_to_their_observations_by_the_learne
         for role, policy, nice in (("learner", os.SCHED_BATCH, 3), ("worker", os.SCHED_OTHER, 0)):
             for pid in pids(server, role).values():
                 assert thread_priorities(pid) == {(policy, os.getpriority(os.PRIO_PROCESS, 0) + nice)}, role
-        # and on the CPUs given: the learner's every thread on its own, the workers' on theirs
-        for role, allowed in (("learner", learner_cpus), ("worker", worker_cpus)):
-            for pid in pids(server, role).values():
-                threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-                assert {frozenset(os.sched_getaffinity(t)) for t in threads} == {frozenset(allowed)}, role
+        # and on the CPUs given: the learner's every thread on its own, each worker's on one of theirs
+        # (--pin-workers: round robin, so two workers on two CPUs where there are two)
+        def affinities(pid: int) -> set[frozenset[int]]:
+            return {frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")}
+
+        for pid in pids(server, "learner").values():
+            assert affinities(pid) == {frozenset(learner_cpus)}
+        held = [affinities(pid) for pid in pids(server, "worker").values()]
+        assert all(len(cpus) == 1 and len(next(iter(cpus))) == 1 and next(iter(cpus)) <= worker_cpus for cpus in held)
+        assert len({next(iter(cpus)) for cpus in held}) == min(2, len(worker_cpus))
         assert client.status().answers_remembered == 0
         for i, record in enumerate(records):  # a connection each: both workers answer some
             via = connection(server.target)

@@ -227,6 +227,11 @@ def register(subparsers: Any) -> None:
         help="with --workers > 1: the CPUs the answering workers run on (e.g. 0-1; default: any CPU)",
     )
     scale.add_argument(
+        "--pin-workers", action="store_true",
+        help="with --workers > 1: each answering worker on one CPU of its own (of --worker-cpus, else of the "
+        "CPUs the learners leave; round robin), which keeps its caches warm",
+    )
+    scale.add_argument(
         "--learner-policy", choices=tuple(POLICIES), default="normal",
         help="with --workers > 1: the learner processes' scheduling class: normal, batch (never preempts an "
         "answer that wakes up) or idle (runs only on cores the answers leave: under answer load that fills "
@@ -300,6 +305,7 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         learner_policy=args.learner_policy,
         learner_cpus=_cpus(args.learner_cpus, "--learner-cpus"),
         worker_cpus=_cpus(args.worker_cpus, "--worker-cpus"),
+        pin_workers=args.pin_workers,
         switch_interval_ms=args.switch_interval_ms,
     )
 

@@ -66,6 +66,7 @@ class ServeOptions:
     learner_policy: str = "normal"  # the learner processes' scheduling class (predictor.cpu_priority)
     learner_cpus: tuple[int, ...] = ()  # the CPUs the learner processes run on (none: any)
     worker_cpus: tuple[int, ...] = ()  # the CPUs the answering workers run on (none: any)
+    pin_workers: bool = False  # each answering worker on one CPU of its own (predictor.cpu_priority.worker_cpus)
     switch_interval_ms: float = DEFAULT_SWITCH_INTERVAL_MS  # the GIL's switch interval (predictor.gil)
 
 
@@ -144,9 +145,9 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         print("predictor serve: error: --shard needs --workers 2 or more (one process learns every kind)",
               file=sys.stderr)
         return 2
-    if (options.learner_cpus or options.worker_cpus) and options.workers < 2:
-        print("predictor serve: error: --learner-cpus and --worker-cpus need --workers 2 or more (one process "
-              "learns and answers)", file=sys.stderr)
+    if (options.learner_cpus or options.worker_cpus or options.pin_workers) and options.workers < 2:
+        print("predictor serve: error: --learner-cpus, --worker-cpus and --pin-workers need --workers 2 or more "
+              "(one process learns and answers)", file=sys.stderr)
         return 2
     if options.workers > 1:
         from predictor.rpc.supervisor import serve_workers

@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 
-from predictor.cpu_priority import pin_to_cpus
+from predictor.cpu_priority import pin_to_cpus, worker_cpus
 from predictor.rpc.forwarding import caller_metadata
 from predictor.rpc.learner import learner_socket, start_child
 from predictor.rpc.protos import load
@@ -222,7 +222,7 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
     start_child(stop)
     # answers against the background loading of versions: a short GIL switch interval (predictor.gil)
     sys.setswitchinterval(options.switch_interval_ms / 1e3)
-    pin_to_cpus(options.worker_cpus)
+    pin_to_cpus(worker_cpus(index, options.worker_cpus, options.learner_cpus, options.pin_workers))
     fixed_point_kernel.warm()  # before the first ranking or moving query, not during it
     credentials, policy = security_from_options(options)
     tracing = tracing_from_option(options.trace, options.trace_endpoint)
