@@ -13,7 +13,9 @@ scheduling class (Linux, ``sched(7)``):
 
 and ``--learner-cpus`` / ``--worker-cpus`` keep them on separate cores (:func:`pin_to_cpus`,
 ``sched_setaffinity``): on a machine of many cores, learning then never runs on a core an answer
-needs (cores that share hardware, as SMT siblings do, still slow each other a little).
+needs (cores that share hardware, as SMT siblings do, still slow each other a little);
+``--pin-workers`` holds each answering worker on one CPU of its own (:func:`worker_cpus`), so that
+its threads and caches stay together.
 
 Linux schedules threads, and a thread inherits its creator's niceness, class and CPUs when it
 starts, so :func:`lower_priority` and :func:`pin_to_cpus` change every thread the process already
