@@ -782,16 +782,16 @@ class Answering:
             return
         invalid_argument(rules.name, batch_id, "batch_id")
         rows = columns.rows
-        counts = np.diff(rows.offsets).tolist()
-        raw = columns.latency_ms if columns.raw_latency_ms is None else columns.raw_latency_ms
+        offsets = rows.offsets.tolist()
+        raw = (columns.latency_ms if columns.raw_latency_ms is None else columns.raw_latency_ms).tolist()
+        answered = columns.latency_ms.tolist()
         admission = self.state.admission
         shapes = self.state.model().shapes  # bounds of the version answered from; no lock (the memory has its own)
         for i in range(len(rows)) if indices is None else indices:
             if columns.fallback is not None and columns.fallback[i]:
                 continue  # a guess is not calibrated on
-            admission.remember(batch_id, rows.devices[i], QueryShape.parse(columns.shapes[i]),
-                               rows.device_kinds[i], counts[i], rows.batch.model, float(raw[i]),
-                               float(columns.latency_ms[i]), calibrator=shapes)
+            admission.remember(batch_id, rows.devices[i], _parsed_shape(columns.shapes[i]), rows.device_kinds[i],
+                               offsets[i + 1] - offsets[i], rows.batch.model, raw[i], answered[i], calibrator=shapes)
 
 
 def _predict(predictor: LatencyPredictor, rows: Record | CoLocations) -> np.ndarray:
@@ -880,6 +880,12 @@ def _keys_of(shapes: Sequence[QueryShape]) -> list[str]:
         return shapes.keys()
     keys: dict[int, str] = {}
     return [keys.get(id(s)) or keys.setdefault(id(s), s.key) for s in shapes]
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_shape(key: str) -> QueryShape:
+    """:meth:`QueryShape.parse <predictor.shapes.QueryShape.parse>`, looked up (a few keys exist)."""
+    return QueryShape.parse(key)
 
 
 @functools.lru_cache(maxsize=256)
