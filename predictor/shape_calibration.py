@@ -187,9 +187,9 @@ class ShapeCalibrator:
         self._alphas: dict[Cell, list[float]] = {}
         self._kinds: set[str] = set()
         self.n_added = 0
-        self._answered: dict[tuple, tuple[float, Bound]] | None = None  # factors of a frozen copy
+        self._answered: dict[tuple, tuple[list[_Term], tuple[float, Bound]]] | None = None  # of a frozen copy
 
-    _answered: dict[tuple, tuple[float, Bound]] | None = None  # (also for calibrators pickled before it)
+    _answered: dict[tuple, tuple[list[_Term], tuple[float, Bound]]] | None = None  # (also for ones pickled before it)
 
     def frozen(self, copies: WindowCopies | None = None) -> ShapeCalibrator:
         """An independent copy to answer from while this one goes on learning (windows copied on
@@ -200,7 +200,7 @@ class ShapeCalibrator:
         twin._spreads = {key: spread.clone() for key, spread in self._spreads.items()}
         twin._alphas = {cell: list(alphas) for cell, alphas in self._alphas.items()}
         twin._kinds = set(self._kinds)
-        twin._answered = {}  # a copy never learns: its factors, once computed, stay (see factors)
+        twin._answered = {}  # a copy never learns: its terms and factors, once computed, stay (see _answer_of)
         return twin
 
     # ------------------------------------------------------------------ pieces
@@ -326,18 +326,26 @@ class ShapeCalibrator:
                 confidence: float) -> tuple[float, Bound]:
         """The correction of a prediction (``exp`` of its centre: the prediction times it is the
         calibrated point answer) and the bound of a 1 ms prediction (see :meth:`factor`)."""
+        return self._answer_of(shape, kind, count, model, confidence)[1]
+
+    def _answer_of(self, shape: QueryShape, kind: str, count: int, model: str,
+                   confidence: float) -> tuple[list[_Term], tuple[float, Bound]]:
+        """The terms a bound at ``confidence`` is made of (:meth:`_terms`) and its :meth:`factors`;
+        a frozen copy keeps them, since it never learns."""
         answered = self._answered
+        key = (shape, kind, count, model, confidence)
         if answered is not None:
-            found = answered.get((shape, kind, count, model, confidence))
+            found = answered.get(key)
             if found is not None:
                 return found
         check_confidence(confidence)
-        factors = _factors(self._terms(shape, kind, count, model, confidence))
+        terms = self._terms(shape, kind, count, model, confidence)
+        found = (terms, _factors(terms))
         if answered is not None:
             if len(answered) >= MAX_ANSWERED:
                 answered.clear()
-            answered[(shape, kind, count, model, confidence)] = factors
-        return factors
+            answered[key] = found
+        return found
 
     def score(self, shape: QueryShape, kind: str, count: int, model: str, confidence: float, *,
               actual: float, predicted: float) -> tuple[float, Bound, float]:
@@ -380,8 +388,10 @@ class ShapeCalibrator:
             return np.zeros(predicted.shape)
         with np.errstate(divide="ignore"):  # a ratio that underflows to 0: -inf, probability 0
             x = np.log(limit_ms / predicted)
+        terms = self._answer_of(shape, kind, count, model, confidence)[0]
+        if x.size == 1:  # one row (a single query): the same arithmetic on floats
+            return np.array([_probability(terms, x.item())]).reshape(predicted.shape)
         out = np.ones(predicted.shape)
-        terms = self._terms(shape, kind, count, model, confidence)
         for term in terms:
             if term.window is None and term is not terms[-1]:
                 continue  # a count without residuals anywhere takes no part (as in the bound)
@@ -465,6 +475,24 @@ class ShapeCalibrator:
     def cells(self) -> list[Cell]:
         """The cells holding residuals, sorted."""
         return sorted(self._windows)
+
+
+def _probability(terms: list[_Term], x: float) -> float:
+    """:meth:`ShapeCalibrator.probabilities` of one row, ``x`` the log of the limit over its
+    prediction: the same arithmetic on floats (a NaN kept, as ``np.minimum`` keeps it)."""
+    out = 1.0
+    centre = _centre(terms)
+    for term in terms:
+        if term.window is None and term is not terms[-1]:
+            continue  # a count without residuals anywhere takes no part (as in the bound)
+        if term.window is None:
+            p = _NORMAL.cdf(round((x - centre) / term.s, 9))
+        else:
+            raw = term.window.cdf((x - centre) / term.s)
+            p = min(max(1.0 - (1.0 - raw) / term.phi, 0.0), 1.0)
+        if not p >= out:
+            out = p
+    return out
 
 
 def _centre(terms: list[_Term]) -> float:

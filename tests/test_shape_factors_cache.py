@@ -75,3 +75,26 @@ def test_cache_is_bounded_and_checks_confidence() -> None:
     assert len(frozen._answered) <= MAX_ANSWERED
     with pytest.raises(ValueError):
         frozen.factors(SHAPES[0], "A", 1, "m", 1.5)
+
+
+def _all_probabilities(calibrator: ShapeCalibrator, predicted: np.ndarray, limits: list[float]) -> list:
+    return [calibrator.probabilities(shape, kind, count, "m", predicted, limit, level).tolist()
+            for shape, kind, count in CELLS for level in LEVELS for limit in limits]
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_one_rows_probability_is_the_rows_of_many(frozen: bool) -> None:
+    # a single query's probability takes the float path; rows of a ranking the array path: the same numbers
+    rng = np.random.default_rng(5)
+    live = ShapeCalibrator(min_residuals=5, min_spread_n=3)
+    _learn(live, rng, 300)
+    calibrator = live.frozen() if frozen else live
+    predicted = rng.uniform(0.5, 30.0, size=7)
+    limits = [0.0, 1e-300, 3.0, 10.0, 25.0, 1e300]
+    many = _all_probabilities(calibrator, predicted, limits)
+    for i, value in enumerate(predicted.tolist()):
+        one = _all_probabilities(calibrator, np.array([value]), limits)
+        assert [row[0] for row in one] == [row[i] for row in many]
+    assert _all_probabilities(calibrator, predicted, limits) == many  # looked up or computed afresh, the same
+    if frozen:
+        assert _all_probabilities(calibrator, predicted, limits) == _all_probabilities(live, predicted, limits)
