@@ -392,10 +392,10 @@ class ShapeCalibrator:
         if x.size == 1:  # one row (a single query): the same arithmetic on floats
             return np.array([_probability(terms, x.item())]).reshape(predicted.shape)
         out = np.ones(predicted.shape)
+        centre = _centre(terms)  # the bound is the centre plus the widest width (see _largest)
         for term in terms:
             if term.window is None and term is not terms[-1]:
                 continue  # a count without residuals anywhere takes no part (as in the bound)
-            centre = _centre(terms)  # the bound is the centre plus the widest width (see _largest)
             if term.window is None:
                 p = np.array([_NORMAL.cdf(round((v - centre) / term.s, 9)) for v in x.tolist()])
             else:

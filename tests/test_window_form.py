@@ -12,7 +12,7 @@ from strategies import learnable_records, records
 
 from predictor.features import OverlapQuadratic
 from predictor.predictors import create
-from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN, QuadraticLatencies
+from predictor.predictors.base import QuadraticLatencies
 from predictor.records import BatchSpec, CoRunner, Record
 from predictor.service import fixed_point_kernel, monotone
 from predictor.window_features import at_window, overlap_at
@@ -60,7 +60,8 @@ def test_the_quadratic_is_each_windows_prediction_and_finds_the_same_fixed_point
             assert latencies.latencies(o)[0] == pytest.approx(expected, rel=1e-9)
         solo = predictor.solo_latency(record)
         per_window = monotone.fixed_point_one(predictor.window_latency(record, remaining), solo, high, low)
-        assert fixed_point_kernel.window_of(form, solo, high, low) == per_window
+        assert (form.solo, form.low, form.high) == (solo, low, high)
+        assert fixed_point_kernel.window_of(form) == per_window
 
 
 def test_a_query_with_remaining_times_is_answered_through_the_form():
@@ -71,7 +72,7 @@ def test_a_query_with_remaining_times_is_answered_through_the_form():
     form = predictor.window_form(train[0], [3.0])
     assert form is not None and form.moving == (0,) and form.remaining == (3.0,)
     assert create("solo").fit(train).window_form(train[0], [3.0]) is None  # no form: the per-window path
-    solo = predictor.solo_latency(train[0])
-    window = fixed_point_kernel.window_of(form, solo, MAX_SLOWDOWN, MIN_SLOWDOWN)
-    assert window == monotone.fixed_point_one(predictor.window_latency(train[0], [3.0]), solo, MAX_SLOWDOWN,
-                                              MIN_SLOWDOWN)
+    low, high = predictor._slowdown_range
+    assert form.solo == predictor.solo_latency(train[0]) and (form.low, form.high) == (low, high)
+    window = fixed_point_kernel.window_of(form)
+    assert window == monotone.fixed_point_one(predictor.window_latency(train[0], [3.0]), form.solo, high, low)

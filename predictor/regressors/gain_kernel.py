@@ -148,6 +148,18 @@ def _solve_rows(upper, rows, k):  # pragma: no cover
         stop = start
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _negatives(values, mask, out):  # pragma: no cover
+    """Writes the constrained columns (``mask``) whose value is below 0 into ``out``, ascending;
+    returns how many."""
+    n = 0
+    for i in range(values.size):
+        if mask[i] and values[i] < 0:
+            out[n] = i
+            n += 1
+    return n
+
+
 @njit(cache=True, nogil=True)
 def find_gain(s, c, w, mask, pinned, gain):  # pragma: no cover
     """:func:`predictor.regressors.pinned.find_gain` of ``P = c S`` (``S`` from its upper triangle):
@@ -155,11 +167,7 @@ def find_gain(s, c, w, mask, pinned, gain):  # pragma: no cover
     ``gain``; returns how many are pinned."""
     d = w.size
     new = np.empty(d, dtype=np.int64)
-    added = 0
-    for i in range(d):
-        if mask[i] and w[i] < 0:
-            new[added] = i
-            added += 1
+    added = _negatives(w, mask, new)
     if not added:
         return 0
     covariance = _covariance(s, c)
@@ -189,11 +197,7 @@ def find_gain(s, c, w, mask, pinned, gain):  # pragma: no cover
             _subtract(moved, covariance[order[p]], solved[p])
         for p in range(total):
             moved[order[p]] = 0.0
-        added = 0
-        for i in range(d):
-            if mask[i] and moved[i] < 0:
-                new[added] = i
-                added += 1
+        added = _negatives(moved, mask, new)
         if not added:
             break
     if not found:

@@ -556,7 +556,7 @@ class Answering:
             if form is not None:  # the answer a quadratic of the moving overlaps, its search compiled
                 from predictor.service import fixed_point_kernel  # numba, imported where first needed
 
-                found = fixed_point_kernel.window_of(form, solo, high, low)
+                found = fixed_point_kernel.window_of(form)  # over the same grid: the form's solo and range
             else:
                 # the record's features as a function of the window where the predictor has one
                 # (the same numbers), else each window's record predicted

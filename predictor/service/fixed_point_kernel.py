@@ -203,13 +203,14 @@ def window_coefficients(form: WindowForm) -> np.ndarray:
     return out
 
 
-def window_of(form: WindowForm, solo: float, high: float, low: float) -> float:
+def window_of(form: WindowForm) -> float:
     """The single query's window at its fixed point: :func:`~predictor.service.monotone.fixed_point_one`'s
-    grid point over ``solo * [low, high]``, searched (compiled, in one call) on the quadratic of
-    :func:`window_coefficients`."""
+    grid point over ``solo * [low, high]`` (the form's), searched (compiled, in one call) on the
+    quadratic of :func:`window_coefficients`."""
+    solo, low, high = form.solo, form.low, form.high
     grid_low, scale, points = grid(solo, high, low)
-    index = _window_search(*_form_arguments(form), np.array(form.remaining, dtype=float), form.solo, form.low,
-                           form.high, form.log_target, grid_low, scale, points, solo, solo * low, solo * high)
+    index = _window_search(*_form_arguments(form), np.array(form.remaining, dtype=float), solo, low, high,
+                           form.log_target, grid_low, scale, points, solo, solo * low, solo * high)
     return float(np.exp(grid_low + scale * index))
 
 
@@ -220,4 +221,4 @@ def warm() -> None:
                                                   np.zeros((1, 1, 2))), 1.0, 0.5, 2.0, True)
     fixed_points(rows, np.ones((1, 2)), 1.0, 2.0, 0.5)
     program = FineProgram(("own", "co"), (1.0, 0.0), ((1, 0, None),), (), (False,))
-    window_of(WindowForm(program, None, 0.0, np.ones(2), (0.5,), (0,), (3.0,), 1.0, 0.5, 2.0, True), 1.0, 2.0, 0.5)
+    window_of(WindowForm(program, None, 0.0, np.ones(2), (0.5,), (0,), (3.0,), 1.0, 0.5, 2.0, True))
