@@ -58,6 +58,7 @@ class _Taken:
     kind: str
     batch_id: str
     source: str  # who reported it, for the outlier gate
+    seq: int | None = None  # its entry in the observation log (None: not logged)
 
 
 class Ingest:
@@ -120,18 +121,21 @@ class Ingest:
             with state.lock:
                 if key:
                     self._check_taken(client, key)
+                seq = None
                 if state.obs_log is not None and state.obs_log.is_open:
                     try:
-                        state.obs_log.append(record, client, batch_id, key)
+                        seq = state.obs_log.append(record, client, batch_id, key)
                     except wal.LogError as exc:
                         raise Unavailable(f"observation not logged, so not learned: {exc}") from None
                 if key:
                     state.dedup.take(client, key)
+                if seq is not None:
+                    state.unlearned.add(seq)
         except BaseException:
             if batch_id:
                 state.live.end(record.device, batch_id, required=False)
             raise
-        return _Taken(index, record, kind, batch_id, client or record.source)
+        return _Taken(index, record, kind, batch_id, client or record.source, seq)
 
     def _learn_block(self, block: list[_Taken]) -> list[float | ServiceError]:
         """Learn a block of records already logged: each one's prediction before learning, or the
@@ -155,6 +159,9 @@ class Ingest:
                 learned = sum(not isinstance(outcome, ServiceError) for outcome in out)
                 if learned:
                     state.changed(learned)
+                # learned or refused by the gate: in the state a snapshot saves (when learning raises,
+                # they stay unlearned, so the log keeps them for the next start)
+                state.unlearned.difference_update([taken.seq for taken in block if taken.seq is not None])
         finally:
             for taken in block:
                 if taken.batch_id:

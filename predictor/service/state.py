@@ -116,6 +116,11 @@ class ServiceState:
         self.snapshot_failures = 0
         self.snapshot_sequence = 0
         self.obs_log: wal.ObservationLog | None = None
+        # the log's entries not learned yet (logged as they come, learned with their block): a
+        # snapshot covers the log only up to the first of them, else a record logged before the
+        # snapshot and learned after it would be in neither what the snapshot restores nor what
+        # the log replays after it
+        self.unlearned: set[int] = set()
         self.replay_report: wal.ReplayReport | None = None
         self.live_log: livelog.LiveLog | None = None
         self.live_report: livelog.LiveRestoreReport | None = None
@@ -323,8 +328,13 @@ class ServiceState:
         )
         report = wal.ReplayReport()
         for entry in self.obs_log.replay(after=self.snapshot_sequence, report=report):
+            # the log holds each key once (a duplicate is refused before it is logged), so its entry is
+            # learned as it is: a snapshot taken after the key was taken and before the record was
+            # learned holds the key as taken, which must not refuse the entry as a duplicate of itself
+            if entry.key:
+                self.dedup.take(entry.client, entry.key)
             try:
-                learner.observe(entry.record, client=entry.client, key=entry.key)
+                learner.observe(entry.record, client=entry.client)
             except OutlierRejected:
                 pass  # refused again, as it was when it arrived
             except ServiceError as exc:
@@ -358,7 +368,8 @@ class ServiceState:
             changes, self.changes = self.changes, 0
             covered, rotated = self.snapshot_sequence, False
             if self.obs_log is not None and self.obs_log.is_open:
-                covered = self.obs_log.last_seq
+                # up to the first entry not learned yet (every entry comes from the log: below its last)
+                covered = min(self.unlearned) - 1 if self.unlearned else self.obs_log.last_seq
                 if own:  # entries after `covered` go to a new segment; older ones go once this is durable
                     try:
                         self.obs_log.rotate()
