@@ -11,14 +11,21 @@ has warmed up) the same arithmetic runs here in one compiled loop:
 * the rank-1 update of the upper triangle (as ``dsyr``), the trace bookkeeping,
   the trace bound and the rescaling of ``c`` into ``S``;
 * with ``non_negative_contention``, each prediction from the projected weights
-  ``w - gain @ w[A]`` (``O(d |A|)``), and every ``PROJECT_EVERY`` updates the pinned set
-  ``A`` and its gain searched anew (:func:`predictor.regressors.gain_kernel.find_gain`:
-  a Cholesky factor of ``P[A, A]`` extended as ``A`` grows and reused for the gain).
+  ``w - gain @ w[A]`` (``O(nnz |A|)``: only at the row's non-zero positions), and every
+  ``PROJECT_EVERY`` updates the pinned set ``A`` and its gain searched anew
+  (:func:`predictor.regressors.gain_kernel.find_gain`: a Cholesky factor of ``P[A, A]`` extended
+  as ``A`` grows and reused for the gain).
 
-On the default replay (192 columns, ~113 pinned) the search costs ~290 µs every 32
-updates, ~9 µs a record (it was ~820 µs with a fresh LU solve per candidate set and
-another for the gain, when the kernel took ~53 µs a record against ~32 now); the rest is
-the ``O(d^2)`` step and the projected prediction.
+Each sum keeps the reference's order of additions; what the kernel skips are additions of exact
+zeros (the terms of a row's zero entries: a default replay row has ~62 non-zero entries of 192).
+From :data:`MIRROR_FROM` columns on, ``S x`` reads each non-zero row's part of the upper
+triangle down the lower triangle, a mirror of the upper one that the kernel writes with the same
+products (multiplication commutes exactly) and that the reference never reads (below, keeping
+the mirror costs more than it saves); every entry's update is an independent store, with
+unsigned indices where a loop starts past 0 (numba's wrap-around test on a signed index kept
+those loops from vectorising). On the default replay (192 columns, ~113 pinned) a record costs
+~24 µs: the step ~11 µs (~18 when every sum ran over all 192 columns), the pinned set's search
+~290 µs every 32 updates (~9 µs a record), the projected prediction ~4 µs.
 
 The reference class stays the definition: :func:`learn_rows` reads and writes
 its state (weights, ``S``, ``c``, trace, counters) and tests hold the two equal
@@ -56,32 +63,76 @@ from numba import njit
 from predictor.regressors.gain_kernel import find_gain as _find_gain
 from predictor.regressors.rls import PROJECT_EVERY, RESCALE_ABOVE, RLS
 
+MIRROR_FROM = 64
+"""Columns from which a run keeps the lower triangle as the upper's mirror and walks only a row's
+non-zero columns (below, the plain ``dsymv`` order over every column and the upper triangle only
+cost less: per step at 13 columns 0.26 against 0.36 µs; at 64, 2.2 µs either way on dense rows,
+1.9 against 2.3 on rows a third non-zero; at 192, 11.6 against 19.9)."""
+
 # state vector layout: scale c, trace of S, updates, refused, resets (all absolute), pinned columns of the gain
 _C, _TRACE, _UPDATES, _REFUSED, _RESETS, _PINNED = 0, 1, 2, 3, 4, 5
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _step(s, w, state, x, target, lam, delta, bound, rescale_above, sx, new_w):  # pragma: no cover
-    """The reference ``learn_vector`` of one scaled row ``x``; returns its prediction ``x'w`` before the step
-    and whether the step was taken."""
+def _nonzeros(x, nz):  # pragma: no cover
+    """The positions of ``x``'s non-zero (or NaN) entries into ``nz``, ascending; returns how many."""
+    k = 0
+    for i in range(x.size):
+        if x[i] != 0.0:
+            nz[k] = i
+            k += 1
+    return k
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _step(s, w, state, x, nz, k, target, lam, delta, bound, rescale_above, sx, acc, new_w,
+          mirrored):  # pragma: no cover
+    """The reference ``learn_vector`` of one scaled row ``x`` (its ``k`` non-zero positions in ``nz``,
+    :func:`_nonzeros`); returns its prediction ``x'w`` before the step and whether the step was taken."""
     d = w.size
     c = state[_C]
-    # sx = S x over the upper triangle (column by column, as reference dsymv)
-    for i in range(d):
-        sx[i] = 0.0
-    for j in range(d):
-        xj = x[j]
-        acc = 0.0
-        for i in range(j):
-            a = s[i, j]
-            sx[i] += a * xj
-            acc += a * x[i]
-        sx[j] += s[j, j] * xj + acc
+    # sx = S x, with the additions of the reference (over the upper triangle, column by column, as
+    # dsymv) in their order
+    if mirrored:
+        # a zero x[j] adds exact zeros there, so only the non-zero columns are walked: each row's
+        # sum over the columns before it (``acc``, read down the lower triangle, the upper's mirror,
+        # where it is contiguous), then the upper columns' parts
+        for i in range(d):
+            acc[i] = 0.0
+        for q in range(k):
+            i = np.uint64(nz[q])  # unsigned: no wrap-around test per index, so the loop vectorises (3x)
+            xi = x[i]
+            for r in range(i + np.uint64(1), np.uint64(d)):
+                acc[r] += s[r, i] * xi
+        for j in range(d):
+            sx[j] = s[j, j] * x[j] + acc[j]
+        for q in range(k):
+            j = np.uint64(nz[q])
+            xj = x[j]
+            for i in range(j):
+                sx[i] += s[i, j] * xj
+    else:  # every column, each row's sum over the ones before it a running sum (as dsymv)
+        for i in range(d):
+            sx[i] = 0.0
+        for j in range(d):
+            xj = x[j]
+            total = 0.0
+            for i in range(j):
+                a = s[i, j]
+                sx[i] += a * xj
+                total += a * x[i]
+            sx[j] += s[j, j] * xj + total
     xsx = 0.0
     xw = 0.0
-    for i in range(d):
-        xsx += x[i] * sx[i]
-        xw += x[i] * w[i]
+    if mirrored:
+        for q in range(k):  # the zero terms are exact zeros
+            i = nz[q]
+            xsx += x[i] * sx[i]
+            xw += x[i] * w[i]
+    else:
+        for i in range(d):
+            xsx += x[i] * sx[i]
+            xw += x[i] * w[i]
     quad = c * xsx
     denominator = lam + quad
     error = target - xw
@@ -111,10 +162,16 @@ def _step(s, w, state, x, target, lam, delta, bound, rescale_above, sx, new_w): 
     alpha = -c / denominator
     sxsx = 0.0
     for j in range(d):
-        temp = alpha * sx[j]
-        for i in range(j + 1):
-            s[i, j] += sx[i] * temp
+        acc[j] = alpha * sx[j]  # the reference's factor of column j
         sxsx += sx[j] * sx[j]
+    for j in range(np.uint64(d)):  # the rank-1 step of the upper triangle, as dsyr, and the same products below
+        temp = acc[j]
+        for i in range(j + np.uint64(1)):
+            s[i, j] += sx[i] * temp
+        if mirrored:
+            sj = sx[j]
+            for r in range(j + np.uint64(1), np.uint64(d)):
+                s[r, j] += sj * acc[r]
     trace = state[_TRACE] + alpha * sxsx
     c = c / lam
     if trace <= 0 or not math.isfinite(trace):
@@ -135,43 +192,52 @@ def _step(s, w, state, x, target, lam, delta, bound, rescale_above, sx, new_w): 
     return xw, True
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _projected(w, mask, pinned, gain, k, out, clip):  # pragma: no cover
-    """``out`` = the reference ``predicting_weights``: ``w - gain @ w[pinned]``, the pinned
-    columns at 0 (``k`` pinned columns), then with ``clip`` every constrained weight clipped at 0."""
-    d = w.size
-    for i in range(d):
-        out[i] = w[i]
-    if k:
-        for i in range(d):
-            out[i] = 0.0
-        for p in range(k):  # gain @ w[pinned] column by column (contiguous, vectorised), then w minus it
-            wp = w[pinned[p]]
-            for i in range(d):
-                out[i] += gain[i, p] * wp
-        for i in range(d):
-            out[i] = w[i] - out[i]
-        for p in range(k):
-            out[pinned[p]] = 0.0
-    if clip:
-        for i in range(d):
-            if mask[i] and out[i] < 0.0:
-                out[i] = 0.0
+@njit(cache=True, nogil=True)
+def _mirror(s):  # pragma: no cover
+    """Copy the upper triangle of ``s`` into its lower one (which the reference never reads)."""
+    d = s.shape[0]
+    for j in range(d):
+        for i in range(j + 1, d):
+            s[i, j] = s[j, i]
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _learn(s, w, state, x, target, lam, delta, bound, rescale_above, sx, new_w, mask, pinned, gain,
-           project_every, projected):  # pragma: no cover
+def _projected_dot(x, nz, n, w, mask, pinned, gain, k, out, flag):  # pragma: no cover
+    """``x'v`` for ``v`` the reference ``predicting_weights`` (``w - gain @ w[pinned]``, the ``k`` pinned
+    columns at 0, then every constrained weight (``mask``) clipped at 0), from ``v``'s entries at
+    ``x``'s ``n`` non-zero positions ``nz`` only: the other terms are exact zeros.
+
+    ``out`` and ``flag`` (all False, and left so): scratch."""
+    for q in range(n):
+        out[q] = 0.0
+    for p in range(k):  # gain @ w[pinned] at those rows, column by column (each entry's sum in order)
+        wp = w[pinned[p]]
+        flag[pinned[p]] = True
+        for q in range(n):
+            out[q] += gain[nz[q], p] * wp
+    prediction = 0.0
+    for q in range(n):
+        i = nz[q]
+        value = w[i] - out[q] if k else w[i]
+        if flag[i] or (mask[i] and value < 0.0):
+            value = 0.0
+        prediction += x[i] * value
+    for p in range(k):
+        flag[pinned[p]] = False
+    return prediction
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _learn(s, w, state, x, target, lam, delta, bound, rescale_above, sx, acc, nz, new_w, mask, pinned, gain,
+           project_every, projected, flag, mirrored):  # pragma: no cover
     """:func:`_step` of one row with, where ``mask`` is non-empty (``non_negative_contention``), the
     prediction from the projected weights and the gain searched anew every ``project_every`` updates;
     returns the prediction and ``x'w`` (the unconstrained fit)."""
-    d = w.size
+    k = _nonzeros(x, nz) if mirrored or mask.size else 0
     prediction = 0.0
     if mask.size:
-        _projected(w, mask, pinned, gain, int(state[_PINNED]), projected, True)
-        for i in range(d):
-            prediction += x[i] * projected[i]
-    xw, taken = _step(s, w, state, x, target, lam, delta, bound, rescale_above, sx, new_w)
+        prediction = _projected_dot(x, nz, k, w, mask, pinned, gain, int(state[_PINNED]), projected, flag)
+    xw, taken = _step(s, w, state, x, nz, k, target, lam, delta, bound, rescale_above, sx, acc, new_w, mirrored)
     if not mask.size:
         return xw, xw
     if taken and int(state[_UPDATES]) % project_every == 0:
@@ -181,26 +247,27 @@ def _learn(s, w, state, x, target, lam, delta, bound, rescale_above, sx, new_w, 
 
 @njit(cache=True, nogil=True)
 def _rls_rows(s, w, state, rows, targets, lam, delta, bound, rescale_above, mask, pinned, gain, project_every,
-              predictions, fits):  # pragma: no cover
+              mirrored, predictions, fits):  # pragma: no cover
     """:func:`_learn` of every row of ``rows`` in order."""
     d = w.size
-    sx = np.empty(d)
-    new_w = np.empty(d)
-    projected = np.empty(d)
+    sx, acc, new_w, projected = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
+    nz = np.empty(d, dtype=np.int64)
+    flag = np.zeros(d, dtype=np.bool_)
     for t in range(rows.shape[0]):
         predictions[t], fits[t] = _learn(s, w, state, rows[t], targets[t], lam, delta, bound, rescale_above, sx,
-                                         new_w, mask, pinned, gain, project_every, projected)
+                                         acc, nz, new_w, mask, pinned, gain, project_every, projected,
+                                         flag, mirrored)
 
 
 @njit(cache=True, nogil=True)
 def _rls_sparse(s, w, state, scale, offsets, positions, values, targets, lam, delta, bound, rescale_above,
-                mask, pinned, gain, project_every, predictions, fits):  # pragma: no cover
+                mask, pinned, gain, project_every, mirrored, predictions, fits):  # pragma: no cover
     """:func:`_learn` of every sparse row (``positions``/``values`` of row ``t`` in
     ``offsets[t]:offsets[t + 1]``, column 0 implied) scaled as ``RLS.vectorize`` scales it."""
     d = w.size
-    sx = np.empty(d)
-    new_w = np.empty(d)
-    projected = np.empty(d)
+    sx, acc, new_w, projected = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
+    nz = np.empty(d, dtype=np.int64)
+    flag = np.zeros(d, dtype=np.bool_)
     x = np.zeros(d)
     for t in range(offsets.size - 1):
         for i in range(d):
@@ -209,8 +276,9 @@ def _rls_sparse(s, w, state, scale, offsets, positions, values, targets, lam, de
         for k in range(offsets[t], offsets[t + 1]):
             p = positions[k]
             x[p] = values[k] / scale[p] if scale[p] > 0 else 0.0
-        predictions[t], fits[t] = _learn(s, w, state, x, targets[t], lam, delta, bound, rescale_above, sx, new_w,
-                                         mask, pinned, gain, project_every, projected)
+        predictions[t], fits[t] = _learn(s, w, state, x, targets[t], lam, delta, bound, rescale_above, sx, acc,
+                                         nz, new_w, mask, pinned, gain, project_every, projected,
+                                         flag, mirrored)
 
 
 class _Run:
@@ -221,6 +289,11 @@ class _Run:
         if not model._s.flags.f_contiguous:
             model._s = np.asfortranarray(model._s)
         d = model._weights.size
+        # from MIRROR_FROM columns on, the kernel reads rows of the upper triangle down the lower one,
+        # and keeps it so
+        self.mirrored = d >= MIRROR_FROM
+        if self.mirrored:
+            _mirror(model._s)
         self.weights = np.array(model._weights, dtype=float)  # learn_vector rebinds, never mutates, the weights
         self.state = np.array([model._scale, model._trace_s, model.n_updates, model.n_refused,
                                model.__dict__.get("n_resets", 0), 0.0])
@@ -245,7 +318,7 @@ class _Run:
         """The kernels' arguments after the rows: the learning constants and the projection's state."""
         model = self.model
         return (float(model.forgetting), float(model.delta), float(model.trace_bound), RESCALE_ABOVE,
-                self.mask, self.pinned, self.gain, PROJECT_EVERY)
+                self.mask, self.pinned, self.gain, PROJECT_EVERY, self.mirrored)
 
     def finish(self) -> None:
         """Write the learned state back into the model."""
