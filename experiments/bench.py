@@ -23,9 +23,13 @@ judged against, both measured here, now, on the same input:
 * the same two calls answered by the service's RPC layer alone (its server, interceptors and
   error handling, answering a recorded response: :mod:`experiments.rpc_servers`), against the
   same echo: the rest of the service's gap to the echo is computing the answer;
-* **overload**: the service started with a bounded in-flight limit, offered
-  many concurrent calls at once: how many it refuses with ``RESOURCE_EXHAUSTED``
-  and how fast the refusals come back;
+* **PredictLatency at a steady rate** (2,000 calls/s, open loop: each call sent at its scheduled
+  time from one ``grpc.aio`` client process, latency from that time) against the echo offered
+  the same rate: the p99, and how many calls were answered;
+* **overload**: the service started with a bounded in-flight limit (2 handler threads, as
+  ``predictor serve`` runs) and offered twice its capacity (the rate it answers when offered
+  far more), open loop: how fast the refusals (``RESOURCE_EXHAUSTED``) come back and the p99
+  of the calls it answers, each against the echo's p99 at the same offered rate;
 * **RLS update+predict** (ours, per observation, and the compiled block kernel)
   against river's ``BayesianLinearRegression`` on the same 12-feature stream.
 
@@ -70,14 +74,15 @@ class Settings:
     candidates: int = 1024
     ingest_records: int = 25_600
     ingest_batch: int = 256
-    overload_calls: int = 64
+    steady_rate: float = 2_000.0
     overload_limit: int = 4
+    saturating_rate: float = 6_000.0
     rounds: int = 2
     seed: int = 0
 
 
 QUICK = Settings(replay_records=1_500, rls_observations=300, rpc_seconds=0.3, ingest_records=2_560,
-                 overload_calls=16, rounds=1)
+                 rounds=1)
 
 
 @dataclasses.dataclass
@@ -238,6 +243,10 @@ def rpc_rows(settings: Settings) -> list[Row]:
             layer_r = best(lambda n=name: closed(layer, METHOD_PREFIX + n, requests[n]), "p50_ms", True)
             rows.append(Row(f"{name} p50, 1 sequential client", svc_r["p50_ms"], "ms", "unary echo, same bytes",
                             echo_r["p50_ms"], higher_is_better=False, target="≤ 1.3×"))
+            rows.append(Row(f"{name} server CPU per call, 1 sequential client (every thread of the process)",
+                            svc_r["server_cpu_us_per_call"], "µs", "unary echo, same bytes",
+                            echo_r["server_cpu_us_per_call"], higher_is_better=False,
+                            target="(what bounds the rate one process answers)"))
             rows.append(Row(f"{name} p50, recorded answer through the service's RPC layer", layer_r["p50_ms"],
                             "ms", "unary echo, same bytes", echo_r["p50_ms"], higher_is_better=False,
                             target="(the RPC layer alone)"))
@@ -263,12 +272,15 @@ def rpc_rows(settings: Settings) -> list[Row]:
                         "rec/s", "client-streaming echo, same messages", echo_r["per_s"] * total,
                         target="≥ 50,000/s, ≥ 0.5×"))
         rows.append(predict_under_ingest(settings, pool, service, requests["PredictLatency"], requests[stream]))
+        rows.append(steady_row(settings, pool, service, echo, requests["PredictLatency"]))
+        service.stop()  # the overload's service runs alone beside the echo
+        servers.remove(service)
+        rows += overload_rows(settings, pool, echo, requests["PredictLatency"])
     finally:
         for server in servers:
             server.stop()
         pool.close()
         state.cleanup()
-    rows += overload_rows(settings, requests["PredictLatency"])
     return rows
 
 
@@ -311,60 +323,75 @@ def packed_rank_requests(payloads: list[bytes]) -> list[bytes]:
     return out
 
 
-def offer_burst(payloads: list[bytes], calls: int, limit: int, seed: int = 0) -> dict[str, Any]:
-    """Start a service allowing ``limit`` RPCs in flight (2 handler threads) in a process of its own, as
-    ``predictor serve`` runs it (its GIL switch interval included); from this process send ``calls``
-    PredictLatency at once; count the refusals (``RESOURCE_EXHAUSTED``) and time each call from its send."""
-    import threading
-
+def open_loop(pool: Any, server: Any, path: str, payloads: list[bytes], rate: float, seconds: float) -> dict[str, Any]:
+    """``payloads`` (cycled) sent to ``server`` at ``rate`` calls/s for ``seconds`` from one ``grpc.aio`` client
+    process, each call at its scheduled time whatever became of the earlier ones; per outcome, how many calls
+    and their p99 latency from the scheduled send (corrected for coordinated omission)."""
     import grpc
 
+    result = pool.run([{"kind": "open_async", "path": path, "requests": payloads, "rate": rate,
+                        "duration_s": seconds, "target": server.target, "timeout_s": 10.0}])[0]
+    codes, latency = result["codes"], result["corrected"]
+    answered, refused = codes == 0, codes == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+
+    def p99(values: np.ndarray) -> float:
+        return 1e3 * float(np.percentile(values, 99)) if values.size else math.nan
+
+    return {"calls": codes.size, "answered": int(answered.sum()), "refused": int(refused.sum()),
+            "other": int((~answered & ~refused).sum()), "answered_per_s": answered.sum() / result["elapsed"],
+            "answered_p99_ms": p99(latency[answered]), "refused_p99_ms": p99(latency[refused])}
+
+
+def steady_row(settings: Settings, pool: Any, service: Any, echo: Any, payloads: list[bytes]) -> Row:
+    """PredictLatency offered at a steady ``settings.steady_rate`` calls/s: its p99 against the echo's at the
+    same rate, the better of ``settings.rounds`` runs of each."""
+    from experiments.echo_server import method_path
+    from predictor.rpc.names import METHOD_PREFIX
+
+    rate, seconds = settings.steady_rate, settings.rpc_seconds
+
+    def best(server: Any, path: str) -> dict[str, Any]:
+        runs = [open_loop(pool, server, path, payloads, rate, seconds) for _ in range(settings.rounds)]
+        return min(runs, key=lambda r: (r["calls"] - r["answered"], r["answered_p99_ms"]))
+
+    answered = best(service, METHOD_PREFIX + "PredictLatency")
+    floor = best(echo, method_path("PredictLatency"))
+    return Row(f"PredictLatency p99 at a steady {rate:,.0f} calls/s (open loop; {answered['answered']:,} of "
+               f"{answered['calls']:,} answered)", answered["answered_p99_ms"], "ms",
+               "unary echo at the same rate", floor["answered_p99_ms"], higher_is_better=False,
+               target="≤ 1.3×, every call answered")
+
+
+def overload_rows(settings: Settings, pool: Any, echo: Any, payloads: list[bytes]) -> list[Row]:
+    """A service allowing ``settings.overload_limit`` calls in flight (2 handler threads, in a process of its
+    own, as ``predictor serve`` runs it) offered twice its capacity: how soon the excess is refused, and the
+    p99 of the calls it answers, each against the echo's p99 offered the same rate.
+
+    The capacity is the rate the service answers when offered ``settings.saturating_rate`` calls/s."""
     from experiments import bench_rpc
+    from experiments.echo_server import method_path
     from experiments.rpc_servers import ServerProcess, service_main
     from predictor.rpc.names import METHOD_PREFIX
 
-    spec = {"predictor": "rls", "warm_records": 500, "seed": seed, "devices": bench_rpc.DEVICES, "metrics": True,
-            "max_workers": 2, "max_concurrent_rpcs": limit, "max_candidates": 1024}
+    spec = {"predictor": "rls", "warm_records": 500, "seed": settings.seed, "devices": bench_rpc.DEVICES,
+            "metrics": True, "max_workers": 2, "max_concurrent_rpcs": settings.overload_limit,
+            "max_candidates": 1024}
+    path, seconds = METHOD_PREFIX + "PredictLatency", settings.rpc_seconds
     server = ServerProcess(service_main, spec)
-    times: dict[str, list[float]] = {"answered": [], "refused": [], "other": []}
-    done = threading.Semaphore(0)
     try:
-        with grpc.insecure_channel(server.target) as channel:
-            call = channel.unary_unary(METHOD_PREFIX + "PredictLatency")
-            call(payloads[0], timeout=10)  # connected and warm
-
-            def finished(future: Any, sent: float) -> None:
-                elapsed = time.perf_counter() - sent
-                error = future.exception()
-                kind = ("answered" if error is None else
-                        "refused" if error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED else "other")
-                times[kind].append(elapsed)
-                done.release()
-
-            for i in range(calls):
-                sent = time.perf_counter()
-                call.future(payloads[i % len(payloads)], timeout=10).add_done_callback(
-                    lambda f, s=sent: finished(f, s))
-            for _ in range(calls):
-                done.acquire(timeout=30)
+        capacity = open_loop(pool, server, path, payloads, settings.saturating_rate, seconds)["answered_per_s"]
+        offered = 2 * capacity
+        service = open_loop(pool, server, path, payloads, offered, seconds)
     finally:
         server.stop()
-
-    def pct(values: list[float], q: float) -> float:
-        return 1e3 * float(np.percentile(values, q)) if values else math.nan
-
-    return {"answered": len(times["answered"]), "refused": len(times["refused"]), "other": len(times["other"]),
-            "refused_p99_ms": pct(times["refused"], 99), "answered_p50_ms": pct(times["answered"], 50)}
-
-
-def overload_rows(settings: Settings, payloads: list[bytes]) -> list[Row]:
-    """A service with ``overload_limit`` calls in flight, offered ``overload_calls`` at once."""
-    result = offer_burst(payloads, calls=settings.overload_calls, limit=settings.overload_limit)
-    return [Row(f"overload: {settings.overload_calls} calls at once, limit {settings.overload_limit}",
-                result["refused_p99_ms"], "ms (p99 refusal)", "p50 of the answered calls",
-                result["answered_p50_ms"], higher_is_better=False,
-                target=f"refused {result['refused']}, answered {result['answered']}, "
-                       f"other errors {result['other']}")]
+    floor = open_loop(pool, echo, method_path("PredictLatency"), payloads, offered, seconds)
+    counts = (f"refused {service['refused']:,}, answered {service['answered']:,}, "
+              f"other errors {service['other']}")
+    name = f"overload: offered 2× capacity ({offered:,.0f} calls/s), limit {settings.overload_limit} in flight"
+    return [Row(f"{name}, refusals' p99", service["refused_p99_ms"], "ms", "unary echo's p99, same rate",
+                floor["answered_p99_ms"], higher_is_better=False, target=f"≤ 1 ms; {counts}"),
+            Row(f"{name}, answered calls' p99", service["answered_p99_ms"], "ms", "same",
+                floor["answered_p99_ms"], higher_is_better=False, target="≤ 1.3×")]
 
 
 # ----------------------------------------------------------------------------- the run
@@ -416,7 +443,8 @@ def table(rows: list[Row], title: str) -> Table:
     for column in ("figure", "measured", "floor (same run)", "floor value", "figure / floor", "target"):
         out.add_column(column, justify="right" if column in ("measured", "floor value", "figure / floor") else "left")
     for row in rows:
-        ratio = f"{row.ratio:.2f}× " + ("(throughput)" if row.higher_is_better else "(latency)")
+        ratio = f"{row.ratio:.2f}× " + ("(throughput)" if row.higher_is_better else
+                                       "(latency)" if row.unit.startswith("ms") else "(cost)")
         out.add_row(row.name, _format(row.value, row.unit), row.floor_name, _format(row.floor, row.unit.split()[0]),
                     ratio, row.target)
     return out

@@ -11,6 +11,8 @@ Tasks, sent to every client at once and started at a common wall-clock time (the
 * ``open``: an open-loop schedule at ``rate`` calls/s per client (clients
   staggered), each call blocking; latency is taken from the actual send and,
   corrected for coordinated omission, from the scheduled send;
+* ``open_async``: the open loop from one ``grpc.aio`` process, each call sent at its scheduled
+  time whatever became of the earlier ones, with each call's status code (``codes``; 0: OK);
 * ``closed``: calls back to back for ``duration_s`` (also of a client-streaming method: one
   message per call, so each call waits for its acknowledgement);
 * ``stream``: one client-streaming call carrying all ``messages``.
@@ -82,6 +84,7 @@ def _open_async(task: dict) -> dict:
         rate, n = task["rate"], int(task["rate"] * task["duration_s"])
         latency = np.empty(n)
         corrected = np.empty(n)
+        codes = np.zeros(n, dtype=np.int64)  # each call's status: grpc.StatusCode's number (0: OK)
         errors = 0
         async with grpc.aio.insecure_channel(task["target"]) as channel:
             call = channel.unary_unary(task["path"])
@@ -93,9 +96,10 @@ def _open_async(task: dict) -> dict:
                 nonlocal errors
                 t0 = time.perf_counter()
                 try:
-                    await call(requests[i % len(requests)])
-                except grpc.RpcError:
+                    await call(requests[i % len(requests)], timeout=task.get("timeout_s"))
+                except grpc.RpcError as error:
                     errors += 1
+                    codes[i] = error.code().value[0]
                 t1 = time.perf_counter()
                 latency[i], corrected[i] = t1 - t0, t1 - scheduled
 
@@ -108,7 +112,8 @@ def _open_async(task: dict) -> dict:
                 tasks.append(asyncio.ensure_future(one(i, scheduled)))
             await asyncio.gather(*tasks)
             elapsed = time.perf_counter() - start
-        return {"latency": latency, "corrected": corrected, "elapsed": elapsed, "calls": n, "errors": errors}
+        return {"latency": latency, "corrected": corrected, "elapsed": elapsed, "calls": n, "errors": errors,
+                "codes": codes}
 
     return asyncio.run(run())
 

@@ -146,8 +146,8 @@ def worker_cpus(index: int, worker: Sequence[int], learner: Sequence[int], pin_e
     """
     if not pin_each:
         return tuple(worker)
-    mine = sorted(os.sched_getaffinity(0))
-    cpus = list(worker) or [cpu for cpu in mine if cpu not in set(learner)] or mine
+    mine, learners = sorted(os.sched_getaffinity(0)), set(learner)
+    cpus = list(worker) or [cpu for cpu in mine if cpu not in learners] or mine
     return (cpus[index % len(cpus)],)
 
 

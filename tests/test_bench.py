@@ -19,12 +19,13 @@ def test_the_quick_run_measures_every_figure_beside_its_floor(tmp_path):
     for expected in ("replay rls, compiled blocks", "RLS predict+learn, 12 features, compiled block",
                      "PredictLatency p50, 1 sequential client", "through the service's RPC layer",
                      "RankPlacements 1024 candidates (packed form)", "ingest, 256-record messages",
-                     "PredictLatency p99 while 1 client ingests", "overload:"):
+                     "PredictLatency p99 while 1 client ingests", "PredictLatency p99 at a steady",
+                     "overload: offered 2× capacity"):
         assert any(expected in name for name in names), (expected, names)
     for row in rows:
         assert math.isfinite(row.value) and row.value > 0, row
         assert math.isfinite(row.floor) and row.floor > 0, row
-    overload = next(row for row in rows if row.name.startswith("overload:"))
+    overload = next(row for row in rows if row.name.startswith("overload:"))  # the refusals' row
     assert "other errors 0" in overload.target and "refused 0," not in overload.target
     written = json.loads(out.read_text())
     assert [r["name"] for r in written] == names and all(r["ratio"] > 0 for r in written)
