@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import socket
+import time
 import urllib.error
 import urllib.request
 
@@ -75,9 +76,11 @@ def test_rate_limits_follow_the_identity_not_the_claimed_source(server, auth):
     service, target = server(auth, rate_limit=5.0, rate_burst=40, rate_limit_by="source")
     records = [dataclasses.replace(r, source=f"s{i}") for i, r in enumerate(synthetic_records(120, seed=2))]
     greedy = InterferenceClient(target, token=TOKENS["attacker"] if auth else None)
+    began = time.monotonic()
     report = greedy.report_observations(records)
+    most = 40 + 5.0 * (time.monotonic() - began)  # the burst, plus what the bucket refilled meanwhile
     if auth:
-        assert 40 <= report.accepted < 50 and report.rate_limited == 120 - report.accepted
+        assert 40 <= report.accepted <= most and report.rate_limited == 120 - report.accepted
         assert "token:attacker sends more than 5 observations/s" in report.rejections[0].reason
         other = InterferenceClient(target, token=TOKENS["collector"])
         assert other.report_observations(records[:30]).accepted == 30  # its own bucket

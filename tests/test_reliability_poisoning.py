@@ -10,6 +10,7 @@ refused as outliers with a reason, counted in the answer and in ``GetStatus``, a
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import numpy as np
 import pytest
@@ -111,8 +112,10 @@ def test_rate_limits_are_per_client(server):
     service, port = server(rate_limit=20.0, rate_burst=50)
     records = synthetic_records(200, seed=1)
     greedy = InterferenceClient(f"127.0.0.1:{port}", token=TOKENS["attacker"])
+    began = time.monotonic()
     report = greedy.report_observations(records)
-    assert 50 <= report.accepted < 70 and report.rate_limited == 200 - report.accepted
+    most = 50 + 20.0 * (time.monotonic() - began)  # the burst, plus what the bucket refilled meanwhile
+    assert 50 <= report.accepted <= most and report.rate_limited == 200 - report.accepted
     limited = [r for r in report.rejections if r.field == "record"]
     assert limited and "token:attacker sends more than 20 observations/s (burst 50)" in limited[0].reason
     # another collector has its own bucket
