@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from predictor import snapshot as snap
 from predictor.records import BatchSpec
-from predictor.service import CoRunnerSource, PlannedCoRunner, Query, Service, ServiceConfig, Unavailable
+from predictor.service import CoRunnerSource, PlannedCoRunner, Query, Service, ServiceConfig, Unavailable, wal
 from predictor.service.dedup import DedupKey
+from predictor.service.ingest import MESSAGE_END
 from predictor.service.state import SNAPSHOT_FILE
 from predictor.service.synthetic import synthetic_records
 from predictor.service.wal import (
@@ -245,10 +246,63 @@ def test_an_observation_that_cannot_be_logged_is_not_learned(tmp_path, records):
     with pytest.raises(Unavailable, match="not logged, so not learned"):
         service.observe(second)
     assert service.state_payload() == before and service.observations_learned == 1
-    service.observe(second)  # the log continues in a new segment
-    assert service.obs_log.last_seq == 2 and len(service.obs_log.segments()) == 2
+    service.observe(second)  # the log continues in a new segment (the dropped entry's number is not reused)
+    assert service.obs_log.last_seq == 3 and len(service.obs_log.segments()) == 2
     entries = list(ObservationLog(tmp_path / "state" / DIR_NAME).replay())
-    assert [e.seq for e in entries] == [1, 2]
+    assert [e.seq for e in entries] == [1, 3]
+
+
+def test_a_message_is_written_in_one_write(tmp_path, records, monkeypatch):
+    """Group commit: a message's records are logged by one ``write`` syscall, not one per record."""
+    writes = []
+    real = wal._write_all
+    monkeypatch.setattr(wal, "_write_all", lambda fd, data: (writes.append(data.count(b"\n")), real(fd, data)))
+    service = new_service()
+    service.open(tmp_path / "state")
+    items = [*((r, "") for r in records[:100]), MESSAGE_END, *((r, "") for r in records[100:300]), MESSAGE_END]
+    report = service.report_observations(items)
+    assert report.accepted == 300 and writes == [100, 200]
+    assert [e.seq for e in ObservationLog(tmp_path / "state" / DIR_NAME).replay()] == list(range(1, 301))
+    service.close()
+
+
+def test_a_failed_write_tells_each_appender_whose_entries_it_dropped(tmp_path, records):
+    log = ObservationLog(tmp_path, fsync="never")
+    log.open(1)
+    first = [log.append(r) for r in records[:3]]
+    log.write_through(first)  # written
+    mine, theirs = [log.append(r) for r in records[3:5]], [log.append(records[5])]  # two streams' blocks
+    os.close(log._fd)  # the disk goes away under the log
+    with pytest.raises(LogError, match="cannot write"):
+        log.write_through(theirs)  # writes both blocks' entries at once, and fails
+    with pytest.raises(LogError, match="cannot write"):
+        log.write_through(mine)  # dropped with theirs
+    log.write_through(first)  # written before: not lost
+    after = [log.append(r) for r in records[6:8]]
+    log.write_through(after)  # a new segment
+    log.close()
+    assert [e.seq for e in ObservationLog(tmp_path).replay()] == [1, 2, 3, 7, 8]
+
+
+@pytest.mark.parametrize("by", ["sequence", "record_id"])
+def test_a_key_in_flight_is_a_duplicate_and_a_failed_write_takes_no_key(tmp_path, records, by):
+    """Keys are taken once their records are written; meanwhile the same key again is a duplicate, and
+    when the write fails none of them is taken: the records sent again are learned."""
+    service = new_service()
+    service.open(tmp_path / "state")
+    keys = [DedupKey("p", i + 1) if by == "sequence" else DedupKey("p", 0, f"r{i}") for i in range(10)]
+    items = [(r, "", k) for r, k in zip(records[:10], keys, strict=True)]
+    report = service.report_observations([*items[:5], items[2], *items[5:]])  # one block, a key twice
+    assert (report.accepted, report.duplicates) == (10, 1)
+    fresh = [DedupKey("p", i + 11) if by == "sequence" else DedupKey("p", 0, f"r{i + 10}") for i in range(10)]
+    again = [(r, "", k) for r, k in zip(records[10:20], fresh, strict=True)]
+    os.close(service.obs_log._fd)
+    with pytest.raises(Unavailable, match="not logged, so not learned"):
+        service.report_observations(again)
+    assert service.observations_learned == 10 and not service.state.keys_in_flight
+    report = service.report_observations(again)  # sent again: learned, not refused as duplicates
+    assert (report.accepted, report.duplicates, service.observations_learned) == (10, 0, 20)
+    service.close()
 
 
 def test_no_log_without_a_state_folder_or_when_disabled(tmp_path, records):

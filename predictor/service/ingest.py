@@ -26,7 +26,7 @@ from predictor.calibration import BoundSource
 from predictor.logio import ReadReport, iter_records
 from predictor.records import Record, RecordError, parse_record, record_numbers, record_within_limits
 from predictor.service import wal
-from predictor.service.dedup import DUPLICATE, TOO_OLD, DedupKey, Duplicate
+from predictor.service.dedup import DUPLICATE, NEW, TOO_OLD, DedupKey, Duplicate
 from predictor.service.errors import (
     InvalidArgument,
     OutlierRejected,
@@ -59,6 +59,8 @@ class _Taken:
     batch_id: str
     source: str  # who reported it, for the outlier gate
     seq: int | None = None  # its entry in the observation log (None: not logged)
+    client: str = ""  # its sender's identity and how the sender named it: taken once it is written
+    key: DedupKey | None = None
 
 
 class Ingest:
@@ -128,14 +130,34 @@ class Ingest:
                     except wal.LogError as exc:
                         raise Unavailable(f"observation not logged, so not learned: {exc}") from None
                 if key:
-                    state.dedup.take(client, key)
+                    state.keys_in_flight.update(_flight_names(client, key))
                 if seq is not None:
                     state.unlearned.add(seq)
         except BaseException:
             if batch_id:
                 state.live.end(record.device, batch_id, required=False)
             raise
-        return _Taken(index, record, kind, batch_id, client or record.source, seq)
+        return _Taken(index, record, kind, batch_id, client or record.source, seq, client, key)
+
+    def _write_block(self, block: list[_Taken]) -> None:
+        """Write the block's log entries (one ``write``: group commit) and take their keys, under the
+        lock before the block is learned; raises :class:`Unavailable` when they could not be written:
+        then none of them is learned nor taken (sending them again is safe)."""
+        state = self.state
+        seqs = [taken.seq for taken in block if taken.seq is not None]
+        try:
+            if seqs:
+                state.obs_log.write_through(seqs)  # type: ignore[union-attr]
+        except wal.LogError as exc:
+            state.unlearned.difference_update(seqs)
+            for taken in block:
+                if taken.key:
+                    state.keys_in_flight.difference_update(_flight_names(taken.client, taken.key))
+            raise Unavailable(f"observation not logged, so not learned: {exc}") from None
+        for taken in block:
+            if taken.key:
+                state.keys_in_flight.difference_update(_flight_names(taken.client, taken.key))
+                state.dedup.take(taken.client, taken.key)
 
     def _learn_block(self, block: list[_Taken]) -> list[float | ServiceError]:
         """Learn a block of records already logged: each one's prediction before learning, or the
@@ -150,6 +172,7 @@ class Ingest:
         try:
             # a block of many: GetStatus answers from its start meanwhile (a status costs ~0.2 ms: not per record)
             with state.learning_block() if len(block) > 1 else state.lock:
+                self._write_block(block)
                 replays = self.replay([t.record for t in block]) if self.replay is not None else [[] for _ in block]
                 out = self._learn_records(block)
                 state.admission.observe_block([
@@ -172,6 +195,8 @@ class Ingest:
         """Raise when ``key`` names a record already taken in, or one too old to tell (under the lock)."""
         dedup = self.state.dedup
         verdict = dedup.verdict(client, key)
+        if verdict == NEW and not self.state.keys_in_flight.isdisjoint(_flight_names(client, key)):
+            verdict = DUPLICATE  # logged, not yet written and taken: its block is being learned
         if verdict == DUPLICATE:
             dedup.n_duplicates += 1
             raise Duplicate("already learned (a resent record): dropped", "record")
@@ -422,3 +447,14 @@ class Ingest:
             self.state.n_rejected += 1
         if len(report.rejections) < self.state.config.max_rejections_reported:
             report.rejections.append(rejection)
+
+
+def _flight_names(client: str, key: DedupKey) -> tuple[tuple[str, str, str, object], ...]:
+    """What a key takes, as :class:`~predictor.service.dedup.Deduplicator` tells duplicates: its
+    producer's sequence number, its record id (either one names the record)."""
+    names: tuple[tuple[str, str, str, object], ...] = ()
+    if key.sequence:
+        names += (("seq", client, key.producer, key.sequence),)
+    if key.record_id:
+        names += (("rid", client, key.producer, key.record_id),)
+    return names

@@ -2,7 +2,10 @@
 
 Every observation the service learns from is appended here *before* it is
 learned, and a ``ReportObservations`` stream is acknowledged only after its
-records are in the log (and synced, per the fsync policy). A snapshot records
+records are in the log (and synced, per the fsync policy). Appending encodes an
+entry; entries are written by blocks, one ``write`` syscall for a message's
+records (:meth:`ObservationLog.write_through`, before the block is learned),
+never one per record. A snapshot records
 the sequence number of the last entry it covers; on restart the service
 restores the snapshot and replays the entries after it, through the same code
 path, so the restored model is the one that was running.
@@ -64,7 +67,7 @@ import os
 import re
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +81,8 @@ FSYNC_POLICIES = ("always", "batch", "never")
 DIR_NAME = "wal"
 _SEGMENT = re.compile(r"^observations-(\d{20})\.log$")
 MAX_REPORTED_ERRORS = 100
+MAX_LOST_RANGES = 64
+"""Ranges of entries dropped by failed writes remembered (a failure is rare; its appenders ask at once)."""
 log = logging.getLogger("predictor.service.wal")
 
 
@@ -221,6 +226,10 @@ class ObservationLog:
         self._open = False
         self.last_seq = 0
         self.synced_seq = 0
+        self._pending: list[bytes] = []  # encoded entries after the last written, in order: one write
+        self._lost: list[tuple[int, int]] = []  # (first, last) sequence numbers a failed write dropped
+        self._lost_reason = ""
+        self._size = 0  # bytes written to the current segment: its whole lines
         self._stop = threading.Event()
         self._syncer: threading.Thread | None = None
 
@@ -314,7 +323,7 @@ class ObservationLog:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         if self.fsync != "never":
             fsync_dir(self.folder)
-        self._fd, self._path, self._broken = fd, path, False
+        self._fd, self._path, self._broken, self._size = fd, path, False, 0
 
     @property
     def is_open(self) -> bool:
@@ -322,33 +331,64 @@ class ObservationLog:
         return self._open
 
     def append(self, record: Record, client: str = "", batch_id: str = "", key: DedupKey | None = None) -> int:
-        """Write one entry (a ``write`` syscall: in the page cache on return); returns its sequence number.
+        """Add one entry, encoded, to those the next :meth:`write` writes; returns its sequence number.
 
-        Raises :class:`LogError` when it cannot be written; nothing is then considered logged.
+        Entries are written by blocks (group commit: one ``write`` syscall for a message's records,
+        not one per record): call :meth:`write_through` before acting on an entry as logged.
         """
         with self._lock:
             if not self._open:
                 raise LogError("the observation log is closed")
             seq = self.last_seq + 1
             named = key or DedupKey()
-            line = encode_entry(
+            self._pending.append(encode_entry(
                 LogEntry(seq, record, client, batch_id, named.producer, named.sequence, named.record_id)
-            )
-            try:
-                if self._broken or self._fd is None:  # a failed write may have left a torn line
-                    self._abandon()  # continue in a new segment
-                    self._start_segment(seq)
-                _write_all(self._fd, line)
-            except OSError as exc:
-                self._broken = True
-                raise LogError(f"cannot write to {self._path}: {exc.strerror or exc}") from None
+            ))
             self.last_seq = seq
             return seq
+
+    def write(self) -> None:
+        """Write every entry appended and not written yet, in one ``write`` syscall (in the page cache
+        on return). Raises :class:`LogError` when it cannot: those entries are then dropped, never
+        written later (:meth:`write_through` tells their appenders), and the log goes on in a new
+        segment (the failed write may have left a torn line)."""
+        with self._lock:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        if not self._pending:
+            return
+        first = self.last_seq - len(self._pending) + 1
+        lines, self._pending = b"".join(self._pending), []
+        try:
+            if self._broken or self._fd is None:
+                self._abandon()
+                self._start_segment(first)
+            _write_all(self._fd, lines)
+            self._size += len(lines)
+        except OSError as exc:
+            self._broken = True
+            self._cut_torn_tail()
+            self._lost = [*self._lost[-(MAX_LOST_RANGES - 1):], (first, self.last_seq)]
+            self._lost_reason = f"cannot write to {self._path}: {exc.strerror or exc}"
+            raise LogError(self._lost_reason) from None
+
+    def write_through(self, seqs: Iterable[int]) -> None:
+        """Make sure the entries ``seqs`` (sequence numbers :meth:`append` returned) are written;
+        raises :class:`LogError` when a write dropped any of them."""
+        with self._lock:
+            try:
+                self._write_pending()
+            except LogError:
+                pass  # told below to the appenders of the entries it dropped
+            if self._lost and any(first <= seq <= last for seq in seqs for first, last in self._lost):
+                raise LogError(self._lost_reason)
 
     def sync(self, seq: int | None = None) -> None:
         """Make the entries up to ``seq`` (default: all) durable, as the ``always`` policy requires.
 
-        A no-op for the other policies, and when another call already synced past ``seq``.
+        A no-op for the other policies (entries are written before they are learned:
+        :meth:`write_through`), and when another call already synced past ``seq``.
         """
         if self.fsync != "always":
             return
@@ -356,6 +396,10 @@ class ObservationLog:
 
     def _sync_now(self, seq: int | None = None) -> None:
         with self._lock:
+            try:
+                self._write_pending()  # then every entry up to last_seq is written, or dropped
+            except LogError:
+                pass  # told to the appenders of the entries it dropped (write_through), not to this caller
             target = self.last_seq if seq is None else min(seq, self.last_seq)
             if self._fd is None or self.synced_seq >= target:
                 return
@@ -384,6 +428,10 @@ class ObservationLog:
                 raise LogError("the observation log is closed")
             sealed = self.last_seq
             try:
+                self._write_pending()
+            except LogError:
+                pass  # what it dropped is told to its appenders (write_through); this seals what is written
+            try:
                 if self._fd is not None:
                     self._seal()
                 self._start_segment(sealed + 1)
@@ -393,6 +441,15 @@ class ObservationLog:
                     f"cannot start a new segment in {self.folder}: {exc.strerror or exc}"
                 ) from None
             return sealed
+
+    def _cut_torn_tail(self) -> None:
+        """After a failed write, cut what it wrote of its lines (the segment ends at its last whole
+        line); where that fails too, the replay skips the torn line and reports it."""
+        if self._fd is not None:
+            try:
+                os.ftruncate(self._fd, self._size)
+            except OSError:
+                pass
 
     def _abandon(self) -> None:
         """Drop a segment whose last write failed (its torn tail is reported at the next replay)."""
@@ -428,6 +485,10 @@ class ObservationLog:
             self._syncer = None
         with self._lock:
             self._open = False
+            try:
+                self._write_pending()
+            except LogError as exc:
+                log.error("observation log: %s", exc)
             if self._fd is not None:
                 try:
                     self._seal()
