@@ -25,6 +25,7 @@ from typing import Any
 
 from experiments.cpu_accounting import process_cpu_seconds
 from experiments.echo_server import create_echo_aio_server, create_echo_server
+from predictor.gc_tuning import DEFAULT_YOUNG_THRESHOLD, freeze_startup, set_young_threshold
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
 from predictor.rpc.errors import grpc_errors
 from predictor.rpc.metrics import ServerMetrics
@@ -60,6 +61,10 @@ def service_main(conn: Any, spec: dict) -> None:
 
     service = _build_service(spec)
     fixed_point_kernel.warm()  # as `predictor serve` does: compiled before the first answer, not during it
+    # and its garbage collector (predictor.gc_tuning), unless the spec names another threshold (0: Python's)
+    young = spec.get("gc_young_threshold", DEFAULT_YOUNG_THRESHOLD)
+    set_young_threshold(young)
+    freeze_startup(young)
     metrics = ServerMetrics(service) if spec["metrics"] else None
     servicer = _canned_servicer(service, spec["canned"]) if spec.get("canned") else None
     server, port = create_server("127.0.0.1:0", service, metrics=metrics, max_workers=spec["max_workers"],

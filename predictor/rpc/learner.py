@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 
 from predictor.cpu_priority import lower_priority, pin_to_cpus
+from predictor.gc_tuning import freeze_startup, set_young_threshold
 from predictor.rpc.forwarding import adopt_forwarded_caller
 from predictor.rpc.servicer import InterferenceServicer
 from predictor.service.answer_forwarding import AnswerReceiver
@@ -122,6 +123,8 @@ def run_learner(config: ServiceConfig, options: Any, shard: int, shards: ShardMa
         print(f"predictor serve: learner {shard}: error: {exc}", file=sys.stderr, flush=True)
         server.stop(0).wait()
         return 2
+    set_young_threshold(options.gc_young_threshold)  # for the process's life (predictor.gc_tuning)
+    freeze_startup(options.gc_young_threshold, log)
     publisher.start()
     receiver = AnswerReceiver(answers, lambda: service.state.admission.memory) if answers is not None else None
     if receiver is not None:  # the answers the workers remembered (admission linking)

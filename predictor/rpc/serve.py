@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from predictor.cpu_priority import check_cpus, check_nice, check_policy
+from predictor.gc_tuning import DEFAULT_YOUNG_THRESHOLD, check_young_threshold, collector, freeze_startup
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS, check_switch_interval_ms, switch_interval
 from predictor.service import fixed_point_kernel
 from predictor.service.config import ServiceConfig
@@ -68,6 +69,7 @@ class ServeOptions:
     worker_cpus: tuple[int, ...] = ()  # the CPUs the answering workers run on (none: any)
     pin_workers: bool = False  # each answering worker on one CPU of its own (predictor.cpu_priority.worker_cpus)
     switch_interval_ms: float = DEFAULT_SWITCH_INTERVAL_MS  # the GIL's switch interval (predictor.gil)
+    gc_young_threshold: int = DEFAULT_YOUNG_THRESHOLD  # the collector's (predictor.gc_tuning); 0: Python's
 
 
 def security_from_options(options: ServeOptions) -> tuple[Any, Any]:
@@ -131,6 +133,7 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         credentials, policy = security_from_options(options)
         tracing = tracing_from_option(options.trace, options.trace_endpoint)
         check_switch_interval_ms(options.switch_interval_ms)
+        check_young_threshold(options.gc_young_threshold)
         check_nice(options.learner_nice)
         check_policy(options.learner_policy)
         check_cpus(options.learner_cpus, "--learner-cpus")  # CPUs this process may use
@@ -153,7 +156,7 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         from predictor.rpc.supervisor import serve_workers
 
         return serve_workers(config, options, stop, _write_port_file, _install_signal_handlers)
-    with switch_interval(options.switch_interval_ms / 1e3):
+    with switch_interval(options.switch_interval_ms / 1e3), collector(options.gc_young_threshold):
         return _serve_one_process(config, options, stop, credentials, policy, tracing)
 
 
@@ -212,6 +215,7 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
         if options.state_dir is None
         else "observation log off"
     )
+    freeze_startup(options.gc_young_threshold, log)  # the model as restored: never traversed by the collector again
     print(f"predictor serve: {said}; predictor {config.predictor}; {durability}; SERVING", flush=True)
     stop.wait()
     print(f"predictor serve: stopping (grace {options.grace_s:g} s)", flush=True)

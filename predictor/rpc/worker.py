@@ -26,6 +26,7 @@ from typing import Any
 import grpc
 
 from predictor.cpu_priority import pin_to_cpus, worker_cpus
+from predictor.gc_tuning import freeze_startup, set_young_threshold
 from predictor.rpc.forwarding import caller_metadata
 from predictor.rpc.learner import learner_socket, start_child
 from predictor.rpc.protos import load
@@ -240,6 +241,8 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
     while not stop.is_set() and not state.wait_published(timeout=0.5):
         pass
     if not stop.is_set():
+        set_young_threshold(options.gc_young_threshold)  # for the process's life (predictor.gc_tuning)
+        freeze_startup(options.gc_young_threshold, log)  # what it loaded to answer
         service.mark_ready()
         print(f"predictor serve: worker {index} (pid {os.getpid()}) answering on port {bound}", flush=True)
     stop.wait()
