@@ -101,6 +101,18 @@ def streams(draw):
     return tuple(f"f{i}" for i in range(width)), values, targets
 
 
+def _learn_both_agree(fast: RLS, slow: RLS, names, values, targets, block: int, mirrored: bool, rtol: float) -> None:
+    """``fast`` learns the stream by compiled blocks of ``block``, ``slow`` by the reference; their
+    states and predictions agree within ``rtol``."""
+    with _mirroring(mirrored):
+        predicted = np.concatenate([learn_block(fast, names, values[i : i + block], targets[i : i + block])
+                                    for i in range(0, len(values), block)])
+    magnitudes: list[float] = []
+    expected = _reference(slow, names, values, targets, magnitudes)
+    _assert_same(fast, slow, rtol)
+    _assert_predictions_agree(predicted, expected, magnitudes, rtol)
+
+
 @settings(max_examples=60, deadline=None)
 @given(stream=streams(), forgetting=st.sampled_from([1.0, 0.999, 0.98, 0.9]),
        delta=st.sampled_from([0.01, 1.0, 100.0, 1e6]), max_trace=st.sampled_from([None, 10.0, 1e4]),
@@ -112,13 +124,7 @@ def test_block_kernel_equals_reference_on_random_streams(stream, forgetting, del
     names, values, targets = stream
     rtol = _tolerance(targets, 1e-7 if delta > 100 else 1e-9)
     fast, slow = RLS(forgetting, delta, max_trace), RLS(forgetting, delta, max_trace)
-    with _mirroring(mirrored):
-        predicted = np.concatenate([learn_block(fast, names, values[i : i + block], targets[i : i + block])
-                                    for i in range(0, len(values), block)])
-    magnitudes: list[float] = []
-    expected = _reference(slow, names, values, targets, magnitudes)
-    _assert_same(fast, slow, rtol)
-    _assert_predictions_agree(predicted, expected, magnitudes, rtol)
+    _learn_both_agree(fast, slow, names, values, targets, block, mirrored, rtol)
 
 
 @settings(max_examples=60, deadline=None)
@@ -137,13 +143,7 @@ def test_block_kernel_projects_like_the_reference_on_random_streams(stream, forg
         values, targets = np.tile(values, (4, 1)), np.tile(targets, 4)
     targets = targets - values.sum(axis=1)  # pushes the contention weights below 0
     fast, slow = (RLS(forgetting, delta, non_negative_contention=True) for _ in range(2))
-    with _mirroring(mirrored):
-        predicted = np.concatenate([learn_block(fast, names, values[i : i + block], targets[i : i + block])
-                                    for i in range(0, len(values), block)])
-    magnitudes: list[float] = []
-    expected = _reference(slow, names, values, targets, magnitudes)
-    _assert_same(fast, slow, rtol)
-    _assert_predictions_agree(predicted, expected, magnitudes, rtol)
+    _learn_both_agree(fast, slow, names, values, targets, block, mirrored, rtol)
     _assert_vectors_agree(fast.predicting_weights(), slow.predicting_weights(), rtol)
     gains = [m.__dict__.get("_gain") for m in (fast, slow)]
     assert (gains[0] is None) == (gains[1] is None)
