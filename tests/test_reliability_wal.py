@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from predictor import snapshot as snap
 from predictor.records import BatchSpec
 from predictor.service import CoRunnerSource, PlannedCoRunner, Query, Service, ServiceConfig, Unavailable, wal
-from predictor.service.dedup import DedupKey
+from predictor.service.dedup import DUPLICATE, NEW, DedupKey, Deduplicator
 from predictor.service.ingest import MESSAGE_END
 from predictor.service.state import SNAPSHOT_FILE
 from predictor.service.synthetic import synthetic_records
@@ -299,10 +299,20 @@ def test_a_key_in_flight_is_a_duplicate_and_a_failed_write_takes_no_key(tmp_path
     os.close(service.obs_log._fd)
     with pytest.raises(Unavailable, match="not logged, so not learned"):
         service.report_observations(again)
-    assert service.observations_learned == 10 and not service.state.keys_in_flight
+    assert service.observations_learned == 10 and not service.state.dedup._reserved
     report = service.report_observations(again)  # sent again: learned, not refused as duplicates
     assert (report.accepted, report.duplicates, service.observations_learned) == (10, 0, 20)
     service.close()
+
+
+def test_a_key_in_flight_is_not_saved_with_the_taken_ones():
+    """A snapshot holds the keys taken; one in flight is in the log (replayed and taken then) or was lost."""
+    dedup = Deduplicator()
+    dedup.take("c", DedupKey("p", 1))
+    dedup.reserve("c", DedupKey("p", 2))
+    assert dedup.verdict("c", DedupKey("p", 2)) == DUPLICATE
+    restored, _ = snap.loads(snap.dumps(dedup, predictor="rls", observations=1))
+    assert restored.verdict("c", DedupKey("p", 1)) == DUPLICATE and restored.verdict("c", DedupKey("p", 2)) == NEW
 
 
 def test_no_log_without_a_state_folder_or_when_disabled(tmp_path, records):

@@ -122,6 +122,7 @@ class Deduplicator:
         self.max_record_ids = max_record_ids
         self._producers: OrderedDict[str, ProducerWindow] = OrderedDict()
         self._ids: OrderedDict[str, None] = OrderedDict()
+        self._reserved: set[tuple[str, int]] = set()  # names of records logged, not yet taken (not saved)
         self.n_duplicates = 0
         self.n_too_old = 0
         self.n_forgotten_producers = 0
@@ -130,8 +131,38 @@ class Deduplicator:
     def _name(identity: str, name: str) -> str:
         return f"{identity}\0{name}"
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["_reserved"]  # a snapshot holds what was taken; what was in flight is in the log, or lost
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._reserved = set()
+
+    def _reserved_names(self, identity: str, key: DedupKey) -> list[tuple[str, int]]:
+        """What ``key`` takes, as :meth:`verdict` tells duplicates: its record id, its sequence number."""
+        names = []
+        if key.record_id:
+            names.append((self._name(identity, f"{key.producer}\0{key.record_id}"), 0))
+        if key.sequence:
+            names.append((self._name(identity, key.producer), key.sequence))
+        return names
+
+    def reserve(self, identity: str, key: DedupKey) -> None:
+        """Hold ``key`` in flight (its record logged, not yet written): meanwhile :meth:`verdict`
+        calls it a duplicate; :meth:`take` or :meth:`release` ends it."""
+        self._reserved.update(self._reserved_names(identity, key))
+
+    def release(self, identity: str, key: DedupKey) -> None:
+        """End :meth:`reserve` without taking the key (its record was not written)."""
+        self._reserved.difference_update(self._reserved_names(identity, key))
+
     def verdict(self, identity: str, key: DedupKey) -> str:
-        """``new``, ``duplicate`` or ``too_old`` for a record of ``identity`` named ``key`` (nothing changes)."""
+        """``new``, ``duplicate`` or ``too_old`` for a record of ``identity`` named ``key`` (nothing
+        changes); a key held in flight (:meth:`reserve`) is a duplicate."""
+        if self._reserved and not self._reserved.isdisjoint(self._reserved_names(identity, key)):
+            return DUPLICATE
         if key.record_id and self._name(identity, f"{key.producer}\0{key.record_id}") in self._ids:
             return DUPLICATE
         if key.sequence:
@@ -141,7 +172,9 @@ class Deduplicator:
         return NEW
 
     def take(self, identity: str, key: DedupKey) -> None:
-        """Mark the record taken (call once it is logged)."""
+        """Mark the record taken (call once it is written to the log), ending :meth:`reserve`."""
+        if self._reserved:
+            self.release(identity, key)
         if key.record_id:
             name = self._name(identity, f"{key.producer}\0{key.record_id}")
             self._ids[name] = None

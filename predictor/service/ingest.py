@@ -26,7 +26,7 @@ from predictor.calibration import BoundSource
 from predictor.logio import ReadReport, iter_records
 from predictor.records import Record, RecordError, parse_record, record_numbers, record_within_limits
 from predictor.service import wal
-from predictor.service.dedup import DUPLICATE, NEW, TOO_OLD, DedupKey, Duplicate
+from predictor.service.dedup import DUPLICATE, TOO_OLD, DedupKey, Duplicate
 from predictor.service.errors import (
     InvalidArgument,
     OutlierRejected,
@@ -130,7 +130,7 @@ class Ingest:
                     except wal.LogError as exc:
                         raise Unavailable(f"observation not logged, so not learned: {exc}") from None
                 if key:
-                    state.keys_in_flight.update(_flight_names(client, key))
+                    state.dedup.reserve(client, key)  # taken once written (_write_block)
                 if seq is not None:
                     state.unlearned.add(seq)
         except BaseException:
@@ -148,15 +148,16 @@ class Ingest:
         try:
             if seqs:
                 state.obs_log.write_through(seqs)  # type: ignore[union-attr]
-        except wal.LogError as exc:
+        except BaseException as exc:
             state.unlearned.difference_update(seqs)
             for taken in block:
                 if taken.key:
-                    state.keys_in_flight.difference_update(_flight_names(taken.client, taken.key))
-            raise Unavailable(f"observation not logged, so not learned: {exc}") from None
+                    state.dedup.release(taken.client, taken.key)
+            if isinstance(exc, wal.LogError):
+                raise Unavailable(f"observation not logged, so not learned: {exc}") from None
+            raise
         for taken in block:
             if taken.key:
-                state.keys_in_flight.difference_update(_flight_names(taken.client, taken.key))
                 state.dedup.take(taken.client, taken.key)
 
     def _learn_block(self, block: list[_Taken]) -> list[float | ServiceError]:
@@ -194,9 +195,7 @@ class Ingest:
     def _check_taken(self, client: str, key: DedupKey) -> None:
         """Raise when ``key`` names a record already taken in, or one too old to tell (under the lock)."""
         dedup = self.state.dedup
-        verdict = dedup.verdict(client, key)
-        if verdict == NEW and not self.state.keys_in_flight.isdisjoint(_flight_names(client, key)):
-            verdict = DUPLICATE  # logged, not yet written and taken: its block is being learned
+        verdict = dedup.verdict(client, key)  # a key in flight (logged, its block being learned): a duplicate
         if verdict == DUPLICATE:
             dedup.n_duplicates += 1
             raise Duplicate("already learned (a resent record): dropped", "record")
@@ -447,14 +446,3 @@ class Ingest:
             self.state.n_rejected += 1
         if len(report.rejections) < self.state.config.max_rejections_reported:
             report.rejections.append(rejection)
-
-
-def _flight_names(client: str, key: DedupKey) -> tuple[tuple[str, str, str, object], ...]:
-    """What a key takes, as :class:`~predictor.service.dedup.Deduplicator` tells duplicates: its
-    producer's sequence number, its record id (either one names the record)."""
-    names: tuple[tuple[str, str, str, object], ...] = ()
-    if key.sequence:
-        names += (("seq", client, key.producer, key.sequence),)
-    if key.record_id:
-        names += (("rid", client, key.producer, key.record_id),)
-    return names

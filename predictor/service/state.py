@@ -121,9 +121,6 @@ class ServiceState:
         # snapshot and learned after it would be in neither what the snapshot restores nor what
         # the log replays after it
         self.unlearned: set[int] = set()
-        # what the keys of records logged and not yet written take (see Ingest._write_block): a record
-        # sent again meanwhile is a duplicate; were their write to fail, none is taken
-        self.keys_in_flight: set[tuple[str, str, str, object]] = set()
         self.replay_report: wal.ReplayReport | None = None
         self.live_log: livelog.LiveLog | None = None
         self.live_report: livelog.LiveRestoreReport | None = None

@@ -347,15 +347,11 @@ class ObservationLog:
             self.last_seq = seq
             return seq
 
-    def write(self) -> None:
-        """Write every entry appended and not written yet, in one ``write`` syscall (in the page cache
-        on return). Raises :class:`LogError` when it cannot: those entries are then dropped, never
-        written later (:meth:`write_through` tells their appenders), and the log goes on in a new
-        segment (the failed write may have left a torn line)."""
-        with self._lock:
-            self._write_pending()
-
     def _write_pending(self) -> None:
+        """Write every entry appended and not written yet, in one ``write`` syscall (in the page cache
+        on return), under the lock. When it cannot, those entries are dropped, never written later
+        (:meth:`write_through` tells their appenders), the failure is logged, and the log goes on in a
+        new segment (the failed write may have left a torn line)."""
         if not self._pending:
             return
         first = self.last_seq - len(self._pending) + 1
@@ -371,16 +367,13 @@ class ObservationLog:
             self._cut_torn_tail()
             self._lost = [*self._lost[-(MAX_LOST_RANGES - 1):], (first, self.last_seq)]
             self._lost_reason = f"cannot write to {self._path}: {exc.strerror or exc}"
-            raise LogError(self._lost_reason) from None
+            log.error("observation log: %s (entries %d to %d dropped)", self._lost_reason, first, self.last_seq)
 
     def write_through(self, seqs: Iterable[int]) -> None:
         """Make sure the entries ``seqs`` (sequence numbers :meth:`append` returned) are written;
         raises :class:`LogError` when a write dropped any of them."""
         with self._lock:
-            try:
-                self._write_pending()
-            except LogError:
-                pass  # told below to the appenders of the entries it dropped
+            self._write_pending()
             if self._lost and any(first <= seq <= last for seq in seqs for first, last in self._lost):
                 raise LogError(self._lost_reason)
 
@@ -396,10 +389,7 @@ class ObservationLog:
 
     def _sync_now(self, seq: int | None = None) -> None:
         with self._lock:
-            try:
-                self._write_pending()  # then every entry up to last_seq is written, or dropped
-            except LogError:
-                pass  # told to the appenders of the entries it dropped (write_through), not to this caller
+            self._write_pending()  # then every entry up to last_seq is written, or dropped (told to its appenders)
             target = self.last_seq if seq is None else min(seq, self.last_seq)
             if self._fd is None or self.synced_seq >= target:
                 return
@@ -427,10 +417,7 @@ class ObservationLog:
             if not self._open:
                 raise LogError("the observation log is closed")
             sealed = self.last_seq
-            try:
-                self._write_pending()
-            except LogError:
-                pass  # what it dropped is told to its appenders (write_through); this seals what is written
+            self._write_pending()  # what it drops is told to its appenders (write_through); this seals what is written
             try:
                 if self._fd is not None:
                     self._seal()
@@ -485,10 +472,7 @@ class ObservationLog:
             self._syncer = None
         with self._lock:
             self._open = False
-            try:
-                self._write_pending()
-            except LogError as exc:
-                log.error("observation log: %s", exc)
+            self._write_pending()
             if self._fd is not None:
                 try:
                     self._seal()
