@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             scored = run_prequential(create(args.predictor, seed=args.seed), records)
         else:
             scored = fast_prequential(args.log, args.predictor, seed=args.seed, tolerant=args.tolerant,
-                                      report=report)
+                                      report=report, overlap=not args.serial)
         loaded = started
     else:
         records, report = read_records(args.log, tolerant=args.tolerant)

@@ -389,15 +389,42 @@ def learn_sparse_fits(model: RLS, offsets: np.ndarray, positions: np.ndarray, va
                       targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`learn_sparse`, also returning each row's unconstrained fit ``x'w`` before its step
     (the same as the prediction unless ``non_negative_contention``)."""
-    predictions, fits = np.empty(targets.size), np.empty(targets.size)
-    if not targets.size:
-        return predictions, fits
-    run = _Run(model)
-    _rls_sparse(model._s, run.weights, run.state, model._column_scale, np.asarray(offsets, dtype=np.int64),
-                np.asarray(positions, dtype=np.int64), np.asarray(values, dtype=float),
-                np.asarray(targets, dtype=float), *run.arguments(), predictions, fits)
-    run.finish()
-    return predictions, fits
+    block = SparseBlock(model, offsets, positions, values, targets)
+    block.compute()
+    return block.finish()
+
+
+class SparseBlock:
+    """:func:`learn_sparse_fits` in three steps, for a caller that goes on while the block is learned.
+
+    The constructor reads the model's state (on the caller's thread); :meth:`compute` is the compiled
+    call alone, which releases the GIL and may run on another thread
+    (:class:`~predictor.kernel_thread.KernelThread`); :meth:`finish` writes the state back and gives
+    the predictions and fits (on the caller's thread). Between the constructor and :meth:`finish` the
+    model's covariance is being written: nothing else may read or learn on the model meanwhile.
+    """
+
+    def __init__(self, model: RLS, offsets: np.ndarray, positions: np.ndarray, values: np.ndarray,
+                 targets: np.ndarray):
+        targets = np.asarray(targets, dtype=float)
+        self.predictions, self.fits = np.empty(targets.size), np.empty(targets.size)
+        self._run = _Run(model) if targets.size else None
+        self._arguments = () if self._run is None else (
+            model._s, self._run.weights, self._run.state, model._column_scale,
+            np.asarray(offsets, dtype=np.int64), np.asarray(positions, dtype=np.int64),
+            np.asarray(values, dtype=float), targets, *self._run.arguments(), self.predictions, self.fits)
+
+    def compute(self) -> None:
+        """Learn the block (the compiled call; the GIL released)."""
+        if self._run is not None:
+            _rls_sparse(*self._arguments)
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """Write the learned state back into the model; each row's prediction and fit before its step."""
+        if self._run is not None:
+            self._run.finish()
+            self._run = None
+        return self.predictions, self.fits
 
 
 def scaled_row(model: RLS, names: tuple[str, ...], values: np.ndarray) -> np.ndarray | None:
