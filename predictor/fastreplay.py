@@ -212,11 +212,12 @@ def fast_prequential(source: str | os.PathLike | IO[str], spec: str = "rls", *, 
     report
         Filled in as the read progresses (records accepted, lines skipped).
     overlap
-        Learn each block on a second thread while the next is read (:func:`prequential_rls`; the same
-        results to the bit).
+        Learn each block on a second thread while the next is read (:func:`prequential_rls`), and
+        inflate a ``.gz`` log on a third (:mod:`predictor.inflate_ahead`): the same results to the
+        bit; ``False``: everything on this thread.
     """
     predictor = create(spec, seed=seed)
-    rows: Iterable[ColocRow | Record] = iter_rows(source, tolerant=tolerant, report=report)
+    rows: Iterable[ColocRow | Record] = iter_rows(source, tolerant=tolerant, report=report, inflate_ahead=overlap)
     if limit is not None:
         rows = itertools.islice(rows, limit)
     if supports(predictor):

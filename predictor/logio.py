@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TypeVar
 
+from predictor.inflate_ahead import open_inflating
 from predictor.records import Record, RecordError, parse_record, record_to_dict
 from predictor.typed_decoding import ColocRow, decode_record, decode_row
 
@@ -84,6 +85,7 @@ def iter_records(
     *,
     tolerant: bool = False,
     report: ReadReport | None = None,
+    inflate_ahead: bool = True,
 ) -> Iterator[Record]:
     """Yield the records of a ``coloc/v1`` log in file order.
 
@@ -95,8 +97,11 @@ def iter_records(
         Skip bad lines (counted in ``report``) instead of raising.
     report
         Filled in as the read progresses.
+    inflate_ahead
+        A ``.gz`` path is inflated ahead on a thread of its own (:mod:`predictor.inflate_ahead`; the
+        same text); ``False``: on this one.
     """
-    return _iter_parsed(source, tolerant, report, parse_line)
+    return _iter_parsed(source, tolerant, report, parse_line, inflate_ahead)
 
 
 def iter_rows(
@@ -104,10 +109,11 @@ def iter_rows(
     *,
     tolerant: bool = False,
     report: ReadReport | None = None,
+    inflate_ahead: bool = True,
 ) -> Iterator[ColocRow | Record]:
     """:func:`iter_records`, each line as :func:`parse_row` gives it: the same lines accepted,
     the same errors (the replay's reader: it reads fields, never needs a record)."""
-    return _iter_parsed(source, tolerant, report, parse_row)
+    return _iter_parsed(source, tolerant, report, parse_row, inflate_ahead)
 
 
 def _iter_parsed(
@@ -115,10 +121,13 @@ def _iter_parsed(
     tolerant: bool,
     report: ReadReport | None,
     parse: Callable[[str, int], T],
+    inflate_ahead: bool = True,
 ) -> Iterator[T]:
     """The lines of ``source`` through ``parse(text, line number)``, as :func:`iter_records` reads them."""
     report = report if report is not None else ReadReport()
-    stream = open_text(source) if isinstance(source, (str, os.PathLike)) else source
+    stream = source
+    if isinstance(source, (str, os.PathLike)):
+        stream = open_inflating(source) if inflate_ahead and str(source).endswith(".gz") else open_text(source)
     try:
         for number, text in enumerate(_lines(stream, report, tolerant), start=1):
             if text is None or not text.strip():
@@ -155,10 +164,12 @@ def _lines(stream: IO[str], report: ReadReport, tolerant: bool) -> Iterator[str 
         yield text
 
 
-def read_records(path: str | os.PathLike, *, tolerant: bool = False) -> tuple[list[Record], ReadReport]:
-    """Read a whole log into memory; returns the records and the read report."""
+def read_records(path: str | os.PathLike, *, tolerant: bool = False,
+                 inflate_ahead: bool = True) -> tuple[list[Record], ReadReport]:
+    """Read a whole log into memory; returns the records and the read report (``inflate_ahead``: as
+    :func:`iter_records`)."""
     report = ReadReport()
-    return list(iter_records(path, tolerant=tolerant, report=report)), report
+    return list(iter_records(path, tolerant=tolerant, report=report, inflate_ahead=inflate_ahead)), report
 
 
 def dumps_record(record: Record) -> str:

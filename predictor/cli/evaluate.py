@@ -43,9 +43,9 @@ def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--serial",
         action="store_true",
-        help="prequential rls: learn each compiled block on the calling thread (by default on a second "
-        "thread while the next block's features are computed: the same results to the bit, faster where "
-        "a second core is free)",
+        help="prequential rls: everything on one thread (by default each compiled block is learned on a "
+        "second thread while the next block's features are computed, and a .gz log is inflated on a third: "
+        "the same results to the bit, faster where a second core is free)",
     )
 
 
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     specs = split_predictor_list(args.predictors)
     output: dict = {"protocol": protocol_label(args), "seed": args.seed, "datasets": {}}
     for log in args.logs:
-        records, report = read_records(log, tolerant=args.tolerant)
+        records, report = read_records(log, tolerant=args.tolerant, inflate_ahead=not args.serial)
         if report.skipped:
             console.print(f"[yellow]{log}: {report.summary()}[/]")
         stem = dataset_stem(log)

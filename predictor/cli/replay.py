@@ -37,14 +37,14 @@ def run(args: argparse.Namespace) -> int:
     report = ReadReport()
     if args.prequential:  # a stream: never held in memory
         if args.reference:
-            records = iter_records(args.log, tolerant=args.tolerant, report=report)
+            records = iter_records(args.log, tolerant=args.tolerant, report=report, inflate_ahead=not args.serial)
             scored = run_prequential(create(args.predictor, seed=args.seed), records)
         else:
             scored = fast_prequential(args.log, args.predictor, seed=args.seed, tolerant=args.tolerant,
                                       report=report, overlap=not args.serial)
         loaded = started
     else:
-        records, report = read_records(args.log, tolerant=args.tolerant)
+        records, report = read_records(args.log, tolerant=args.tolerant, inflate_ahead=not args.serial)
         loaded = time.perf_counter()
         with progress_bar(args.predictor, total=len(records)) as advance:
             scored = score(args.predictor, records, args, advance)
