@@ -35,6 +35,7 @@ import numpy as np
 
 from predictor import shape_kernel
 from predictor.calibration import Bound, BoundSource, ResidualWindow, check_confidence
+from predictor.gil_yield import point as gil_point
 from predictor.shape_calibration import (
     ALL,
     GRID,
@@ -279,6 +280,7 @@ class _Block:
         self.it_fallback = np.zeros(n)
         sigma = self.cal.fallback_sigma
         for i, o in enumerate(outcomes):
+            gil_point()
             plan, wins, spreads, alpha = names.item(o, monotone)
             it_plan.append(plans.setdefault(plan, len(plans)))
             it_win.append(wins)
@@ -347,6 +349,7 @@ class _Block:
         win_head = np.zeros(rows, dtype=np.int64)
         self.kept: list[ResidualWindow | None] = [None] * rows
         for at in range(rows):
+            gil_point()
             window = cal._windows.get(self.window_cells[at])
             if window is None:
                 continue
@@ -370,6 +373,7 @@ class _Block:
         sp_m, sp_s, sp_n = np.zeros(n_spreads), np.zeros(n_spreads), np.zeros(n_spreads, dtype=np.int64)
         sp_pool = np.array([key[1] == POOL for key in spread_keys], dtype=np.bool_)
         for at, key in enumerate(spread_keys):
+            gil_point()
             spread = cal._spreads.get(key)
             if spread is not None:
                 sp_exists[at] = True
@@ -378,6 +382,7 @@ class _Block:
         al_exists = np.zeros(len(alpha_cells), dtype=np.bool_)
         al = np.zeros((len(alpha_cells), len(GRID)))
         for at, cell in enumerate(alpha_cells):
+            gil_point()
             alphas = cal._alphas.get(cell)
             if alphas is not None:
                 al_exists[at] = True
@@ -414,6 +419,7 @@ class _Block:
         """Copy what the kernel changed back into the calibrator (new cells in order of creation)."""
         cal = self.cal
         for at in sorted(self.written):
+            gil_point()
             added = int(win_added[at])
             if not added:
                 continue
@@ -424,6 +430,7 @@ class _Block:
         for at in self.created[0, :self.n_created[0]].tolist():
             cal._windows[self.window_cells[at]] = self.kept[at]  # type: ignore[assignment]
         for at, window in enumerate(self.kept):
+            gil_point()
             if window is not None and window._array is None:
                 window._array = win_sorted[at, :int(win_len[at])].copy()  # (ResidualWindow.sorted_array)
         for at in sorted(set(self.it_spread.ravel().tolist())):

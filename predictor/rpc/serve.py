@@ -29,6 +29,7 @@ from typing import Any
 from predictor.cpu_priority import check_cpus, check_nice, check_policy
 from predictor.gc_tuning import DEFAULT_YOUNG_THRESHOLD, check_young_threshold, collector, freeze_startup
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS, check_switch_interval_ms, switch_interval
+from predictor.gil_yield import DEFAULT_LEARNER_YIELD_MS, check_period_ms, yielding
 from predictor.service import fixed_point_kernel
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
@@ -70,6 +71,7 @@ class ServeOptions:
     pin_workers: bool = False  # each answering worker on one CPU of its own (predictor.cpu_priority.worker_cpus)
     switch_interval_ms: float = DEFAULT_SWITCH_INTERVAL_MS  # the GIL's switch interval (predictor.gil)
     gc_young_threshold: int = DEFAULT_YOUNG_THRESHOLD  # the collector's (predictor.gc_tuning); 0: Python's
+    learner_yield_ms: float = DEFAULT_LEARNER_YIELD_MS  # one process: the learner's pauses for answers (gil_yield)
 
 
 def security_from_options(options: ServeOptions) -> tuple[Any, Any]:
@@ -134,6 +136,7 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         tracing = tracing_from_option(options.trace, options.trace_endpoint)
         check_switch_interval_ms(options.switch_interval_ms)
         check_young_threshold(options.gc_young_threshold)
+        check_period_ms(options.learner_yield_ms)
         check_nice(options.learner_nice)
         check_policy(options.learner_policy)
         check_cpus(options.learner_cpus, "--learner-cpus")  # CPUs this process may use
@@ -156,7 +159,8 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         from predictor.rpc.supervisor import serve_workers
 
         return serve_workers(config, options, stop, _write_port_file, _install_signal_handlers)
-    with switch_interval(options.switch_interval_ms / 1e3), collector(options.gc_young_threshold):
+    with (switch_interval(options.switch_interval_ms / 1e3), collector(options.gc_young_threshold),
+          yielding(options.learner_yield_ms)):
         return _serve_one_process(config, options, stop, credentials, policy, tracing)
 
 
@@ -216,6 +220,8 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
         else "observation log off"
     )
     freeze_startup(options.gc_young_threshold, log)  # the model as restored: never traversed by the collector again
+    log.info("learner: %s", f"pauses for answers every {options.learner_yield_ms:g} ms of a block"
+             if options.learner_yield_ms else "never pauses for answers")
     print(f"predictor serve: {said}; predictor {config.predictor}; {durability}; SERVING", flush=True)
     stop.wait()
     print(f"predictor serve: stopping (grace {options.grace_s:g} s)", flush=True)

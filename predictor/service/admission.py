@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from predictor.calibration import BoundSource
+from predictor.gil_yield import point as gil_point
 from predictor.records import Record
 from predictor.service.monitor import LINKED, REPLAY, ShapeMonitor
 from predictor.service.types import CoRunnerSource, PlannedCoRunner, Query
@@ -218,6 +219,7 @@ class AdmissionCalibration:
         updates: list[tuple] = []  # (source, shape key, kind, model, count, actual, answered, upper or None,
         #   the outcome's index in outcomes or None: a linked answer is only calibrated on)
         for record, kind, predicted_ms, replays, batch_id in observed:
+            gil_point()
             actual = record.latency_ms
             assert actual is not None
             model = record.batch.model
@@ -237,6 +239,7 @@ class AdmissionCalibration:
         results = learn_block(self.calibrator, outcomes)
         monitor, point_correction = self.monitor, self.point_correction
         for source, key, kind, model, count, actual, predicted, upper, at in updates:
+            gil_point()
             if at is None:
                 monitor.update(source, key, kind, model, count, actual=actual, predicted=predicted,
                                covered=actual <= upper)

@@ -41,6 +41,7 @@ import numpy as np
 
 from predictor import rules
 from predictor.colocations import CoLocations
+from predictor.gil_yield import point as gil_point
 from predictor.records import BatchSpec, CoRunner, Record
 from predictor.service.admission import admission_queries, admission_shapes
 from predictor.service.errors import ServiceError
@@ -110,6 +111,7 @@ def plan_block(answering: Answering, records: Sequence[Record]) -> dict[tuple, l
     filled_signals: dict[tuple[str, str], Mapping[str, float]] = {}  # the filling does not change in a replay
     assumed_overlaps: dict[tuple[str, int], float] = {}
     for at, record in enumerate(records):
+        gil_point()
         wanted = admission_shapes(record)
         if not wanted:
             continue
@@ -221,6 +223,7 @@ def replay_block(answering: Answering, records: Sequence[Record]) -> Replayed:
     model = answering.state.live_model()
     out: Replayed = [[] for _ in records]
     for group in plan_block(answering, records).values():  # a record's questions share its batch: one group
+        gil_point()
         for question, latency in zip(group, _latencies(answering, records, group, model), strict=True):
             if latency is not None:
                 out[question[0]].append((question[1], latency))

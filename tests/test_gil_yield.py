@@ -1,0 +1,87 @@
+"""The learner's pauses for answers (predictor.gil_yield): where a block of ingest pauses, that the
+pauses change no result, and how ``predictor serve`` sets them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from reference_answers import answers_of
+from serve_process import ROOT, start_server
+
+from predictor import gil_yield
+from predictor.gil_yield import check_period_ms, paused, point, yielding
+from predictor.service.config import ServiceConfig
+from predictor.service.core import Service
+from predictor.service.synthetic import synthetic_records
+
+
+def test_a_point_pauses_once_a_period_has_passed_and_never_when_off() -> None:
+    with yielding(50.0):
+        point()
+        assert paused() == 1  # none before: a whole period has passed
+        point()
+        point()
+        assert paused() == 1  # within the period
+        time.sleep(0.06)
+        point()
+        assert paused() == 2
+    with yielding(0):
+        for _ in range(1000):
+            point()
+        assert paused() == 0
+    assert gil_yield._period_ns == 0  # restored: off, as in every process by default
+
+
+@pytest.mark.parametrize("bad", [-1, 1001])
+def test_a_period_out_of_range_is_refused_naming_the_option(bad: float) -> None:
+    with pytest.raises(ValueError, match="--learner-yield-ms"):
+        check_period_ms(bad)
+
+
+def _ingest(records, period_ms: float) -> tuple[list[float], int, list[int]]:
+    """The answers to the reference queries of a service that learned ``records`` in messages of 128,
+    the pauses made, and each message's count of records accepted."""
+    service = Service(ServiceConfig(snapshot_every_s=0))
+    service.open()
+    with yielding(period_ms):
+        accepted = [service.report_observations([(r, "") for r in records[at:at + 128]]).accepted
+                    for at in range(0, len(records), 128)]
+        count = paused()
+    return answers_of(service.predict), count, accepted
+
+
+def test_a_block_of_ingest_pauses_and_learns_the_same() -> None:
+    """With a period shorter than anything, every point of a block pauses: the replay's groups and
+    the calibrator's block reach them; the service learns exactly what it learns without pauses."""
+    records = list(synthetic_records(512, seed=4))
+    expected, none, accepted = _ingest(records, 0)
+    got, many, accepted_pausing = _ingest(records, 1e-6)
+    assert none == 0 and many > len(records)  # per record in the replay and the calibrator, and more
+    assert accepted_pausing == accepted and sum(accepted) > 400
+    assert got == expected  # to the bit: a pause changes when, never what
+
+
+def _started(tmp_path, *args: str) -> str:
+    server = start_server(tmp_path, *args)
+    try:
+        end = time.monotonic() + 60
+        while "; SERVING" not in server.output():
+            assert time.monotonic() < end, server.output()
+            time.sleep(0.05)
+        return server.output()
+    finally:
+        server.stop()
+
+
+def test_a_one_process_server_pauses_its_learner_by_default_and_never_when_told_zero(tmp_path) -> None:
+    assert "learner: pauses for answers every 1 ms of a block" in _started(tmp_path / "a")
+    assert "learner: never pauses for answers" in _started(tmp_path / "b", "--learner-yield-ms", "0")
+
+
+def test_a_bad_period_stops_the_server_naming_the_option() -> None:
+    done = subprocess.run([sys.executable, "-m", "predictor.cli", "serve", "--port", "0", "--learner-yield-ms", "-1"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 2 and "--learner-yield-ms" in done.stderr, done.stderr
