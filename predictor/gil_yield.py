@@ -11,7 +11,12 @@ sleeps 0.2 ms and needs the GIL to wake): late by more than 1.5 ms 370 times in 
 of them in the admission-time replay's predictions and the rest in the calibrator's block, the
 numpy-heavy stages, against 4 in the compiled RLS kernel, which releases the GIL for
 milliseconds at a time. A Python loop that makes one such release every 144 µs kept a probe
-thread waiting 0.5 s at the median (``experiments/gil_starvation.py``).
+thread waiting 0.7 s at the median, and 1.0 ms once it paused every 1 ms
+(``experiments/gil_starvation.py``). In a one-process server under full-speed ingest
+(``experiments/bench_learner_yield.py``, 3 rounds of 8 s), pausing every 0.5 ms took a
+sequential client's PredictLatency p99 from 8.4-8.5 to 4.5-5.1 ms (p50 1.94-1.98 to 1.64-1.71)
+and an open-loop one's at 300 calls/s from 9.4-11.6 to 5.5-6.3 ms, for 4-10% of the learning
+rate (every 1 ms: 4.3-4.7 and 6.1-15.4 ms, 3-6%).
 
 :func:`point` is called at places in those stages between two small pieces of work. When the
 process is set to yield (:func:`configure`, ``predictor serve --learner-yield-ms``) and
@@ -39,7 +44,7 @@ from collections.abc import Iterator
 PAUSE_S = 50e-6
 """How long a pause sleeps (a thread waiting for the GIL wakes in ~10-50 µs on this machine)."""
 
-DEFAULT_LEARNER_YIELD_MS = 1.0
+DEFAULT_LEARNER_YIELD_MS = 0.5
 """``predictor serve``'s period in a one-process server."""
 
 _period_ns = 0  # 0: off

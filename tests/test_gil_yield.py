@@ -77,7 +77,7 @@ def _started(tmp_path, *args: str) -> str:
 
 
 def test_a_one_process_server_pauses_its_learner_by_default_and_never_when_told_zero(tmp_path) -> None:
-    assert "learner: pauses for answers every 1 ms of a block" in _started(tmp_path / "a")
+    assert "learner: pauses for answers every 0.5 ms of a block" in _started(tmp_path / "a")
     assert "learner: never pauses for answers" in _started(tmp_path / "b", "--learner-yield-ms", "0")
 
 

@@ -255,8 +255,8 @@ def register(subparsers: Any) -> None:
         "--learner-yield-ms", type=float, default=DEFAULT_LEARNER_YIELD_MS, metavar="MS",
         help="one process (--workers 1): while it learns a block, the learner pauses 50 µs at least every MS of "
         "its numpy-heavy stages, so that an answer waiting for the GIL takes it (default "
-        f"{DEFAULT_LEARNER_YIELD_MS:g}; 0: never; answers under full-speed ingest wait about half as long "
-        "at p99, learning ~5%% slower)",
+        f"{DEFAULT_LEARNER_YIELD_MS:g}; 0: never; under full-speed ingest answers' p99 about half, learning "
+        "4-10%% slower)",
     )
     parser.set_defaults(func=run)
 
