@@ -11,6 +11,7 @@ import gzip
 import io
 import json
 import os
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,7 +153,7 @@ def _lines(stream: IO[str], report: ReadReport, tolerant: bool) -> Iterator[str 
     while True:
         try:
             text = stream.readline()
-        except (EOFError, gzip.BadGzipFile, UnicodeDecodeError, OSError) as exc:
+        except (EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError, OSError) as exc:
             error = RecordError("file", f"unreadable after this point ({exc})", number + 1)
             if not tolerant:
                 raise error from None
