@@ -19,16 +19,21 @@ and an open-loop one's at 300 calls/s from 9.4-11.6 to 5.5-6.3 ms, for 4-10% of 
 rate (every 1 ms: 4.3-4.7 and 6.1-15.4 ms, 3-6%).
 
 :func:`point` is called at places in those stages between two small pieces of work. When the
-process is set to yield (:func:`configure`, ``predictor serve --learner-yield-ms``) and
-:data:`period <configure>` has passed since the last pause, it sleeps :data:`PAUSE_S`: long
-enough for a waiting thread to wake and take the GIL, which it then keeps until it drops it.
-Off (the default in every process but a one-process server), a point costs a global read and a
+process is set to yield (:func:`configure`, ``predictor serve --learner-yield-ms``), the service
+was asked something within :data:`ASKED_WITHIN_S` (:func:`asked`, called by the RPC layer as
+each unary call begins and ends) and the period has passed since the last pause, it sleeps
+:data:`PAUSE_S`: long enough for a waiting thread to wake and take the GIL, which it then keeps
+until it drops it. A server that only learns pauses never: each pause costs the learner ~0.13 ms
+(the sleep and the timer's slack), 10-12% of its rate at 0.5 ms when nothing waits. Off (the
+default in every process but a one-process server), a point costs a global read and a
 comparison.
 
 Examples
 --------
 >>> with yielding(1.0):
-...     point()  # the first point pauses: a whole period has passed since none
+...     point()  # nothing asked: no pause
+...     asked()
+...     point()  # asked: the first point pauses, a whole period has passed since none
 ...     paused()
 1
 >>> paused()  # off again: the count is the setting's
@@ -44,12 +49,18 @@ from collections.abc import Iterator
 PAUSE_S = 50e-6
 """How long a pause sleeps (a thread waiting for the GIL wakes in ~10-50 µs on this machine)."""
 
+ASKED_WITHIN_S = 1.0
+"""How recently the service must have been asked something for the learner to pause: an answer's
+first waits for the GIL (gRPC taking the call in) come before the RPC layer sees it."""
+
 DEFAULT_LEARNER_YIELD_MS = 0.5
 """``predictor serve``'s period in a one-process server."""
 
 _period_ns = 0  # 0: off
 _next_ns = 0
 _paused = 0
+_asked_ns = -(1 << 62)  # when an answer last began or ended (never)
+_ASKED_WITHIN_NS = int(ASKED_WITHIN_S * 1e9)
 
 
 def check_period_ms(value: float) -> None:
@@ -78,13 +89,21 @@ def yielding(period_ms: float) -> Iterator[None]:
         configure(previous)
 
 
+def asked() -> None:
+    """Note that an answer begins or ends now (the RPC layer calls this around each unary call)."""
+    global _asked_ns
+    _asked_ns = time.perf_counter_ns()
+
+
 def point() -> None:
     """A place where the learner may pause so that a thread waiting for the GIL takes it."""
     global _next_ns, _paused
-    if _period_ns and time.perf_counter_ns() >= _next_ns:
-        time.sleep(PAUSE_S)
-        _paused += 1
-        _next_ns = time.perf_counter_ns() + _period_ns
+    if _period_ns:
+        now = time.perf_counter_ns()
+        if now >= _next_ns and now - _asked_ns < _ASKED_WITHIN_NS:
+            time.sleep(PAUSE_S)
+            _paused += 1
+            _next_ns = time.perf_counter_ns() + _period_ns
 
 
 def paused() -> int:

@@ -30,6 +30,7 @@ from typing import Any
 
 import grpc
 
+from predictor.gil_yield import asked
 from predictor.rpc.decoding import _decode, _Undecodable
 from predictor.rpc.errors import abort
 from predictor.rpc.metrics import ServerMetrics
@@ -146,6 +147,8 @@ class ThinInterceptor(grpc.ServerInterceptor):
         def handled(raw: Any, context: grpc.ServicerContext) -> Any:
             start = time.perf_counter()
             code = _OK
+            if unary:
+                asked()  # an answer is wanted: the learner pauses for it (predictor.gil_yield)
             try:
                 remaining = context.time_remaining()
                 if remaining is not None and remaining <= 0:
@@ -167,6 +170,8 @@ class ThinInterceptor(grpc.ServerInterceptor):
                 code = context.code() or _UNKNOWN
                 raise
             finally:
+                if unary:
+                    asked()
                 if metrics is not None:
                     method.observe(metrics, code, time.perf_counter() - start)
 
