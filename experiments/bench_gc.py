@@ -26,8 +26,11 @@ Run: ``PYTHONPATH=$PWD .venv/bin/python -m experiments.bench_gc``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +55,21 @@ class Config:
     seed: int = 0
 
 
+@contextlib.contextmanager
+def served(seed: int, **settings: Any) -> Iterator[ServerProcess]:
+    """The bench's service (``rls``, 2,000 warm-up records, 8 handler threads, metrics, a fresh state
+    folder: the observation log on) in a process of its own, with ``settings`` added to its spec."""
+    spec = {"predictor": "rls", "outlier_gate": True, "warm_records": 2000, "seed": seed,
+            "devices": bench_rpc.DEVICES, "server": "thread", "max_workers": 8, "metrics": True,
+            "max_candidates": 1024}
+    with tempfile.TemporaryDirectory(prefix="bench-") as state:
+        server = ServerProcess(service_main, {**spec, "state_dir": state, **settings})
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
 def measure(pool: ClientPool, server: ServerProcess, requests: dict[str, list[bytes]], config: Config) -> dict:
     """One round: the open-loop answers' percentiles (ms) and the stream's records/s, side by side."""
     stream = requests["ReportObservations (batched)"] * 3  # outlasts the answers' seconds
@@ -72,20 +90,13 @@ def main() -> None:
     config, out = start("bench_gc", Config(), __doc__.splitlines()[0])
     requests = bench_rpc.build_requests(bench_rpc.Config(ingest_records=100 * BATCH, ingest_batch=BATCH,
                                                          seed=config.seed))
-    spec = {"predictor": "rls", "outlier_gate": True, "warm_records": 2000, "seed": config.seed,
-            "devices": bench_rpc.DEVICES, "server": "thread", "max_workers": 8, "metrics": True,
-            "max_candidates": 1024}
     pool = ClientPool(2)
     results: dict[int, list[dict]] = {young: [] for young in config.thresholds}
     try:
         for round_ in range(config.rounds):
             for young in config.thresholds:
-                with tempfile.TemporaryDirectory(prefix="bench-gc-") as state:
-                    server = ServerProcess(service_main, {**spec, "state_dir": state, "gc_young_threshold": young})
-                    try:
-                        row = measure(pool, server, requests, config)
-                    finally:
-                        server.stop()
+                with served(config.seed, gc_young_threshold=young) as server:
+                    row = measure(pool, server, requests, config)
                 results[young].append(row)
                 name = "Python's collector" if young == 0 else f"young every {young:,}, start-up frozen"
                 print(f"round {round_ + 1} {name:<36} answered {row['answered']}/{row['calls']}  "

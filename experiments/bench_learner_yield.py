@@ -19,14 +19,13 @@ Run: ``PYTHONPATH=$PWD .venv/bin/python -m experiments.bench_learner_yield``
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 
 import numpy as np
 
 from experiments import bench_gc, bench_rpc
 from experiments.common import finish, start
 from experiments.rpc_load import ClientPool
-from experiments.rpc_servers import ServerProcess, service_main
+from experiments.rpc_servers import ServerProcess
 from predictor.rpc.names import METHOD_PREFIX
 
 
@@ -59,23 +58,15 @@ def main() -> None:
     config, out = start("bench_learner_yield", Config(), __doc__.splitlines()[0])
     requests = bench_rpc.build_requests(bench_rpc.Config(ingest_records=100 * bench_gc.BATCH,
                                                          ingest_batch=bench_gc.BATCH, seed=config.seed))
-    spec = {"predictor": "rls", "outlier_gate": True, "warm_records": 2000, "seed": config.seed,
-            "devices": bench_rpc.DEVICES, "server": "thread", "max_workers": 8, "metrics": True,
-            "max_candidates": 1024}
     pool = ClientPool(2)
     results: dict[str, list[dict]] = {}
     try:
         for round_ in range(config.rounds):
             for period in config.periods:
-                with tempfile.TemporaryDirectory(prefix="bench-yield-") as state:
-                    server = ServerProcess(service_main, {**spec, "state_dir": state, "learner_yield_ms": period})
-                    try:
-                        rows = {"sequential": sequential(pool, server, requests, config),
-                                "open loop": bench_gc.measure(pool, server, requests,
-                                                              bench_gc.Config(rate=config.rate,
-                                                                              seconds=config.seconds))}
-                    finally:
-                        server.stop()
+                with bench_gc.served(config.seed, learner_yield_ms=period) as server:
+                    rows = {"sequential": sequential(pool, server, requests, config),
+                            "open loop": bench_gc.measure(pool, server, requests,
+                                                          bench_gc.Config(rate=config.rate, seconds=config.seconds))}
                 name = "never" if period == 0 else f"every {period:g} ms"
                 for client, row in rows.items():
                     results.setdefault(f"{period:g} {client}", []).append(row)

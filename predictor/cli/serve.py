@@ -253,8 +253,9 @@ def register(subparsers: Any) -> None:
     )
     scale.add_argument(
         "--learner-yield-ms", type=float, default=DEFAULT_LEARNER_YIELD_MS, metavar="MS",
-        help="one process (--workers 1): while it learns a block, the learner pauses 50 µs at least every MS of "
-        "its numpy-heavy stages, so that an answer waiting for the GIL takes it (default "
+        help="one process (--workers 1): while it learns a block and the service is being asked (a call within "
+        "the last second), the learner pauses 50 µs at least every MS of its numpy-heavy stages, so that an "
+        "answer waiting for the GIL takes it (default "
         f"{DEFAULT_LEARNER_YIELD_MS:g}; 0: never; under full-speed ingest answers' p99 about half, learning "
         "4-10%% slower)",
     )
