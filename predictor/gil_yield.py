@@ -23,7 +23,7 @@ process is set to yield (:func:`configure`, ``predictor serve --learner-yield-ms
 was asked something within :data:`ASKED_WITHIN_S` (:func:`asked`, called by the RPC layer as
 each unary call begins and ends) and the period has passed since the last pause, it sleeps
 :data:`PAUSE_S`: long enough for a waiting thread to wake and take the GIL, which it then keeps
-until it drops it. A server that only learns pauses never: each pause costs the learner ~0.13 ms
+until it drops it. A server that only learns never pauses: each pause costs the learner ~0.13 ms
 (the sleep and the timer's slack), 10-12% of its rate at 0.5 ms when nothing waits. Off (the
 default in every process but a one-process server), a point costs a global read and a
 comparison.
