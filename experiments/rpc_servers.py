@@ -28,7 +28,6 @@ from experiments.echo_server import create_echo_aio_server, create_echo_server
 from predictor import gil_yield
 from predictor.gc_tuning import DEFAULT_YOUNG_THRESHOLD, freeze_startup, set_young_threshold
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
-from predictor.gil_yield import DEFAULT_LEARNER_YIELD_MS
 from predictor.rpc.errors import grpc_errors
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.protos import pb2
@@ -68,7 +67,7 @@ def service_main(conn: Any, spec: dict) -> None:
     set_young_threshold(young)
     freeze_startup(young)
     # and the learner's pauses for answers (predictor.gil_yield), unless the spec names another period (0: none)
-    gil_yield.configure(spec.get("learner_yield_ms", DEFAULT_LEARNER_YIELD_MS))
+    gil_yield.configure(spec.get("learner_yield_ms", gil_yield.DEFAULT_LEARNER_YIELD_MS))
     metrics = ServerMetrics(service) if spec["metrics"] else None
     servicer = _canned_servicer(service, spec["canned"]) if spec.get("canned") else None
     server, port = create_server("127.0.0.1:0", service, metrics=metrics, max_workers=spec["max_workers"],

@@ -109,14 +109,15 @@ def _prequential_blocks(predictor: RlsPredictor, records: Iterable[Record | Colo
     # per feature names: their column positions, and which of them (in the row) have no scale yet
     layouts: dict[tuple[str, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
     bounds: list[tuple[float, float, float]] = []  # solo latency, slowdown range at the time
-    # the block being learned, with its targets and bounds (at most one: the next one starts from its state)
-    learning: list[tuple[SparseBlock, np.ndarray, np.ndarray]] = []
+    # the block being learned, with its targets and bounds (one at most: the next one starts from its state)
+    learning: tuple[SparseBlock, np.ndarray, np.ndarray] | None = None
 
     def settle() -> None:
         """Take in the block being learned: its predictions, the running residual scale."""
-        if not learning:
+        nonlocal learning
+        if learning is None:
             return
-        learned, learned_targets, learned_bounds = learning.pop()
+        (learned, learned_targets, learned_bounds), learning = learning, None
         if worker is not None:
             worker.wait()
         raw, fits = learned.finish()
@@ -132,6 +133,7 @@ def _prequential_blocks(predictor: RlsPredictor, records: Iterable[Record | Colo
 
     def flush() -> None:
         """Start learning the pending records (the block before them taken in first)."""
+        nonlocal learning
         settle()
         if not rows:
             return
@@ -140,7 +142,7 @@ def _prequential_blocks(predictor: RlsPredictor, records: Iterable[Record | Colo
         pending_targets = np.asarray(targets)
         learned = SparseBlock(predictor._models[key], offsets, np.concatenate(rows), np.concatenate(values),
                               pending_targets)
-        learning.append((learned, pending_targets, np.asarray(bounds)))
+        learning = (learned, pending_targets, np.asarray(bounds))
         if worker is None:
             learned.compute()
             settle()
