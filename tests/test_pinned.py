@@ -31,9 +31,18 @@ def _by_lu(covariance: np.ndarray, weights: np.ndarray, mask: np.ndarray) -> tup
 
 def _by_kernel(covariance: np.ndarray, weights: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     size = weights.size
-    pinned, gain = np.zeros(size, dtype=np.int64), np.zeros((size, size), order="F")
+    pinned, gain = np.zeros(size, dtype=np.int64), np.zeros((size, size))
     upper = np.asfortranarray(np.triu(covariance) + 7.0 * np.tril(np.ones((size, size)), -1))  # below: never read
     k = kernel_find_gain(upper, 1.0, weights, mask, pinned, gain)
+    return pinned[:k], gain[:, :k]
+
+
+def _by_kernel_mirrored(covariance: np.ndarray, weights: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel reading all of ``S``, as an RLS run that keeps the lower triangle the upper's mirror."""
+    size = weights.size
+    pinned, gain = np.zeros(size, dtype=np.int64), np.zeros((size, size))
+    full = np.asfortranarray(np.triu(covariance) + np.triu(covariance, 1).T)
+    k = kernel_find_gain(full, 1.0, weights, mask, pinned, gain, True)
     return pinned[:k], gain[:, :k]
 
 
@@ -52,6 +61,9 @@ def test_the_bordered_search_pins_the_set_of_fresh_solves_with_the_same_gain(see
         np.testing.assert_array_equal(pinned, expected[0])
         np.testing.assert_allclose(gain, expected[1], rtol=1e-9, atol=1e-12)
         assert (gain[pinned, np.arange(pinned.size)] == 1.0).all()
+    upper, mirrored = _by_kernel(covariance, weights, mask), _by_kernel_mirrored(covariance, weights, mask)
+    np.testing.assert_array_equal(upper[0], mirrored[0])
+    np.testing.assert_array_equal(upper[1], mirrored[1])  # the same numbers, read from either triangle
 
 
 def test_a_singular_block_stops_the_search_with_the_last_set_found():

@@ -25,11 +25,17 @@ from predictor.regressors.pinned import ROUNDS
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _covariance(s, c):  # pragma: no cover
+def _covariance(s, c, mirrored):  # pragma: no cover
     """``P = c S`` in full from the upper triangle of ``S`` (Fortran order), as ``RLS.covariance``:
-    each row from a contiguous column of ``S``, the rest mirrored by tiles."""
+    each row from a contiguous column of ``S``, the rest mirrored by tiles; where ``mirrored`` (the
+    lower triangle holds the upper's mirror, the same numbers), every row from its whole column."""
     d = s.shape[0]
     covariance = np.empty((d, d))
+    if mirrored:
+        for j in range(d):
+            for i in range(d):
+                covariance[j, i] = c * s[i, j]
+        return covariance
     for j in range(d):
         for i in range(j + 1):
             covariance[j, i] = c * s[i, j]
@@ -161,8 +167,9 @@ def _negatives(values, mask, out):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def find_gain(s, c, w, mask, pinned, gain):  # pragma: no cover
-    """:func:`predictor.regressors.pinned.find_gain` of ``P = c S`` (``S`` from its upper triangle):
+def find_gain(s, c, w, mask, pinned, gain, mirrored=False):  # pragma: no cover
+    """:func:`predictor.regressors.pinned.find_gain` of ``P = c S`` (``S`` from its upper triangle, or
+    from all of it where ``mirrored``: the lower triangle the upper's mirror, as the RLS run keeps it):
     writes the pinned set (ascending) into ``pinned`` and its gain into the first columns of
     ``gain``; returns how many are pinned."""
     d = w.size
@@ -170,7 +177,7 @@ def find_gain(s, c, w, mask, pinned, gain):  # pragma: no cover
     added = _negatives(w, mask, new)
     if not added:
         return 0
-    covariance = _covariance(s, c)
+    covariance = _covariance(s, c, mirrored)
     upper = np.empty((d, d))
     order = np.empty(d, dtype=np.int64)
     forward = np.empty(d)
@@ -216,11 +223,12 @@ def find_gain(s, c, w, mask, pinned, gain):  # pragma: no cover
     if not np.isfinite(rows).all():
         return 0
     ascending = np.argsort(order[:k])
+    for i in range(d):  # row by row (the RLS run keeps the gain row-major)
+        for p in range(k):
+            gain[i, p] = 0.0
     for p in range(k):
         source = ascending[p]
         pinned[p] = order[source]
-        for i in range(d):
-            gain[i, p] = 0.0
         gain[pinned[p], p] = 1.0
         for f in range(d - k):
             gain[free[f], p] = rows[source, f]

@@ -207,25 +207,51 @@ def _mirror(s):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _projected_dot(x, nz, n, w, mask, pinned, gain, k, out, flag):  # pragma: no cover
+def _projected_dot(x, nz, n, w, mask, pinned, gain, k, out, flag, pinned_weights, free):  # pragma: no cover
     """``x'v`` for ``v`` the reference ``predicting_weights`` (``w - gain @ w[pinned]``, the ``k`` pinned
     columns at 0, then every constrained weight (``mask``) clipped at 0), from ``v``'s entries at
     ``x``'s ``n`` non-zero positions ``nz`` only: the other terms are exact zeros.
 
-    ``out`` and ``flag`` (all False, and left so): scratch."""
-    for q in range(n):
-        out[q] = 0.0
-    for p in range(k):  # gain @ w[pinned] at those rows, column by column (each entry's sum in order)
-        wp = w[pinned[p]]
+    ``gain`` is row-major: the entry of ``gain @ w[pinned]`` at a free non-zero position is the sum
+    over its (contiguous) row in the order of the pinned columns, four rows at a time as four
+    independent sums (a pinned position's entry is 0 whatever it sums to, so it is not summed).
+    ``out``, ``pinned_weights`` and ``free``: scratch; ``flag`` (all False, and left so): scratch."""
+    for p in range(k):
+        pinned_weights[p] = w[pinned[p]]
         flag[pinned[p]] = True
-        for q in range(n):
-            out[q] += gain[nz[q], p] * wp
+    m = 0
+    for q in range(n):
+        if not flag[nz[q]]:
+            free[m] = q
+            m += 1
+    start = 0
+    while start + 4 <= m:
+        q0, q1, q2, q3 = free[start], free[start + 1], free[start + 2], free[start + 3]
+        r0, r1, r2, r3 = gain[nz[q0]], gain[nz[q1]], gain[nz[q2]], gain[nz[q3]]
+        a0 = a1 = a2 = a3 = 0.0
+        for p in range(k):
+            wp = pinned_weights[p]
+            a0 += r0[p] * wp
+            a1 += r1[p] * wp
+            a2 += r2[p] * wp
+            a3 += r3[p] * wp
+        out[q0], out[q1], out[q2], out[q3] = a0, a1, a2, a3
+        start += 4
+    for j in range(start, m):
+        row = gain[nz[free[j]]]
+        total = 0.0
+        for p in range(k):
+            total += row[p] * pinned_weights[p]
+        out[free[j]] = total
     prediction = 0.0
     for q in range(n):
         i = nz[q]
-        value = w[i] - out[q] if k else w[i]
-        if flag[i] or (mask[i] and value < 0.0):
+        if flag[i]:
             value = 0.0
+        else:
+            value = w[i] - out[q] if k else w[i]
+            if mask[i] and value < 0.0:
+                value = 0.0
         prediction += x[i] * value
     for p in range(k):
         flag[pinned[p]] = False
@@ -234,19 +260,20 @@ def _projected_dot(x, nz, n, w, mask, pinned, gain, k, out, flag):  # pragma: no
 
 @njit(cache=True, nogil=True, inline="always")
 def _learn(s, w, state, x, target, lam, delta, bound, rescale_above, sx, acc, nz, new_w, mask, pinned, gain,
-           project_every, projected, flag, mirrored):  # pragma: no cover
+           project_every, projected, flag, pinned_weights, free, mirrored):  # pragma: no cover
     """:func:`_step` of one row with, where ``mask`` is non-empty (``non_negative_contention``), the
     prediction from the projected weights and the gain searched anew every ``project_every`` updates;
     returns the prediction and ``x'w`` (the unconstrained fit)."""
     k = _nonzeros(x, nz) if mirrored or mask.size else 0
     prediction = 0.0
     if mask.size:
-        prediction = _projected_dot(x, nz, k, w, mask, pinned, gain, int(state[_PINNED]), projected, flag)
+        prediction = _projected_dot(x, nz, k, w, mask, pinned, gain, int(state[_PINNED]), projected, flag,
+                                    pinned_weights, free)
     xw, taken = _step(s, w, state, x, nz, k, target, lam, delta, bound, rescale_above, sx, acc, new_w, mirrored)
     if not mask.size:
         return xw, xw
     if taken and int(state[_UPDATES]) % project_every == 0:
-        state[_PINNED] = _find_gain(s, state[_C], w, mask, pinned, gain)
+        state[_PINNED] = _find_gain(s, state[_C], w, mask, pinned, gain, mirrored)
     return prediction, xw
 
 
@@ -256,12 +283,13 @@ def _rls_rows(s, w, state, rows, targets, lam, delta, bound, rescale_above, mask
     """:func:`_learn` of every row of ``rows`` in order."""
     d = w.size
     sx, acc, new_w, projected = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
-    nz = np.empty(d, dtype=np.int64)
+    nz, free = np.empty(d, dtype=np.int64), np.empty(d, dtype=np.int64)
     flag = np.zeros(d, dtype=np.bool_)
+    pinned_weights = np.empty(d)
     for t in range(rows.shape[0]):
         predictions[t], fits[t] = _learn(s, w, state, rows[t], targets[t], lam, delta, bound, rescale_above, sx,
                                          acc, nz, new_w, mask, pinned, gain, project_every, projected,
-                                         flag, mirrored)
+                                         flag, pinned_weights, free, mirrored)
 
 
 @njit(cache=True, nogil=True)
@@ -271,8 +299,9 @@ def _rls_sparse(s, w, state, scale, offsets, positions, values, targets, lam, de
     ``offsets[t]:offsets[t + 1]``, column 0 implied) scaled as ``RLS.vectorize`` scales it."""
     d = w.size
     sx, acc, new_w, projected = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
-    nz = np.empty(d, dtype=np.int64)
+    nz, free = np.empty(d, dtype=np.int64), np.empty(d, dtype=np.int64)
     flag = np.zeros(d, dtype=np.bool_)
+    pinned_weights = np.empty(d)
     x = np.zeros(d)
     for t in range(offsets.size - 1):
         for i in range(d):
@@ -283,7 +312,7 @@ def _rls_sparse(s, w, state, scale, offsets, positions, values, targets, lam, de
             x[p] = values[k] / scale[p] if scale[p] > 0 else 0.0
         predictions[t], fits[t] = _learn(s, w, state, x, targets[t], lam, delta, bound, rescale_above, sx, acc,
                                          nz, new_w, mask, pinned, gain, project_every, projected,
-                                         flag, mirrored)
+                                         flag, pinned_weights, free, mirrored)
 
 
 class _Run:
@@ -306,7 +335,7 @@ class _Run:
         if self.constrained:
             self.mask = model._constrained_columns()
             self.pinned = np.zeros(d, dtype=np.int64)
-            self.gain = np.zeros((d, d), order="F")
+            self.gain = np.zeros((d, d))  # row-major: each row's sum over the pinned columns is contiguous
             found = model.__dict__.get("_gain")
             if found is not None and found[0].size:
                 active, matrix = found
@@ -317,7 +346,7 @@ class _Run:
         else:
             self.mask = np.zeros(0, dtype=bool)
             self.pinned = np.zeros(0, dtype=np.int64)
-            self.gain = np.zeros((0, 0), order="F")
+            self.gain = np.zeros((0, 0))
 
     def arguments(self) -> tuple:
         """The kernels' arguments after the rows: the learning constants and the projection's state."""
