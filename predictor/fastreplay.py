@@ -9,16 +9,18 @@ does the same steps in another order of work, not of arithmetic; it is what
 for such a predictor (``--reference``: record by record):
 
 1. per record, in stream order, the parts that depend only on the stream
-   (features, the solo latency and plausible slowdown range at that point,
-   the solo profile's update) and the features' column positions, where the
-   model need not grow for them (every name known, a non-zero value only in a
-   column that has its scale);
-2. per block of such records, every RLS step in one compiled call over the
-   sparse rows (:class:`~predictor.regressors.rls_kernel.SparseBlock`), which also gives each
-   record's prediction before its own step (from the projected weights) and its unconstrained fit
-   (for the running residual scale); with ``overlap`` (the command line's default) the call runs on
-   a second thread (:class:`~predictor.kernel_thread.KernelThread`; it releases the GIL) while step 1
-   goes on with the next block's records, and its results are taken in when that block is full;
+   (the features before their products, :func:`~predictor.features.planned_row`; the solo latency
+   and plausible slowdown range at that point, the solo profile's update) and, per distinct row
+   layout, the features' column positions, where the model need not grow for them (every name
+   known, a non-zero value only in a column that has its scale);
+2. per block of such records, every RLS step in one compiled call
+   (:class:`~predictor.regressors.rls_kernel.PlannedRun`, which also builds each row, the
+   ``interactions`` features' products included, and holds the model's state from block to block),
+   giving each record's prediction before its own step (from the projected weights) and its
+   unconstrained fit (for the running residual scale); with ``overlap`` (the command line's
+   default) the call runs on a second thread (:class:`~predictor.kernel_thread.KernelThread`; it
+   releases the GIL) while step 1 goes on with the next block's records; when that block is full it
+   is started at once, and the one before taken in while it is learned;
 3. a record that grows the model (a new feature name, a column's first
    non-zero value), and the first record, go through the reference
    ``predict_learn_one`` after the block before them is learned.
@@ -48,7 +50,7 @@ from typing import IO, TYPE_CHECKING
 import numpy as np
 
 from predictor.evaluation import Scored, run_prequential
-from predictor.features import feature_row
+from predictor.features import RowLayout, planned_row
 from predictor.kernel_thread import KernelThread
 from predictor.logio import ReadReport, iter_rows
 from predictor.predictors import create
@@ -58,9 +60,9 @@ from predictor.records import Record
 from predictor.typed_decoding import ColocRow, record_of
 
 if TYPE_CHECKING:
-    from predictor.regressors.rls_kernel import SparseBlock
+    from predictor.regressors.rls_kernel import PlannedBlock
 
-BLOCK = 256
+BLOCK = 1024
 
 
 def supports(predictor: LatencyPredictor) -> bool:
@@ -99,59 +101,73 @@ def prequential_rls(predictor: RlsPredictor, records: Iterable[Record | ColocRow
 def _prequential_blocks(predictor: RlsPredictor, records: Iterable[Record | ColocRow], block: int,
                         knows: list[bool] | None, worker: KernelThread | None) -> Scored:
     """:func:`prequential_rls`'s loop; each block learned by ``worker`` when given, else here."""
-    from predictor.regressors.rls_kernel import SparseBlock  # numba, loaded where it is used
+    from predictor.regressors.rls_kernel import PlannedRun, RowPlans  # numba, loaded where it is used
 
     scored = Scored()
     key = ""
-    rows: list[np.ndarray] = []  # the column positions of each pending record's features
-    values: list[np.ndarray] = []  # and their values
+    plans = RowPlans()  # where the values of each row layout go in the model
+    plan_of_row: list[int] = []  # each pending record's plan
+    bases: list[float] = []  # and the values its features are made from (products in the kernel)
     targets: list[float] = []
-    # per feature names: their column positions, and which of them (in the row) have no scale yet
-    layouts: dict[tuple[str, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
+    # per row layout (by identity: shared by the rows of the same names): its plan, and the terms of its
+    # values that have no scale yet (_unscaled_terms)
+    layouts: dict[RowLayout, tuple[int, tuple[int, ...], tuple[tuple[int, int], ...]]] = {}
     bounds: list[tuple[float, float, float]] = []  # solo latency, slowdown range at the time
+    run: PlannedRun | None = None  # the model's state, held by the compiled kernel from block to block
     # the block being learned, with its targets and bounds (one at most: the next one starts from its state)
-    learning: tuple[SparseBlock, np.ndarray, np.ndarray] | None = None
+    learning: tuple[PlannedBlock, np.ndarray, np.ndarray] | None = None
 
-    def settle() -> None:
-        """Take in the block being learned: its predictions, the running residual scale."""
-        nonlocal learning
-        if learning is None:
-            return
-        (learned, learned_targets, learned_bounds), learning = learning, None
-        if worker is not None:
-            worker.wait()
-        raw, fits = learned.finish()
+    def take_in(learned: PlannedBlock, learned_targets: np.ndarray, learned_bounds: np.ndarray) -> None:
+        """A learned block's predictions, and the running residual scale."""
         solo, low, high = learned_bounds.T
+        raw = learned.predictions
         slowdown = np.exp(np.minimum(raw, 10.0)) if predictor.log_target else raw
         slowdown = np.where(np.isfinite(slowdown), slowdown, 1.0)
         scored.predicted.extend((solo * np.minimum(np.maximum(slowdown, low), high)).tolist())
         scale = predictor._scale.get(key)
-        for residual in np.abs(learned_targets - fits).tolist():  # the unconstrained fit's, as _learn_vector
+        for residual in np.abs(learned_targets - learned.fits).tolist():  # the unconstrained fit's, as _learn_vector
             scale = 0.98 * (residual if scale is None else scale) + 0.02 * residual
         predictor._scale[key] = scale  # type: ignore[assignment]
         predictor._seen[key] = predictor._seen.get(key, 0) + learned_targets.size
 
     def flush() -> None:
-        """Start learning the pending records (the block before them taken in first)."""
-        nonlocal learning
-        settle()
-        if not rows:
+        """Start learning the pending records, then take in the block learned before them (which the
+        compiled call had to finish first: the blocks share the model's state)."""
+        nonlocal learning, run
+        if not plan_of_row:
             return
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum([r.size for r in rows], out=offsets[1:])
+        if run is None:
+            run = PlannedRun(predictor._models[key])
         pending_targets = np.asarray(targets)
-        learned = SparseBlock(predictor._models[key], offsets, np.concatenate(rows), np.concatenate(values),
-                              pending_targets)
-        learning = (learned, pending_targets, np.asarray(bounds))
-        if worker is None:
-            learned.compute()
-            settle()
-        else:
-            worker.start(learned.compute)
-        rows.clear()
-        values.clear()
+        block = run.block(plans, np.array(plan_of_row), np.array(bases), pending_targets)
+        current = (block, pending_targets, np.asarray(bounds))
+        plan_of_row.clear()
+        bases.clear()
         targets.clear()
         bounds.clear()
+        if worker is None:
+            block.compute()
+            take_in(*current)
+            return
+        before, learning = learning, None
+        if before is not None:
+            worker.wait()
+        worker.start(block.compute)
+        learning = current
+        if before is not None:
+            take_in(*before)  # while the next block is learned
+
+    def settle() -> None:
+        """Take in the block being learned, and write the learned state back into the model."""
+        nonlocal learning, run
+        if learning is not None:
+            before, learning = learning, None
+            if worker is not None:
+                worker.wait()
+            take_in(*before)
+        if run is not None:
+            run.finish()
+            run = None
 
     try:
         for record in records:
@@ -161,38 +177,58 @@ def _prequential_blocks(predictor: RlsPredictor, records: Iterable[Record | Colo
             model = predictor._models.get(key)
             fits = False
             if model is not None:
-                names, numbers = feature_row(record, predictor.features)  # the predictor's own row path
-                layout = layouts.get(names)
-                if layout is None:
-                    positions, partly = model.index.positions(names)  # None: every name known (no growth)
+                row, base = planned_row(record, predictor.features)  # the predictor's own row, before products
+                layout = layouts.get(row) if row is not None else None  # (None: a row only the reference takes)
+                if layout is None and row is not None:
+                    positions, partly = model.index.positions(row.names)  # None: every name known (no growth)
                     if partly is None and model.index.size == model._weights.size:
-                        unscaled = tuple(np.flatnonzero(model._column_scale[positions] <= 0).tolist())
-                        layout = layouts[names] = (positions, unscaled)
+                        unscaled = np.flatnonzero(model._column_scale[positions] <= 0)
+                        layout = layouts[row] = (plans.add(positions, row.left, row.right, row.keys),
+                                                 *_unscaled_terms(row, unscaled))
+                values = list(base.values())
                 if layout is not None:
                     # a non-zero value in a column without its scale would set the scale: not here (a column
                     # always 0 in the stream, e.g. a signal, never gets its scale: most rows have one)
-                    fits = not any(map(numbers.__getitem__, layout[1]))  # (a NaN counts as non-zero)
+                    fits = not (any(map(values.__getitem__, layout[1]))  # (a NaN counts as non-zero)
+                                or any(values[a] * values[b] for a, b in layout[2]))
             if not fits:
                 flush()
                 settle()
                 scored.predicted.append(predictor.predict_learn_one(
                     record_of(record) if isinstance(record, ColocRow) else record))
                 layouts.clear()  # columns and scales may have changed
+                plans = RowPlans()  # (a block in flight holds the arrays of the plans before)
                 continue
             solo = predictor.solo_latency(record)
             low, high = predictor._slowdown_range
             slowdown = record.latency_ms / solo  # type: ignore[operator]
             predictor._observed(record, slowdown)
-            rows.append(layout[0])  # type: ignore[index]
-            values.append(numbers)
+            plan_of_row.append(layout[0])  # type: ignore[index]
+            bases.extend(values)
             targets.append(math.log(slowdown) if predictor.log_target else slowdown)
             bounds.append((solo, low, high))
-            if len(rows) >= block:
+            if len(plan_of_row) >= block:
                 flush()
         flush()
     finally:
         settle()  # a block in flight is learned whole, whatever ended the records
     return scored
+
+
+def _unscaled_terms(row: RowLayout, unscaled: np.ndarray) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+    """The base values (by position) and the pairs of them multiplied that make the values of ``row``
+    at ``unscaled`` (positions among its names): a row fits the model only where all are 0."""
+    count = len(row.names) - row.left.size - row.keys.size
+    singles: list[int] = []
+    pairs: list[tuple[int, int]] = []
+    for u in unscaled.tolist():
+        if u < count:
+            singles.append(u)
+        elif u < count + row.left.size:
+            pairs.append((int(row.left[u - count]), int(row.right[u - count])))
+        else:
+            singles.append(int(row.keys[u - count - row.left.size]))
+    return tuple(singles), tuple(pairs)
 
 
 def fast_prequential(source: str | os.PathLike | IO[str], spec: str = "rls", *, seed: int = 0,

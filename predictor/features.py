@@ -209,7 +209,7 @@ def interaction_features(record: Record) -> Features:
 
 
 @dataclass(frozen=True, eq=False)
-class _RowLayout:
+class RowLayout:
     """Where the interaction features of one row come from, given its fine feature names."""
 
     names: tuple[str, ...]  # every name, in interaction_features' order
@@ -219,7 +219,7 @@ class _RowLayout:
 
 
 @functools.lru_cache(maxsize=1024)
-def row_layout(fine: tuple[str, ...], model: str) -> _RowLayout | None:
+def row_layout(fine: tuple[str, ...], model: str) -> RowLayout | None:
     """Where the interaction features of a row of fine feature names ``fine`` (of a batch of
     ``model``) come from (cached; ``None``: a name would repeat, only the dict path answers)."""
     keys = crossed_keys(fine)
@@ -229,7 +229,7 @@ def row_layout(fine: tuple[str, ...], model: str) -> _RowLayout | None:
         return None
     at = {name: j for j, name in enumerate(fine)}
     positions = np.array([at[k] for k in keys], dtype=np.intp)
-    return _RowLayout(names, positions, positions[first], positions[second])
+    return RowLayout(names, positions, positions[first], positions[second])
 
 
 def interaction_row(record: Record) -> tuple[tuple[str, ...], np.ndarray]:
@@ -247,10 +247,36 @@ def interaction_row(record: Record) -> tuple[tuple[str, ...], np.ndarray]:
     return layout.names, interaction_values(layout, np.fromiter(fine.values(), dtype=float, count=len(fine)))
 
 
-def interaction_values(layout: _RowLayout, values: np.ndarray) -> np.ndarray:
+def interaction_values(layout: RowLayout, values: np.ndarray) -> np.ndarray:
     """The interaction features' values (in ``layout.names``' order) of the fine features ``values``
     (in the order ``layout`` was made for): the values, their pairwise products, the crossed ones."""
     return np.concatenate((values, values[layout.left] * values[layout.right], values[layout.keys]))
+
+
+_NONE = np.zeros(0, dtype=np.intp)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain_layout(names: tuple[str, ...]) -> RowLayout:
+    """The layout of a row whose features are its values alone (no products, no copies)."""
+    return RowLayout(names, _NONE, _NONE, _NONE)
+
+
+def planned_row(record: Record, features: str) -> tuple[RowLayout | None, Features]:
+    """:func:`feature_row` of ``record`` before its products: the layout saying how the row's values
+    come from ``base`` (``None``: only :func:`feature_row` answers), and ``base``.
+
+    The row's values, in ``layout.names``' order, are ``base``'s values (in its order), then the
+    products of ``layout.left`` and ``layout.right``'s entries of them, then the entries at
+    ``layout.keys`` (:func:`interaction_values`); for ``fine`` and ``coarse``, ``base``'s values
+    alone. The layout is shared by every row of the same names (cached), so a caller can key on it
+    by identity and leave the products to compiled code.
+    """
+    if features == "interactions":
+        fine = fine_features(record)
+        return row_layout(tuple(fine), record.batch.model), fine
+    computed = FEATURE_SETS[features](record)
+    return _plain_layout(tuple(computed)), computed
 
 
 def feature_row(record: Record, features: str) -> tuple[tuple[str, ...], np.ndarray]:

@@ -27,9 +27,9 @@ from predictor.features import (
     COUNT,
     CROSS,
     SIGNAL,
+    RowLayout,
     _batch_features,
     _model_sums,
-    _RowLayout,
 )
 from predictor.records import CoRunner, Record
 from predictor.rules import OUTCOME_SIGNALS
@@ -99,7 +99,7 @@ class WindowForm:
     """
 
     program: FineProgram
-    layout: _RowLayout | None
+    layout: RowLayout | None
     intercept: float
     weights: np.ndarray
     overlaps: tuple[float, ...]

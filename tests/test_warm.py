@@ -12,7 +12,7 @@ from predictor.regressors import rls_kernel
 from predictor.service import ServiceConfig
 from predictor.service.warm import warm_ingest
 
-kernels = (rls_kernel._rls_sparse, shape_kernel.learn_block)
+kernels = (rls_kernel._rls_planned, shape_kernel.learn_block)
 print('before', [len(k.signatures) for k in kernels])
 warm_ingest(ServiceConfig())
 print('after', [len(k.signatures) for k in kernels])

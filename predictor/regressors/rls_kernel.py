@@ -11,10 +11,17 @@ has warmed up) the same arithmetic runs here in one compiled loop:
 * the rank-1 update of the upper triangle (as ``dsyr``), the trace bookkeeping,
   the trace bound and the rescaling of ``c`` into ``S``;
 * with ``non_negative_contention``, each prediction from the projected weights
-  ``w - gain @ w[A]`` (``O(nnz |A|)``: only at the row's non-zero positions), and every
+  ``w - gain @ w[A]`` (``O(nnz |A|)``: only at the row's non-zero positions that are not pinned,
+  each a sum over a contiguous row of the gain, kept row-major, four rows at a time), and every
   ``PROJECT_EVERY`` updates the pinned set ``A`` and its gain searched anew
   (:func:`predictor.regressors.gain_kernel.find_gain`: a Cholesky factor of ``P[A, A]`` extended
   as ``A`` grows and reused for the gain).
+
+A block's rows come dense (:func:`learn_rows`) or from plans (:class:`RowPlans`,
+:class:`PlannedRun`): each row the base values of its features and the number of a plan saying
+at which columns they go and which pairs of them are multiplied (the ``interactions`` features'
+products, :func:`predictor.features.interaction_values`, computed here alike), so the caller
+passes a few numbers a row and no products.
 
 Each sum keeps the reference's order of additions; what the kernel skips are additions of exact
 zeros (the terms of a row's zero entries: a default replay row has ~62 non-zero entries of 192).
@@ -24,8 +31,11 @@ products (multiplication commutes exactly) and that the reference never reads (b
 the mirror costs more than it saves); every entry's update is an independent store, with
 unsigned indices where a loop starts past 0 (numba's wrap-around test on a signed index kept
 those loops from vectorising). On the default replay (192 columns, ~113 pinned) a record costs
-~24 µs: the step ~11 µs (~18 when every sum ran over all 192 columns), the pinned set's search
-~290 µs every 32 updates (~9 µs a record), the projected prediction ~4 µs.
+~16 µs: the step ~8 µs (~18 when every sum ran over all 192 columns; its rank-1 update of ``S``
+and the mirror, ~5 µs, is bound by the two FP ports in strict order: deferring it to update each
+column for several steps a pass, the same numbers, saved nothing), the pinned set's search ~245 µs
+every 32 updates (~7.6 µs a record), the projected prediction ~0.5 µs (~4 µs as a gather down
+the columns of a column-major gain, every non-zero position summed).
 
 The reference class stays the definition: :func:`learn_rows` reads and writes
 its state (weights, ``S``, ``c``, trace, counters) and tests hold the two equal
@@ -293,26 +303,117 @@ def _rls_rows(s, w, state, rows, targets, lam, delta, bound, rescale_above, mask
 
 
 @njit(cache=True, nogil=True)
-def _rls_sparse(s, w, state, scale, offsets, positions, values, targets, lam, delta, bound, rescale_above,
-                mask, pinned, gain, project_every, mirrored, predictions, fits):  # pragma: no cover
-    """:func:`_learn` of every sparse row (``positions``/``values`` of row ``t`` in
-    ``offsets[t]:offsets[t + 1]``, column 0 implied) scaled as ``RLS.vectorize`` scales it."""
+def _rls_planned(s, w, state, scale, plan_of_row, bases, positions, position_offsets, left, right,
+                 product_offsets, keys, copy_offsets, targets, lam, delta, bound, rescale_above, mask, pinned,
+                 gain, project_every, mirrored, predictions, fits):  # pragma: no cover
+    """:func:`_learn` of every row given by a plan (:class:`RowPlans`), scaled as ``RLS.vectorize``
+    scales it: row ``t`` follows plan ``plan_of_row[t]`` from its base values, the next ones of
+    ``bases``; its values are the base values, their products by pairs and copies of some of them
+    (:func:`predictor.features.interaction_values`: the same products), at the plan's column
+    positions in that order (column 0 implied)."""
     d = w.size
     sx, acc, new_w, projected = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
     nz, free = np.empty(d, dtype=np.int64), np.empty(d, dtype=np.int64)
     flag = np.zeros(d, dtype=np.bool_)
     pinned_weights = np.empty(d)
     x = np.zeros(d)
-    for t in range(offsets.size - 1):
+    base = 0
+    for t in range(plan_of_row.size):
         for i in range(d):
             x[i] = 0.0
         x[0] = 1.0 / scale[0] if scale[0] > 0 else 0.0
-        for k in range(offsets[t], offsets[t + 1]):
-            p = positions[k]
-            x[p] = values[k] / scale[p] if scale[p] > 0 else 0.0
+        plan = plan_of_row[t]
+        at, end = position_offsets[plan], position_offsets[plan + 1]
+        first, last = product_offsets[plan], product_offsets[plan + 1]
+        copied, stop = copy_offsets[plan], copy_offsets[plan + 1]
+        count = (end - at) - (last - first) - (stop - copied)
+        for j in range(count):
+            p = positions[at]
+            at += 1
+            x[p] = bases[base + j] / scale[p] if scale[p] > 0 else 0.0
+        for m in range(first, last):
+            p = positions[at]
+            at += 1
+            value = bases[base + left[m]] * bases[base + right[m]]
+            x[p] = value / scale[p] if scale[p] > 0 else 0.0
+        for m in range(copied, stop):
+            p = positions[at]
+            at += 1
+            x[p] = bases[base + keys[m]] / scale[p] if scale[p] > 0 else 0.0
+        base += count
         predictions[t], fits[t] = _learn(s, w, state, x, targets[t], lam, delta, bound, rescale_above, sx, acc,
                                          nz, new_w, mask, pinned, gain, project_every, projected,
                                          flag, pinned_weights, free, mirrored)
+
+
+class RowPlans:
+    """How rows are made from their base values (:func:`predictor.features.planned_row`), as the
+    arrays :class:`PlannedRun` takes: per plan, the column position of each of a row's values, and
+    which base values are multiplied (``left``, ``right``) and copied (``keys``).
+
+    Plans are only added; the arrays grow in place (by doubling), so a block in flight keeps reading
+    the plans it was made with while others are added."""
+
+    _FIELDS = ("positions", "left", "right", "keys")
+
+    def __init__(self) -> None:
+        self._data = {name: np.zeros(64, dtype=np.int64) for name in self._FIELDS}
+        self._offsets = {name: np.zeros(65, dtype=np.int64) for name in self._FIELDS}
+        self._counts = np.zeros(64, dtype=np.int64)  # each plan's base values
+        self._highest = np.zeros(64, dtype=np.int64)  # and its highest column position
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, positions: np.ndarray, left: np.ndarray, right: np.ndarray, keys: np.ndarray) -> int:
+        """A plan: a row's values go to columns ``positions`` (1 on: column 0 is the intercept's): its
+        base values, then the products of the base values at ``left`` and ``right``, then the base
+        values at ``keys``; returns its number."""
+        count = positions.size - left.size - keys.size
+        if left.size != right.size or count < 0:
+            raise ValueError(f"a plan of {positions.size} positions cannot hold {left.size} products "
+                             f"and {keys.size} copies")
+        for name, indices in (("left", left), ("right", right), ("keys", keys)):
+            if indices.size and not (0 <= indices.min() and indices.max() < count):
+                raise ValueError(f"{name} must index the plan's {count} base values")
+        if positions.size and positions.min() < 1:
+            raise ValueError("a plan's positions are columns from 1 on")
+        plan = self._size
+        if plan + 1 >= self._counts.size:
+            self._counts, self._highest = (np.resize(a, 2 * a.size) for a in (self._counts, self._highest))
+            for name in self._FIELDS:
+                self._offsets[name] = np.resize(self._offsets[name], 2 * self._offsets[name].size)
+        for name, values in zip(self._FIELDS, (positions, left, right, keys), strict=True):
+            start = self._offsets[name][plan]
+            stop = start + values.size
+            if stop > self._data[name].size:
+                self._data[name] = np.resize(self._data[name], max(2 * self._data[name].size, stop))
+            self._data[name][start:stop] = values
+            self._offsets[name][plan + 1] = stop
+        self._counts[plan] = count
+        self._highest[plan] = positions.max() if positions.size else 0
+        self._size = plan + 1
+        return plan
+
+    def base_values(self, plan_of_row: np.ndarray, columns: int) -> int:
+        """How many base values rows of these plans take, checking that each plan is one of these and fits
+        a model of ``columns`` columns."""
+        if not plan_of_row.size:
+            return 0
+        if not (0 <= plan_of_row.min() and plan_of_row.max() < self._size):
+            raise ValueError(f"a row's plan must be one of the {self._size} plans")
+        if self._highest[plan_of_row].max() >= columns:
+            raise ValueError(f"a row's plan has a position past the model's {columns} columns")
+        return int(self._counts[plan_of_row].sum())
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """``positions, position_offsets, left, right, product_offsets, keys, copy_offsets`` (views)."""
+        n = self._size
+        positions, left, right, keys = (self._data[name] for name in self._FIELDS)
+        offsets = self._offsets
+        return (positions, offsets["positions"][: n + 1], left, right, offsets["left"][: n + 1], keys,
+                offsets["keys"][: n + 1])
 
 
 class _Run:
@@ -403,57 +504,58 @@ def learn_rows_fits(model: RLS, rows: np.ndarray, targets: np.ndarray) -> tuple[
     return predictions, fits
 
 
-def learn_sparse(model: RLS, offsets: np.ndarray, positions: np.ndarray, values: np.ndarray,
-                 targets: np.ndarray) -> np.ndarray:
-    """:func:`learn_rows` of sparse rows: row ``t`` has ``values[offsets[t]:offsets[t + 1]]`` (raw, not
-    scaled) at columns ``positions[...]`` (from the model's index; column 0, the intercept, implied).
+class PlannedRun:
+    """A model learned over successive blocks of rows given by plans (:class:`RowPlans`), each block in
+    one compiled call (:meth:`PlannedBlock.compute`, which releases the GIL and may run on another
+    thread: :class:`~predictor.kernel_thread.KernelThread`).
 
-    Every row must fit the model as it is: no new column, and a non-zero value only where the
-    column has its scale (see :func:`scaled_row`). Returns each row's prediction before its step.
-    """
-    return learn_sparse_fits(model, offsets, positions, values, targets)[0]
-
-
-def learn_sparse_fits(model: RLS, offsets: np.ndarray, positions: np.ndarray, values: np.ndarray,
-                      targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`learn_sparse`, also returning each row's unconstrained fit ``x'w`` before its step
-    (the same as the prediction unless ``non_negative_contention``)."""
-    block = SparseBlock(model, offsets, positions, values, targets)
-    block.compute()
-    return block.finish()
-
-
-class SparseBlock:
-    """:func:`learn_sparse_fits` in three steps, for a caller that goes on while the block is learned.
-
-    The constructor reads the model's state (on the caller's thread); :meth:`compute` is the compiled
-    call alone, which releases the GIL and may run on another thread
-    (:class:`~predictor.kernel_thread.KernelThread`); :meth:`finish` writes the state back and gives
-    the predictions and fits (on the caller's thread). Between the constructor and :meth:`finish` the
-    model's covariance is being written: nothing else may read or learn on the model meanwhile.
+    The model's state is read once, held by the run from block to block and written back by
+    :meth:`finish`: until then the model's weights and covariance are the run's to write, and nothing
+    else may read or learn on them (its feature index and column scales, which the kernel leaves, may
+    be read). Blocks are learned in the order they are made, one at a time.
     """
 
-    def __init__(self, model: RLS, offsets: np.ndarray, positions: np.ndarray, values: np.ndarray,
-                 targets: np.ndarray):
+    def __init__(self, model: RLS):
+        self.model = model
+        self._run: _Run | None = _Run(model)
+
+    def block(self, plans: RowPlans, plan_of_row: np.ndarray, bases: np.ndarray,
+              targets: np.ndarray) -> PlannedBlock:
+        """The next block: row ``t`` follows plan ``plan_of_row[t]`` from its base values, the next ones
+        of ``bases``; every row must fit the model as it is (no new column, a non-zero value only
+        where the column has its scale: see :func:`scaled_row`)."""
+        if self._run is None:
+            raise RuntimeError("the run is finished")
+        plan_of_row, bases = np.asarray(plan_of_row, dtype=np.int64), np.asarray(bases, dtype=float)
         targets = np.asarray(targets, dtype=float)
-        self.predictions, self.fits = np.empty(targets.size), np.empty(targets.size)
-        self._run = _Run(model) if targets.size else None
-        self._arguments = () if self._run is None else (
-            model._s, self._run.weights, self._run.state, model._column_scale,
-            np.asarray(offsets, dtype=np.int64), np.asarray(positions, dtype=np.int64),
-            np.asarray(values, dtype=float), targets, *self._run.arguments(), self.predictions, self.fits)
+        if plan_of_row.shape != targets.shape:
+            raise ValueError(f"{plan_of_row.size} rows' plans for {targets.size} targets")
+        taken = plans.base_values(plan_of_row, self.model._weights.size)
+        if bases.size != taken:
+            raise ValueError(f"the rows' plans take {taken} base values, got {bases.size}")
+        run, model = self._run, self.model
+        return PlannedBlock((model._s, run.weights, run.state, model._column_scale, plan_of_row, bases,
+                             *plans.arrays(), targets, *run.arguments()), targets.size)
 
-    def compute(self) -> None:
-        """Learn the block (the compiled call; the GIL released)."""
-        if self._run is not None:
-            _rls_sparse(*self._arguments)
-
-    def finish(self) -> tuple[np.ndarray, np.ndarray]:
-        """Write the learned state back into the model; each row's prediction and fit before its step."""
+    def finish(self) -> None:
+        """Write the learned state back into the model (after the last block's :meth:`~PlannedBlock.compute`)."""
         if self._run is not None:
             self._run.finish()
             self._run = None
-        return self.predictions, self.fits
+
+
+class PlannedBlock:
+    """A block of :class:`PlannedRun`: :meth:`compute` learns it; then ``predictions`` holds each row's
+    prediction before its step (from the projected weights) and ``fits`` its unconstrained fit ``x'w``."""
+
+    def __init__(self, arguments: tuple, size: int):
+        self.predictions, self.fits = np.empty(size), np.empty(size)
+        self._arguments = (*arguments, self.predictions, self.fits)
+
+    def compute(self) -> None:
+        """Learn the block (the compiled call; the GIL released)."""
+        if self.predictions.size:
+            _rls_planned(*self._arguments)
 
 
 def scaled_row(model: RLS, names: tuple[str, ...], values: np.ndarray) -> np.ndarray | None:
