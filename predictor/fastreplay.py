@@ -34,9 +34,10 @@ With ``overlap`` (:func:`fast_prequential`'s default, ``predictor replay --prequ
 turns it off) the replay runs on three threads of two cores: this one decodes the lines and
 computes the features, a second learns each block (the compiled call releases the GIL), a third
 inflates a ``.gz`` log ahead (:mod:`predictor.inflate_ahead`). Measured (``python -m experiments.bench``,
-50,000 records, 2026-11-24): the default ``rls`` 25,552 rec/s on one thread, 42,541 on three (then
-bound by its compiled steps, ~24 µs a record at 192 columns); ``rls:features='fine'`` 72,570;
-``rls:features='coarse'`` 110,629, the fastest configuration (MAPE 9.0% against the default's 8.2%).
+50,000 records, 2026-11-24, the fourth session): the default ``rls`` 32,945 rec/s on one thread,
+54,668 on three (both cores busy: ~16 µs a record in the kernel at 192 columns, ~13.5 in the
+reading thread); ``rls:features='fine'`` 86,265; ``rls:features='coarse'`` 126,579, the fastest
+configuration (MAPE 9.0% against the default's 8.2%).
 """
 
 from __future__ import annotations
