@@ -64,6 +64,10 @@ if TYPE_CHECKING:
     from predictor.regressors.rls_kernel import PlannedBlock
 
 BLOCK = 1024
+MAX_PLANS = 4096
+"""The most row layouts the replay keeps plans for; past it, it starts them afresh (a row layout is
+cached by :func:`~predictor.features.row_layout` and known to the replay by identity, so a stream of
+more distinct layouts than that cache holds would add a plan per row)."""
 
 
 def supports(predictor: LatencyPredictor) -> bool:
@@ -183,6 +187,10 @@ def _prequential_blocks(predictor: RlsPredictor, records: Iterable[Record | Colo
                 if layout is None and row is not None:
                     positions, partly = model.index.positions(row.names)  # None: every name known (no growth)
                     if partly is None and model.index.size == model._weights.size:
+                        if len(plans) >= MAX_PLANS:  # layouts are keyed by identity: bounded however many
+                            flush()  # (the pending rows' block takes the plans it was made with)
+                            layouts.clear()
+                            plans = RowPlans()
                         unscaled = np.flatnonzero(model._column_scale[positions] <= 0)
                         layout = layouts[row] = (plans.add(positions, row.left, row.right, row.keys),
                                                  *_unscaled_terms(row, unscaled))

@@ -154,3 +154,19 @@ def test_a_bad_line_mid_stream_leaves_the_block_in_flight_learned_whole(tmp_path
     np.testing.assert_array_equal(overlapped._weights, serial._weights)
     np.testing.assert_array_equal(overlapped._s, serial._s)
     assert models[1]._scale == models[0]._scale and models[1]._seen == models[0]._seen
+
+
+def test_plans_started_afresh_past_their_bound_give_the_same_bits(monkeypatch):
+    """Past MAX_PLANS row layouts the replay starts its plans afresh (the rows pending on the old ones
+    learned first): the same predictions and state, to the bit, as with every plan kept."""
+    from predictor import fastreplay
+
+    records = _records()
+    kept, bounded = create("rls"), create("rls")
+    expected = prequential_rls(kept, records, block=37, overlap=True)
+    monkeypatch.setattr(fastreplay, "MAX_PLANS", 3)
+    got = prequential_rls(bounded, records, block=37, overlap=True)
+    assert got.predicted == expected.predicted
+    a, b = bounded._models[""], kept._models[""]
+    np.testing.assert_array_equal(a._weights, b._weights)
+    np.testing.assert_array_equal(a._s, b._s)
