@@ -183,8 +183,8 @@ def _prequential_blocks(predictor: RlsPredictor, records: Iterable[Record | Colo
             fits = False
             if model is not None:
                 row, base = planned_row(record, predictor.features)  # the predictor's own row, before products
-                layout = layouts.get(row) if row is not None else None  # (None: a row only the reference takes)
-                if layout is None and row is not None:
+                layout = layouts.get(row)
+                if layout is None:
                     positions, partly = model.index.positions(row.names)  # None: every name known (no growth)
                     if partly is None and model.index.size == model._weights.size:
                         if len(plans) >= MAX_PLANS:  # layouts are keyed by identity: bounded however many

@@ -262,20 +262,25 @@ def _plain_layout(names: tuple[str, ...]) -> RowLayout:
     return RowLayout(names, _NONE, _NONE, _NONE)
 
 
-def planned_row(record: Record, features: str) -> tuple[RowLayout | None, Features]:
+def planned_row(record: Record, features: str) -> tuple[RowLayout, Features]:
     """:func:`feature_row` of ``record`` before its products: the layout saying how the row's values
-    come from ``base`` (``None``: only :func:`feature_row` answers), and ``base``.
+    come from ``base``, and ``base``.
 
     The row's values, in ``layout.names``' order, are ``base``'s values (in its order), then the
     products of ``layout.left`` and ``layout.right``'s entries of them, then the entries at
-    ``layout.keys`` (:func:`interaction_values`); for ``fine`` and ``coarse``, ``base``'s values
-    alone. The layout is shared by every row of the same names (cached), so a caller can key on it
-    by identity and leave the products to compiled code.
+    ``layout.keys`` (:func:`interaction_values`); for ``fine`` and ``coarse`` (and an
+    ``interactions`` row whose names would repeat, which the dict merges), ``base``'s values alone.
+    The layout is shared by every row of the same names (cached), so a caller can key on it by
+    identity and leave the products to compiled code.
     """
     if features == "interactions":
         fine = fine_features(record)
-        return row_layout(tuple(fine), record.batch.model), fine
-    computed = FEATURE_SETS[features](record)
+        layout = row_layout(tuple(fine), record.batch.model)
+        if layout is not None:
+            return layout, fine
+        computed = interaction_features(record)
+    else:
+        computed = FEATURE_SETS[features](record)
     return _plain_layout(tuple(computed)), computed
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,8 +16,11 @@ from predictor.features import (
     EwmaCoLocation,
     coarse_features,
     feature_matrix,
+    feature_row,
     fine_features,
     interaction_features,
+    interaction_values,
+    planned_row,
 )
 from predictor.records import BatchSpec, CoRunner, Record
 
@@ -30,6 +34,28 @@ def test_no_co_runners_is_the_solo_case(extract):
     features = extract(solo_record(l2_util=0.3))
     assert not any(k.startswith(("co:", "co_model:", "pair:")) for k in features)
     assert features["own:l2_util"] == 0.3
+
+
+@settings(max_examples=80, deadline=None)
+@given(record=records, features=st.sampled_from(["interactions", "fine", "coarse"]))
+def test_a_planned_row_makes_the_feature_row(record, features):
+    """:func:`planned_row`'s layout and base values give :func:`feature_row`'s names and values (the
+    replay's kernel makes the products as ``interaction_values`` does)."""
+    names, values = feature_row(record, features)
+    layout, base = planned_row(record, features)
+    assert layout.names == names
+    np.testing.assert_array_equal(interaction_values(layout, np.array(list(base.values()), dtype=float)), values)
+    assert planned_row(record, features)[0] is layout  # shared by the rows of the same names
+
+
+def test_a_planned_row_whose_interaction_names_would_repeat_is_its_merged_dict():
+    """An own attribute named like the product of two others: the dict merges the two, and so does the
+    planned row (its values alone, no products)."""
+    record = solo_record(a=1.0, b=2.0, **{"a*own:b": 3.0})
+    features = interaction_features(record)
+    layout, base = planned_row(record, "interactions")
+    assert layout.names == tuple(features) and layout.left.size == layout.keys.size == 0
+    assert base == features
 
 
 @settings(max_examples=50, deadline=None)
