@@ -28,11 +28,17 @@ reported, and the rest when the queue is idle.
 (``time.thread_time_ns`` read just outside the timed window): on a CPU, where
 the model runs on that one thread, it is the batch's own compute, and
 ``latency_ms - cpu_ms`` the time it waited for a core. On CUDA it is the host's
-launch time only, so it is not reported (``None``).
+launch time only, so it is not reported (``None``). Python's cyclic garbage
+collector is held off from the first of these reads to the last (as ``timeit``
+does): a collection set off by an allocation in the timer's own calls would land
+between a CPU-time read and a clock read, counted as the batch's CPU time but not
+in its latency, and one set off by the model's allocations is no part of its
+compute or its wait.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import queue
 import time
@@ -131,11 +137,15 @@ def _serve(worker: int, config: WorkerConfig, jobs: Any, results: Any, slot: Run
                 _, job_id, name, bs = job
                 model, x = models[name], inputs[name, bs]
                 slot.publish(job_id, time.monotonic())
-                cpu0 = time.thread_time_ns()
-                span = timer.begin()
-                model(x)
-                timer.end(span)
-                cpu_ms = (time.thread_time_ns() - cpu0) / 1e6 if on_cpu else None
+                gc.disable()  # no collection inside the timed windows (see the module's documentation)
+                try:
+                    cpu0 = time.thread_time_ns()
+                    span = timer.begin()
+                    model(x)
+                    timer.end(span)
+                    cpu_ms = (time.thread_time_ns() - cpu0) / 1e6 if on_cpu else None
+                finally:
+                    gc.enable()
                 unreported.append((job_id, span, cpu_ms))
                 report(block=False)
             elif kind_of_job == "profile":
