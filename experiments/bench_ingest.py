@@ -16,7 +16,7 @@ times so that they share the machine's load:
 * ``learning, per record``: the ``rls`` predictor alone, ``predict_learn_one`` per record
   (:func:`~predictor.evaluation.run_prequential`);
 * ``learning, blockwise``: the same steps by the compiled kernel over blocks of 256
-  (:func:`~predictor.fastreplay.prequential_rls`).
+  (:func:`~predictor.fastreplay.prequential_blocks`).
 
 Reports medians of records per CPU second, and each variant's ratio to ``service, per record``.
 The compiled kernel is loaded once before timing, as in a running server.
@@ -49,7 +49,7 @@ from collections.abc import Callable
 
 from experiments.common import DEFAULT_DATASET, finish, start
 from predictor.evaluation import run_prequential
-from predictor.fastreplay import prequential_rls, supports
+from predictor.fastreplay import prequential_blocks, supports
 from predictor.logio import read_records
 from predictor.predictors import create
 from predictor.records import Record
@@ -97,7 +97,7 @@ def learning_seconds(records: list[Record], spec: str, blockwise: bool) -> float
     predictor = create(spec)
     begin = time.process_time()
     if blockwise and supports(predictor):
-        prequential_rls(predictor, records)  # type: ignore[arg-type]
+        prequential_blocks(predictor, records)  # type: ignore[arg-type]
     else:
         run_prequential(predictor, records)
     return time.process_time() - begin

@@ -9,7 +9,7 @@ import pytest
 
 from experiments.common import DEFAULT_DATASET as DEFAULT_LOG
 from predictor.evaluation import run_prequential
-from predictor.fastreplay import fast_prequential, prequential_rls, supports
+from predictor.fastreplay import fast_prequential, prequential_blocks, supports
 from predictor.logio import read_records, write_records
 from predictor.predictors import create
 from predictor.service.synthetic import synthetic_records
@@ -28,7 +28,7 @@ def test_blockwise_replay_equals_the_reference(spec):
     records = _records()
     fast, slow = create(spec), create(spec)
     assert supports(fast)
-    got = prequential_rls(fast, records, block=37)
+    got = prequential_blocks(fast, records, block=37)
     expected = run_prequential(slow, records)
     np.testing.assert_allclose(got.predicted, expected.predicted, rtol=1e-9)
     assert got.measured == expected.measured
@@ -40,17 +40,46 @@ def test_blockwise_replay_equals_the_reference(spec):
     assert (fast._seen, fast.n_learned, fast._slowdown_range) == (slow._seen, slow.n_learned, slow._slowdown_range)
 
 
+def _sgd_state(predictor) -> tuple:
+    scaler, linear = predictor._model["MaxAbsScaler"], predictor._model["LinearRegression"]
+    return (linear._weights.to_dict(), {k: v.get() for k, v in scaler.abs_max.items()}, linear.intercept,
+            linear.optimizer.n_iterations, predictor.n_learned, predictor._slowdown_range)
+
+
+@pytest.mark.parametrize("spec", ["sgd", "sgd:log_target=False", "sgd:non_negative=False,learning_rate=0.05"])
+def test_blockwise_sgd_replay_equals_the_reference(tmp_path, spec):
+    """``sgd`` learned in compiled blocks (:mod:`predictor.regressors.sgd_kernel`): river's state to the
+    bit, the predictions within NumPy's ``exp`` against ``math.exp``; from decoded rows and on the kernel
+    thread, the same bits."""
+    from predictor.logio import iter_rows
+
+    records = _records()
+    path = tmp_path / "log.jsonl.gz"
+    write_records(path, records)
+    fast, slow, on_rows, overlapped = (create(spec) for _ in range(4))
+    assert supports(fast)
+    got = prequential_blocks(fast, records, block=37)
+    expected = run_prequential(slow, records)
+    np.testing.assert_allclose(got.predicted, expected.predicted, rtol=1e-12)
+    assert got.measured == expected.measured
+    assert _sgd_state(fast) == _sgd_state(slow)
+    for predictor, source, overlap in ((on_rows, iter_rows(path), False), (overlapped, records, True)):
+        again = prequential_blocks(predictor, source, block=37, overlap=overlap)
+        assert again.predicted == got.predicted and _sgd_state(predictor) == _sgd_state(fast)
+
+
 def test_fast_prequential_reads_a_log_and_falls_back_for_other_predictors(tmp_path):
     records = _records()[:300]
     path = tmp_path / "log.jsonl.gz"
     write_records(path, records)
-    for spec in ("rls:non_negative=False", "rls", "rls:split_by='model'", "ewma"):
+    for spec in ("rls:non_negative=False", "rls", "rls:split_by='model'", "ewma", "sgd", "sgd:l2=0.01"):
         got = fast_prequential(path, spec)
         expected = run_prequential(create(spec), read_records(path)[0])
         np.testing.assert_allclose(got.predicted, expected.predicted, rtol=1e-9)
     assert len(fast_prequential(path, "rls", limit=10).predicted) == 10
-    with pytest.raises(ValueError, match="blockwise replay takes rls"):
-        prequential_rls(create("rls:clip=2.0"), records)
+    for spec in ("rls:clip=2.0", "sgd:l2=0.01"):
+        with pytest.raises(ValueError, match="blockwise replay takes rls"):
+            prequential_blocks(create(spec), records)
 
 
 def test_replay_cli_compiled_default_gives_the_reference_summary(tmp_path):
@@ -80,7 +109,7 @@ def test_evaluate_prequential_gives_the_reference_summaries(tmp_path):
     records = _records()[:300]
     path, out = tmp_path / "log.jsonl.gz", tmp_path / "out.json"
     write_records(path, records)
-    specs = ("rls", "rls:features='fine'", "rls:split_by='model'")
+    specs = ("rls", "rls:features='fine'", "rls:split_by='model'", "sgd")
     assert main(["evaluate", str(path), "--predictors", ",".join(specs), "--prequential", "--json", str(out)]) == 0
     got = json.loads(out.read_text())["datasets"]["log"]["predictors"]
     for spec in specs:
@@ -101,8 +130,8 @@ def test_rows_replay_as_their_records(tmp_path, spec):
     rows = list(iter_rows(path))
     assert all(isinstance(r, ColocRow) for r in rows)
     on_rows, on_records = create(spec), create(spec)
-    got = prequential_rls(on_rows, rows, block=37)
-    expected = prequential_rls(on_records, read_records(path)[0], block=37)
+    got = prequential_blocks(on_rows, rows, block=37)
+    expected = prequential_blocks(on_records, read_records(path)[0], block=37)
     assert got.predicted == expected.predicted and got.measured == expected.measured
     a, b = on_rows._models[""], on_records._models[""]
     np.testing.assert_array_equal(a._weights, b._weights)
@@ -118,8 +147,8 @@ def test_learning_on_a_second_thread_gives_the_same_bits(spec):
     serial, overlapped = create(spec), create(spec)
     knows_serial: list[bool] = []
     knows_overlapped: list[bool] = []
-    expected = prequential_rls(serial, records, block=37, knows=knows_serial)
-    got = prequential_rls(overlapped, records, block=37, knows=knows_overlapped, overlap=True)
+    expected = prequential_blocks(serial, records, block=37, knows=knows_serial)
+    got = prequential_blocks(overlapped, records, block=37, knows=knows_overlapped, overlap=True)
     assert got.predicted == expected.predicted and got.measured == expected.measured
     assert knows_overlapped == knows_serial
     a, b = overlapped._models[""], serial._models[""]
@@ -147,7 +176,7 @@ def test_a_bad_line_mid_stream_leaves_the_block_in_flight_learned_whole(tmp_path
     for overlap in (False, True):
         predictor = create("rls")
         with pytest.raises(RecordError, match="line 130"):
-            prequential_rls(predictor, iter_rows(path), block=16, overlap=overlap)
+            prequential_blocks(predictor, iter_rows(path), block=16, overlap=overlap)
         models.append(predictor)
     serial, overlapped = (m._models[""] for m in models)
     assert overlapped.n_updates == serial.n_updates > 0
@@ -163,9 +192,9 @@ def test_plans_started_afresh_past_their_bound_give_the_same_bits(monkeypatch):
 
     records = _records()
     kept, bounded = create("rls"), create("rls")
-    expected = prequential_rls(kept, records, block=37, overlap=True)
+    expected = prequential_blocks(kept, records, block=37, overlap=True)
     monkeypatch.setattr(fastreplay, "MAX_PLANS", 3)
-    got = prequential_rls(bounded, records, block=37, overlap=True)
+    got = prequential_blocks(bounded, records, block=37, overlap=True)
     assert got.predicted == expected.predicted
     a, b = bounded._models[""], kept._models[""]
     np.testing.assert_array_equal(a._weights, b._weights)

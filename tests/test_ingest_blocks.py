@@ -61,7 +61,7 @@ def _assert_same_learning(one: Service, many: Service, records) -> None:
     a, b = one.state, many.state
     assert a.predictor.n_learned == b.predictor.n_learned
     np.testing.assert_allclose(a.predictor.predict_many(records), b.predictor.predict_many(records), rtol=1e-9)
-    for key, model in a.predictor._models.items():
+    for key, model in getattr(a.predictor, "_models", {}).items():
         np.testing.assert_allclose(model._weights, b.predictor._models[key]._weights, rtol=1e-9, atol=1e-12)
     kinds = sorted({r.device_kind for r in records})
     for kind in kinds:
@@ -80,6 +80,18 @@ def test_blocks_learn_what_records_one_by_one_learn_compiled_within_rounding():
     one, many = _per_record(records), _blocks(records, 256)
     assert one.state.predictor.n_learned > 600
     _assert_same_learning(one, many, records[-100:])
+
+
+def test_sgd_blocks_learn_what_records_one_by_one_learn():
+    """An ``sgd`` service learns its blocks in compiled steps too (:mod:`predictor.regressors.sgd_kernel`):
+    river's weights to the bit, and what learns from the predictions alike."""
+    records = _records()
+    config = dataclasses.replace(CONFIG, predictor="sgd")
+    one, many = _per_record(records, config), _blocks(records, 256, config)
+    assert one.state.predictor.n_learned > 600
+    _assert_same_learning(one, many, records[-100:])
+    a, b = (s.state.predictor._model["LinearRegression"] for s in (one, many))
+    assert (a._weights.to_dict(), a.intercept) == (b._weights.to_dict(), b.intercept)
 
 
 def test_blocks_learn_exactly_what_records_one_by_one_learn_where_nothing_is_compiled():

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from predictor.admission_replay import ReplayResult, replay
 from predictor.evaluation import Scored, run_prequential, run_split, summarize
-from predictor.fastreplay import prequential_rls, supports
+from predictor.fastreplay import prequential_blocks, supports
 from predictor.logio import read_records
 from predictor.plots import error_cdf, rolling_error
 from predictor.predictors import create
@@ -61,8 +61,8 @@ def score(spec: str, records: list, args: argparse.Namespace, advance) -> Scored
     """Score the predictor ``spec`` on ``records`` under the protocol of ``args``."""
     predictor = create(spec, seed=args.seed)
     if args.prequential:
-        if supports(predictor):  # rls with its defaults: learned in compiled blocks, the same results within 1e-9
-            scored = prequential_rls(predictor, records, overlap=not args.serial)  # type: ignore[arg-type]
+        if supports(predictor):  # rls or sgd with their defaults: learned in compiled blocks, the same results within 1e-9
+            scored = prequential_blocks(predictor, records, overlap=not args.serial)  # type: ignore[arg-type]
             advance(len(records))
             return scored
         return run_prequential(predictor, records, progress=advance)

@@ -276,9 +276,9 @@ class Ingest:
 
     def _learn_compiled(self, block: list[_Taken], fewest: int = 2) -> list[float] | None:
         """The prequential steps of the longest prefix of ``block`` the outlier gate admits, by the
-        compiled RLS kernel (:func:`~predictor.fastreplay.prequential_rls`: the same steps as
+        compiled RLS or SGD kernel (:func:`~predictor.fastreplay.prequential_blocks`: the same steps as
         :meth:`_learn`, equal within rounding): their predictions. ``None`` where it does not apply
-        (not such an ``rls``, fewer than ``fewest`` records: a block of one is the per-record path).
+        (not such an ``rls`` or ``sgd``, fewer than ``fewest`` records: a block of one is the per-record path).
 
         The kernel learns the whole block, then the gate checks its predictions in order; where it
         refuses a record, model and gates are restored and only the records before it are learned
@@ -291,7 +291,7 @@ class Ingest:
         # what a refusal of the gate restores (no gate: nothing is refused, nothing to keep)
         saved = None if state.gates is None else pickle.dumps((predictor, state.gates), protocol=pickle.HIGHEST_PROTOCOL)
         knows: list[bool] = []
-        predicted = fastreplay.prequential_rls(predictor, [t.record for t in block],  # type: ignore[arg-type]
+        predicted = fastreplay.prequential_blocks(predictor, [t.record for t in block],  # type: ignore[arg-type]
                                                block=len(block), knows=knows).predicted
         if state.gates is not None:
             for at, (taken, value, known) in enumerate(zip(block, predicted, knows, strict=True)):
