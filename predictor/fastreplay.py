@@ -65,11 +65,11 @@ from predictor.logio import ReadReport, iter_rows
 from predictor.predictors import create
 from predictor.predictors.base import LatencyPredictor
 from predictor.predictors.rls import RlsPredictor
-from predictor.predictors.sgd import SgdPredictor
 from predictor.records import Record
 from predictor.typed_decoding import ColocRow, record_of
 
 if TYPE_CHECKING:
+    from predictor.predictors.sgd import SgdPredictor
     from predictor.regressors.rls_kernel import PlannedBlock, PlannedRun
     from predictor.regressors.sgd_kernel import SgdBlock, SgdRun
 
@@ -84,12 +84,22 @@ def supports(predictor: LatencyPredictor) -> bool:
     """Whether :func:`prequential_blocks` applies: ``rls`` with one model, no clipping and no drift reset
     (its defaults; the non-negative projection of the contention weights is compiled too), or ``sgd``
     with the pipeline it builds (:func:`predictor.regressors.sgd_kernel.supports`)."""
-    if type(predictor) is SgdPredictor:
+    if _is_sgd(predictor):
         from predictor.regressors import sgd_kernel  # numba, loaded where it is used
 
         return sgd_kernel.supports(predictor)
     return (type(predictor) is RlsPredictor and predictor.split_by is None and not predictor.clip
             and not predictor.drift_reset)
+
+
+def _is_sgd(predictor: LatencyPredictor) -> bool:
+    """Whether ``predictor`` is an ``sgd`` one (river, and the scikit-learn it loads, imported only then:
+    the answering workers load neither)."""
+    if predictor.name != "sgd":
+        return False
+    from predictor.predictors.sgd import SgdPredictor
+
+    return type(predictor) is SgdPredictor
 
 
 def prequential_blocks(predictor: LatencyPredictor, records: Iterable[Record | ColocRow], block: int = BLOCK,
@@ -111,7 +121,7 @@ def prequential_blocks(predictor: LatencyPredictor, records: Iterable[Record | C
     if not supports(predictor):
         raise ValueError("the blockwise replay takes rls with split_by=None, clip=0 and drift_reset=False, "
                          "or sgd with its own pipeline")
-    rows: _RlsRows | _SgdRows = _SgdRows(predictor) if type(predictor) is SgdPredictor else _RlsRows(predictor)
+    rows: _RlsRows | _SgdRows = _SgdRows(predictor) if _is_sgd(predictor) else _RlsRows(predictor)  # type: ignore[arg-type]
     worker = KernelThread("replay-kernel") if overlap else None
     try:
         return _prequential_blocks(predictor, rows, records, block, knows, worker)
