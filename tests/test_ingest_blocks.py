@@ -102,14 +102,16 @@ def test_blocks_learn_exactly_what_records_one_by_one_learn_where_nothing_is_com
         assert snapshot.dump_state(part) == snapshot.dump_state(_parts(many)[name]), name
 
 
-def test_refused_outliers_in_a_block_are_not_learned_by_what_follows():
+@pytest.mark.parametrize("predictor", ["rls", "sgd"])
+def test_refused_outliers_in_a_block_are_not_learned_by_what_follows(predictor):
     records = _records(400)
     outliers = (256, 300, 310)  # the first record of a block, then two in its middle
     records = [dataclasses.replace(r, latency_ms=r.latency_ms * 50) if i in outliers else r
                for i, r in enumerate(records)]
-    one, many = _per_record(records), _blocks(records, 128)
+    config = dataclasses.replace(CONFIG, predictor=predictor)
+    one, many = _per_record(records, config), _blocks(records, 128, config)
     assert many.state.n_outliers == one.state.n_outliers >= len(outliers)
-    report = Service(CONFIG)
+    report = Service(config)
     report.open()
     rejected = [r for at in range(0, 400, 128)
                 for r in report.report_observations([(x, "") for x in records[at:at + 128]]).rejections]
