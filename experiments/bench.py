@@ -10,8 +10,8 @@ judged against, both measured here, now, on the same input:
   default (:mod:`predictor.fastreplay`: typed decoding, the RLS steps and the
   non-negative projection compiled over blocks, learned on a second thread while the file is
   inflated on a third), on one thread (``--serial``), and with the ``fine`` and ``coarse``
-  feature sets (the fastest configuration; each with its MAPE, the price of its speed), against
-  the same floor;
+  feature sets (the fastest configuration; each with its MAPE, the price of its speed), and
+  the ``sgd`` predictor (its steps compiled too), against the same floor;
 * **ingest** (``ReportObservations``, one client stream of 256-record messages, the
   service with a state folder: the observation log on, fsynced before each acknowledgement)
   against a client-streaming echo server (:mod:`experiments.echo_server`) that
@@ -427,6 +427,7 @@ def run(settings: Settings, console: Console, parts: tuple[str, ...] = ("replay"
             serial, _, _ = replay_fast(log, overlap=False)
             fine, _, fine_mape = replay_fast(log, "rls:features='fine'")
             coarse, _, coarse_mape = replay_fast(log, "rls:features='coarse'")
+            sgd, _, sgd_mape = replay_fast(log, "sgd")
             agree = float(np.max(np.abs(fast_predicted - predicted) / predicted)) if predicted.size else 0.0
             rows.append(Row("replay rls, json.loads + rules decoding (before)", before, "rec/s", floor_name, floor))
             rows.append(Row("replay rls, per record (predictor replay --prequential --reference)", reference, "rec/s",
@@ -440,6 +441,8 @@ def run(settings: Settings, console: Console, parts: tuple[str, ...] = ("replay"
                             floor, target="≥ 100,000/s"))
             rows.append(Row(f"replay rls:features='coarse', the same (fastest; MAPE {coarse_mape:.1%})", coarse,
                             "rec/s", floor_name, floor, target="≥ 100,000/s"))
+            rows.append(Row(f"replay sgd, compiled blocks, the same (MAPE {sgd_mape:.1%})", sgd, "rec/s", floor_name,
+                            floor))
     if "rls" in parts:
         console.print(f"RLS: {settings.rls_observations:,} observations ...")
         rates = rls_rates(settings.rls_observations, settings.seed)
