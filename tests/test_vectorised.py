@@ -113,6 +113,29 @@ def test_predict_colocations_equals_predict_one(learned, spec):
     np.testing.assert_allclose(fast, slow, rtol=1e-12, atol=0)
 
 
+def test_sgd_colocation_form_answers_as_each_record_and_leaves_river_as_it_was(learned):
+    """``sgd``'s form of some rows (what a fixed point over windows asks) gives each record's
+    ``predict_one`` at any overlaps; neither it nor ``predict_colocations`` adds to river's scaler the
+    names it has not seen (``predict_one`` does, with maximum 0)."""
+    import copy
+
+    predictor = copy.deepcopy(learned["sgd"])
+    rows = random_rows(random.Random(2), 80)
+    maxima = predictor._model["MaxAbsScaler"].abs_max
+    before = {name: m.get() for name, m in maxima.items()}
+    subset = np.arange(0, len(rows), 3)
+    form = predictor.colocation_form(rows, subset)
+    assert form is not None
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        overlaps = rng.random(rows.overlaps.size)
+        fast = form(overlaps)
+        predictor.predict_colocations(rows.with_overlaps(overlaps))
+        assert {name: m.get() for name, m in maxima.items()} == before
+        records = rows.with_overlaps(overlaps).records()
+        np.testing.assert_allclose(fast, [predictor.predict_one(records[i]) for i in subset], rtol=1e-12, atol=0)
+
+
 def test_predict_colocations_with_unseen_features(learned):
     rows = CoLocations.build(BATCH, ["x", "y"], [[("new_model", 3, {"new_attr": 0.7}, 0.4)], []],
                              signals=[{"new_signal": 1.0}, {}])

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
+import numpy as np
 from river import linear_model, optim, preprocessing
 
+from predictor.colocations import CoLocations
 from predictor.contention import is_contention
-from predictor.features import fine_features
-from predictor.predictors.base import LatencyPredictor
+from predictor.features import feature_form, feature_matrix, fine_features
+from predictor.predictors.base import LatencyPredictor, clipped_latencies
 from predictor.records import Record
 
 
@@ -64,6 +67,48 @@ class SgdPredictor(LatencyPredictor):
         """The linear model's slowdown (``exp`` of it, capped at ``e**10``, with ``log_target``)."""
         value = self._model.predict_one(fine_features(record))
         return math.exp(min(value, 10.0)) if self.log_target else value
+
+    def predict_colocations(self, rows: CoLocations) -> np.ndarray:
+        """All rows at once: one matrix of their fine features, each value scaled and weighted as
+        :meth:`predict_slowdown` scales and weights a record's (the same numbers up to the order of the
+        sum, as in :mod:`predictor.regressors.sgd_kernel`)."""
+        matrix = feature_matrix(rows, "fine") if len(rows) else None
+        if matrix is None:
+            return super().predict_colocations(rows)
+        return self._to_latencies(rows, self._slowdowns_of(self._matrix_predictor(matrix.names)(matrix.values)))
+
+    def colocation_form(self, rows: CoLocations, subset: np.ndarray) -> Callable[[np.ndarray], np.ndarray] | None:
+        """:meth:`predict_colocations` of rows ``subset`` as a function of the overlaps: the features'
+        constant part, each column's maximum and weight found once (what a fixed point over windows asks
+        a dozen times)."""
+        form = feature_form(rows, "fine", subset) if len(rows) else None
+        if form is None:
+            return None
+        predict = self._matrix_predictor(form.names)
+        solo = self.solo_latency(rows.record(0))
+        low, high = self._slowdown_range
+        return lambda overlaps: clipped_latencies(solo, self._slowdowns_of(predict(form.values(overlaps))), low, high)
+
+    def _matrix_predictor(self, names: Sequence[str]) -> Callable[[np.ndarray], np.ndarray]:
+        """The linear model's raw answer of each row of a matrix of the features ``names``: each value over
+        its column's largest magnitude seen (0 where that is 0, as river's ``MaxAbsScaler``), times its
+        weight, summed, plus the intercept. Nothing is added to river's state (its ``predict_one`` adds the
+        names it has not seen, with maximum 0)."""
+        maxima = self._model["MaxAbsScaler"].abs_max
+        linear = self._model["LinearRegression"]
+        weights = linear._weights.to_dict()
+        largest = np.array([maxima[name].get() if name in maxima else 0.0 for name in names])
+        weight = np.array([weights.get(name, 0.0) for name in names])
+        known, divisor = largest != 0.0, np.where(largest != 0.0, largest, 1.0)
+        intercept = float(linear.intercept)
+
+        def predict(values: np.ndarray) -> np.ndarray:
+            return np.where(known, values / divisor, 0.0) @ weight + intercept
+
+        return predict
+
+    def _slowdowns_of(self, raw: np.ndarray) -> np.ndarray:
+        return np.exp(np.minimum(raw, 10.0)) if self.log_target else raw
 
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
         """One SGD step towards the (log) slowdown."""
