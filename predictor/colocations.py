@@ -114,6 +114,38 @@ class CoLocations:
         """The row of each co-runner."""
         return np.repeat(np.arange(len(self.devices)), np.diff(self.offsets))
 
+    def take(self, rows: np.ndarray) -> tuple[CoLocations, np.ndarray]:
+        """Rows ``rows`` of these, in that order, as rows of their own (a fresh :attr:`cache`), and the
+        positions among these rows' co-runners of theirs (what maps a per-co-runner column onto them).
+
+        Examples
+        --------
+        >>> rows = CoLocations.build(BatchSpec("a", 1), ["x", "y", "z"],
+        ...                          [[("b", 1, {}, 0.5)], [], [("c", 2, {}, 0.25), ("b", 1, {}, 1.0)]])
+        >>> part, positions = rows.take(np.array([2, 0]))
+        >>> part.devices, part.offsets.tolist(), positions.tolist(), part.overlaps.tolist()
+        (['z', 'x'], [0, 2, 3], [1, 2, 0], [0.25, 1.0, 0.5])
+        """
+        rows = np.asarray(rows, dtype=np.intp)
+        counts = np.diff(self.offsets)[rows]
+        offsets = np.zeros(rows.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        positions = np.repeat(self.offsets[:-1][rows] - offsets[:-1], counts) + np.arange(offsets[-1])
+        at, picked = rows.tolist(), positions.tolist()
+        part = CoLocations(
+            batch=self.batch,
+            devices=[self.devices[i] for i in at],
+            device_kinds=[self.device_kinds[i] for i in at],
+            signals=[self.signals[i] for i in at],
+            offsets=offsets,
+            models=[self.models[j] for j in picked],
+            batch_sizes=[self.batch_sizes[j] for j in picked],
+            attrs=[self.attrs[j] for j in picked],
+            overlaps=self.overlaps[positions],
+            solo_latency_ms=self.solo_latency_ms,
+        )
+        return part, positions
+
     def with_overlaps(self, overlaps: np.ndarray) -> CoLocations:
         """The same rows with other co-runner overlaps (and the same :attr:`cache`)."""
         return dataclasses.replace(self, overlaps=overlaps, cache=self.cache)

@@ -297,3 +297,28 @@ def test_merged_rls_keeps_the_constraint():
     merged = merge(*parts)
     assert merged.non_negative_contention and merged.weights["co:calm"] < 0
     assert merged.predicting_weights()[merged.index.columns["co:calm"]] >= 0
+
+
+@pytest.mark.parametrize("name", ["solo", "static", "ewma", "tree", "rls:non_negative=False"])
+def test_a_subset_of_rows_without_a_form_answers_as_among_all_rows(name):
+    """Where a predictor has no overlap form (or does not answer directly), the rows a fixed point asks
+    about are predicted alone (``CoLocations.take``): each gives what it gives among all the rows (to the
+    bit for a per-record predictor; within rounding where a matrix's sums run over the columns the rows
+    present)."""
+    predictor = create(name)
+    for record in synthetic_records(300, seed=4):
+        predictor.learn_one(record)
+    rng = np.random.default_rng(1)
+    names = sorted(MODELS)
+    co_runners = [[(names[int(rng.integers(len(names)))], int(rng.integers(1, 9)),
+                    {"l2_util": float(rng.uniform(-0.2, 1)), "dram_util": float(rng.random())}, float(rng.random()))
+                   for _ in range(int(rng.integers(0, 4)))] for _ in range(40)]
+    rows = CoLocations.build(BatchSpec("bert", 4, {"l2_util": 0.5}), [f"d{i}" for i in range(40)], co_runners,
+                             device_kinds=["SimGPU"] * 40, solo_latency_ms=9.0)
+    for subset in (np.flatnonzero(rng.random(40) < 0.4), np.array([7]), np.array([31, 2, 5])):
+        evaluate = monotone.overlap_latencies(predictor, rows, subset)
+        for _ in range(3):
+            overlaps = rng.random(rows.overlaps.size)
+            np.testing.assert_allclose(evaluate(overlaps),
+                                       monotone.latencies(predictor, rows.with_overlaps(overlaps))[subset],
+                                       rtol=0 if name in ("solo", "static", "ewma") else 1e-12)

@@ -111,12 +111,17 @@ def overlap_latencies(
     """``latencies(predictor, rows.with_overlaps(overlaps))[subset]`` as a function of ``overlaps``
     (one per co-runner of ``rows``), with what does not depend on them computed once where the
     predictor answers directly and has a :meth:`~predictor.predictors.base.LatencyPredictor.colocation_form`
-    (a fixed point asks it a dozen times)."""
+    (a fixed point asks it a dozen times); otherwise the rows of ``subset`` alone are predicted (rows
+    are independent: each row's answer is the same whatever rows are beside it, up to the rounding of
+    a matrix whose sums run over the columns the rows present)."""
     if len(rows) > 1 and direct(predictor, dict(rows.batch.attrs)):
         form = predictor.colocation_form(clipped(rows) if needs_clipping(rows) else rows, subset)
         if form is not None:
             return form
-    return lambda overlaps: latencies(predictor, rows.with_overlaps(overlaps))[subset]
+    if len(subset) == len(rows):
+        return lambda overlaps: latencies(predictor, rows.with_overlaps(overlaps))[subset]
+    part, positions = rows.take(subset)
+    return lambda overlaps: latencies(predictor, part.with_overlaps(overlaps[positions]))
 
 
 def overlap_quadratic(predictor: LatencyPredictor, rows: CoLocations, subset: np.ndarray,
