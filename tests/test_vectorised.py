@@ -71,7 +71,8 @@ def random_rows(rng: random.Random, n: int, *, kinds=("SimGPU",), zero_overlaps=
 def learned():
     predictors = {}
     for spec in ("rls", "rls:split_by='device_kind'", "rls:split_by='model'", "rls:features='fine'",
-                 "rls:features='coarse'", "rls:log_target=False", "solo", "sgd"):
+                 "rls:features='coarse'", "rls:log_target=False", "solo", "sgd", "ensemble",
+                 "ensemble:split_by='device_kind'"):
         predictor = create(spec)
         for record in synthetic_records(600, seed=1, device_kind="SimGPU"):
             predictor.learn_one(record)
@@ -104,7 +105,7 @@ def test_feature_matrix_declines_what_it_cannot_match():
 
 @pytest.mark.parametrize("spec", ["rls", "rls:split_by='device_kind'", "rls:split_by='model'",
                                   "rls:features='fine'", "rls:features='coarse'", "rls:log_target=False",
-                                  "solo", "sgd"])
+                                  "solo", "sgd", "ensemble", "ensemble:split_by='device_kind'"])
 def test_predict_colocations_equals_predict_one(learned, spec):
     predictor = learned[spec]
     rows = random_rows(random.Random(1), 150, kinds=("SimGPU", "other"))

@@ -17,6 +17,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+import numpy as np
+
+from predictor.colocations import CoLocations
 from predictor.predictors.base import LatencyPredictor
 from predictor.records import Record
 
@@ -114,6 +117,27 @@ class EnsemblePredictor(LatencyPredictor):
     def predict_one(self, record: Record) -> float:
         """Weighted geometric mean of the experts' latencies, with the weights of ``record``'s key."""
         return self._combine(record, [expert.predict_one(record) for expert in self._experts])
+
+    def predict_colocations(self, rows: CoLocations) -> np.ndarray:
+        """All rows at once: each expert's :meth:`~LatencyPredictor.predict_colocations`, combined per row
+        with the weights of its key as :meth:`predict_one` combines them (the same sum, term by term)."""
+        if not len(rows):
+            return np.zeros(0)
+        predictions = [expert.predict_colocations(rows) for expert in self._experts]
+        if self.split_by is None:
+            keys = [None] * len(rows)
+        else:
+            keys = [rows.batch.model] * len(rows) if self.split_by == "model" else list(rows.device_kinds)
+        out = np.empty(len(rows))
+        for key in dict.fromkeys(keys):
+            at = np.array([k == key for k in keys]) if len(set(keys)) > 1 else slice(None)
+            errors = self._errors if key is None else self._key_errors.get(key, self._errors)
+            total: np.ndarray | float = 0.0
+            for weight, predicted in zip(self._normalised(errors, self.eta), predictions, strict=True):
+                if weight > 0:
+                    total = total + weight * np.log(predicted[at])
+            out[at] = np.exp(total)
+        return out
 
     def predict_slowdown(self, record: Record) -> float:
         """The combined latency over the solo latency used for ``record``."""
