@@ -121,3 +121,16 @@ def test_only_the_pipeline_it_builds_is_supported():
     assert not supports(create("sgd:l2=0.01")) and not supports(create("rls"))
     with pytest.raises(ValueError, match="sgd predictor"):
         SgdRun(create("sgd:l2=0.01"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(warm=streams(), asked=streams())
+def test_raw_prediction_is_rivers_predict_one_and_writes_nothing(warm, asked):
+    """What an answer computes (:meth:`SgdPredictor.raw_prediction`) is river's ``predict_one`` to the
+    bit, without the scaler's entry ``predict_one`` adds for a name it has not seen."""
+    predictor = create("sgd")
+    _reference(predictor, warm[0])
+    before = _state(predictor)
+    got = [predictor.raw_prediction(features) for features, _ in asked[0]]
+    _assert_same(_state(predictor), before)
+    _assert_same(got, [predictor._model.predict_one(features) for features, _ in asked[0]])

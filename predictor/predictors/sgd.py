@@ -65,8 +65,25 @@ class SgdPredictor(LatencyPredictor):
 
     def predict_slowdown(self, record: Record) -> float:
         """The linear model's slowdown (``exp`` of it, capped at ``e**10``, with ``log_target``)."""
-        value = self._model.predict_one(fine_features(record))
+        value = self.raw_prediction(fine_features(record))
         return math.exp(min(value, 10.0)) if self.log_target else value
+
+    def raw_prediction(self, features: dict[str, float]) -> float:
+        """River's ``predict_one`` of the pipeline, to the bit (each value over its column's maximum, 0
+        where that is 0, times its weight, summed in the features' order from 0, as ``VectorDict.dot``
+        sums, plus the intercept), without what ``predict_one`` writes: the scaler's entry (maximum 0)
+        for each name it has not seen. An answer reads the model; answering threads share it."""
+        maxima = self._model["MaxAbsScaler"].abs_max
+        linear = self._model["LinearRegression"]
+        weights = linear._weights
+        total = 0.0
+        for name, value in features.items():
+            weight = weights.get(name)
+            if weight is not None:  # a name without a weight adds nothing to river's dot
+                found = maxima.get(name)
+                largest = 0.0 if found is None else found.get()
+                total += weight * (value / largest if largest else 0.0)
+        return total + linear.intercept
 
     def predict_colocations(self, rows: CoLocations) -> np.ndarray:
         """All rows at once: one matrix of their fine features, each value scaled and weighted as
