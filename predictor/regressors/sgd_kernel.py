@@ -17,10 +17,10 @@ and values (sparse: the names it has):
    that came out negative are set to 0 (:meth:`SgdPredictor._project
    <predictor.predictors.sgd.SgdPredictor._project>`).
 
-Every sum and product is the reference's in the reference's order, so the predictions and the
-learned state are river's to the bit on the streams tested (``tests/test_sgd_kernel.py``, which
-holds them within 1e-12). The reference stays the definition: :class:`SgdRun` reads river's state
-into arrays and writes it back.
+Every sum and product is the reference's in the reference's order, so the raw predictions and the
+learned state are river's to the bit (``tests/test_sgd_kernel.py``: hypothesis, warm models, blocks
+cut anywhere, extreme values included). The reference stays the definition: :class:`SgdRun` reads
+river's state into arrays and writes it back.
 """
 
 from __future__ import annotations
