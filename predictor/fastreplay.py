@@ -26,7 +26,9 @@ for such a predictor (``--reference``: record by record):
    ``predict_learn_one`` after the block before them is learned.
 
 The predictions and the learned state equal the reference's within rounding
-(``tests/test_fastreplay.py``: 1e-9).
+(``tests/test_fastreplay.py``: 1e-9). Lines are decoded by the typed decoder
+(:mod:`predictor.typed_decoding`) through :func:`~predictor.logio.iter_rows` into rows read
+like records (no record built per line).
 
 The ``sgd`` predictor (river's ``MaxAbsScaler | LinearRegression``, the pipeline it builds) goes the same
 way with simpler rows: per record its ``fine`` features' values and their columns (a new name is a new
@@ -34,9 +36,7 @@ column, so every record fits: none takes the reference step), every block's step
 (:class:`~predictor.regressors.sgd_kernel.SgdRun`): river's state to the bit, the predictions within
 NumPy's ``exp`` against ``math.exp`` (1e-12). Measured on 100,000 records of the shipped log resampled
 (three threads): 26,164 → 69,564 rec/s, bound by the reading thread as ``rls:features='fine'`` is
-(70,642). Lines are decoded by the typed decoder
-(:mod:`predictor.typed_decoding`) through :func:`~predictor.logio.iter_rows` into rows read
-like records (no record built per line).
+(70,642).
 
 With ``overlap`` (:func:`fast_prequential`'s default, ``predictor replay --prequential``'s; ``--serial``
 turns it off) the replay runs on three threads of two cores: this one decodes the lines and
@@ -63,7 +63,7 @@ from predictor.features import RowLayout, planned_row
 from predictor.kernel_thread import KernelThread
 from predictor.logio import ReadReport, iter_rows
 from predictor.predictors import create
-from predictor.predictors.base import LatencyPredictor
+from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
 from predictor.predictors.rls import RlsPredictor
 from predictor.records import Record
 from predictor.typed_decoding import ColocRow, record_of
@@ -279,10 +279,8 @@ def _prequential_blocks(predictor: LatencyPredictor, rows: _RlsRows | _SgdRows, 
     def take_in(learned: PlannedBlock | SgdBlock, learned_targets: np.ndarray, learned_bounds: np.ndarray) -> None:
         """A learned block's predictions (as ``predict_one`` makes them of the raw ones)."""
         solo, low, high = learned_bounds.T
-        raw = learned.predictions
-        slowdown = np.exp(np.minimum(raw, 10.0)) if predictor.log_target else raw  # type: ignore[attr-defined]
-        slowdown = np.where(np.isfinite(slowdown), slowdown, 1.0)
-        scored.predicted.extend((solo * np.minimum(np.maximum(slowdown, low), high)).tolist())
+        slowdowns = slowdowns_of(learned.predictions, predictor.log_target)  # type: ignore[attr-defined]
+        scored.predicted.extend(clipped_latencies(solo, slowdowns, low, high).tolist())  # type: ignore[arg-type]
         rows.learned(learned, learned_targets)  # type: ignore[arg-type]
 
     def flush() -> None:

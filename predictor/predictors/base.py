@@ -36,6 +36,12 @@ def clipped_latencies(solo: float, slowdowns: np.ndarray, low: float, high: floa
     return solo * np.minimum(np.maximum(slowdowns, low), high)
 
 
+def slowdowns_of(raw: np.ndarray, log_target: bool) -> np.ndarray:
+    """The slowdowns a linear model's raw answers stand for: ``exp(min(raw, 10))`` for a log target,
+    ``raw`` otherwise."""
+    return np.exp(np.minimum(raw, 10.0)) if log_target else raw
+
+
 @dataclass(frozen=True, eq=False)
 class QuadraticLatencies:
     """Latencies ``solo * min(max(s, low), high)`` of the rows of a quadratic of their overlaps,
@@ -53,9 +59,8 @@ class QuadraticLatencies:
         """The latencies of rows ``rows`` (``None``: all) at their overlaps ``o`` (most co-runners x
         rows; see :meth:`OverlapQuadratic.raw <predictor.features.OverlapQuadratic.raw>`): the
         definition the compiled fixed point follows."""
-        raw = self.quadratic.raw(o, rows)
-        slowdowns = np.exp(np.minimum(raw, 10.0)) if self.log_target else raw
-        return clipped_latencies(self.solo, slowdowns, self.low, self.high)
+        return clipped_latencies(self.solo, slowdowns_of(self.quadratic.raw(o, rows), self.log_target), self.low,
+                                 self.high)
 
 
 class LatencyPredictor(ABC):

@@ -77,7 +77,9 @@ class EnsemblePredictor(LatencyPredictor):
         return record.batch.model if self.split_by == "model" else record.device_kind
 
     def _errors_for(self, record: Record) -> list[float]:
-        key = self._key(record)
+        return self._errors_of(self._key(record))
+
+    def _errors_of(self, key: str | None) -> list[float]:
         return self._errors if key is None else self._key_errors.get(key, self._errors)
 
     @staticmethod
@@ -94,8 +96,7 @@ class EnsemblePredictor(LatencyPredictor):
 
     def key_weights(self, key: str) -> dict[str, float]:
         """Current weight of each expert for one key (the overall weights for a key not seen)."""
-        errors = self._key_errors.get(key, self._errors)
-        return dict(zip(self._expert_names(), self._normalised(errors, self.eta), strict=True))
+        return dict(zip(self._expert_names(), self._normalised(self._errors_of(key), self.eta), strict=True))
 
     def _expert_names(self) -> list[str]:
         return [e.strip() for e in self.experts.split(",") if e.strip()]
@@ -124,16 +125,15 @@ class EnsemblePredictor(LatencyPredictor):
         if not len(rows):
             return np.zeros(0)
         predictions = [expert.predict_colocations(rows) for expert in self._experts]
-        if self.split_by is None:
-            keys = [None] * len(rows)
-        else:
-            keys = [rows.batch.model] * len(rows) if self.split_by == "model" else list(rows.device_kinds)
+        # rows share one batch: one key for all, but with the device kind as key
+        keys = list(rows.device_kinds) if self.split_by == "device_kind" else [self._key(rows.record(0))]
+        distinct = list(dict.fromkeys(keys))
+        of_row = np.array(keys, dtype=object) if len(distinct) > 1 else None
         out = np.empty(len(rows))
-        for key in dict.fromkeys(keys):
-            at = np.array([k == key for k in keys]) if len(set(keys)) > 1 else slice(None)
-            errors = self._errors if key is None else self._key_errors.get(key, self._errors)
+        for key in distinct:
+            at = slice(None) if of_row is None else of_row == key
             total: np.ndarray | float = 0.0
-            for weight, predicted in zip(self._normalised(errors, self.eta), predictions, strict=True):
+            for weight, predicted in zip(self._normalised(self._errors_of(key), self.eta), predictions, strict=True):
                 if weight > 0:
                     total = total + weight * np.log(predicted[at])
             out[at] = np.exp(total)

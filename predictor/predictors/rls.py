@@ -29,7 +29,7 @@ from predictor.features import (
     interaction_values,
     row_layout,
 )
-from predictor.predictors.base import LatencyPredictor, QuadraticLatencies, clipped_latencies
+from predictor.predictors.base import LatencyPredictor, QuadraticLatencies, clipped_latencies, slowdowns_of
 from predictor.records import Record
 from predictor.regressors.rls import RLS
 from predictor.window_features import WindowForm, at_window, fine_program, overlap_at
@@ -269,12 +269,9 @@ class RlsPredictor(LatencyPredictor):
             if model is None:
                 continue  # nothing learned for this key: slowdown 1, as predict_slowdown says
             values = matrix.values if where is None else matrix.values[where]
-            slowdowns[slice(None) if where is None else where] = self._slowdowns_of(model.predict_matrix(matrix.names,
-                                                                                                         values))
+            raw = model.predict_matrix(matrix.names, values)
+            slowdowns[slice(None) if where is None else where] = slowdowns_of(raw, self.log_target)
         return self._to_latencies(rows, slowdowns)
-
-    def _slowdowns_of(self, raw: np.ndarray) -> np.ndarray:
-        return np.exp(np.minimum(raw, 10.0)) if self.log_target else raw
 
     def colocation_form(self, rows: CoLocations, subset: np.ndarray) -> Callable[[np.ndarray], np.ndarray] | None:
         """:meth:`predict_colocations` of rows ``subset`` as a function of the overlaps: the
@@ -295,7 +292,7 @@ class RlsPredictor(LatencyPredictor):
         def latencies(overlaps: np.ndarray) -> np.ndarray:
             if predict is None:
                 return np.full(len(form), solo * min(max(1.0, low), high))
-            return clipped_latencies(solo, self._slowdowns_of(predict(form.values(overlaps))), low, high)
+            return clipped_latencies(solo, slowdowns_of(predict(form.values(overlaps)), self.log_target), low, high)
 
         return latencies
 

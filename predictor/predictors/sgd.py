@@ -11,7 +11,7 @@ from river import linear_model, optim, preprocessing
 from predictor.colocations import CoLocations
 from predictor.contention import is_contention
 from predictor.features import feature_form, feature_matrix, fine_features
-from predictor.predictors.base import LatencyPredictor, clipped_latencies
+from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
 from predictor.records import Record
 
 
@@ -92,7 +92,7 @@ class SgdPredictor(LatencyPredictor):
         matrix = feature_matrix(rows, "fine") if len(rows) else None
         if matrix is None:
             return super().predict_colocations(rows)
-        return self._to_latencies(rows, self._slowdowns_of(self._matrix_predictor(matrix.names)(matrix.values)))
+        return self._to_latencies(rows, slowdowns_of(self._matrix_predictor(matrix.names)(matrix.values), self.log_target))
 
     def colocation_form(self, rows: CoLocations, subset: np.ndarray) -> Callable[[np.ndarray], np.ndarray] | None:
         """:meth:`predict_colocations` of rows ``subset`` as a function of the overlaps: the features'
@@ -104,7 +104,7 @@ class SgdPredictor(LatencyPredictor):
         predict = self._matrix_predictor(form.names)
         solo = self.solo_latency(rows.record(0))
         low, high = self._slowdown_range
-        return lambda overlaps: clipped_latencies(solo, self._slowdowns_of(predict(form.values(overlaps))), low, high)
+        return lambda overlaps: clipped_latencies(solo, slowdowns_of(predict(form.values(overlaps)), self.log_target), low, high)
 
     def _matrix_predictor(self, names: Sequence[str]) -> Callable[[np.ndarray], np.ndarray]:
         """The linear model's raw answer of each row of a matrix of the features ``names``: each value over
@@ -123,9 +123,6 @@ class SgdPredictor(LatencyPredictor):
             return np.where(known, values / divisor, 0.0) @ weight + intercept
 
         return predict
-
-    def _slowdowns_of(self, raw: np.ndarray) -> np.ndarray:
-        return np.exp(np.minimum(raw, 10.0)) if self.log_target else raw
 
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
         """One SGD step towards the (log) slowdown."""

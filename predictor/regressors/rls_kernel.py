@@ -287,15 +287,20 @@ def _learn(s, w, state, x, target, lam, delta, bound, rescale_above, sx, acc, nz
     return prediction, xw
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _scratch(d):  # pragma: no cover
+    """The working arrays of :func:`_learn` for a model of ``d`` columns: ``sx, acc, new_w, projected,
+    nz, free, flag, pinned_weights``."""
+    return (np.empty(d), np.empty(d), np.empty(d), np.empty(d), np.empty(d, dtype=np.int64),
+            np.empty(d, dtype=np.int64), np.zeros(d, dtype=np.bool_), np.empty(d))
+
+
 @njit(cache=True, nogil=True)
 def _rls_rows(s, w, state, rows, targets, lam, delta, bound, rescale_above, mask, pinned, gain, project_every,
               mirrored, predictions, fits):  # pragma: no cover
     """:func:`_learn` of every row of ``rows`` in order."""
     d = w.size
-    sx, acc, new_w, projected = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
-    nz, free = np.empty(d, dtype=np.int64), np.empty(d, dtype=np.int64)
-    flag = np.zeros(d, dtype=np.bool_)
-    pinned_weights = np.empty(d)
+    sx, acc, new_w, projected, nz, free, flag, pinned_weights = _scratch(d)
     for t in range(rows.shape[0]):
         predictions[t], fits[t] = _learn(s, w, state, rows[t], targets[t], lam, delta, bound, rescale_above, sx,
                                          acc, nz, new_w, mask, pinned, gain, project_every, projected,
@@ -312,10 +317,7 @@ def _rls_planned(s, w, state, scale, plan_of_row, bases, positions, position_off
     (:func:`predictor.features.interaction_values`: the same products), at the plan's column
     positions in that order (column 0 implied)."""
     d = w.size
-    sx, acc, new_w, projected = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
-    nz, free = np.empty(d, dtype=np.int64), np.empty(d, dtype=np.int64)
-    flag = np.zeros(d, dtype=np.bool_)
-    pinned_weights = np.empty(d)
+    sx, acc, new_w, projected, nz, free, flag, pinned_weights = _scratch(d)
     x = np.zeros(d)
     base = 0
     for t in range(plan_of_row.size):
