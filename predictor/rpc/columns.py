@@ -22,7 +22,7 @@ import numpy as np
 
 from predictor.keyed import KeyedMaps
 from predictor.records import RecordError
-from predictor.rpc import convert
+from predictor.rpc import convert, wire
 from predictor.rpc.convert import _BOUNDS_PB, _SOURCES, _SOURCES_PB, require_finite, require_finite_arrays
 from predictor.rpc.protos import pb2
 from predictor.service.placements import CandidateColumns, RankingColumns
@@ -36,6 +36,8 @@ _RUNNERS = operator.attrgetter("co_runners")
 _HAS_OVERLAP = operator.methodcaller("HasField", "overlap")
 _HAS_REMAINING = operator.methodcaller("HasField", "remaining_ms")
 _EMPTY: Mapping[str, float] = MappingProxyType({})
+_PACKED_FIELDS = {field.name: field.number for field in pb2().PackedRanking.DESCRIPTOR.fields}
+"""The field numbers of ``PackedRanking``'s columns, as the contract gives them."""
 
 
 def candidate_columns_from_pb(candidates: Any) -> tuple[CandidateColumns, list[Any]]:
@@ -270,26 +272,26 @@ def pack_rank_request(request: Any, *, omit_detail: bool = False) -> Any:
 
 
 def ranking_packed_to_pb(ranking: RankingColumns) -> Any:
-    """The ``RankPlacementsResponse`` of a ranking in the packed form (no ``Placement`` per candidate)."""
+    """The ``RankPlacementsResponse`` of a ranking in the packed form (no ``Placement`` per
+    candidate). Its columns are written as wire-format bytes (:mod:`predictor.rpc.wire`) and
+    parsed by protobuf: the message a value-by-value fill makes, without a Python number per value."""
     messages = pb2()
     order = ranking.order
     solo = ranking.solo_latency_ms
     require_finite_arrays("ranking", ranking.latency_ms, ranking.upper_bound_ms, ranking.slack_ms,
                           ranking.probability, solo)
-    response = messages.RankPlacementsResponse(
-        deadline_ms=ranking.deadline_ms,
-        packed=messages.PackedRanking(
-            candidate_index=order.tolist(),
-            latency_ms=ranking.latency_ms[order].tolist(),
-            upper_bound_ms=ranking.upper_bound_ms[order].tolist(),
-            slack_ms=ranking.slack_ms[order].tolist(),
-            probability=ranking.probability[order].tolist(),
-            solo_latency_ms=[float(solo[0])] if solo.size and (solo == solo[0]).all() else solo[order].tolist(),
-            confidence=ranking.confidence,
-            predictor=ranking.predictor,
-            observations_learned=ranking.observations_learned,
-        ),
-    )
+    response = messages.RankPlacementsResponse(deadline_ms=ranking.deadline_ms)
+    packed = response.packed
+    packed.MergeFromString(b"".join([
+        wire.packed_varints(_PACKED_FIELDS["candidate_index"], order),
+        *(wire.packed_doubles(_PACKED_FIELDS[name], getattr(ranking, name)[order])
+          for name in ("latency_ms", "upper_bound_ms", "slack_ms", "probability")),
+        wire.packed_doubles(_PACKED_FIELDS["solo_latency_ms"],
+                            solo[:1] if solo.size and (solo == solo[0]).all() else solo[order]),
+    ]))
+    packed.confidence = ranking.confidence
+    packed.predictor = ranking.predictor
+    packed.observations_learned = ranking.observations_learned
     if ranking.delay is not None:
         response.delay.CopyFrom(convert.delay_to_pb(ranking.delay))
     return response

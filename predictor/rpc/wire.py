@@ -1,0 +1,65 @@
+"""Packed repeated numeric fields of a message, written from NumPy arrays in protobuf's wire format.
+
+Protobuf's Python API fills a repeated field from Python numbers, one object per value: for a
+ranking's five columns of 1,024 candidates that was about 70 µs. The same fields written here as
+bytes (a tag, a length, then the values: little-endian doubles as they lie in memory, unsigned
+integers as base-128 varints) and given to protobuf's own parser
+(``message.MergeFromString``) cost a few microseconds; the message is protobuf's, and serialises
+to the same bytes as one filled value by value (``tests/test_wire.py``).
+
+The encoding is protobuf's documented wire format (https://protobuf.dev/programming-guides/encoding/):
+a packed repeated field is one record of wire type 2 (length-delimited).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_LENGTH_DELIMITED = 2
+_LOW_SEVEN = np.uint64(0x7F)
+_THRESHOLDS = np.array([1 << (7 * j) for j in range(1, 10)], dtype=np.uint64)  # a varint's byte count - 1
+
+
+def varint(value: int) -> bytes:
+    """One non-negative integer (< 2**64) as a base-128 varint, least significant group first."""
+    if value < 0 or value >= 1 << 64:
+        raise ValueError(f"a varint holds 0 <= value < 2**64, got {value}")
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def varints(values: np.ndarray) -> bytes:
+    """Non-negative integers (< 2**64) as consecutive varints, all as long as the largest's: a
+    value with fewer 7-bit groups is padded with zero groups (continuation bit set), an over-long
+    form protobuf's parsers accept and read as the value (``tests/test_wire.py``). What they parse
+    into is serialised canonically again; these bytes are only ever given to ``MergeFromString``."""
+    values = np.asarray(values)
+    if values.size and values.dtype.kind == "i" and values.min() < 0:
+        raise ValueError("varints encodes non-negative integers only")
+    v = values.astype(np.uint64, copy=False).reshape(-1)
+    if not v.size:
+        return b""
+    width = 1 + int(np.searchsorted(_THRESHOLDS, v.max(), side="right"))  # the largest's groups
+    lanes = np.empty((v.size, width), dtype=np.uint8)
+    for j in range(width):
+        lanes[:, j] = (v >> np.uint64(7 * j)) & _LOW_SEVEN
+    lanes[:, :-1] |= 0x80
+    return lanes.tobytes()
+
+
+def _field(number: int, body: bytes) -> bytes:
+    return varint(number << 3 | _LENGTH_DELIMITED) + varint(len(body)) + body
+
+
+def packed_doubles(number: int, values: np.ndarray) -> bytes:
+    """Field ``number`` (``repeated double``) holding ``values``, in order."""
+    return _field(number, np.ascontiguousarray(values, dtype="<f8").tobytes())
+
+
+def packed_varints(number: int, values: np.ndarray) -> bytes:
+    """Field ``number`` (``repeated uint32``/``uint64``, or a signed one of non-negative values) holding ``values``."""
+    return _field(number, varints(values))
