@@ -676,23 +676,23 @@ class _FormParts:
     fixed_at: np.ndarray
     fixed: np.ndarray  # rows x len(fixed_at)
     summed_at: np.ndarray
-    per_runner: np.ndarray  # co-runners x len(summed_at)
+    per_runner: np.ndarray  # co-runners x len(summed_at), then a row of zeros (where padding gathers)
     offsets: np.ndarray
     crosses: tuple[np.ndarray, np.ndarray, np.ndarray]
     interactions: tuple[np.ndarray, np.ndarray, np.ndarray] | None
 
     def form(self, subset: np.ndarray) -> FeatureForm:
         subset = np.asarray(subset, dtype=np.intp)
-        starts, counts = self.offsets[:-1][subset], np.diff(self.offsets)[subset]
+        starts = self.offsets[:-1][subset]
+        counts = self.offsets[1:][subset] - starts
         most = int(counts.max()) if counts.size else 0
-        r = self.per_runner.shape[0]
+        r = self.per_runner.shape[0] - 1
         k = np.arange(most)[:, None]
         gather = np.where(k < counts, starts + k, r)
-        padded = np.vstack([self.per_runner, np.zeros((1, self.per_runner.shape[1]))])
         return FeatureForm(
             names=self.names, width=self.width, fixed_at=self.fixed_at,
             fixed=np.ascontiguousarray(self.fixed[subset].T), summed_at=self.summed_at, gather=gather,
-            weighted=np.ascontiguousarray(padded[gather].transpose(0, 2, 1)),
+            weighted=np.ascontiguousarray(self.per_runner[gather].transpose(0, 2, 1)),
             crosses=self.crosses, interactions=self.interactions,
         )
 
@@ -746,13 +746,16 @@ def _feature_form(rows: CoLocations, features: str) -> _FormParts | None:
             return None
         extra, first, second = _interaction_layout(keys, rows.batch.model)
         interactions = (_quantity_columns(names, keys), first, second)
+    per_runner = np.zeros((r + 1, len(summed_names)))  # and a row of zeros, where padding gathers
+    for j, name in enumerate(summed_names):
+        per_runner[:r, j] = summed[name]
     return _FormParts(
         names=names + tuple(extra),
         width=len(names),
         fixed_at=np.array([index[n] for n in fixed], dtype=np.intp),
         fixed=np.column_stack([columns[n] for n in fixed]) if fixed else np.zeros((len(rows), 0)),
         summed_at=np.array([index[n] for n in summed_names], dtype=np.intp),
-        per_runner=np.column_stack([summed[n] for n in summed_names]),
+        per_runner=per_runner,
         offsets=rows.offsets,
         crosses=(np.array([c[0] for c in crosses], dtype=np.intp), np.array([c[1] for c in crosses], dtype=np.intp),
                  np.array([c[2] for c in crosses], dtype=float)),

@@ -522,8 +522,9 @@ class Answering:
         # predictor's form of those rows (built once); the others are predicted once.
         rows = plan.rows
         row_of = rows.rows_of_runners()
-        moving = np.unique(row_of[plan.given])
-        still = np.setdiff1d(np.arange(len(rows)), moving, assume_unique=True)
+        is_moving = np.zeros(len(rows), dtype=bool)
+        is_moving[row_of[plan.given]] = True
+        moving, still = np.flatnonzero(is_moving), np.flatnonzero(~is_moving)  # ascending, as np.unique gives
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
         quadratic = monotone.overlap_quadratic(predictor, rows, moving, ~np.isnan(plan.remaining))
         if quadratic is not None:  # each row's search, compiled
