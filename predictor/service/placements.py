@@ -281,7 +281,7 @@ def rank_order(slack: np.ndarray, rows: CoLocations) -> np.ndarray:
     """
     counts = np.diff(rows.offsets)
     total = np.bincount(rows.rows_of_runners(), rows.overlaps, minlength=len(rows)) if rows.overlaps.size else counts
-    return np.lexsort((np.arange(len(slack)), total, counts, -slack))
+    return np.lexsort((total, counts, -slack))  # a stable sort: request order last
 
 
 @dataclass(eq=False, slots=True)
