@@ -76,3 +76,8 @@ def test_out_of_range_integers_are_refused(bad):
     if bad < 0:
         with pytest.raises(ValueError, match="non-negative"):
             wire.varints(np.array([3, bad]))
+
+
+def test_an_array_of_floats_is_refused_not_truncated():
+    with pytest.raises(TypeError, match="integers"):
+        wire.varints(np.array([1.5, 2.0]))

@@ -3,7 +3,7 @@
 Protobuf's Python API fills a repeated field from Python numbers, one object per value: for a
 ranking's five columns of 1,024 candidates that was about 70 µs. The same fields written here as
 bytes (a tag, a length, then the values: little-endian doubles as they lie in memory, unsigned
-integers as base-128 varints) and given to protobuf's own parser
+integers as base-128 varints of one width) and given to protobuf's own parser
 (``message.MergeFromString``) cost a few microseconds; the message is protobuf's, and serialises
 to the same bytes as one filled value by value (``tests/test_wire.py``).
 
@@ -38,6 +38,8 @@ def varints(values: np.ndarray) -> bytes:
     form protobuf's parsers accept and read as the value (``tests/test_wire.py``). What they parse
     into is serialised canonically again; these bytes are only ever given to ``MergeFromString``."""
     values = np.asarray(values)
+    if values.dtype.kind not in "iu":
+        raise TypeError(f"varints encodes integers, got an array of {values.dtype}")
     if values.size and values.dtype.kind == "i" and values.min() < 0:
         raise ValueError("varints encodes non-negative integers only")
     v = values.astype(np.uint64, copy=False).reshape(-1)
