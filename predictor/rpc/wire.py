@@ -17,7 +17,6 @@ import numpy as np
 
 _LENGTH_DELIMITED = 2
 _LOW_SEVEN = np.uint64(0x7F)
-_THRESHOLDS = np.array([1 << (7 * j) for j in range(1, 10)], dtype=np.uint64)  # a varint's byte count - 1
 
 
 def varint(value: int) -> bytes:
@@ -45,7 +44,7 @@ def varints(values: np.ndarray) -> bytes:
     v = values.astype(np.uint64, copy=False).reshape(-1)
     if not v.size:
         return b""
-    width = 1 + int(np.searchsorted(_THRESHOLDS, v.max(), side="right"))  # the largest's groups
+    width = max(1, -(-int(v.max()).bit_length() // 7))  # the largest's 7-bit groups
     lanes = np.empty((v.size, width), dtype=np.uint8)
     for j in range(width):
         lanes[:, j] = (v >> np.uint64(7 * j)) & _LOW_SEVEN
