@@ -111,8 +111,12 @@ class CoLocations:
         return len(self.devices)
 
     def rows_of_runners(self) -> np.ndarray:
-        """The row of each co-runner."""
-        return np.repeat(np.arange(len(self.devices)), np.diff(self.offsets))
+        """The row of each co-runner (computed once, kept in :attr:`cache`; read-only)."""
+        found = self.cache.get("rows_of_runners")
+        if found is None:
+            found = self.cache["rows_of_runners"] = np.repeat(np.arange(len(self.devices)), np.diff(self.offsets))
+            found.flags.writeable = False
+        return found
 
     def take(self, rows: np.ndarray) -> tuple[CoLocations, np.ndarray]:
         """Rows ``rows`` of these, in that order, as rows of their own (a fresh :attr:`cache`), and the
@@ -169,6 +173,13 @@ class CoLocations:
             co_runners=self.co_runners(i),
             signals=self.signals[i],
         )
+
+    def alone(self, i: int = 0) -> Record:
+        """Row ``i``'s batch alone on its device (no co-runners, no signals): what a solo latency
+        is looked up by (:meth:`LatencyPredictor.solo_latency
+        <predictor.predictors.base.LatencyPredictor.solo_latency>`), the same for every row."""
+        return Record(device=self.devices[i], batch=self.batch, latency_ms=None, device_kind=self.device_kinds[i],
+                      solo_latency_ms=self.solo_latency_ms)
 
     def records(self) -> list[Record]:
         """Every row as a planned record, in row order."""

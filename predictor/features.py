@@ -600,34 +600,27 @@ class FeatureForm:
                   free: np.ndarray | None = None) -> OverlapQuadratic:
         """``values(overlaps) @ weights + intercept`` (``weights``: one per name) as a quadratic of
         each row's co-runners' overlaps (:class:`OverlapQuadratic`): the same numbers up to
-        rounding (the terms summed in another order).
+        rounding (the terms summed in another order; each row's in one compiled pass,
+        :func:`predictor.quadratic_kernel.coefficients`).
 
         With ``overlaps`` and ``free`` (:attr:`gather`'s shape), a quadratic of the free overlaps
         alone, the others at ``overlaps`` (their coefficients 0, whatever is asked).
         """
+        from predictor import quadratic_kernel  # numba, imported where first needed
+
         k, n = self.gather.shape[0], len(self)
         if free is None:
-            fixed, free = np.zeros((k, n)), np.ones((k, n), dtype=bool)
-        else:
-            fixed = np.where(free, 0.0, overlaps)
-        at_fixed = self._columns(fixed if k else None)
-        constant = intercept + weights @ at_fixed
-        # d column / d overlap of the k-th co-runner, per row: the weighted sums and their crosses
-        slopes = np.zeros((k, self.width, n))
-        slopes[:, self.summed_at] = self.weighted * free[:, None, :]
-        cross_at, source, own = self.crosses
-        if cross_at.size:
-            slopes[:, cross_at] = own[None, :, None] * slopes[:, source]
-        fine = weights[:self.width].copy()
-        pairs = np.zeros((self.width, self.width))  # pairs[i, j]: the weight of column i times column j
-        if self.interactions is not None:
-            at, first, second = self.interactions
-            np.add.at(fine, at, weights[self.width + first.size:])  # the quantities' own columns copy fine ones
-            np.add.at(pairs, (at[first], at[second]), weights[self.width:self.width + first.size])
-        # (F + o.S)' P (F + o.S) = F'PF + o.S'(P + P')F + (o.S)' P (o.S), F the columns at the fixed overlaps
-        linear = np.einsum("kjn,jn->kn", slopes, fine[:, None] + (pairs + pairs.T) @ at_fixed[:self.width])
-        quadratic = np.einsum("kjn,ljn->kln", np.matmul(pairs.T, slopes), slopes)
-        return OverlapQuadratic.of(self.gather, constant, linear, quadratic)
+            overlaps, free = np.zeros((k, n)), np.ones((k, n), dtype=bool)
+        at, first, second = self.interactions if self.interactions is not None else (_NO_COLUMNS,) * 3
+        out = np.empty((1 + k + k * k, n))
+        quadratic_kernel.coefficients(self.width, self.fixed_at, self.fixed, self.summed_at, self.weighted,
+                                      *self.crosses, at, first, second, np.ascontiguousarray(weights, dtype=float),
+                                      float(intercept), np.ascontiguousarray(overlaps, dtype=float),
+                                      np.ascontiguousarray(free, dtype=bool), out)
+        return OverlapQuadratic(self.gather, out)
+
+
+_NO_COLUMNS = np.zeros(0, dtype=np.intp)
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,5 +1,6 @@
 """A ranking's calibration cells found from indexed shapes (:class:`RowShapes`, integer codes) are
-those found by looking each row's shape, kind and count up (the per-row path)."""
+those found by looking each row's shape, kind and count up (the per-row path); the distinct codes
+of its shapes, counted, are ``np.unique``'s."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 
 from predictor.colocations import CoLocations
 from predictor.records import BatchSpec
-from predictor.service.answering import _cells
+from predictor.service.answering import _cells, _distinct_codes
 from predictor.service.placements import RowShapes
 from predictor.shapes import QueryShape
 
@@ -29,3 +30,13 @@ def test_indexed_shapes_give_the_per_row_cells(rows):
     indexed, looked_up = _cells(shapes, built), _cells(list(shapes), built)
     assert [(cell, at.tolist()) for cell, at in indexed] == [(cell, at.tolist()) for cell, at in looked_up]
     assert shapes.keys() == [SHAPES[i].key for i in index.tolist()]
+
+
+@settings(max_examples=200, deadline=None)
+@given(codes=st.lists(st.integers(0, 50), max_size=80) | st.lists(st.integers(0, 2**40), max_size=20))
+def test_distinct_codes_are_uniques(codes):
+    array = np.array(codes, dtype=np.int64)
+    distinct, inverse = _distinct_codes(array)
+    want, want_inverse = np.unique(array, return_inverse=True)
+    assert distinct.tolist() == want.tolist()
+    assert inverse.tolist() == want_inverse.reshape(-1).tolist()

@@ -163,7 +163,7 @@ class LatencyPredictor(ABC):
 
     def _to_latencies(self, rows: CoLocations, slowdowns: np.ndarray) -> np.ndarray:
         """:meth:`_to_latency` of every row (they share one batch, hence one solo latency)."""
-        return clipped_latencies(self.solo_latency(rows.record(0)), slowdowns, *self._slowdown_range)
+        return clipped_latencies(self.solo_latency(rows.alone()), slowdowns, *self._slowdown_range)
 
     def learn_one(self, record: Record) -> None:
         """Learn from an observed record (``latency_ms`` set)."""

@@ -285,7 +285,7 @@ class RlsPredictor(LatencyPredictor):
         if form is None:
             return None
         model = self._models.get(self._row_groups(rows)[0][0])
-        solo = self.solo_latency(rows.record(0))
+        solo = self.solo_latency(rows.alone())
         low, high = self._slowdown_range
         predict = None if model is None else model.matrix_predictor(form.names)
 
@@ -312,7 +312,7 @@ class RlsPredictor(LatencyPredictor):
         quadratic = form.quadratic(*model.matrix_weights(form.names), np.append(rows.overlaps, 0.0)[gather],
                                    np.append(moving, False)[gather])
         low, high = self._slowdown_range
-        return QuadraticLatencies(quadratic, self.solo_latency(rows.record(0)), low, high, self.log_target)
+        return QuadraticLatencies(quadratic, self.solo_latency(rows.alone()), low, high, self.log_target)
 
     def _row_groups(self, rows: CoLocations) -> list[tuple[str, list[int] | None]]:
         """The model key of the rows, and which rows (``None``: all) have it."""

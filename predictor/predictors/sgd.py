@@ -102,7 +102,7 @@ class SgdPredictor(LatencyPredictor):
         if form is None:
             return None
         predict = self._matrix_predictor(form.names)
-        solo = self.solo_latency(rows.record(0))
+        solo = self.solo_latency(rows.alone())
         low, high = self._slowdown_range
         return lambda overlaps: clipped_latencies(solo, slowdowns_of(predict(form.values(overlaps)), self.log_target), low, high)
 

@@ -648,7 +648,7 @@ class Answering:
         <predictor.service.state.ServiceState.model>`).
         """
         predictor = (model or self.state.model()).predictor
-        first = plan.record if isinstance(plan, Planned) else plan.rows.record(0)
+        first = plan.record if isinstance(plan, Planned) else plan.rows.alone()
         solo = predictor.solo_latency(first)
         predicted, latencies = self._latencies(predictor, plan, solo)
         rows = _row_of(predicted) if isinstance(predicted, Record) else predicted
@@ -681,7 +681,7 @@ class Answering:
         calibrator = version.shapes
         n = len(rows)
         model = rows.batch.model
-        first = plan.record if isinstance(plan, Planned) else rows.record(0)
+        first = plan.record if isinstance(plan, Planned) else rows.alone()
         unseen_model = not version.predictor.knows_solo(first)
         if unseen_model and version.observations_learned == 0:
             raise FailedPrecondition(
@@ -829,26 +829,29 @@ def _coded_cells(shapes: RowShapes, kinds: Sequence[str], buckets: np.ndarray
     """:func:`_cells` of rows whose shapes are indexed: each row's cell as one integer."""
     n = len(shapes)
     if kinds.count(kinds[0]) == n:  # one kind (as usual)
-        kind_codes = np.zeros(n, dtype=np.intp)
+        kind_codes, distinct_kinds = np.zeros(n, dtype=np.intp), 1
     else:
-        first_of: dict[str, int] = {}  # each kind's first row
-        kind_codes = np.fromiter(map(first_of.setdefault, kinds, itertools.count()), dtype=np.intp, count=n)
-    return _grouped((shapes.index * n + kind_codes) * (MAX_COUNT + 1) + buckets, shapes, kinds, buckets)
+        number = {kind: i for i, kind in enumerate(dict.fromkeys(kinds))}  # each kind's, in order of first row
+        kind_codes = np.fromiter(map(number.__getitem__, kinds), dtype=np.intp, count=n)
+        distinct_kinds = len(number)
+    return _grouped((shapes.index * distinct_kinds + kind_codes) * (MAX_COUNT + 1) + buckets, shapes, kinds, buckets)
 
 
 def _grouped(codes: np.ndarray, shapes: Sequence[QueryShape], kinds: Sequence[str], buckets: Sequence[int] | np.ndarray
              ) -> list[tuple[tuple[QueryShape, str, int], np.ndarray]]:
     """The rows of each cell of :func:`_cells`, given each row's cell as one integer: a cell's
     key from its first row, its rows ascending, cells in order of first row."""
+    if codes.size and 0 <= codes.min() and codes.max() <= np.iinfo(np.int16).max:
+        codes = codes.astype(np.int16)  # sorted by radix
     order = np.argsort(codes, kind="stable")  # each cell's rows ascending, its first row first
     ordered = codes[order]
     starts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
     if not starts.size:
         return [((shapes[0], kinds[0], int(buckets[0])), order)]
-    groups = np.split(order, starts)
-    firsts = order[np.concatenate([[0], starts])].tolist()
-    return [((shapes[firsts[c]], kinds[firsts[c]], int(buckets[firsts[c]])), groups[c])
-            for c in sorted(range(len(groups)), key=firsts.__getitem__)]  # cells in order of first row
+    bounds = [0, *starts.tolist(), order.size]
+    firsts = order[bounds[:-1]].tolist()
+    return [((shapes[firsts[c]], kinds[firsts[c]], int(buckets[firsts[c]])), order[bounds[c]:bounds[c + 1]])
+            for c in sorted(range(len(firsts)), key=firsts.__getitem__)]  # cells in order of first row
 
 
 def _shapes_of(counts: np.ndarray, overlaps: np.ndarray, remaining: np.ndarray, signals: np.ndarray
@@ -856,7 +859,7 @@ def _shapes_of(counts: np.ndarray, overlaps: np.ndarray, remaining: np.ndarray, 
     """:func:`_shape_of` of every candidate: once per distinct combination, spread by index."""
     base = int(counts.max()) + 1 if counts.size else 1  # overlaps, remaining <= counts: one integer per combination
     codes = ((counts.astype(np.int64) * base + overlaps) * base + remaining) * 2 + signals
-    distinct, inverse = np.unique(codes, return_inverse=True)
+    distinct, inverse = _distinct_codes(codes)
     found = []
     for code in distinct.tolist():
         rest, s = divmod(code, 2)
@@ -864,6 +867,16 @@ def _shapes_of(counts: np.ndarray, overlaps: np.ndarray, remaining: np.ndarray, 
         n, o = divmod(rest, base)
         found.append(_shape_of(n, o, r, bool(s)))
     return RowShapes(found, inverse.reshape(-1))
+
+
+def _distinct_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(codes, return_inverse=True)`` of non-negative integer codes, counted instead of
+    sorted where they span less than a few times their number (a ranking's few combinations)."""
+    top = int(codes.max()) if codes.size else 0
+    if top > 4 * codes.size + 1024:
+        return np.unique(codes, return_inverse=True)
+    present = np.bincount(codes, minlength=top + 1) > 0
+    return np.flatnonzero(present), (np.cumsum(present) - 1)[codes]
 
 
 def _has_signals(signals: Sequence[Mapping[str, float]]) -> np.ndarray:

@@ -217,10 +217,12 @@ def window_of(form: WindowForm) -> float:
 def warm() -> None:
     """Compile the kernels now (or load them from the disk cache), on a two-row problem and a
     single query's quadratic; and the one a ranking's probabilities are read with
-    (:func:`predictor.probability_kernel.warm`)."""
-    from predictor import probability_kernel
+    (:func:`predictor.probability_kernel.warm`), and the one a ranking's quadratics are built with
+    (:func:`predictor.quadratic_kernel.warm`)."""
+    from predictor import probability_kernel, quadratic_kernel
 
     probability_kernel.warm()
+    quadratic_kernel.warm()
     rows = QuadraticLatencies(OverlapQuadratic.of(np.zeros((1, 2), dtype=np.intp), np.zeros(2), np.ones((1, 2)),
                                                   np.zeros((1, 1, 2))), 1.0, 0.5, 2.0, True)
     fixed_points(rows, np.ones((1, 2)), 1.0, 2.0, 0.5)

@@ -204,7 +204,7 @@ def _terms(predictor: LatencyPredictor, rows: CoLocations) -> tuple[np.ndarray, 
 
 def _predict_any(predictor: LatencyPredictor, rows: CoLocations) -> np.ndarray:
     values = _predict(predictor, rows)
-    return np.where(np.isfinite(values) & (values > 0), values, predictor.solo_latency(rows.record(0)))
+    return np.where(np.isfinite(values) & (values > 0), values, predictor.solo_latency(rows.alone()))
 
 
 def fixed_point(
