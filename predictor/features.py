@@ -561,7 +561,7 @@ class FeatureForm:
     fixed: np.ndarray  # len(fixed_at) x subset: their values, transposed
     summed_at: np.ndarray  # columns of the overlap-weighted sums
     gather: np.ndarray  # most co-runners x subset: the k-th co-runner of each row (padding: one past the last)
-    weighted: np.ndarray  # most co-runners x len(summed_at) x subset: its value per unit overlap (padding: 0)
+    weighted: np.ndarray  # len(summed_at) x most co-runners x subset: its value per unit overlap (padding: 0)
     crosses: tuple[np.ndarray, np.ndarray, np.ndarray]  # x:K column, its co:K column, own value
     interactions: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # quantities' columns, pairs
 
@@ -579,9 +579,9 @@ class FeatureForm:
         out[self.fixed_at] = self.fixed
         if self.summed_at.size:
             if o is not None:
-                sums = o[0] * self.weighted[0]
+                sums = o[0] * self.weighted[:, 0]
                 for k in range(1, o.shape[0]):
-                    sums += o[k] * self.weighted[k]
+                    sums += o[k] * self.weighted[:, k]
                 out[self.summed_at] = sums
             else:
                 out[self.summed_at] = 0.0
@@ -667,9 +667,9 @@ class _FormParts:
     names: tuple[str, ...]
     width: int
     fixed_at: np.ndarray
-    fixed: np.ndarray  # rows x len(fixed_at)
+    fixed: np.ndarray  # len(fixed_at) x rows
     summed_at: np.ndarray
-    per_runner: np.ndarray  # co-runners x len(summed_at), then a row of zeros (where padding gathers)
+    per_runner: np.ndarray  # len(summed_at) x co-runners, then a column of zeros (where padding gathers)
     offsets: np.ndarray
     crosses: tuple[np.ndarray, np.ndarray, np.ndarray]
     interactions: tuple[np.ndarray, np.ndarray, np.ndarray] | None
@@ -679,13 +679,13 @@ class _FormParts:
         starts = self.offsets[:-1][subset]
         counts = self.offsets[1:][subset] - starts
         most = int(counts.max()) if counts.size else 0
-        r = self.per_runner.shape[0] - 1
+        r = self.per_runner.shape[1] - 1
         k = np.arange(most)[:, None]
         gather = np.where(k < counts, starts + k, r)
         return FeatureForm(
             names=self.names, width=self.width, fixed_at=self.fixed_at,
-            fixed=np.ascontiguousarray(self.fixed[subset].T), summed_at=self.summed_at, gather=gather,
-            weighted=np.ascontiguousarray(self.per_runner[gather].transpose(0, 2, 1)),
+            fixed=np.take(self.fixed, subset, axis=1), summed_at=self.summed_at, gather=gather,
+            weighted=np.take(self.per_runner, gather, axis=1),
             crosses=self.crosses, interactions=self.interactions,
         )
 
@@ -739,14 +739,14 @@ def _feature_form(rows: CoLocations, features: str) -> _FormParts | None:
             return None
         extra, first, second = _interaction_layout(keys, rows.batch.model)
         interactions = (_quantity_columns(names, keys), first, second)
-    per_runner = np.zeros((r + 1, len(summed_names)))  # and a row of zeros, where padding gathers
+    per_runner = np.zeros((len(summed_names), r + 1))  # and a column of zeros, where padding gathers
     for j, name in enumerate(summed_names):
-        per_runner[:r, j] = summed[name]
+        per_runner[j, :r] = summed[name]
     return _FormParts(
         names=names + tuple(extra),
         width=len(names),
         fixed_at=np.array([index[n] for n in fixed], dtype=np.intp),
-        fixed=np.column_stack([columns[n] for n in fixed]) if fixed else np.zeros((len(rows), 0)),
+        fixed=np.stack([columns[n] for n in fixed]) if fixed else np.zeros((0, len(rows))),
         summed_at=np.array([index[n] for n in summed_names], dtype=np.intp),
         per_runner=per_runner,
         offsets=rows.offsets,

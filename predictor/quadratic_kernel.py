@@ -25,7 +25,8 @@ def coefficients(width, fixed_at, fixed, summed_at, weighted, cross_at, source, 
                  weights, intercept, overlaps, free, out):  # pragma: no cover (compiled; tested against the matrix)
     """Fill ``out`` (``1 + k + k * k`` x rows: the constant, the ``k`` linear, the ``k * k`` quadratic
     coefficients, ``k`` the most co-runners a row has) with each row's quadratic of its free
-    overlaps, the others at ``overlaps`` (``free`` and ``overlaps``: k x rows).
+    overlaps, the others at ``overlaps`` (``free`` and ``overlaps``: k x rows; ``weighted``: each
+    summed column's value per unit overlap of slot ``q``'s co-runner, columns x k x rows).
 
     The rows' columns (the first ``width`` of the names) at the fixed overlaps ``F``: the constant
     ones from ``fixed`` (at ``fixed_at``), the sums of the fixed co-runners' ``weighted`` values (at
@@ -61,7 +62,7 @@ def coefficients(width, fixed_at, fixed, summed_at, weighted, cross_at, source, 
         for q in range(k):
             for j in range(n):
                 if not free[q, j]:
-                    row[j] += overlaps[q, j] * weighted[q, c, j]
+                    row[j] += overlaps[q, j] * weighted[c, q, j]
     for c in range(cross_at.size):
         crossed, sourced = columns[cross_at[c]], columns[source[c]]
         for j in range(n):
@@ -92,7 +93,7 @@ def coefficients(width, fixed_at, fixed, summed_at, weighted, cross_at, source, 
     for q in range(k):
         for c in range(summed_at.size):
             for j in range(n):
-                slopes[q, c, j] = weighted[q, c, j] if free[q, j] else 0.0
+                slopes[q, c, j] = weighted[c, q, j] if free[q, j] else 0.0
         for c in range(cross_at.size):
             crossed, sourced = slopes[q, summed_at.size + c], slopes[q, moves[source[c]]]
             for j in range(n):
