@@ -288,9 +288,10 @@ class Answering:
             self.check_learned(query, Planned(ranking.rows.record(i), []), f"candidates[{i}].")
         self.remember(batch_id, ranking)
         # The rows hold the candidates' own co-runners exactly when they were built on the same
-        # columns (no live view, no per-candidate path).
-        return dataclasses.replace(ranking, runners_as_given=plan.rows.models is candidates.models,
-                                   delay=self.delay_decision(ranking))
+        # columns (no live view, no per-candidate path). (The ranking is this call's own: set in place.)
+        ranking.runners_as_given = plan.rows.models is candidates.models
+        ranking.delay = self.delay_decision(ranking)
+        return ranking
 
     def input_place(self, where: InputPlace | None, prefix: str) -> InputPlace | None:
         """The input's place and size of a query, validated (fields named with ``prefix``)."""
@@ -841,7 +842,7 @@ def _grouped(codes: np.ndarray, shapes: Sequence[QueryShape], kinds: Sequence[st
              ) -> list[tuple[tuple[QueryShape, str, int], np.ndarray]]:
     """The rows of each cell of :func:`_cells`, given each row's cell as one integer: a cell's
     key from its first row, its rows ascending, cells in order of first row."""
-    if codes.size and 0 <= codes.min() and codes.max() <= np.iinfo(np.int16).max:
+    if codes.size and 0 <= codes.min() and codes.max() <= _INT16_MAX:
         codes = codes.astype(np.int16)  # sorted by radix
     order = np.argsort(codes, kind="stable")  # each cell's rows ascending, its first row first
     ordered = codes[order]
@@ -910,6 +911,7 @@ def _shape_of(co_runners: int, overlaps: int, remaining: int, signals: bool) -> 
 
 
 _ROW0 = np.zeros(1, dtype=np.intp)
+_INT16_MAX = int(np.iinfo(np.int16).max)
 
 
 def _filled(n: int, value: float) -> np.ndarray:
