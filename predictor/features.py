@@ -600,7 +600,7 @@ class FeatureForm:
                   free: np.ndarray | None = None) -> OverlapQuadratic:
         """``values(overlaps) @ weights + intercept`` (``weights``: one per name) as a quadratic of
         each row's co-runners' overlaps (:class:`OverlapQuadratic`): the same numbers up to
-        rounding (the terms summed in another order; each row's in one compiled pass,
+        rounding (the terms summed in another order; all rows' in one compiled call,
         :func:`predictor.quadratic_kernel.coefficients`).
 
         With ``overlaps`` and ``free`` (:attr:`gather`'s shape), a quadratic of the free overlaps
