@@ -32,6 +32,16 @@ class ServeProcess:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def wait_for(self, text: str, timeout: float = 60.0) -> str:
+        """The output once it holds ``text``. The start-up line (what was restored, "SERVING") is
+        printed after health turns ``SERVING``, so a client that saw the server ready may read
+        the output before it."""
+        end = time.monotonic() + timeout
+        while text not in (output := self.output()):
+            assert time.monotonic() < end, output
+            time.sleep(0.05)
+        return output
+
     def kill(self) -> None:
         """SIGKILL: no handler runs, no final snapshot, nothing flushed by the process."""
         if self.proc.poll() is None:

@@ -7,7 +7,6 @@ import logging
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 from serve_process import ROOT, start_server
@@ -48,18 +47,12 @@ def _collector_of(output: str, role: str = "") -> tuple[tuple[int, int, int], in
     return tuple(int(x) for x in match.groups()[:3]), int(match.group(4).replace(",", ""))  # type: ignore[return-value]
 
 
-def _wait_for(server, text: str, timeout: float = 60.0) -> str:
-    end = time.monotonic() + timeout
-    while text not in server.output():
-        assert time.monotonic() < end, server.output()
-        time.sleep(0.05)
-    return server.output()
 
 
 def test_the_server_process_collects_young_objects_less_often_and_freezes_its_start_up(tmp_path) -> None:
     server = start_server(tmp_path)
     try:
-        output = _wait_for(server, "; SERVING")
+        output = server.wait_for("; SERVING")
     finally:
         server.stop()
     thresholds, frozen = _collector_of(output)
@@ -69,7 +62,7 @@ def test_the_server_process_collects_young_objects_less_often_and_freezes_its_st
 def test_a_server_told_zero_keeps_python_s_collector(tmp_path) -> None:
     server = start_server(tmp_path, "--gc-young-threshold", "0")
     try:
-        output = _wait_for(server, "; SERVING")
+        output = server.wait_for("; SERVING")
     finally:
         server.stop()
     assert _collector_of(output) == (gc.get_threshold(), 0)  # a new interpreter's: this one's
@@ -80,7 +73,7 @@ def test_every_process_of_a_multi_process_server_sets_the_collector(tmp_path) ->
     server = start_server(tmp_path, "--workers", "2")
     try:
         for role in ("learner-0", "worker-0", "worker-1"):
-            _wait_for(server, f"{role} INFO garbage collector")
+            server.wait_for(f"{role} INFO garbage collector")
     finally:
         server.stop()
     for role in ("learner-0", "worker-0", "worker-1"):

@@ -83,11 +83,7 @@ def test_a_block_of_ingest_pauses_and_learns_the_same() -> None:
 def _started(tmp_path, *args: str) -> str:
     server = start_server(tmp_path, *args)
     try:
-        end = time.monotonic() + 60
-        while "; SERVING" not in server.output():
-            assert time.monotonic() < end, server.output()
-            time.sleep(0.05)
-        return server.output()
+        return server.wait_for("; SERVING")
     finally:
         server.stop()
 

@@ -102,7 +102,7 @@ def test_kill_9_mid_stream_loses_no_acknowledged_record(tmp_path, fsync):
         # have covered every record before the kill, and then nothing is left to replay
         assert status.log.snapshot_sequence + status.log.replayed == learned
         if status.log.replayed:
-            assert "replayed" in restarted.output()
+            assert "replayed" in restarted.wait_for("; SERVING")
         restored = answers_of(client.predict)
         client.close()
     finally:

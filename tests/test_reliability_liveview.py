@@ -64,7 +64,7 @@ def test_kill_9_keeps_what_runs_where_and_expires_what_is_past_the_horizon(tmp_p
         client.wait_ready(30)
         status = client.status()
         assert (status.batches_running, status.live_restored, status.live_expired) == (3, 3, 1)
-        assert "3 running batches restored, 1 expired" in restarted.output()
+        assert "3 running batches restored, 1 expired" in restarted.wait_for("; SERVING")
         after = live_answers(client)
         assert client.batch_end("sim1", "b3") == (True, 1)  # the restored batch ends as usual
         assert client.batch_end("sim2", "old") == (False, 0)  # expired at the restart

@@ -28,7 +28,7 @@ def server(tmp_path):
 
 def test_serve_query_and_stop(server, capsys):
     served, state = server
-    lines = served.output().splitlines()
+    lines = served.wait_for("; SERVING").splitlines()
     assert any("warm start" in line and "300 records read" in line for line in lines), lines
     target = ["--target", served.target]
     assert main(["query", *target, "status"]) == 0
