@@ -126,7 +126,7 @@ class EnsemblePredictor(LatencyPredictor):
             return np.zeros(0)
         predictions = [expert.predict_colocations(rows) for expert in self._experts]
         # rows share one batch: one key for all, but with the device kind as key
-        keys = list(rows.device_kinds) if self.split_by == "device_kind" else [self._key(rows.record(0))]
+        keys = list(rows.device_kinds) if self.split_by == "device_kind" else [self._key(rows.alone())]
         distinct = list(dict.fromkeys(keys))
         of_row = np.array(keys, dtype=object) if len(distinct) > 1 else None
         out = np.empty(len(rows))

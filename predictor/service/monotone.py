@@ -168,7 +168,7 @@ def _terms(predictor: LatencyPredictor, rows: CoLocations) -> tuple[np.ndarray, 
         [], [], [], np.zeros(0), rows.solo_latency_ms,
     )
     base = _predict_any(predictor, empty)
-    solo = predictor.solo_latency(empty.record(0))
+    solo = predictor.solo_latency(rows.alone())
     row_of = rows.rows_of_runners()
     # One single co-runner row per (co-runner, power of two up to above its batch size).
     probes: list[tuple[int, int, int]] = []  # (co-runner, row, batch size)
