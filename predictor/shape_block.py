@@ -452,7 +452,7 @@ class _Block:
         """The answers of the outcomes, and the calibrator's counters brought up to date."""
         cal = self.cal
         if cal._answered is not None:
-            cal._answered = None  # a copy that learns is live (as add)
+            cal.forget_answers()  # a copy that learns is live (as add)
         kinds, most = cal._kinds, cal.max_cells
         out: list[Result] = []
         exp = math.exp

@@ -74,6 +74,8 @@ GRID = (0.9, 0.95, 0.99)
 MIN_SPREAD = 0.01
 MAX_ANSWERED = 4096
 """Most factors a frozen copy keeps (its cache is emptied when full)."""
+MAX_PACKED = 256
+"""Most cells' windows a frozen copy keeps packed for rankings (:class:`_Packed`; emptied when full)."""
 _NORMAL = NormalDist()
 
 Cell = tuple[str, str, int]  # (shape key, device kind or POOL, count bucket or ALL)
@@ -188,8 +190,10 @@ class ShapeCalibrator:
         self._kinds: set[str] = set()
         self.n_added = 0
         self._answered: dict[tuple, tuple[list[_Term], tuple[float, Bound]]] | None = None  # of a frozen copy
+        self._packed: dict[tuple, _Packed | None] | None = None  # of a frozen copy
 
     _answered: dict[tuple, tuple[list[_Term], tuple[float, Bound]]] | None = None  # (also for ones pickled before it)
+    _packed: dict[tuple, _Packed | None] | None = None
 
     def frozen(self, copies: WindowCopies | None = None) -> ShapeCalibrator:
         """An independent copy to answer from while this one goes on learning (windows copied on
@@ -201,7 +205,12 @@ class ShapeCalibrator:
         twin._alphas = {cell: list(alphas) for cell, alphas in self._alphas.items()}
         twin._kinds = set(self._kinds)
         twin._answered = {}  # a copy never learns: its terms and factors, once computed, stay (see _answer_of)
+        twin._packed = {}  # and its windows, once packed (see _packed_of)
         return twin
+
+    def forget_answers(self) -> None:
+        """Drop what a frozen copy keeps of its answers: a copy that learns is live from then on."""
+        self._answered = self._packed = None
 
     # ------------------------------------------------------------------ pieces
     def n_residuals(self, shape: QueryShape, kind: str, count: int = ALL) -> int:
@@ -386,27 +395,43 @@ class ShapeCalibrator:
         predicted = np.asarray(predicted, dtype=float)
         if limit_ms <= 0:
             return np.zeros(predicted.shape)
-        ratio = limit_ms / predicted
-        x = np.full(ratio.shape, -np.inf)  # a ratio that underflows to 0: -inf, probability 0
-        np.log(ratio, out=x, where=ratio != 0)  # (without np.errstate's cost, a few µs a call)
-        terms = self._answer_of(shape, kind, count, model, confidence)[0]
-        if x.size == 1:  # one row (a single query): the same arithmetic on floats
-            return np.array([_probability(terms, x.item())]).reshape(predicted.shape)
-        from predictor import probability_kernel  # numba, imported where first needed
+        out = np.ones(predicted.size)
+        self.probabilities_at(shape, kind, count, model, log_ratios(limit_ms, predicted.reshape(-1)),
+                              np.arange(predicted.size), confidence, out)
+        return out.reshape(predicted.shape)
 
-        out = np.ones(predicted.shape)
-        flat = x.reshape(-1)
-        centre = _centre(terms)  # the bound is the centre plus the widest width (see _largest)
-        for term in terms:
-            if term.window is None and term is not terms[-1]:
-                continue  # a count without residuals anywhere takes no part (as in the bound)
-            if term.window is None:
-                p = np.array([_NORMAL.cdf(round((v - centre) / term.s, 9)) for v in x.tolist()])
-                out = np.minimum(out, p)
-            else:  # np.minimum(out, np.clip(1 - (1 - cdf) / phi, 0, 1)), the window's cdf, compiled
-                probability_kernel.window_term(flat, centre, term.s, term.phi, term.window.sorted_array(),
-                                               out.reshape(-1))
-        return out
+    def probabilities_at(self, shape: QueryShape, kind: str, count: int, model: str, x: np.ndarray,
+                         at: np.ndarray, confidence: float, out: np.ndarray) -> None:
+        """:meth:`probabilities` of rows ``at`` into ``out[at]``, given every row's log of the limit
+        over its prediction (``x``, :func:`log_ratios`: computed once for all of a ranking's cells).
+        The same bits as :meth:`probabilities` of those rows' predictions."""
+        if at.size == 1:  # one row (a single query): the same arithmetic on floats
+            i = int(at[0])
+            out[i] = _probability(self._answer_of(shape, kind, count, model, confidence)[0], float(x[i]))
+            return
+        packed = self._packed_of(shape, kind, count, model, confidence)
+        if packed is not None:  # every window's term of every row, compiled (numba)
+            from predictor import probability_kernel  # imported where first needed
+
+            probability_kernel.cell_terms(x, at, packed.centre, packed.scales, packed.phis, packed.ordered,
+                                          packed.offsets, out)
+            return
+        terms = self._answer_of(shape, kind, count, model, confidence)[0]
+        out[at] = [_probability(terms, v) for v in x[at].tolist()]  # a normal (guessed) term: by the floats
+
+    def _packed_of(self, shape: QueryShape, kind: str, count: int, model: str, confidence: float) -> _Packed | None:
+        """The windows of a cell's terms packed for :func:`~predictor.probability_kernel.cell_terms`
+        (None when a guessed, normal term takes part); a frozen copy keeps them."""
+        cache = self._packed
+        key = (shape, kind, count, model, confidence)
+        if cache is not None and key in cache:
+            return cache[key]
+        packed = _Packed.of(self._answer_of(shape, kind, count, model, confidence)[0])
+        if cache is not None:
+            if len(cache) >= MAX_PACKED:
+                cache.clear()
+            cache[key] = packed
+        return packed
 
     # ------------------------------------------------------------------ learning
     def add(self, shape: QueryShape, kind: str, count: int, model: str, *, actual: float,
@@ -422,7 +447,7 @@ class ShapeCalibrator:
         if not (actual > 0 and predicted > 0 and math.isfinite(actual) and math.isfinite(predicted)):
             raise ValueError(f"actual and predicted must be finite and > 0, got {actual!r}, {predicted!r}")
         if self._answered is not None:
-            self._answered = None  # a copy that learns is live: nothing of it is cached any more
+            self.forget_answers()  # a copy that learns is live: nothing of it is cached any more
         residual = math.log(actual / predicted)
         key = (LINKED if linked else "") + shape.key
         if self.gamma:
@@ -497,6 +522,38 @@ def _probability(terms: list[_Term], x: float) -> float:
         if not p >= out:
             out = p
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Packed:
+    """The windows that take part in a cell's probabilities (:func:`_probability`), in the
+    terms' order, as arrays: term ``t``'s sorted residuals are ``ordered[offsets[t]:offsets[t + 1]]``."""
+
+    centre: float
+    scales: np.ndarray
+    phis: np.ndarray
+    ordered: np.ndarray
+    offsets: np.ndarray
+
+    @staticmethod
+    def of(terms: list[_Term]) -> _Packed | None:
+        """The packed windows of ``terms``; None when a guessed (normal) term takes part."""
+        if terms[-1].window is None:
+            return None
+        taking_part = [term for term in terms if term.window is not None]  # as _probability skips them
+        arrays = [term.window.sorted_array() for term in taking_part]
+        return _Packed(_centre(terms), np.array([term.s for term in taking_part]),
+                       np.array([term.phi for term in taking_part]), np.concatenate(arrays),
+                       np.cumsum([0] + [a.size for a in arrays]))
+
+
+def log_ratios(limit_ms: float, predicted: np.ndarray) -> np.ndarray:
+    """``log(limit_ms / predicted)`` of each prediction, ``-inf`` where the ratio underflows to 0
+    (probability 0); ``limit_ms > 0``."""
+    ratio = limit_ms / predicted
+    x = np.full(ratio.shape, -np.inf)
+    np.log(ratio, out=x, where=ratio != 0)  # (without np.errstate's cost, a few µs a call)
+    return x
 
 
 def _centre(terms: list[_Term]) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictor.shape_calibration import MAX_ANSWERED, ShapeCalibrator
+from predictor.shape_calibration import MAX_ANSWERED, MAX_PACKED, ShapeCalibrator, log_ratios
 from predictor.shapes import QueryShape
 
 SHAPES = [QueryShape.parse(key) for key in ("none/nosig", "overlap/sig", "remaining/nosig")]
@@ -98,3 +98,51 @@ def test_one_rows_probability_is_the_rows_of_many(frozen: bool) -> None:
     assert _all_probabilities(calibrator, predicted, limits) == many  # looked up or computed afresh, the same
     if frozen:
         assert _all_probabilities(calibrator, predicted, limits) == _all_probabilities(live, predicted, limits)
+
+
+def test_rows_of_a_ranking_are_answered_as_their_own_probabilities() -> None:
+    # probabilities_at reads a ranking's rows from the log ratios of all its rows, taken once
+    rng = np.random.default_rng(6)
+    live = ShapeCalibrator(min_residuals=5, min_spread_n=3)
+    _learn(live, rng, 300)
+    predicted = np.concatenate([rng.uniform(0.5, 30.0, size=9), [1e-300, np.inf]])
+    for calibrator in (live, live.frozen()):
+        for shape, kind, count in CELLS:
+            for limit in (3.0, 10.0, 1e5):
+                x = log_ratios(limit, predicted)
+                for at in (np.arange(predicted.size), np.array([2]), np.array([0, 4, 9, 10])):
+                    out = np.full(predicted.size, -1.0)
+                    calibrator.probabilities_at(shape, kind, count, "m", x, at, 0.95, out)
+                    want = calibrator.probabilities(shape, kind, count, "m", predicted[at], limit, 0.95)
+                    assert out[at].tolist() == want.tolist()
+                    assert (np.delete(out, at) == -1.0).all()  # the other rows untouched
+
+
+def test_packed_windows_are_kept_by_a_frozen_copy_only_until_it_learns() -> None:
+    rng = np.random.default_rng(7)
+    live = ShapeCalibrator(min_residuals=5, min_spread_n=3)
+    _learn(live, rng, 300)
+    predicted = rng.uniform(0.5, 30.0, size=12)
+    frozen = live.frozen()
+    kept = _all_probabilities(frozen, predicted, [10.0])
+    assert frozen._packed
+    _learn(live, rng, 300)  # the live one moves on; the copy's answers do not
+    assert _all_probabilities(frozen, predicted, [10.0]) == kept
+    assert _all_probabilities(live, predicted, [10.0]) != kept
+    _learn(frozen, np.random.default_rng(8), 300)  # a copy made to learn forgets what it kept
+    assert frozen._packed is None and frozen._answered is None
+    twin = ShapeCalibrator(min_residuals=5, min_spread_n=3)
+    _learn(twin, np.random.default_rng(7), 300)
+    _learn(twin, np.random.default_rng(8), 300)
+    assert _all_probabilities(frozen, predicted, [10.0]) == _all_probabilities(twin, predicted, [10.0])
+
+
+def test_packed_cache_is_bounded() -> None:
+    rng = np.random.default_rng(9)
+    live = ShapeCalibrator(min_residuals=5, min_spread_n=3)
+    _learn(live, rng, 200)
+    frozen = live.frozen()
+    x = np.zeros(3)
+    for i in range(MAX_PACKED + 10):
+        frozen.probabilities_at(SHAPES[1], "A", 1, "m", x, np.arange(3), 0.5 + i / (4 * MAX_PACKED), np.ones(3))
+    assert 0 < len(frozen._packed) <= MAX_PACKED

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from predictor import rules
+from predictor import cell_kernel, rules
 from predictor.calibration import Bound, BoundSource, check_confidence
 from predictor.colocations import CoLocations
 from predictor.keyed import KeyedMaps
@@ -79,7 +79,7 @@ from predictor.service.types import (
     Query,
     Ranking,
 )
-from predictor.shape_calibration import normal_quantile
+from predictor.shape_calibration import log_ratios, normal_quantile
 from predictor.shapes import MAX_COUNT, QueryShape
 from predictor.window_features import at_window
 
@@ -697,6 +697,7 @@ class Answering:
         corrections = np.ones(n)
         groups = _cells(shapes, rows)
         z = normal_quantile(confidence) * config.unseen_sigma
+        x = None  # every row's log of the deadline over its prediction, once a cell needs it
 
         def within(cell: tuple[QueryShape, str, int, bool], predicted: np.ndarray, limit: float) -> np.ndarray:
             shape, kind, count, unseen = cell
@@ -721,7 +722,11 @@ class Answering:
                 continue
 
             cell = (shape, kind, count, unseen)
-            if extra_ms is None:
+            if extra_ms is None and not unseen and deadline_ms > 0:  # (as within, with x taken once)
+                if x is None:
+                    x = log_ratios(deadline_ms, latencies)
+                calibrator.probabilities_at(shape, kind, count, model, x, at, confidence, probabilities)
+            elif extra_ms is None:
                 probabilities[at] = within(cell, latencies[at], deadline_ms)
             else:
                 # one call per distinct time left (rows of one device share it), each row's as alone
@@ -822,7 +827,7 @@ def _cells(shapes: Sequence[QueryShape], rows: CoLocations) -> list[tuple[tuple[
     codes = np.fromiter(map(firsts.setdefault, keys, range(len(keys))), dtype=np.intp, count=len(keys))
     if len(firsts) == 1:
         return [((shapes[0], kinds[0], buckets[0]), np.arange(len(keys)))]
-    return _grouped(codes, shapes, kinds, buckets)
+    return _grouped(codes, len(keys) - 1, shapes, kinds, buckets)
 
 
 def _coded_cells(shapes: RowShapes, kinds: Sequence[str], buckets: np.ndarray
@@ -835,24 +840,21 @@ def _coded_cells(shapes: RowShapes, kinds: Sequence[str], buckets: np.ndarray
         number = {kind: i for i, kind in enumerate(dict.fromkeys(kinds))}  # each kind's, in order of first row
         kind_codes = np.fromiter(map(number.__getitem__, kinds), dtype=np.intp, count=n)
         distinct_kinds = len(number)
-    return _grouped((shapes.index * distinct_kinds + kind_codes) * (MAX_COUNT + 1) + buckets, shapes, kinds, buckets)
+    codes = (shapes.index * distinct_kinds + kind_codes) * (MAX_COUNT + 1) + buckets
+    return _grouped(codes, len(shapes.distinct) * distinct_kinds * (MAX_COUNT + 1) - 1, shapes, kinds, buckets)
 
 
-def _grouped(codes: np.ndarray, shapes: Sequence[QueryShape], kinds: Sequence[str], buckets: Sequence[int] | np.ndarray
-             ) -> list[tuple[tuple[QueryShape, str, int], np.ndarray]]:
-    """The rows of each cell of :func:`_cells`, given each row's cell as one integer: a cell's
-    key from its first row, its rows ascending, cells in order of first row."""
-    if codes.size and 0 <= codes.min() and codes.max() <= _INT16_MAX:
-        codes = codes.astype(np.int16)  # sorted by radix
-    order = np.argsort(codes, kind="stable")  # each cell's rows ascending, its first row first
-    ordered = codes[order]
-    starts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
-    if not starts.size:
+def _grouped(codes: np.ndarray, most: int, shapes: Sequence[QueryShape], kinds: Sequence[str],
+             buckets: Sequence[int] | np.ndarray) -> list[tuple[tuple[QueryShape, str, int], np.ndarray]]:
+    """The rows of each cell of :func:`_cells`, given each row's cell as one integer in
+    ``[0, most]``: a cell's key from its first row, its rows ascending, cells in order of first
+    row (compiled: :func:`predictor.cell_kernel.grouped`)."""
+    order, bounds, firsts = cell_kernel.grouped(codes.astype(np.intp, copy=False), most)
+    if firsts.size == 1:
         return [((shapes[0], kinds[0], int(buckets[0])), order)]
-    bounds = [0, *starts.tolist(), order.size]
-    firsts = order[bounds[:-1]].tolist()
-    return [((shapes[firsts[c]], kinds[firsts[c]], int(buckets[firsts[c]])), order[bounds[c]:bounds[c + 1]])
-            for c in sorted(range(len(firsts)), key=firsts.__getitem__)]  # cells in order of first row
+    bounds, firsts = bounds.tolist(), firsts.tolist()
+    return [((shapes[first], kinds[first], int(buckets[first])), order[bounds[c]:bounds[c + 1]])
+            for c, first in enumerate(firsts)]
 
 
 def _shapes_of(counts: np.ndarray, overlaps: np.ndarray, remaining: np.ndarray, signals: np.ndarray
@@ -911,7 +913,6 @@ def _shape_of(co_runners: int, overlaps: int, remaining: int, signals: bool) -> 
 
 
 _ROW0 = np.zeros(1, dtype=np.intp)
-_INT16_MAX = int(np.iinfo(np.int16).max)
 
 
 def _filled(n: int, value: float) -> np.ndarray:

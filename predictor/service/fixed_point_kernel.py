@@ -217,10 +217,12 @@ def window_of(form: WindowForm) -> float:
 def warm() -> None:
     """Compile the kernels now (or load them from the disk cache), on a two-row problem and a
     single query's quadratic; and the one a ranking's probabilities are read with
-    (:func:`predictor.probability_kernel.warm`), and the one a ranking's quadratics are built with
-    (:func:`predictor.quadratic_kernel.warm`)."""
-    from predictor import probability_kernel, quadratic_kernel
+    (:func:`predictor.probability_kernel.warm`), the one a ranking's quadratics are built with
+    (:func:`predictor.quadratic_kernel.warm`), and the one its rows are grouped by calibration cell
+    with (:func:`predictor.cell_kernel.warm`)."""
+    from predictor import cell_kernel, probability_kernel, quadratic_kernel
 
+    cell_kernel.warm()
     probability_kernel.warm()
     quadratic_kernel.warm()
     rows = QuadraticLatencies(OverlapQuadratic.of(np.zeros((1, 2), dtype=np.intp), np.zeros(2), np.ones((1, 2)),
