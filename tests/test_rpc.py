@@ -307,7 +307,11 @@ def test_unavailable_until_ready_and_health():
             with pytest.raises(Unavailable):
                 client.predict(explicit_query())
             assert client.status().ready is False  # status answers before ready
-            service.open()
+            service.open(ready=False)  # loaded, its caller's start-up not done (predictor serve: the gc freeze)
+            assert client.health() == "NOT_SERVING"
+            with pytest.raises(Unavailable):
+                client.predict(explicit_query())
+            service.mark_ready()
             client.wait_ready(5)
             assert client.health() == "SERVING"
             overall = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)

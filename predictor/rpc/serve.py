@@ -2,9 +2,11 @@
 
 Start-up order: the server starts at once with health ``NOT_SERVING``; the
 state is restored from ``--state`` (its snapshot, then the observation log
-after it; or, for an empty state folder, learned from ``--warm-start``); then
-health turns ``SERVING``. On a signal, health turns ``NOT_SERVING``, in-flight
-RPCs get ``--grace`` seconds, and a final snapshot is written.
+after it; or, for an empty state folder, learned from ``--warm-start``); the
+collector freezes what was loaded (:func:`~predictor.gc_tuning.freeze_startup`);
+then health turns ``SERVING``, and the log says so. On a signal, health turns
+``NOT_SERVING``, in-flight RPCs get ``--grace`` seconds, and a final snapshot is
+written.
 
 Security (``--tls-cert``/``--tls-key``, ``--tls-client-ca`` for mutual TLS,
 ``--auth-token-file``, ``--allowed-client``, ``--protect-reads``) is described
@@ -206,7 +208,7 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
         )
     _install_signal_handlers(stop)
     try:
-        said = service.open(options.state_dir, options.warm_start)
+        said = service.open(options.state_dir, options.warm_start, ready=False)  # ready once started up, below
     except (SnapshotError, OSError, ValueError) as exc:
         print(f"predictor serve: error: {exc}", file=sys.stderr)
         server.stop(0).wait()
@@ -222,6 +224,7 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
     freeze_startup(options.gc_young_threshold, log)  # the model as restored: never traversed by the collector again
     log.info("learner: %s", f"pauses for answers every {options.learner_yield_ms:g} ms of a block"
              if options.learner_yield_ms else "never pauses for answers")
+    service.mark_ready()  # health SERVING after the freeze: the first answers pay for no start-up work
     print(f"predictor serve: {said}; predictor {config.predictor}; {durability}; SERVING", flush=True)
     stop.wait()
     print(f"predictor serve: stopping (grace {options.grace_s:g} s)", flush=True)

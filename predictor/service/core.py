@@ -155,13 +155,15 @@ class Service:
         return self.state.status()
 
     # ------------------------------------------------------------------ start, stop, snapshots
-    def open(self, state_dir: str | Path | None = None, warm_start: str | Path | None = None) -> str:
-        """Restore the snapshot in ``state_dir``, else warm-start from a log; then become ready.
+    def open(self, state_dir: str | Path | None = None, warm_start: str | Path | None = None,
+             *, ready: bool = True) -> str:
+        """Restore the snapshot in ``state_dir``, else warm-start from a log; then become ready
+        (``ready=False``: not yet; the caller calls :meth:`mark_ready` when its own start-up is done).
 
         Returns what was done, in words. Raises :class:`~predictor.snapshot.SnapshotError`
         for a snapshot that exists but cannot be used (nothing is loaded then).
         """
-        return self.state.open(self.ingest, state_dir, warm_start)
+        return self.state.open(self.ingest, state_dir, warm_start, ready=ready)
 
     def close(self) -> None:
         """Stop answering, stop periodic snapshots and write a final one (when a state folder is set)."""

@@ -251,9 +251,11 @@ class ServiceState:
             raise Unavailable("the service is not ready (starting, restoring state, or stopping)")
 
     # ------------------------------------------------------------------ start, stop
-    def open(self, learner: Learner, state_dir: str | Path | None = None, warm_start: str | Path | None = None) -> str:
+    def open(self, learner: Learner, state_dir: str | Path | None = None, warm_start: str | Path | None = None,
+             *, ready: bool = True) -> str:
         """Restore the snapshot in ``state_dir`` and replay the log after it, else warm-start from a
-        log (both through ``learner``); then become ready. Returns what was done, in words.
+        log (both through ``learner``); then become ready (``ready=False``: the caller marks it
+        ready, :meth:`set_ready`, once its own start-up is done). Returns what was done, in words.
 
         Raises :class:`~predictor.snapshot.SnapshotError` for a snapshot that exists but
         cannot be used (nothing is loaded then).
@@ -292,7 +294,8 @@ class ServiceState:
             self.snapshotter = threading.Thread(target=self._snapshot_loop, name="snapshots", daemon=True)
             self.snapshotter.start()
         self.publish()
-        self.set_ready(True)
+        if ready:
+            self.set_ready(True)
         return said
 
     def close(self) -> None:
