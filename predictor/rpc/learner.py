@@ -118,13 +118,14 @@ def run_learner(config: ServiceConfig, options: Any, shard: int, shards: ShardMa
     )
     server.start()
     try:
-        said = service.open(state_dir, warm_start)
+        said = service.open(state_dir, warm_start, ready=False)  # ready once started up, below
     except (SnapshotError, OSError, ValueError) as exc:
         print(f"predictor serve: learner {shard}: error: {exc}", file=sys.stderr, flush=True)
         server.stop(0).wait()
         return 2
     set_young_threshold(options.gc_young_threshold)  # for the process's life (predictor.gc_tuning)
     freeze_startup(options.gc_young_threshold, log)
+    service.mark_ready()  # after the freeze, and before the first version: a worker ready finds its learner ready
     publisher.start()
     receiver = AnswerReceiver(answers, lambda: service.state.admission.memory) if answers is not None else None
     if receiver is not None:  # the answers the workers remembered (admission linking)

@@ -148,9 +148,11 @@ class WorkerServicer(InterferenceServicer):
         return self._forward(self.state.shard_of("", request.device), "ReportBatchEnd", request, context)
 
     def GetStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
-        """The learner's status (with shards: the counts summed, the per-kind lists joined)."""
+        """The learner's status (with shards: the counts summed, the per-kind lists joined); ready only
+        when every learner and this worker are (a worker answers once it has read a first version)."""
         statuses = [self._forward(i, "GetStatus", request, context) for i in range(len(self.stubs))]
         merged = statuses[0]
+        merged.ready = merged.ready and self.service.ready
         for other in statuses[1:]:
             merged.ready = merged.ready and other.ready
             for name in _STATUS_SUMS:
