@@ -3,6 +3,7 @@
 * N answering workers answer exactly as one process does for the same model version;
 * observations sent to any worker are learned by the learner, and are in every worker's answers
   once acknowledged;
+* the supervisor says SERVING once, when every worker has started up;
 * killing the workers, or the learner, loses no acknowledged observation (the supervisor starts
   them again);
 * observations are routed to the learner of their device kind's shard;
@@ -101,6 +102,11 @@ def test_workers_answer_as_one_process_and_learn_what_any_worker_acknowledged(tm
         m, s = InterferenceClient(multi.target), InterferenceClient(single.target)
         m.wait_ready(120)
         s.wait_ready(120)
+        # one SERVING line, once every worker has started up (a learner's line does not say SERVING)
+        started = multi.wait_for("; SERVING", timeout=60)
+        serving_at = started.index("2 workers answering on 127.0.0.1")
+        assert started.count("SERVING") - started.count("NOT_SERVING") == 1
+        assert all(started.index(f"worker {i} (pid") < serving_at for i in range(2))
         reference = answers(s)
         assert reference[0][2] == 200
         assert answers_of_every_connection(multi.target) == [reference] * CONNECTIONS

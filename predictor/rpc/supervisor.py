@@ -152,6 +152,7 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)  # inherited by the children, read at their import
     ctx = multiprocessing.get_context("spawn")
     listening = ctx.Queue()
+    serving = ctx.Queue()  # workers that have started up (their health SERVING)
     answers = [ctx.Queue() for _ in range(len(shards))]  # workers' remembered answers to each learner
     install_signals(stop)
 
@@ -181,7 +182,8 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
     def worker(index: int) -> Callable[[], Any]:
         def start() -> Any:
             process = ctx.Process(target=run_worker, name=f"worker-{index}",
-                                  args=(config, options, index, shards, str(folder), port, listening, answers))
+                                  args=(config, options, index, shards, str(folder), port, listening, answers,
+                                        serving))
             process.start()
             return process
         return start
@@ -209,12 +211,22 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
                                              policy if options.metrics_token else None)
                 print(f"predictor serve: Prometheus metrics of all processes on "
                       f"http://{options.metrics_host}:{metrics_port}/metrics", flush=True)
+        starting: set[int] | None = set(range(options.workers))  # None: all have served
         while not stop.wait(0.2):
             for child in (*learners, *workers):
                 child.check()
                 with contextlib.suppress(Exception):
                     while True:
                         listening.get_nowait()  # restarted workers say they listen
+            with contextlib.suppress(Exception):
+                while True:
+                    index = serving.get_nowait()  # (restarted workers say so too)
+                    if starting is not None:
+                        starting.discard(index)
+            if starting is not None and not starting:  # one line, once every worker answers
+                print(f"predictor serve: {options.workers} workers answering on {options.host}:{port}; SERVING",
+                      flush=True)
+                starting = None
     finally:
         print(f"predictor serve: stopping (grace {options.grace_s:g} s)", flush=True)
         for child in workers:

@@ -213,8 +213,9 @@ def _split(pb2: Any, message: Any) -> Iterator[Any]:
 
 
 def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap, folder: str, port: int,
-               listening: Any, answers: Sequence[Any] | None = None) -> int:
-    """Entry of an answering worker: serve on ``options.host:port`` (shared) until SIGTERM."""
+               listening: Any, answers: Sequence[Any] | None = None, serving: Any = None) -> int:
+    """Entry of an answering worker: serve on ``options.host:port`` (shared) until SIGTERM; its index is
+    put on ``listening`` once it listens, and on ``serving`` once it has started up (health SERVING)."""
     from predictor.rpc.metrics import ServerMetrics
     from predictor.rpc.serve import public_server, security_from_options
     from predictor.rpc.server import stop_server
@@ -247,6 +248,8 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
         freeze_startup(options.gc_young_threshold, log)  # what it loaded to answer
         service.mark_ready()
         print(f"predictor serve: worker {index} (pid {os.getpid()}) answering on port {bound}", flush=True)
+        if serving is not None:
+            serving.put(index)
     stop.wait()
     stop_server(server, service, options.grace_s)
     for reader in state.models:
