@@ -93,7 +93,7 @@ class CpuAccount:
 
 def start_server(folder: Path, label: str, args: list[str], root: Path = ROOT) -> tuple[subprocess.Popen, str]:
     """``predictor serve ARGS`` of the checkout at ``root`` on a free port; returns the process and its
-    target once it answers."""
+    target once it answers (every worker of ``--workers N``)."""
     name = re.sub(r"\W+", "-", label).strip("-")
     port_file, log_path = folder / f"{name}.port", folder / f"{name}.log"
     log = open(log_path, "wb")  # noqa: SIM115 - kept open for the process's life
@@ -110,6 +110,11 @@ def start_server(folder: Path, label: str, args: list[str], root: Path = ROOT) -
     target = f"127.0.0.1:{int(port_file.read_text())}"
     with InterferenceClient(target) as client:
         client.wait_ready(600)
+    # one connection's server is ready; with --workers N, the line ending in SERVING says they all are
+    while b"; SERVING" not in log_path.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{label} did not start:\n{log_path.read_text()}")
+        time.sleep(0.1)
     return proc, target
 
 
