@@ -47,8 +47,6 @@ def _collector_of(output: str, role: str = "") -> tuple[tuple[int, int, int], in
     return tuple(int(x) for x in match.groups()[:3]), int(match.group(4).replace(",", ""))  # type: ignore[return-value]
 
 
-
-
 def test_the_server_process_collects_young_objects_less_often_and_freezes_its_start_up(tmp_path) -> None:
     server = start_server(tmp_path)
     try:

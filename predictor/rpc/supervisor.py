@@ -182,8 +182,8 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
     def worker(index: int) -> Callable[[], Any]:
         def start() -> Any:
             process = ctx.Process(target=run_worker, name=f"worker-{index}",
-                                  args=(config, options, index, shards, str(folder), port, listening, answers,
-                                        serving))
+                                  args=(config, options, index, shards, str(folder), port, listening, serving,
+                                        answers))
             process.start()
             return process
         return start

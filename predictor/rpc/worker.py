@@ -213,7 +213,7 @@ def _split(pb2: Any, message: Any) -> Iterator[Any]:
 
 
 def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap, folder: str, port: int,
-               listening: Any, answers: Sequence[Any] | None = None, serving: Any = None) -> int:
+               listening: Any, serving: Any, answers: Sequence[Any] | None = None) -> int:
     """Entry of an answering worker: serve on ``options.host:port`` (shared) until SIGTERM; its index is
     put on ``listening`` once it listens, and on ``serving`` once it has started up (health SERVING)."""
     from predictor.rpc.metrics import ServerMetrics
@@ -248,8 +248,7 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
         freeze_startup(options.gc_young_threshold, log)  # what it loaded to answer
         service.mark_ready()
         print(f"predictor serve: worker {index} (pid {os.getpid()}) answering on port {bound}", flush=True)
-        if serving is not None:
-            serving.put(index)
+        serving.put(index)
     stop.wait()
     stop_server(server, service, options.grace_s)
     for reader in state.models:
