@@ -10,16 +10,20 @@
   of its last line and a byte of an earlier line is flipped; the restarted server comes up with
   every other entry, counts and reports the two bad lines, and comes up again after a second
   kill (never a crash loop).
-* **kill -9 during a snapshot**: the server snapshots every 20 ms while a client streams; it is
-  killed the moment a snapshot's temporary file exists; the previous snapshot and the log
-  restore exactly the acknowledged records (and the temporary file is removed at start-up).
+* **kill -9 during a snapshot**: the server snapshots every 20 ms while a client streams; the
+  moment a snapshot's temporary file exists the server is stopped (``SIGSTOP``), and if the file
+  is still there with every thread stopped it is killed, else it goes on (``SIGCONT``) until a
+  later snapshot is caught; the previous snapshot and the log restore exactly the acknowledged
+  records (and the temporary file is removed at start-up).
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import signal
 import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -138,19 +142,45 @@ def test_a_truncated_and_corrupted_log_tail_recovers_every_valid_entry_twice(tmp
 # --------------------------------------------------------------------------- kill -9 during a snapshot
 
 
+def snapshot_in_flight(state: Path) -> bool:
+    return any(name.startswith(".service.snapshot") and name.endswith(".tmp") for name in os.listdir(state))
+
+
+def stop_and_wait(pid: int, timeout: float = 5.0) -> None:
+    """``SIGSTOP`` ``pid`` and return once every thread of it is stopped (state ``T`` in ``/proc``;
+    a thread that exited meanwhile counts as stopped)."""
+    os.kill(pid, signal.SIGSTOP)
+    end = time.monotonic() + timeout
+    while not all(thread_stopped(task) for task in Path(f"/proc/{pid}/task").iterdir()):
+        assert time.monotonic() < end, f"process {pid} did not stop"
+        time.sleep(0.0005)
+
+
+def thread_stopped(task: Path) -> bool:
+    try:
+        fields = (task / "stat").read_text().rpartition(")")[2].split()
+    except FileNotFoundError:
+        return True
+    return fields[0] in "TtZX"
+
+
 def test_kill_9_during_a_snapshot_restores_the_previous_snapshot_and_the_log(tmp_path):
-    records = synthetic_records(1200, seed=33)
+    records = synthetic_records(4000, seed=33)
     state = tmp_path / "state"
     server = start_server(tmp_path, "--state", str(state), "--snapshot-every", "0.02")
     caught = threading.Event()
     done = threading.Event()
 
     def kill_mid_snapshot():
+        """Kill the server while a snapshot's temporary file exists: seen, stopped, still there."""
         while not done.is_set():
-            if any(name.endswith(".tmp") and name.startswith(".service.snapshot") for name in os.listdir(state)):
-                server.proc.kill()
-                caught.set()
-                return
+            if snapshot_in_flight(state):
+                stop_and_wait(server.proc.pid)
+                if snapshot_in_flight(state):
+                    server.proc.kill()
+                    caught.set()
+                    return
+                os.kill(server.proc.pid, signal.SIGCONT)  # renamed meanwhile: wait for the next one
 
     acknowledged = 0
     try:
@@ -174,10 +204,8 @@ def test_kill_9_during_a_snapshot_restores_the_previous_snapshot_and_the_log(tmp
         client.close()
     finally:
         server.kill()
-    if not caught.is_set():
-        pytest.skip("no snapshot was caught in flight (the machine was too fast or too busy)")
-    if not list(state.glob(".service.snapshot.*.tmp")):  # the kill landed just after the snapshot's rename
-        pytest.skip("the snapshot seen in flight was finished before the kill landed (no temporary file left)")
+    assert caught.is_set(), f"no snapshot was caught in flight in {acknowledged} records"
+    assert list(state.glob(".service.snapshot.*.tmp"))  # killed with the snapshot's temporary file there
     status, restored, output = restart_and_read(tmp_path, state, "restart")
     print(
         f"\nkill -9 during a snapshot: {acknowledged} acknowledged, {status.observations_learned} recovered "
