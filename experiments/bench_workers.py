@@ -21,13 +21,21 @@ client as an ``h2load`` process instead (:mod:`experiments.h2load_clients`: HTTP
 the CPU per call of a grpcio client, one new connection per client and repeat), so that the clients
 take less of the cores the servers are measured on.
 
+``--open-rate R`` also offers each server, and an echo server of the same answer (the floor of
+:mod:`experiments.bench`), a steady R calls/s for ``duration_s`` in an open loop split over
+``clients`` ``grpc.aio`` processes (:func:`experiments.bench.open_loop`'s client: each call sent at
+its scheduled time, latency from that time), ``repeats`` times interleaved: how many calls each
+answered and their p50 and p99, the target's "every call answered, p99 <= 1.3x the echo's" asked
+of N workers.
+
 Run: ``.venv/bin/python -m experiments.bench_workers`` (``--workers 1,2 --clients 4 --repeats 3
---client python|h2load``)
+--client python|h2load --open-rate 2000``)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import signal
@@ -39,6 +47,7 @@ import time
 from pathlib import Path
 
 import grpc
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -67,6 +76,7 @@ class Config:
     baseline_workers: tuple[int, ...] = (1,)
     seed: int = 0
     client: str = "python"  # python: grpcio client processes; h2load: nghttp2's h2load in C (experiments.h2load_clients)
+    open_rate: float = 0.0  # > 0: also a steady open loop at this many calls/s in all, against an echo too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +186,7 @@ def main() -> None:
                     raise RuntimeError(f"{label}: {sum(r['errors'] for r in results)} calls failed")
                 rates[label].append(sum(r["calls"] / r["elapsed"] for r in results))
                 accounts[label].append(CpuAccount.of(results, window.tree_s, window.busy_cores))
+        open_runs = open_loop_runs(config, requests, targets) if config.open_rate > 0 else {}
     finally:
         pool.close()
         for proc, _ in servers.values():
@@ -207,7 +218,57 @@ def main() -> None:
     for label, fields in differing.items():
         console.print(f"{label}: answers equal to {base}'s" if not fields
                       else f"{label}: answers differ from {base}'s in {', '.join(fields)}")
+    if open_runs:
+        results["open_loop"] = open_runs
+        console.print(open_loop_table(config, open_runs))
     finish(out, results)
+
+
+def open_loop_runs(config: Config, requests: list[bytes], targets: dict[str, str]) -> dict[str, list[dict]]:
+    """Each server and an echo of its answer offered ``config.open_rate`` calls/s (open loop, ``config.clients``
+    processes), interleaved ``config.repeats`` times: per server and repeat, :func:`open_loop_summary`."""
+    from experiments.echo_server import method_path
+    from experiments.rpc_servers import ServerProcess, echo_main
+
+    with grpc.insecure_channel(next(iter(targets.values()))) as channel:
+        answer = channel.unary_unary(METHOD_PREFIX + "PredictLatency")(requests[0])
+    echo = ServerProcess(echo_main, {"max_workers": 8, "server": "thread", "streams": {}, "unary": {
+        "PredictLatency": ("PredictLatencyRequest", "PredictLatencyResponse", answer)}})
+    paths = {"echo": (echo.target, method_path("PredictLatency"))} | {
+        label: (target, METHOD_PREFIX + "PredictLatency") for label, target in targets.items()}
+    runs: dict[str, list[dict]] = {label: [] for label in paths}
+    pool = ClientPool(config.clients)
+    try:
+        for _ in range(config.repeats):
+            for label, (target, path) in paths.items():
+                task = {"kind": "open_async", "path": path, "requests": requests, "target": target,
+                        "rate": config.open_rate / config.clients, "duration_s": config.duration_s, "timeout_s": 10.0}
+                runs[label].append(open_loop_summary(pool.run([task] * config.clients)))
+    finally:
+        pool.close()
+        echo.stop()
+    return runs
+
+
+def open_loop_table(config: Config, runs: dict[str, list[dict]]) -> Table:
+    """The open loop's calls answered, p50 and p99 per server and repeat, and each p99 against the echo's."""
+    table = Table(title=f"PredictLatency offered {config.open_rate:,.0f} calls/s (open loop, {config.clients} "
+                        f"grpc.aio processes, {config.duration_s:g} s), {config.repeats} repeats interleaved")
+    for column in ("server", "answered / offered", "p50 ms", "p99 ms", "p99 / echo's (same repeat)"):
+        table.add_column(column, justify="right" if column != "server" else "left")
+    for label, summaries in runs.items():
+        table.add_row(label, " ".join(f"{r['answered']:,}/{r['calls']:,}" for r in summaries),
+                      " ".join(f"{r['p50_ms']:.1f}" for r in summaries), " ".join(f"{r['p99_ms']:.1f}" for r in summaries),
+                      " ".join(f"{r['p99_ms'] / e['p99_ms']:.1f}x" for r, e in zip(summaries, runs["echo"], strict=True)))
+    return table
+
+
+def open_loop_summary(results: list[dict]) -> dict:
+    """Calls offered and answered, and the answered calls' p50 and p99 (ms, from each call's scheduled time)."""
+    codes = np.concatenate([r["codes"] for r in results])
+    latency = np.concatenate([r["corrected"] for r in results])[codes == 0]
+    p50, p99 = (1e3 * float(np.percentile(latency, q)) if latency.size else math.nan for q in (50, 99))
+    return {"calls": int(codes.size), "answered": int(latency.size), "p50_ms": p50, "p99_ms": p99}
 
 
 if __name__ == "__main__":

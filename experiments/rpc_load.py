@@ -75,6 +75,20 @@ def _open(call: Any, task: dict) -> dict:
             "errors": errors}
 
 
+async def _warm_up_call(call: Any, request: bytes, refusals_allowed: int = 100) -> None:
+    """One warm-up call, retried while refused (``RESOURCE_EXHAUSTED``): a server measured just after an
+    overload may still hold its limit of calls in flight, from clients that gave up on them."""
+    for _ in range(refusals_allowed):
+        try:
+            await call(request)
+            return
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+            await asyncio.sleep(0.05)
+    await call(request)
+
+
 def _open_async(task: dict) -> dict:
     """The open loop from one process with ``grpc.aio``: each call is sent at its scheduled time
     whether or not earlier ones have answered (so concurrency is whatever the latency makes it)."""
@@ -89,7 +103,7 @@ def _open_async(task: dict) -> dict:
         async with grpc.aio.insecure_channel(task["target"]) as channel:
             call = channel.unary_unary(task["path"])
             for i in range(min(WARMUP_CALLS, 5 * len(requests))):
-                await call(requests[i % len(requests)])
+                await _warm_up_call(call, requests[i % len(requests)])
             start = _perf_at(task["start_at"])
 
             async def one(i: int, scheduled: float) -> None:

@@ -77,3 +77,41 @@ def test_h2load_clients_answered_and_errors_detected(served):
 
 def test_grpc_frame():
     assert h2load_clients.grpc_frame(b"abc") == b"\x00\x00\x00\x00\x03abc"
+
+
+def test_open_loop_warm_up_waits_out_refusals_and_fails_on_other_errors():
+    """The open loop's warm-up call is retried while a real server refuses it (RESOURCE_EXHAUSTED), as one just
+    measured beyond its capacity does, and fails at once on any other error."""
+    import asyncio
+
+    from experiments.rpc_load import _warm_up_call
+
+    calls = []
+
+    def answer(request: bytes, context: grpc.ServicerContext) -> bytes:
+        calls.append(request)
+        if request == b"refused" and len(calls) <= 3:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "busy")
+        if request == b"broken":
+            context.abort(grpc.StatusCode.INTERNAL, "broken")
+        return request
+
+    handler = grpc.method_handlers_generic_handler("t.T", {"Call": grpc.unary_unary_rpc_method_handler(answer)})
+
+    async def run(request: bytes) -> None:
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((handler,))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                await _warm_up_call(channel.unary_unary("/t.T/Call"), request)
+        finally:
+            await server.stop(0)
+
+    asyncio.run(run(b"refused"))
+    assert len(calls) == 4  # three refusals waited out, then answered
+    calls.clear()
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        asyncio.run(run(b"broken"))
+    assert raised.value.code() == grpc.StatusCode.INTERNAL and len(calls) == 1
