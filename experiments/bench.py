@@ -64,7 +64,7 @@ from rich.console import Console
 from rich.table import Table
 
 from experiments.bench_replay import resample
-from experiments.common import DEFAULT_DATASET
+from experiments.common import DEFAULT_DATASET, machine
 from predictor.threads import pin_blas_threads
 
 
@@ -497,7 +497,9 @@ def main(argv: list[str] | None = None) -> list[Row]:
     console = Console(width=max(Console().width, 160))
     begin = time.perf_counter()
     rows = run(settings, console, tuple(p.strip() for p in args.parts.split(",") if p.strip()))
-    console.print(table(rows, f"the data path beside its floors (one run, {time.perf_counter() - begin:.0f} s)"))
+    ran_on = machine()
+    console.print(table(rows, f"the data path beside its floors (one run, {time.perf_counter() - begin:.0f} s; "
+                              f"{ran_on['cpu']}, {ran_on['cores']} cores)"))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps([dataclasses.asdict(r) | {"ratio": r.ratio} for r in rows],
                                                   indent=2) + "\n")
