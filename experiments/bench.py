@@ -337,23 +337,29 @@ def packed_rank_requests(payloads: list[bytes]) -> list[bytes]:
     return out
 
 
-def open_loop(pool: Any, server: Any, path: str, payloads: list[bytes], rate: float, seconds: float) -> dict[str, Any]:
-    """``payloads`` (cycled) sent to ``server`` at ``rate`` calls/s for ``seconds`` from one ``grpc.aio`` client
-    process, each call at its scheduled time whatever became of the earlier ones; per outcome, how many calls
-    and their p99 latency from the scheduled send (corrected for coordinated omission)."""
+def open_loop(pool: Any, server: Any, path: str, payloads: list[bytes], rate: float, seconds: float,
+              clients: int = 1) -> dict[str, Any]:
+    """``payloads`` (cycled) sent to ``server`` (anything with a ``target``) at ``rate`` calls/s in all for
+    ``seconds`` from ``clients`` ``grpc.aio`` client processes (each ``rate / clients``), each call at its
+    scheduled time whatever became of the earlier ones; per outcome, how many calls and their p99 latency
+    from the scheduled send (corrected for coordinated omission), and the answered calls' p50."""
     import grpc
 
-    result = pool.run([{"kind": "open_async", "path": path, "requests": payloads, "rate": rate,
-                        "duration_s": seconds, "target": server.target, "timeout_s": 10.0}])[0]
-    codes, latency = result["codes"], result["corrected"]
+    task = {"kind": "open_async", "path": path, "requests": payloads, "rate": rate / clients,
+            "duration_s": seconds, "target": server.target, "timeout_s": 10.0}
+    results = pool.run([task] * clients)
+    codes = np.concatenate([r["codes"] for r in results])
+    latency = np.concatenate([r["corrected"] for r in results])
     answered, refused = codes == 0, codes == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 
-    def p99(values: np.ndarray) -> float:
-        return 1e3 * float(np.percentile(values, 99)) if values.size else math.nan
+    def percentile(values: np.ndarray, q: float) -> float:
+        return 1e3 * float(np.percentile(values, q)) if values.size else math.nan
 
     return {"calls": codes.size, "answered": int(answered.sum()), "refused": int(refused.sum()),
-            "other": int((~answered & ~refused).sum()), "answered_per_s": answered.sum() / result["elapsed"],
-            "answered_p99_ms": p99(latency[answered]), "refused_p99_ms": p99(latency[refused])}
+            "other": int((~answered & ~refused).sum()),
+            "answered_per_s": answered.sum() / max(r["elapsed"] for r in results),
+            "answered_p50_ms": percentile(latency[answered], 50), "answered_p99_ms": percentile(latency[answered], 99),
+            "refused_p99_ms": percentile(latency[refused], 99)}
 
 
 def steady_row(settings: Settings, pool: Any, service: Any, echo: Any, payloads: list[bytes]) -> Row:

@@ -23,8 +23,8 @@ take less of the cores the servers are measured on.
 
 ``--open-rate R`` also offers each server, and an echo server of the same answer (the floor of
 :mod:`experiments.bench`), a steady R calls/s for ``duration_s`` in an open loop split over
-``clients`` ``grpc.aio`` processes (:func:`experiments.bench.open_loop`'s client: each call sent at
-its scheduled time, latency from that time), ``repeats`` times interleaved: how many calls each
+``clients`` ``grpc.aio`` processes (:func:`experiments.bench.open_loop`: each call sent at its
+scheduled time, latency from that time), ``repeats`` times interleaved: how many calls each
 answered and their p50 and p99, the target's "every call answered, p99 <= 1.3x the echo's" asked
 of N workers.
 
@@ -35,7 +35,6 @@ Run: ``.venv/bin/python -m experiments.bench_workers`` (``--workers 1,2 --client
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import signal
@@ -44,10 +43,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import grpc
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -225,8 +224,9 @@ def main() -> None:
 
 
 def open_loop_runs(config: Config, requests: list[bytes], targets: dict[str, str]) -> dict[str, list[dict]]:
-    """Each server and an echo of its answer offered ``config.open_rate`` calls/s (open loop, ``config.clients``
-    processes), interleaved ``config.repeats`` times: per server and repeat, :func:`open_loop_summary`."""
+    """Each server and an echo of its answer offered ``config.open_rate`` calls/s (:func:`experiments.bench.open_loop`
+    over ``config.clients`` processes), interleaved ``config.repeats`` times: per server, each repeat's outcome."""
+    from experiments.bench import open_loop
     from experiments.echo_server import method_path
     from experiments.rpc_servers import ServerProcess, echo_main
 
@@ -234,16 +234,16 @@ def open_loop_runs(config: Config, requests: list[bytes], targets: dict[str, str
         answer = channel.unary_unary(METHOD_PREFIX + "PredictLatency")(requests[0])
     echo = ServerProcess(echo_main, {"max_workers": 8, "server": "thread", "streams": {}, "unary": {
         "PredictLatency": ("PredictLatencyRequest", "PredictLatencyResponse", answer)}})
-    paths = {"echo": (echo.target, method_path("PredictLatency"))} | {
-        label: (target, METHOD_PREFIX + "PredictLatency") for label, target in targets.items()}
+    paths = {"echo": (echo, method_path("PredictLatency"))} | {
+        label: (types.SimpleNamespace(target=target), METHOD_PREFIX + "PredictLatency")
+        for label, target in targets.items()}
     runs: dict[str, list[dict]] = {label: [] for label in paths}
     pool = ClientPool(config.clients)
     try:
         for _ in range(config.repeats):
-            for label, (target, path) in paths.items():
-                task = {"kind": "open_async", "path": path, "requests": requests, "target": target,
-                        "rate": config.open_rate / config.clients, "duration_s": config.duration_s, "timeout_s": 10.0}
-                runs[label].append(open_loop_summary(pool.run([task] * config.clients)))
+            for label, (server, path) in paths.items():
+                runs[label].append(open_loop(pool, server, path, requests, config.open_rate, config.duration_s,
+                                             config.clients))
     finally:
         pool.close()
         echo.stop()
@@ -256,19 +256,13 @@ def open_loop_table(config: Config, runs: dict[str, list[dict]]) -> Table:
                         f"grpc.aio processes, {config.duration_s:g} s), {config.repeats} repeats interleaved")
     for column in ("server", "answered / offered", "p50 ms", "p99 ms", "p99 / echo's (same repeat)"):
         table.add_column(column, justify="right" if column != "server" else "left")
-    for label, summaries in runs.items():
-        table.add_row(label, " ".join(f"{r['answered']:,}/{r['calls']:,}" for r in summaries),
-                      " ".join(f"{r['p50_ms']:.1f}" for r in summaries), " ".join(f"{r['p99_ms']:.1f}" for r in summaries),
-                      " ".join(f"{r['p99_ms'] / e['p99_ms']:.1f}x" for r, e in zip(summaries, runs["echo"], strict=True)))
+    for label, outcomes in runs.items():
+        table.add_row(label, " ".join(f"{r['answered']:,}/{r['calls']:,}" for r in outcomes),
+                      " ".join(f"{r['answered_p50_ms']:.1f}" for r in outcomes),
+                      " ".join(f"{r['answered_p99_ms']:.1f}" for r in outcomes),
+                      " ".join(f"{r['answered_p99_ms'] / e['answered_p99_ms']:.1f}x"
+                               for r, e in zip(outcomes, runs["echo"], strict=True)))
     return table
-
-
-def open_loop_summary(results: list[dict]) -> dict:
-    """Calls offered and answered, and the answered calls' p50 and p99 (ms, from each call's scheduled time)."""
-    codes = np.concatenate([r["codes"] for r in results])
-    latency = np.concatenate([r["corrected"] for r in results])[codes == 0]
-    p50, p99 = (1e3 * float(np.percentile(latency, q)) if latency.size else math.nan for q in (50, 99))
-    return {"calls": int(codes.size), "answered": int(latency.size), "p50_ms": p50, "p99_ms": p99}
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def _open(call: Any, task: dict) -> dict:
 
 async def _warm_up_call(call: Any, request: bytes, refusals_allowed: int = 100) -> None:
     """One warm-up call, retried while refused (``RESOURCE_EXHAUSTED``): a server measured just after an
-    overload may still hold its limit of calls in flight, from clients that gave up on them."""
+    open loop beyond its capacity may still refuse for a moment."""
     for _ in range(refusals_allowed):
         try:
             await call(request)
