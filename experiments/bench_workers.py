@@ -28,13 +28,18 @@ scheduled time, latency from that time), ``repeats`` times interleaved: how many
 answered and their p50 and p99, the target's "every call answered, p99 <= 1.3x the echo's" asked
 of N workers.
 
+``--server-args`` starts each ``--workers N`` server once per comma-separated set of more arguments
+(``--workers 1 --server-args ",--handler-cpus 0"``: one process with and without its handler threads
+on a CPU of their own).
+
 Run: ``.venv/bin/python -m experiments.bench_workers`` (``--workers 1,2 --clients 4 --repeats 3
---client python|h2load --open-rate 2000``)
+--client python|h2load --open-rate 2000 --server-args ",--handler-cpus 0"``)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import re
 import signal
@@ -76,6 +81,7 @@ class Config:
     seed: int = 0
     client: str = "python"  # python: grpcio client processes; h2load: nghttp2's h2load in C (experiments.h2load_clients)
     open_rate: float = 0.0  # > 0: also a steady open loop at this many calls/s in all, against an echo too
+    server_args: tuple[str, ...] = ("",)  # each --workers N server once per set of more arguments ("--handler-cpus 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,8 +160,10 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="bench-workers-"))
     warm = folder / "warm.jsonl.gz"
     write_records(warm, synthetic_records(config.warm_records, seed=config.seed + 1, devices=bench_rpc.DEVICES))
-    servers = {f"--workers {w}": start_server(folder, f"workers {w}", ["--workers", str(w), "--warm-start", str(warm)])
-               for w in config.workers}
+    servers = {}
+    for w, more in itertools.product(config.workers, config.server_args):
+        label = " ".join(["--workers", str(w), *more.split()])
+        servers[label] = start_server(folder, label, ["--workers", str(w), "--warm-start", str(warm), *more.split()])
     if config.baseline:  # the servers of another checkout (before a change)
         servers |= {f"baseline --workers {w}": start_server(folder, f"baseline workers {w}",
                                                             ["--workers", str(w), "--warm-start", str(warm)],

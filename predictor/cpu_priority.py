@@ -17,6 +17,12 @@ needs (cores that share hardware, as SMT siblings do, still slow each other a li
 ``--pin-workers`` holds each answering worker on one CPU of its own (:func:`worker_cpus`), so that
 its threads and caches stay together.
 
+In one process, ``--handler-cpus`` splits the process's threads instead (:func:`handler_split`):
+the RPC handler threads, where answers are computed holding the GIL, run on those CPUs
+(:func:`pin_handler_thread`, each as it starts), and every other thread (gRPC's own, its polling
+thread, the learner, the snapshots) on the rest, so that gRPC's work between two answers does not
+evict the answers' code and data from their core's caches.
+
 Linux schedules threads, and a thread inherits its creator's niceness, class and CPUs when it
 starts, so :func:`lower_priority` and :func:`pin_to_cpus` change every thread the process already
 has (by thread id, from ``/proc/self/task``); the threads started afterwards inherit it.
@@ -34,13 +40,22 @@ ValueError: --learner-policy must be one of normal, batch, idle, got 'fast'
 Traceback (most recent call last):
 ...
 ValueError: --worker-cpus: CPU 3 is not one this process may use (0-1)
+>>> handler_split((0,), available=(0, 1, 2))
+(1, 2)
+>>> handler_split((0, 1), available=(0, 1))
+Traceback (most recent call last):
+...
+ValueError: --handler-cpus: 0-1 leaves no CPU for the process's other threads (it may use 0-1)
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import threading
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 POLICIES = {"normal": os.SCHED_OTHER, "batch": os.SCHED_BATCH, "idle": os.SCHED_IDLE}
 MAX_NICE = 19
@@ -149,6 +164,32 @@ def worker_cpus(index: int, worker: Sequence[int], learner: Sequence[int], pin_e
     mine, learners = sorted(os.sched_getaffinity(0)), set(learner)
     cpus = list(worker) or [cpu for cpu in mine if cpu not in learners] or mine
     return (cpus[index % len(cpus)],)
+
+
+HANDLER_THREAD_NAME = "rpc-handler"
+"""The name an RPC handler thread pinned by :func:`pin_handler_thread` shows (``top -H``, ``/proc``)."""
+
+
+def handler_split(handler: Iterable[int], available: Iterable[int] | None = None) -> tuple[int, ...]:
+    """The CPUs left to a process's other threads by ``--handler-cpus`` ``handler``: those it may use
+    (``available``, default: this process's) but ``handler``; ``ValueError`` naming the option if none
+    are left or ``handler`` names a CPU it may not use."""
+    allowed = sorted(os.sched_getaffinity(0) if available is None else available)
+    handler = check_cpus(handler, "--handler-cpus", allowed)
+    rest = tuple(cpu for cpu in allowed if cpu not in handler)
+    if not rest:
+        raise ValueError(f"--handler-cpus: {_cpu_list(list(handler))} leaves no CPU for the process's other "
+                         f"threads (it may use {_cpu_list(allowed)})")
+    return rest
+
+
+def pin_handler_thread(cpus: Iterable[int]) -> None:
+    """Keep the calling thread on ``cpus`` and name it :data:`HANDLER_THREAD_NAME` (Linux; the thread
+    initializer of the RPC handler threads under ``--handler-cpus``)."""
+    os.sched_setaffinity(0, set(cpus))  # 0: the calling thread
+    tid = threading.get_native_id()
+    with contextlib.suppress(OSError):  # a name is for people; the CPUs are what matter
+        Path(f"/proc/self/task/{tid}/comm").write_text(HANDLER_THREAD_NAME)
 
 
 def pin_to_cpus(cpus: Iterable[int]) -> None:

@@ -12,6 +12,7 @@ from predictor.cpu_priority import (
     POLICIES,
     check_nice,
     check_policy,
+    handler_split,
     lower_priority,
     parse_cpus,
     pin_to_cpus,
@@ -157,3 +158,76 @@ def test_serve_refuses_a_cpu_this_process_may_not_use(capsys):
 
     assert serve(ServiceConfig(), ServeOptions(workers=2, worker_cpus=(0, 999))) == 2
     assert "--worker-cpus: CPU 999 is not one this process may use" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- --handler-cpus (one process)
+
+
+def test_handler_split_leaves_the_other_cpus_and_refuses_none_left():
+    assert handler_split((1,), available=(0, 1, 2, 3)) == (0, 2, 3)
+    assert handler_split((0, 2), available=(0, 1, 2, 3)) == (1, 3)
+    with pytest.raises(ValueError, match="--handler-cpus: 0-1 leaves no CPU"):
+        handler_split((0, 1), available=(0, 1))
+    with pytest.raises(ValueError, match="--handler-cpus: CPU 7 is not one this process may use"):
+        handler_split((7,), available=(0, 1))
+
+
+def test_serve_refuses_handler_cpus_with_workers_or_leaving_no_cpu(capsys):
+    from predictor.rpc.serve import ServeOptions, serve
+    from predictor.service import ServiceConfig
+
+    mine = tuple(sorted(os.sched_getaffinity(0)))
+    assert serve(ServiceConfig(), ServeOptions(workers=2, handler_cpus=mine[:1])) == 2
+    assert "--handler-cpus needs --workers 1" in capsys.readouterr().err
+    assert serve(ServiceConfig(), ServeOptions(workers=1, handler_cpus=mine)) == 2
+    assert "leaves no CPU for the process's other threads" in capsys.readouterr().err
+
+
+def thread_cpus(pid: int) -> list[tuple[str, tuple[int, ...]]]:
+    """``(name, CPUs)`` of every thread of process ``pid``."""
+    threads = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            name = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
+            threads.append((name, tuple(sorted(os.sched_getaffinity(int(tid))))))
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
+            continue
+    return threads
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--handler-cpus needs 2 CPUs or more")
+def test_serve_runs_its_handler_threads_on_their_cpus_and_every_other_thread_on_the_rest(tmp_path):
+    """A real ``predictor serve --handler-cpus FIRST``: after calls from 4 concurrent clients, the RPC handler
+    threads (named ``rpc-handler``) are on FIRST and every other thread (gRPC's, the learner, the main one) on
+    the CPUs left; it learns and answers as usual."""
+    from serve_process import start_server
+
+    from predictor.cpu_priority import HANDLER_THREAD_NAME
+    from predictor.rpc.client import InterferenceClient
+    from predictor.service.synthetic import synthetic_records
+
+    mine = sorted(os.sched_getaffinity(0))
+    handler, rest = (mine[0],), tuple(mine[1:])
+    server = start_server(tmp_path, "--handler-cpus", str(mine[0]))
+    try:
+        with InterferenceClient(server.target) as client:
+            client.wait_ready(30)
+            assert client.report_observations(synthetic_records(50, seed=5)).accepted == 50
+
+        def ask() -> None:
+            with InterferenceClient(server.target) as client:
+                for _ in range(40):
+                    client.status()
+
+        askers = [threading.Thread(target=ask) for _ in range(4)]
+        for asker in askers:
+            asker.start()
+        for asker in askers:
+            asker.join()
+        threads = thread_cpus(server.proc.pid)
+    finally:
+        server.kill()
+    handlers = [cpus for name, cpus in threads if name == HANDLER_THREAD_NAME]
+    others = [(name, cpus) for name, cpus in threads if name != HANDLER_THREAD_NAME]
+    assert handlers and all(cpus == handler for cpus in handlers), threads
+    assert len(others) >= 3 and all(cpus == rest for _, cpus in others), threads  # main, gRPC's, the learner's

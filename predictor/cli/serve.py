@@ -234,6 +234,12 @@ def register(subparsers: Any) -> None:
         "CPUs the learners leave; round robin), which keeps its caches warm",
     )
     scale.add_argument(
+        "--handler-cpus", metavar="LIST", default="",
+        help="with --workers 1: the CPUs the RPC handler threads run on (where answers are computed), a Linux CPU "
+        "list (e.g. 0); every other thread of the process (gRPC's own, the learner) runs on the CPUs left, so "
+        "that gRPC's work between answers does not evict theirs from the caches (default: any CPU)",
+    )
+    scale.add_argument(
         "--learner-policy", choices=tuple(POLICIES), default="normal",
         help="with --workers > 1: the learner processes' scheduling class: normal, batch (never preempts an "
         "answer that wakes up) or idle (runs only on cores the answers leave: under answer load that fills "
@@ -323,6 +329,7 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         learner_cpus=_cpus(args.learner_cpus, "--learner-cpus"),
         worker_cpus=_cpus(args.worker_cpus, "--worker-cpus"),
         pin_workers=args.pin_workers,
+        handler_cpus=_cpus(args.handler_cpus, "--handler-cpus"),
         switch_interval_ms=args.switch_interval_ms,
         gc_young_threshold=args.gc_young_threshold,
         learner_yield_ms=args.learner_yield_ms,

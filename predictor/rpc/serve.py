@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from predictor.cpu_priority import check_cpus, check_nice, check_policy
+from predictor.cpu_priority import check_cpus, check_nice, check_policy, handler_split, pin_to_cpus
 from predictor.gc_tuning import DEFAULT_YOUNG_THRESHOLD, check_young_threshold, collector, freeze_startup
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS, check_switch_interval_ms, switch_interval
 from predictor.gil_yield import DEFAULT_LEARNER_YIELD_MS, check_period_ms, yielding
@@ -71,6 +71,7 @@ class ServeOptions:
     learner_cpus: tuple[int, ...] = ()  # the CPUs the learner processes run on (none: any)
     worker_cpus: tuple[int, ...] = ()  # the CPUs the answering workers run on (none: any)
     pin_workers: bool = False  # each answering worker on one CPU of its own (predictor.cpu_priority.worker_cpus)
+    handler_cpus: tuple[int, ...] = ()  # one process: its RPC handler threads' CPUs, the rest elsewhere (none: any)
     switch_interval_ms: float = DEFAULT_SWITCH_INTERVAL_MS  # the GIL's switch interval (predictor.gil)
     gc_young_threshold: int = DEFAULT_YOUNG_THRESHOLD  # the collector's (predictor.gc_tuning); 0: Python's
     learner_yield_ms: float = DEFAULT_LEARNER_YIELD_MS  # one process: the learner's pauses for answers (gil_yield)
@@ -125,6 +126,7 @@ def public_server(options: Any, address: str, service: Service, metrics: Any, cr
         auth=policy,
         tracing=tracing.interceptor if tracing is not None else None,
         servicer=servicer,
+        handler_cpus=options.handler_cpus,
     )
 
 
@@ -143,6 +145,7 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         check_policy(options.learner_policy)
         check_cpus(options.learner_cpus, "--learner-cpus")  # CPUs this process may use
         check_cpus(options.worker_cpus, "--worker-cpus")
+        other_cpus = handler_split(options.handler_cpus) if options.handler_cpus else ()
     except ValueError as exc:
         print(f"predictor serve: error: {exc}", file=sys.stderr)
         return 2
@@ -157,12 +160,17 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         print("predictor serve: error: --learner-cpus, --worker-cpus and --pin-workers need --workers 2 or more "
               "(one process learns and answers)", file=sys.stderr)
         return 2
+    if options.handler_cpus and options.workers > 1:
+        print("predictor serve: error: --handler-cpus needs --workers 1 (the threads of one process; with "
+              "--workers N, --worker-cpus and --pin-workers place the answering processes)", file=sys.stderr)
+        return 2
     if options.workers > 1:
         from predictor.rpc.supervisor import serve_workers
 
         return serve_workers(config, options, stop, _write_port_file, _install_signal_handlers)
     with (switch_interval(options.switch_interval_ms / 1e3), collector(options.gc_young_threshold),
           yielding(options.learner_yield_ms)):
+        pin_to_cpus(other_cpus)  # every thread but the RPC handlers (pinned as each starts), and all started after
         return _serve_one_process(config, options, stop, credentials, policy, tracing)
 
 

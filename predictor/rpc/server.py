@@ -12,6 +12,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import logging
 import weakref
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from predictor.cpu_priority import pin_handler_thread
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.protos import SERVICE_NAME, load
 from predictor.rpc.security import AuthPolicy
@@ -49,6 +51,7 @@ def create_server(
     auth: AuthPolicy | None = None,
     tracing: grpc.ServerInterceptor | None = None,
     servicer: InterferenceServicer | None = None,
+    handler_cpus: Sequence[int] = (),
 ) -> tuple[grpc.Server, int]:
     """Build (not start) a server for ``service`` bound to ``address``; returns it and its port.
 
@@ -80,6 +83,10 @@ def create_server(
     servicer
         The RPCs' servicer (default: :class:`~predictor.rpc.servicer.InterferenceServicer` of ``service``;
         a learner's or an answering worker's in ``predictor serve --workers N``).
+    handler_cpus
+        The CPUs the handler threads run on, each pinned as it starts
+        (:func:`~predictor.cpu_priority.pin_handler_thread`; ``predictor serve --handler-cpus``);
+        none: wherever the threads that start them may run.
     """
     pb2, pb2_grpc = load()
     # metrics, auth and decoding in one interceptor, per-method work done once (see predictor.rpc.thin)
@@ -87,7 +94,11 @@ def create_server(
     if tracing is not None:
         all_interceptors.insert(0, tracing)
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+        futures.ThreadPoolExecutor(
+            max_workers=max_workers,
+            thread_name_prefix="rpc",
+            initializer=functools.partial(pin_handler_thread, tuple(handler_cpus)) if handler_cpus else None,
+        ),
         interceptors=all_interceptors,
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
