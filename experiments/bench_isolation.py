@@ -22,7 +22,8 @@ repeats), the ratio ingest/idle (median of the per-repeat ratios; the target is 
 the records/s the stream achieved.
 
 ``--learner-nice 0,10``, ``--learner-policy normal,idle`` and ``--server-args ",--learner-cpus 1
---worker-cpus 0"`` add a ``--workers N`` server per combination (``predictor.cpu_priority``).
+--worker-cpus 0"`` add a ``--workers N`` server (N > 1) per combination (``predictor.cpu_priority``);
+``--one-process-args ",--handler-cpus 0"`` a ``--workers 1`` server per set of arguments.
 
 Run: ``.venv/bin/python -m experiments.bench_isolation`` (``--workers 1,2 --clients 2 --repeats 3``)
 """
@@ -74,6 +75,7 @@ class Config:
     learner_nice: tuple[int, ...] = (0,)  # each --workers N > 1 server once per --learner-nice value
     learner_policy: tuple[str, ...] = ("normal",)  # ... and per --learner-policy value
     server_args: tuple[str, ...] = ("",)  # ... and per set of more arguments (e.g. "--learner-cpus 1 --worker-cpus 0")
+    one_process_args: tuple[str, ...] = ("",)  # each --workers 1 server once per set of more arguments ("--handler-cpus 0")
     seed: int = 0
     client: str = "python"  # the answer clients: python (grpcio processes) or h2load (experiments.h2load_clients)
     rps: float = 0.0  # with --client h2load: each answer client's calls per second (0: back to back)
@@ -147,7 +149,7 @@ def main() -> None:
     servers = {}
     for w in config.workers:
         variants = itertools.product(config.learner_nice, config.learner_policy, config.server_args)
-        for nice, policy, more in variants if w > 1 else [(0, "normal", "")]:
+        for nice, policy, more in variants if w > 1 else [(0, "normal", more) for more in config.one_process_args]:
             extra = (["--learner-nice", str(nice)] if nice else []) + (["--learner-policy", policy]
                                                                        if policy != "normal" else []) + more.split()
             label = " ".join(["--workers", str(w), *extra])

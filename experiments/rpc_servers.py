@@ -26,6 +26,7 @@ from typing import Any
 from experiments.cpu_accounting import process_cpu_seconds
 from experiments.echo_server import create_echo_aio_server, create_echo_server
 from predictor import gil_yield
+from predictor.cpu_priority import handler_split, pin_to_cpus
 from predictor.gc_tuning import DEFAULT_YOUNG_THRESHOLD, freeze_startup, set_young_threshold
 from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
 from predictor.rpc.errors import grpc_errors
@@ -55,8 +56,12 @@ def _build_service(spec: dict) -> Any:
 
 
 def service_main(conn: Any, spec: dict) -> None:
-    """Serve the real service on ``127.0.0.1:0``; send the port, stop when told."""
+    """Serve the real service on ``127.0.0.1:0``; send the port, stop when told. With ``handler_cpus``, as
+    ``predictor serve --handler-cpus`` runs: the RPC handler threads on those CPUs, every other thread on the rest."""
     pin_blas_threads(spec.get("blas_threads"))
+    handler_cpus = tuple(spec.get("handler_cpus", ()))
+    if handler_cpus:
+        pin_to_cpus(handler_split(handler_cpus))
     # the GIL's switch interval of `predictor serve` (predictor.gil), unless the spec names one
     sys.setswitchinterval(spec.get("switch_interval_s") or DEFAULT_SWITCH_INTERVAL_MS / 1e3)
 
@@ -71,7 +76,8 @@ def service_main(conn: Any, spec: dict) -> None:
     metrics = ServerMetrics(service) if spec["metrics"] else None
     servicer = _canned_servicer(service, spec["canned"]) if spec.get("canned") else None
     server, port = create_server("127.0.0.1:0", service, metrics=metrics, max_workers=spec["max_workers"],
-                                 max_concurrent_rpcs=spec.get("max_concurrent_rpcs"), servicer=servicer)
+                                 max_concurrent_rpcs=spec.get("max_concurrent_rpcs"), servicer=servicer,
+                                 handler_cpus=handler_cpus)
     server.start()
     conn.send(port)
     conn.recv()
