@@ -199,7 +199,7 @@ def thread_cpus(pid: int) -> list[tuple[str, tuple[int, ...]]]:
 def test_serve_runs_its_handler_threads_on_their_cpus_and_every_other_thread_on_the_rest(tmp_path):
     """A real ``predictor serve --handler-cpus FIRST``: after calls from 4 concurrent clients, the RPC handler
     threads (named ``rpc-handler``) are on FIRST and every other thread (gRPC's, the learner, the main one) on
-    the CPUs left; it learns and answers as usual."""
+    the CPUs left, the server learning and answering meanwhile."""
     from serve_process import start_server
 
     from predictor.cpu_priority import HANDLER_THREAD_NAME
