@@ -355,16 +355,16 @@ def packed_rank_requests(payloads: list[bytes]) -> list[bytes]:
     return out
 
 
-def open_loop(pool: Any, server: Any, path: str, payloads: list[bytes], rate: float, seconds: float,
+def open_loop(pool: Any, target: str, path: str, payloads: list[bytes], rate: float, seconds: float,
               clients: int = 1) -> dict[str, Any]:
-    """``payloads`` (cycled) sent to ``server`` (anything with a ``target``) at ``rate`` calls/s in all for
+    """``payloads`` (cycled) sent to ``target`` (``host:port``) at ``rate`` calls/s in all for
     ``seconds`` from ``clients`` ``grpc.aio`` client processes (each ``rate / clients``), each call at its
     scheduled time whatever became of the earlier ones; per outcome, how many calls and their p99 latency
     from the scheduled send (corrected for coordinated omission), and the answered calls' p50."""
     import grpc
 
     task = {"kind": "open_async", "path": path, "requests": payloads, "rate": rate / clients,
-            "duration_s": seconds, "target": server.target, "timeout_s": 10.0}
+            "duration_s": seconds, "target": target, "timeout_s": 10.0}
     results = pool.run([task] * clients)
     codes = np.concatenate([r["codes"] for r in results])
     latency = np.concatenate([r["corrected"] for r in results])
@@ -389,7 +389,7 @@ def steady_row(settings: Settings, pool: Any, service: Any, echo: Any, payloads:
     rate, seconds = settings.steady_rate, settings.rpc_seconds
 
     def best(server: Any, path: str) -> dict[str, Any]:
-        runs = [open_loop(pool, server, path, payloads, rate, seconds) for _ in range(settings.rounds)]
+        runs = [open_loop(pool, server.target, path, payloads, rate, seconds) for _ in range(settings.rounds)]
         return min(runs, key=lambda r: (r["calls"] - r["answered"], r["answered_p99_ms"]))
 
     answered = best(service, METHOD_PREFIX + "PredictLatency")
@@ -419,17 +419,17 @@ def overload_rows(settings: Settings, pool: Any, echo: Any, payloads: list[bytes
     path, seconds = METHOD_PREFIX + "PredictLatency", settings.rpc_seconds
     server = ServerProcess(service_main, spec)
     try:
-        capacity = open_loop(pool, server, path, payloads, settings.saturating_rate, seconds)["answered_per_s"]
+        capacity = open_loop(pool, server.target, path, payloads, settings.saturating_rate, seconds)["answered_per_s"]
         factor = 2
         while True:
             offered = factor * capacity
-            service = open_loop(pool, server, path, payloads, offered, seconds)
+            service = open_loop(pool, server.target, path, payloads, offered, seconds)
             if service["refused"] or factor >= 8:
                 break
             factor *= 2
     finally:
         server.stop()
-    floor = open_loop(pool, echo, method_path("PredictLatency"), payloads, offered, seconds)
+    floor = open_loop(pool, echo.target, method_path("PredictLatency"), payloads, offered, seconds)
     counts = (f"refused {service['refused']:,}, answered {service['answered']:,}, "
               f"other errors {service['other']}")
     name = f"overload: offered {factor}× capacity ({offered:,.0f} calls/s), limit {settings.overload_limit} in flight"

@@ -48,7 +48,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 
 import grpc
@@ -242,15 +241,14 @@ def open_loop_runs(config: Config, requests: list[bytes], targets: dict[str, str
         answer = channel.unary_unary(METHOD_PREFIX + "PredictLatency")(requests[0])
     echo = ServerProcess(echo_main, {"max_workers": 8, "server": "thread", "streams": {}, "unary": {
         "PredictLatency": ("PredictLatencyRequest", "PredictLatencyResponse", answer)}})
-    paths = {"echo": (echo, method_path("PredictLatency"))} | {
-        label: (types.SimpleNamespace(target=target), METHOD_PREFIX + "PredictLatency")
-        for label, target in targets.items()}
+    paths = {"echo": (echo.target, method_path("PredictLatency"))} | {
+        label: (target, METHOD_PREFIX + "PredictLatency") for label, target in targets.items()}
     runs: dict[str, list[dict]] = {label: [] for label in paths}
     pool = ClientPool(config.clients)
     try:
         for _ in range(config.repeats):
-            for label, (server, path) in paths.items():
-                runs[label].append(open_loop(pool, server, path, requests, config.open_rate, config.duration_s,
+            for label, (target, path) in paths.items():
+                runs[label].append(open_loop(pool, target, path, requests, config.open_rate, config.duration_s,
                                              config.clients))
     finally:
         pool.close()
