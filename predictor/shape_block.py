@@ -50,6 +50,7 @@ from predictor.shape_calibration import (
     _lookups,
     _nearest_level,
     normal_quantile,
+    spread_lookups,
 )
 from predictor.shapes import QueryShape
 
@@ -58,6 +59,10 @@ FEWEST = 32
 costs about as much as the calls for ~25 outcomes (``learn_block`` of a few records' outcomes
 goes the per-call way)."""
 _SOURCES = (BoundSource.DEVICE_KIND, BoundSource.POOLED, BoundSource.FALLBACK)
+SPREAD_WIDTH = 6
+"""Spread keys per lookup (:func:`~predictor.shape_calibration.spread_lookups`: a linked cell's
+six where a bound reads it, otherwise three, given twice); an outcome's three are those it is
+normalised by and updates."""
 
 
 class Outcome(NamedTuple):
@@ -189,7 +194,7 @@ class _Names:
         self.alpha_cells: list[Cell] = []
         self.plans: dict[tuple, int] = {}
         self.walks: list[_Plan] = []
-        self.items: dict[tuple, tuple[int, tuple[int, ...], tuple[int, int, int], int]] = {}
+        self.items: dict[tuple, tuple[int, tuple[int, ...], tuple[int, ...], int]] = {}
 
     def full(self) -> bool:
         """Whether so many names are kept that they should start over."""
@@ -198,10 +203,13 @@ class _Names:
     def window(self, cell: Cell) -> int:
         return _number(self.windows, self.window_cells, cell)
 
-    def spread(self, key: str, kind: str, count: int, model: str) -> tuple[int, int, int]:
-        return (_number(self.spreads, self.spread_keys, (key, kind, model, count)),
-                _number(self.spreads, self.spread_keys, (key, kind, "", count)),
-                _number(self.spreads, self.spread_keys, (key, POOL, "", count)))
+    def spread(self, key: str, kind: str, count: int, model: str, reading: bool = True) -> tuple[int, ...]:
+        """The numbers of the cell's :func:`~predictor.shape_calibration.spread_lookups`, always
+        :data:`SPREAD_WIDTH` of them (a list of three repeated: the same first one found)."""
+        keys = spread_lookups(key, kind, count, model, reading)
+        if len(keys) < SPREAD_WIDTH:
+            keys = keys + keys
+        return tuple(_number(self.spreads, self.spread_keys, k) for k in keys)
 
     def alpha(self, cell: Cell) -> int:
         return _number(self.alphas, self.alpha_cells, cell)
@@ -227,12 +235,12 @@ class _Names:
                 wd_spread.append(self.spread(stand_in, kind, j, model))
             wide.append(len(wd_win))
         ints = functools.partial(np.array, dtype=np.int64)
-        self.walks.append(_Plan(ints(look), ints(lk_win), ints(lk_alpha), ints(lk_spread).reshape(-1, 3),
-                                ints(lk_src), ints(wide), ints(wd_win), ints(wd_spread).reshape(-1, 3)))
+        self.walks.append(_Plan(ints(look), ints(lk_win), ints(lk_alpha), ints(lk_spread).reshape(-1, SPREAD_WIDTH),
+                                ints(lk_src), ints(wide), ints(wd_win), ints(wd_spread).reshape(-1, SPREAD_WIDTH)))
         at = self.plans[key] = len(self.walks) - 1
         return at
 
-    def item(self, o: Outcome, monotone: bool) -> tuple[int, tuple[int, ...], tuple[int, int, int], int]:
+    def item(self, o: Outcome, monotone: bool) -> tuple[int, tuple[int, ...], tuple[int, ...], int]:
         """An outcome's walk, the windows and spreads it writes and its alpha cell."""
         key = (o.shape, o.kind, o.count, o.model, o.linked, monotone)
         found = self.items.get(key)
@@ -243,7 +251,7 @@ class _Names:
                 self.plan(o.shape, kind, count, o.model, monotone),
                 tuple(self.window(cell) for cell in ((cell_key, kind, count), (cell_key, kind, ALL),
                                                      (cell_key, POOL, count), (cell_key, POOL, ALL))),
-                self.spread(cell_key, kind, count, o.model),
+                self.spread(cell_key, kind, count, o.model, reading=False),
                 self.alpha((cell_key, kind, count)),
             )
         return found
@@ -325,7 +333,7 @@ class _Block:
         lk_spread = np.concatenate([walk.lk_spread for walk in walks])
         wd_spread = np.concatenate([walk.wd_spread for walk in walks])
         keys, inverse = np.unique(np.concatenate((lk_spread, wd_spread, item_spread)).ravel(), return_inverse=True)
-        inverse = inverse.reshape(-1, 3)
+        inverse = inverse.reshape(-1, SPREAD_WIDTH)
         self.lk_spread, self.wd_spread = inverse[:len(lk_spread)], inverse[len(lk_spread):len(lk_spread) + len(wd_spread)]
         self.it_spread = inverse[len(lk_spread) + len(wd_spread):]
         self.spread_keys = [names.spread_keys[at] for at in keys.tolist()]

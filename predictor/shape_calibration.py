@@ -222,10 +222,13 @@ class ShapeCalibrator:
         """Whether any residual of device kind ``kind`` was recorded."""
         return kind in self._kinds
 
-    def _spread(self, shape_key: str, kind: str, count: int, model: str) -> tuple[float, float]:
+    def _spread(self, shape_key: str, kind: str, count: int, model: str, *, reading: bool = True) -> tuple[float, float]:
+        """The centre and scale of a cell: those of the first running spread of
+        :func:`spread_lookups` that has seen ``min_spread_n`` residuals, else ``(0, 1)``
+        (``reading``: a bound's, which may borrow; else a residual's normalisation)."""
         if not self.scaled:
             return 0.0, 1.0
-        for key in ((shape_key, kind, model, count), (shape_key, kind, "", count), (shape_key, POOL, "", count)):
+        for key in spread_lookups(shape_key, kind, count, model, reading):
             spread = self._spreads.get(key)
             if spread is not None and spread.n >= self.min_spread_n:
                 return spread.m, max(spread.s, MIN_SPREAD)
@@ -452,7 +455,7 @@ class ShapeCalibrator:
         key = (LINKED if linked else "") + shape.key
         if self.gamma:
             self._adapt(shape, key, kind, count, model, residual, None if linked else levels)
-        m, s = self._spread(key, kind, count, model)
+        m, s = self._spread(key, kind, count, model, reading=False)
         score = (residual - m) / s
         for cell in ((key, kind, count), (key, kind, ALL), (key, POOL, count), (key, POOL, ALL)):
             window = self._windows.get(cell)
@@ -461,7 +464,7 @@ class ShapeCalibrator:
                     continue
                 window = self._windows[cell] = ResidualWindow(self.window)
             window.add(score)
-        for spread_key in ((key, kind, model, count), (key, kind, "", count), (key, POOL, "", count)):
+        for spread_key in spread_lookups(key, kind, count, model, False):
             spread = self._spreads.get(spread_key)
             if spread is None:
                 if len(self._spreads) >= 4 * self.max_cells and spread_key[1] != POOL:
@@ -599,6 +602,33 @@ def normal_quantile(confidence: float) -> float:
 def _chain_keys(shape: QueryShape) -> tuple[str, ...]:
     """The keys of :meth:`QueryShape.chain`."""
     return tuple(stand_in.key for stand_in in shape.chain())
+
+
+@functools.lru_cache(maxsize=4096)
+def spread_lookups(shape_key: str, kind: str, count: int, model: str,
+                   reading: bool = True) -> tuple[tuple[str, str, str, int], ...]:
+    """The running spreads of a cell (``shape_key`` with its population prefix), in order of
+    preference: the model's, the device kind's, then the pool's, of the same shape and count
+    (what a residual of the cell updates, and is normalised by). ``reading`` (a bound's term):
+    for answers really given (linked), then the same of the replayed answers of that shape (the
+    same predictor's errors).
+
+    A term borrows windows (over all counts, from stand-in shapes), which hold normalised
+    scores; without the replayed stand-ins a linked cell whose own spreads at the count were
+    still young read such scores as raw log residuals (``(0, 1)``): a co-runner count that
+    answers really given had seldom reached, on a device kind new to the service, got bounds
+    of 20 to 60 times its prediction.
+
+    >>> [k[0] for k in spread_lookups("linked:unknown/nosig", "cpu", 2, "mlp")][2:4]
+    ['linked:unknown/nosig', 'unknown/nosig']
+    >>> len(spread_lookups("linked:unknown/nosig", "cpu", 2, "mlp", reading=False))
+    3
+    """
+    own = ((shape_key, kind, model, count), (shape_key, kind, "", count), (shape_key, POOL, "", count))
+    if not (reading and shape_key.startswith(LINKED)):
+        return own
+    replayed = shape_key[len(LINKED):]
+    return own + ((replayed, kind, model, count), (replayed, kind, "", count), (replayed, POOL, "", count))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -5,7 +5,8 @@
 is read from (every count ``0..k`` and nested shape, each stand-in, linked then replayed, the
 device kind then the pool), read a conformal quantile of each window at every level adaptive
 conformal inference tracks, move the levels, then insert the normalised residual in four
-windows and update three running spreads. :func:`learn_block` runs the same steps, in the same
+windows and update three running spreads (a bound's term of a linked cell reads the replayed
+cells' spreads after its own). :func:`learn_block` runs the same steps, in the same
 order and the same floating-point operations, over a block of outcomes whose cells were
 numbered once (:mod:`predictor.shape_block` numbers them and copies the state in and out):
 the results are equal bit for bit (``tests/test_shape_block.py``).
@@ -24,6 +25,9 @@ import math
 
 import numpy as np
 from numba import njit
+
+WRITTEN_SPREADS = 3
+"""The spreads an outcome updates: the first of its keys (its spread keys are three, given twice)."""
 
 DEVICE_KIND, POOLED, FALLBACK = 0, 1, 2
 """Source codes of a term (the order of :class:`~predictor.calibration.BoundSource`)."""
@@ -209,7 +213,7 @@ def learn_block(win_exists, win_len, win_sorted, win_ring, win_head, win_pool, w
                 n_created[0] += 1
             _insert(w, score, win_len, win_sorted, win_ring, win_head, capacity)
             win_added[w] += 1
-        for j in range(it_spread.shape[1]):
+        for j in range(WRITTEN_SPREADS):  # (an outcome's three, given twice)
             k = it_spread[i, j]
             if not sp_exists[k]:
                 if sizes[1] >= 4 * max_cells and not sp_pool[k]:

@@ -267,6 +267,23 @@ def test_linked_answers_calibrate_their_shape_before_replays():
     assert replayed < 11.5 and 15.0 < linked < 19.0
 
 
+def test_a_count_only_linked_windows_hold_reads_them_at_the_replayed_scale():
+    """A device kind new to the service: its answers really given hold enough residuals over all
+    counts, but its own spreads at 2 co-runners are young. The windows it borrows hold normalised
+    scores; read with the replayed answers' spread of that count (here the pool's, from another
+    kind), the bound is as wide as the errors are (log sd 0.1), not the raw scores' ``exp(z)``
+    (about 30 times the prediction before)."""
+    cal = ShapeCalibrator(min_residuals=30, min_spread_n=20)
+    shape, rng = QueryShape("unknown", False), random.Random(4)
+    for _ in range(300):  # replayed answers of the old kind, at 2 co-runners
+        cal.add(shape, "old", 2, "mlp", actual=10.0 * math.exp(rng.gauss(0, 0.1)), predicted=10.0)
+    for count in [1] * 200 + [2] * 5:  # answers given on the new kind: mostly at 1 co-runner
+        cal.add(shape, "new", count, "mlp", actual=10.0 * math.exp(rng.gauss(0, 0.1)), predicted=10.0, linked=True)
+    bound = cal.bound(shape, "new", 2, "mlp", 10.0, 0.95)
+    assert bound.source is BoundSource.DEVICE_KIND
+    assert 11.0 < bound.upper_ms < 14.0, bound
+
+
 def test_evaluate_reports_admission_coverage_per_shape_and_count(tmp_path):
     from predictor.cli.main import main
     from predictor.logio import write_records
