@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pytest
 
+from experiments import new_device_kind
 from experiments.drift import change_points, recovery
 from experiments.scheduler_sim import Config, Dispatcher, LatencyPool, run
 from predictor.records import BatchSpec, CoRunner, Record
@@ -60,3 +61,19 @@ def test_drift_change_points_and_recovery():
     assert recovery(curve, 12, 14, 1.2) == 0
     assert recovery(np.array([1.0, 2.0, 2.0]), 1, 3, 1.2) is None
     assert dataclasses.is_dataclass(Config)
+
+
+def test_new_device_kind_arms_see_the_same_arrivals_and_the_new_kind_leaves_the_fallback():
+    """The study's two arms decide the same arrivals; only the new kind's first answers are
+    fallbacks, and the known kind's never are."""
+    records = synthetic_records(700, seed=5, devices=("cpu0", "cpu1"))
+    config = new_device_kind.Config(phases=(50,), seed=1)
+    results = new_device_kind.run(config, records)
+    assert results["warm_records"] == 350 and results["arrivals"] == 350
+    known, new = results["arms"]["known"], results["arms"]["new"]
+    assert list(known["by_phase"]) == list(new["by_phase"]) == ["0-50", "50-350"]
+    assert known["by_phase"]["0-50"]["fallback"] == 0.0
+    assert new["by_phase"]["0-50"]["fallback"] > 0.0 and new["by_phase"]["50-350"]["fallback"] == 0.0
+    for arm in (known, new):
+        assert sum(row["decisions"] for row in arm["by_phase"].values()) == 350
+        assert 0.0 <= arm["by_phase"]["50-350"]["admitted"] <= 1.0
