@@ -617,7 +617,7 @@ def spread_lookups(shape_key: str, kind: str, count: int, model: str,
     scores; without the replayed stand-ins a linked cell whose own spreads at the count were
     still young read such scores as raw log residuals (``(0, 1)``): a co-runner count that
     answers really given had seldom reached, on a device kind new to the service, got bounds
-    of 20 to 60 times its prediction.
+    of 16 to 60 times its prediction.
 
     >>> [k[0] for k in spread_lookups("linked:unknown/nosig", "cpu", 2, "mlp")][2:4]
     ['linked:unknown/nosig', 'unknown/nosig']
