@@ -33,10 +33,11 @@ import numpy as np
 
 from experiments.common import finish, start
 from experiments.datasets import load
+from predictor.admission_replay import admission_query
 from predictor.records import Record
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
-from predictor.service.types import CoRunnerSource, Deadline, PlannedCoRunner, Query
+from predictor.service.types import Deadline
 
 NEW_KIND = "a-kind-never-seen"
 
@@ -83,10 +84,7 @@ def gated_replay(warm: Sequence[Record], arrivals: Sequence[Record], config: Con
             if kind is not None:
                 record = dataclasses.replace(record, device_kind=kind)
             batch_id = f"arrival-{i}"
-            query = Query(device=record.device, batch=record.batch, device_kind=record.device_kind,
-                          co_runners=tuple(PlannedCoRunner(r.model, r.batch_size, r.attrs) for r in record.co_runners),
-                          co_runner_source=CoRunnerSource.EXPLICIT, solo_latency_ms=record.solo_latency_ms,
-                          batch_id=batch_id)
+            query = dataclasses.replace(admission_query(record), batch_id=batch_id)  # what it knows before dispatch
             deadline = config.slo * record.solo_latency_ms
             answer = service.check_deadline(query, Deadline(ms=deadline), config.confidence)
             prediction = answer.prediction
