@@ -8,9 +8,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.stamp-installed
-# Third-party GPU measurements (docs/datasets.md): used by tests and studies when present.
-# During development the team's copy sits beside the checkout; set INTERFERENCE_DATA to use another.
-export INTERFERENCE_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data))
+# Third-party GPU measurements (docs/datasets.md): not part of the repository. Tests and studies use them
+# when INTERFERENCE_DATA names the folder holding them (make test INTERFERENCE_DATA=/path/to/data),
+# and skip them otherwise: no default path points outside the checkout.
 
 .PHONY: setup demo test test-slow lint evaluate clean
 

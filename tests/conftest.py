@@ -1,8 +1,7 @@
 """Fixtures: paths to the third-party data and the embedded dataset.
 
 The third-party data lives outside the repository: set ``INTERFERENCE_DATA``
-to the folder holding ``igniter-v100/`` and ``gpulet-ampere/`` (for example
-``INTERFERENCE_DATA=../shared/data`` on the team's machines); the tests that
+to the folder holding ``igniter-v100/`` and ``gpulet-ampere/``; the tests that
 need it skip when it is unset or absent.
 """
 
