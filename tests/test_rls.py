@@ -158,6 +158,61 @@ def test_the_projection_equals_the_constrained_solution_by_full_solves(seed, wid
     np.testing.assert_allclose(model.predicting_weights(), _projection_by_full_solves(model), rtol=1e-9, atol=1e-12)
 
 
+def _unclipped_projection(model: RLS) -> np.ndarray:
+    """``w - gain @ w[A]`` with the pinned columns at 0, before any clipping (the whole vector)."""
+    weights, gain = model._weights, model.__dict__.get("_gain")
+    if gain is None or not gain[0].size:
+        return weights.copy()
+    active, matrix = gain
+    matrix = np.vstack([matrix, np.zeros((weights.size - matrix.shape[0], active.size))])
+    moved = weights - matrix @ weights[active]
+    moved[active] = 0.0
+    return moved
+
+
+def _search_stream(seed: int, width: int, contention: int, forgetting: float, n: int):
+    """Learn a stream whose target falls with some contention features; per update: whether the row
+    clipped a weight as predicted (by the whole projection), whether the pinned set was searched
+    after it, and the update's number."""
+    rng = np.random.default_rng(seed)
+    names = [f"co:f{i}" if i < contention else f"f{i}" for i in range(width)]
+    model = RLS(forgetting, 1.0, non_negative_contention=True)
+    signs = np.where(rng.random(width) < 0.5, -1.0, 1.0)
+    steps = []
+    for _ in range(n):
+        row = np.where(rng.random(width) < 0.6, rng.normal(size=width), 0.0)
+        features = dict(zip(names, row.tolist(), strict=True))
+        vector = model.vectorize(features, grow=True)
+        mask = model._constrained_columns()
+        clipped = bool(np.any(mask & (vector != 0) & (_unclipped_projection(model) < 0)))
+        assert model._clips(vector) == clipped
+        gain, updates = model.__dict__.get("_gain"), model.n_updates
+        model.learn_vector(vector, float(row @ signs + 0.1 * rng.normal()))
+        if model.n_updates > updates:
+            steps.append((clipped, model.__dict__.get("_gain") is not gain, model.n_updates))
+    return steps
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), width=st.integers(2, 12), contention=st.integers(1, 12),
+       forgetting=st.sampled_from([1.0, 0.98]))
+def test_the_pinned_set_is_searched_on_schedule_and_after_a_clipped_row(seed, width, contention, forgetting):
+    """The pinned set is searched anew after every PROJECT_EVERY-th update and after exactly the
+    updates whose row was predicted with one of its own contention weights clipped."""
+    from predictor.regressors.rls import PROJECT_EVERY
+
+    for clipped, searched, updates in _search_stream(seed, width, contention, forgetting, 3 * PROJECT_EVERY):
+        assert searched == (clipped or updates % PROJECT_EVERY == 0), (updates, clipped, searched)
+
+
+def test_a_clipped_row_searches_between_the_scheduled_searches():
+    from predictor.regressors.rls import PROJECT_EVERY
+
+    steps = _search_stream(seed=3, width=8, contention=6, forgetting=0.98, n=4 * PROJECT_EVERY)
+    off_schedule = [updates for clipped, searched, updates in steps if searched and updates % PROJECT_EVERY]
+    assert off_schedule and all(clipped for clipped, searched, _ in steps if searched and _ % PROJECT_EVERY)
+
+
 def test_predicting_leaves_a_models_pickled_state_unchanged():
     # a refused outlier is predicted (to gate it) but must change nothing of the model's state;
     # the feature index's layout cache is not state

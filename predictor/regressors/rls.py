@@ -56,7 +56,9 @@ RESCALE_ABOVE = 1e12
 MAX_MAGNITUDE = 1e100
 SCALE_FLOOR = 1e-3
 PROJECT_EVERY = 32
-"""Updates between two searches of the non-negativity projection's pinned set (see :meth:`RLS.predicting_weights`)."""
+"""Updates between two scheduled searches of the non-negativity projection's pinned set (see
+:meth:`RLS.predicting_weights`); a row whose prediction clipped one of its contention weights
+searches it anew at once."""
 
 
 @functools.lru_cache(maxsize=8)
@@ -260,10 +262,11 @@ class RLS:
         covariance with them, ``w - P[:, A] P[A, A]^-1 w[A]`` (the least-squares solution with
         ``w[A] = 0``), growing the pinned set ``A`` while that pushes another below 0; whatever is
         still below 0 is clipped. The pinned set and its gain ``P[:, A] P[A, A]^-1`` are found
-        anew every :data:`PROJECT_EVERY` updates (by :meth:`learn_vector`, so they depend on the
-        history learned only, not on when predictions were asked) and reused in between
-        (``O(d |A|)`` per update); the result is always feasible, so predictions are monotone
-        whichever gain was used.
+        anew every :data:`PROJECT_EVERY` updates, and after any update whose row was predicted
+        with one of its own contention weights clipped (:meth:`_clips`: the pinned set had gone
+        stale for rows like it), by :meth:`learn_vector`, so they depend on the history learned
+        only, not on when predictions were asked; they are reused in between (``O(d |A|)`` per
+        update). The result is always feasible, so predictions are monotone whichever gain was used.
         """
         if not self.__dict__.get("non_negative_contention", False):
             return self._weights
@@ -283,6 +286,22 @@ class RLS:
         weights = np.where(mask, np.maximum(weights, 0.0), weights)
         self._projected = (key, weights)
         return weights
+
+    def _clips(self, vector: np.ndarray) -> bool:
+        """Whether :meth:`predicting_weights` clips a contention weight at one of ``vector``'s
+        non-zero positions: one neither pinned nor kept non-negative by the gain as it stands."""
+        positions = np.flatnonzero(self._constrained_columns() & (vector != 0))
+        if not positions.size:
+            return False
+        values = self._weights[positions]
+        gain = self.__dict__.get("_gain")
+        if gain is not None and gain[0].size:
+            active, matrix = gain
+            inside = positions < matrix.shape[0]  # columns added since: no covariance, not moved
+            moved = np.zeros(positions.size)
+            moved[inside] = matrix[positions[inside]] @ self._weights[active]
+            values = (values - moved)[~np.isin(positions, active)]
+        return bool((values < 0).any())
 
     def _find_gain(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pinned set ``A`` of the projection (ascending) and its gain ``P[:, A] P[A, A]^-1``.
@@ -385,6 +404,8 @@ class RLS:
 
     def learn_vector(self, vector: np.ndarray, y: float) -> None:
         """One RLS step on a vector from :meth:`vectorize` (``grow=True``)."""
+        constrained = self.__dict__.get("non_negative_contention", False)
+        stale = constrained and self._clips(vector)  # as this row was predicted, before the step
         lam = self.forgetting
         c = self._scale
         with np.errstate(over="ignore", invalid="ignore"):
@@ -414,5 +435,5 @@ class RLS:
             self._trace_s *= self._scale
             self._scale = 1.0
         self.n_updates += 1
-        if self.__dict__.get("non_negative_contention", False) and self.n_updates % PROJECT_EVERY == 0:
+        if constrained and (stale or self.n_updates % PROJECT_EVERY == 0):
             self._gain = self._find_gain(self._constrained_columns())

@@ -13,7 +13,8 @@ has warmed up) the same arithmetic runs here in one compiled loop:
 * with ``non_negative_contention``, each prediction from the projected weights
   ``w - gain @ w[A]`` (``O(nnz |A|)``: only at the row's non-zero positions that are not pinned,
   each a sum over a contiguous row of the gain, kept row-major, four rows at a time), and every
-  ``PROJECT_EVERY`` updates the pinned set ``A`` and its gain searched anew
+  ``PROJECT_EVERY`` updates, or after a row whose prediction clipped one of its weights, the
+  pinned set ``A`` and its gain searched anew
   (:func:`predictor.regressors.gain_kernel.find_gain`: a Cholesky factor of ``P[A, A]`` extended
   as ``A`` grows and reused for the gain).
 
@@ -84,8 +85,9 @@ non-zero columns (below, the plain ``dsymv`` order over every column and the upp
 cost less: per step at 13 columns 0.26 against 0.36 µs; at 64, 2.2 µs either way on dense rows,
 1.9 against 2.3 on rows a third non-zero; at 192, 11.6 against 19.9)."""
 
-# state vector layout: scale c, trace of S, updates, refused, resets (all absolute), pinned columns of the gain
-_C, _TRACE, _UPDATES, _REFUSED, _RESETS, _PINNED = 0, 1, 2, 3, 4, 5
+# state vector layout: scale c, trace of S, updates, refused, resets (all absolute), pinned columns of the gain,
+# whether the gain was searched in this run (1.0: written back)
+_C, _TRACE, _UPDATES, _REFUSED, _RESETS, _PINNED, _SEARCHED = 0, 1, 2, 3, 4, 5, 6
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -220,7 +222,8 @@ def _mirror(s):  # pragma: no cover
 def _projected_dot(x, nz, n, w, mask, pinned, gain, k, out, flag, pinned_weights, free):  # pragma: no cover
     """``x'v`` for ``v`` the reference ``predicting_weights`` (``w - gain @ w[pinned]``, the ``k`` pinned
     columns at 0, then every constrained weight (``mask``) clipped at 0), from ``v``'s entries at
-    ``x``'s ``n`` non-zero positions ``nz`` only: the other terms are exact zeros.
+    ``x``'s ``n`` non-zero positions ``nz`` only: the other terms are exact zeros; and whether one
+    of those entries was clipped (the reference ``_clips``).
 
     ``gain`` is row-major: the entry of ``gain @ w[pinned]`` at a free non-zero position is the sum
     over its (contiguous) row in the order of the pinned columns, four rows at a time as four
@@ -254,6 +257,7 @@ def _projected_dot(x, nz, n, w, mask, pinned, gain, k, out, flag, pinned_weights
             total += row[p] * pinned_weights[p]
         out[free[j]] = total
     prediction = 0.0
+    clipped = False
     for q in range(n):
         i = nz[q]
         if flag[i]:
@@ -262,28 +266,32 @@ def _projected_dot(x, nz, n, w, mask, pinned, gain, k, out, flag, pinned_weights
             value = w[i] - out[q] if k else w[i]
             if mask[i] and value < 0.0:
                 value = 0.0
+                clipped = True
         prediction += x[i] * value
     for p in range(k):
         flag[pinned[p]] = False
-    return prediction
+    return prediction, clipped
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _learn(s, w, state, x, target, lam, delta, bound, rescale_above, sx, acc, nz, new_w, mask, pinned, gain,
            project_every, projected, flag, pinned_weights, free, mirrored):  # pragma: no cover
     """:func:`_step` of one row with, where ``mask`` is non-empty (``non_negative_contention``), the
-    prediction from the projected weights and the gain searched anew every ``project_every`` updates;
-    returns the prediction and ``x'w`` (the unconstrained fit)."""
+    prediction from the projected weights and the gain searched anew every ``project_every`` updates
+    and after a row whose prediction clipped one of its weights; returns the prediction and ``x'w``
+    (the unconstrained fit)."""
     k = _nonzeros(x, nz) if mirrored or mask.size else 0
     prediction = 0.0
+    clipped = False
     if mask.size:
-        prediction = _projected_dot(x, nz, k, w, mask, pinned, gain, int(state[_PINNED]), projected, flag,
-                                    pinned_weights, free)
+        prediction, clipped = _projected_dot(x, nz, k, w, mask, pinned, gain, int(state[_PINNED]), projected,
+                                             flag, pinned_weights, free)
     xw, taken = _step(s, w, state, x, nz, k, target, lam, delta, bound, rescale_above, sx, acc, new_w, mirrored)
     if not mask.size:
         return xw, xw
-    if taken and int(state[_UPDATES]) % project_every == 0:
+    if taken and (clipped or int(state[_UPDATES]) % project_every == 0):
         state[_PINNED] = _find_gain(s, state[_C], w, mask, pinned, gain, mirrored)
+        state[_SEARCHED] = 1.0
     return prediction, xw
 
 
@@ -433,7 +441,7 @@ class _Run:
             _mirror(model._s)
         self.weights = np.array(model._weights, dtype=float)  # learn_vector rebinds, never mutates, the weights
         self.state = np.array([model._scale, model._trace_s, model.n_updates, model.n_refused,
-                               model.__dict__.get("n_resets", 0), 0.0])
+                               model.__dict__.get("n_resets", 0), 0.0, 0.0])
         self.constrained = bool(model.__dict__.get("non_negative_contention", False))
         if self.constrained:
             self.mask = model._constrained_columns()
@@ -463,7 +471,7 @@ class _Run:
         model._weights = self.weights
         model._scale, model._trace_s = float(state[_C]), float(state[_TRACE])
         updates, refused, resets = int(state[_UPDATES]), int(state[_REFUSED]), int(state[_RESETS])
-        if self.constrained and updates // PROJECT_EVERY != model.n_updates // PROJECT_EVERY:
+        if self.constrained and state[_SEARCHED]:
             k = int(state[_PINNED])
             model._gain = (self.pinned[:k].astype(np.intp), np.array(self.gain[:, :k]))
         model.n_updates, model.n_refused = updates, refused
