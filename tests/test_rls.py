@@ -173,7 +173,7 @@ def _unclipped_projection(model: RLS) -> np.ndarray:
 def _search_stream(seed: int, width: int, contention: int, forgetting: float, n: int):
     """Learn a stream whose target falls with some contention features; per update: whether the row
     clipped a weight as predicted (by the whole projection), whether the pinned set was searched
-    after it, and the update's number."""
+    after it, the update's number and how many updates it came after the previous search."""
     rng = np.random.default_rng(seed)
     names = [f"co:f{i}" if i < contention else f"f{i}" for i in range(width)]
     model = RLS(forgetting, 1.0, non_negative_contention=True)
@@ -186,10 +186,12 @@ def _search_stream(seed: int, width: int, contention: int, forgetting: float, n:
         mask = model._constrained_columns()
         clipped = bool(np.any(mask & (vector != 0) & (_unclipped_projection(model) < 0)))
         assert model._clips(vector) == clipped
-        gain, updates = model.__dict__.get("_gain"), model.n_updates
+        gain, updates, last = model.__dict__.get("_gain"), model.n_updates, model.searched_at()
         model.learn_vector(vector, float(row @ signs + 0.1 * rng.normal()))
         if model.n_updates > updates:
-            steps.append((clipped, model.__dict__.get("_gain") is not gain, model.n_updates))
+            searched = model.__dict__.get("_gain") is not gain
+            assert model.searched_at() == (model.n_updates if searched else last)
+            steps.append((clipped, searched, model.n_updates, model.n_updates - last))
     return steps
 
 
@@ -197,20 +199,24 @@ def _search_stream(seed: int, width: int, contention: int, forgetting: float, n:
 @given(seed=st.integers(0, 2**32 - 1), width=st.integers(2, 12), contention=st.integers(1, 12),
        forgetting=st.sampled_from([1.0, 0.98]))
 def test_the_pinned_set_is_searched_on_schedule_and_after_a_clipped_row(seed, width, contention, forgetting):
-    """The pinned set is searched anew after every PROJECT_EVERY-th update and after exactly the
-    updates whose row was predicted with one of its own contention weights clipped."""
-    from predictor.regressors.rls import PROJECT_EVERY
+    """The pinned set is searched anew after every PROJECT_EVERY-th update, and after exactly the
+    updates whose row was predicted with one of its own contention weights clipped that come
+    MIN_SEARCH_GAP updates or more after the previous search."""
+    from predictor.regressors.rls import MIN_SEARCH_GAP, PROJECT_EVERY
 
-    for clipped, searched, updates in _search_stream(seed, width, contention, forgetting, 3 * PROJECT_EVERY):
-        assert searched == (clipped or updates % PROJECT_EVERY == 0), (updates, clipped, searched)
+    for clipped, searched, updates, gap in _search_stream(seed, width, contention, forgetting, 3 * PROJECT_EVERY):
+        expected = updates % PROJECT_EVERY == 0 or clipped and gap >= MIN_SEARCH_GAP
+        assert searched == expected, (updates, clipped, gap, searched)
 
 
 def test_a_clipped_row_searches_between_the_scheduled_searches():
-    from predictor.regressors.rls import PROJECT_EVERY
+    from predictor.regressors.rls import MIN_SEARCH_GAP, PROJECT_EVERY
 
     steps = _search_stream(seed=3, width=8, contention=6, forgetting=0.98, n=4 * PROJECT_EVERY)
-    off_schedule = [updates for clipped, searched, updates in steps if searched and updates % PROJECT_EVERY]
-    assert off_schedule and all(clipped for clipped, searched, _ in steps if searched and _ % PROJECT_EVERY)
+    off_schedule = [(clipped, gap) for clipped, searched, updates, gap in steps if searched and updates % PROJECT_EVERY]
+    assert off_schedule and all(clipped and gap >= MIN_SEARCH_GAP for clipped, gap in off_schedule)
+    # and a clipped row too soon after a search waits for a later one
+    assert any(clipped and not searched and gap < MIN_SEARCH_GAP for clipped, searched, _, gap in steps)
 
 
 def test_predicting_leaves_a_models_pickled_state_unchanged():

@@ -141,5 +141,5 @@ def merge(first: RLS, second: RLS) -> RLS:
     merged._all_scaled = bool((scales > 0).all())
     merged.n_updates = a.n_updates + b.n_updates
     if merged.non_negative_contention:  # the projection predictions use, found for the merged state
-        merged._gain = merged._find_gain(merged._constrained_columns())
+        merged.search_pinned()
     return merged

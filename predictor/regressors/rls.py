@@ -57,8 +57,10 @@ MAX_MAGNITUDE = 1e100
 SCALE_FLOOR = 1e-3
 PROJECT_EVERY = 32
 """Updates between two scheduled searches of the non-negativity projection's pinned set (see
-:meth:`RLS.predicting_weights`); a row whose prediction clipped one of its contention weights
-searches it anew at once."""
+:meth:`RLS.predicting_weights`)."""
+MIN_SEARCH_GAP = 8
+"""Updates at least between a search and one made because a row's prediction clipped one of its
+contention weights (a stream whose rows keep clipping costs a search per 8 updates at most)."""
 
 
 @functools.lru_cache(maxsize=8)
@@ -262,11 +264,12 @@ class RLS:
         covariance with them, ``w - P[:, A] P[A, A]^-1 w[A]`` (the least-squares solution with
         ``w[A] = 0``), growing the pinned set ``A`` while that pushes another below 0; whatever is
         still below 0 is clipped. The pinned set and its gain ``P[:, A] P[A, A]^-1`` are found
-        anew every :data:`PROJECT_EVERY` updates, and after any update whose row was predicted
+        anew every :data:`PROJECT_EVERY` updates, and after an update whose row was predicted
         with one of its own contention weights clipped (:meth:`_clips`: the pinned set had gone
-        stale for rows like it), by :meth:`learn_vector`, so they depend on the history learned
-        only, not on when predictions were asked; they are reused in between (``O(d |A|)`` per
-        update). The result is always feasible, so predictions are monotone whichever gain was used.
+        stale for rows like it) once :data:`MIN_SEARCH_GAP` updates have passed since the last
+        search, by :meth:`learn_vector`, so they depend on the history learned only, not on when
+        predictions were asked; they are reused in between (``O(d |A|)`` per update). The result
+        is always feasible, so predictions are monotone whichever gain was used.
         """
         if not self.__dict__.get("non_negative_contention", False):
             return self._weights
@@ -302,6 +305,16 @@ class RLS:
             moved[inside] = matrix[positions[inside]] @ self._weights[active]
             values = (values - moved)[~np.isin(positions, active)]
         return bool((values < 0).any())
+
+    def searched_at(self) -> int:
+        """The update after which the pinned set was last searched (a state saved before this was
+        kept: its last scheduled search)."""
+        return self.__dict__.get("_searched_at", self.n_updates - self.n_updates % PROJECT_EVERY)
+
+    def search_pinned(self) -> None:
+        """Search the projection's pinned set and gain anew for the current state (:meth:`_find_gain`)."""
+        self._gain = self._find_gain(self._constrained_columns())
+        self._searched_at = self.n_updates
 
     def _find_gain(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pinned set ``A`` of the projection (ascending) and its gain ``P[:, A] P[A, A]^-1``.
@@ -405,7 +418,10 @@ class RLS:
     def learn_vector(self, vector: np.ndarray, y: float) -> None:
         """One RLS step on a vector from :meth:`vectorize` (``grow=True``)."""
         constrained = self.__dict__.get("non_negative_contention", False)
-        stale = constrained and self._clips(vector)  # as this row was predicted, before the step
+        after = self.n_updates + 1  # the update this step makes, if taken
+        # whether the row, as predicted before the step, clipped a weight: only where that searches
+        stale = (constrained and after % PROJECT_EVERY != 0 and after - self.searched_at() >= MIN_SEARCH_GAP
+                 and self._clips(vector))
         lam = self.forgetting
         c = self._scale
         with np.errstate(over="ignore", invalid="ignore"):
@@ -436,4 +452,4 @@ class RLS:
             self._scale = 1.0
         self.n_updates += 1
         if constrained and (stale or self.n_updates % PROJECT_EVERY == 0):
-            self._gain = self._find_gain(self._constrained_columns())
+            self.search_pinned()

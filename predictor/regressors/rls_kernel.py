@@ -13,8 +13,9 @@ has warmed up) the same arithmetic runs here in one compiled loop:
 * with ``non_negative_contention``, each prediction from the projected weights
   ``w - gain @ w[A]`` (``O(nnz |A|)``: only at the row's non-zero positions that are not pinned,
   each a sum over a contiguous row of the gain, kept row-major, four rows at a time), and every
-  ``PROJECT_EVERY`` updates, or after a row whose prediction clipped one of its weights, the
-  pinned set ``A`` and its gain searched anew
+  ``PROJECT_EVERY`` updates, or after a row whose prediction clipped one of its weights
+  (``MIN_SEARCH_GAP`` updates at least after the last search), the pinned set ``A`` and its gain
+  searched anew
   (:func:`predictor.regressors.gain_kernel.find_gain`: a Cholesky factor of ``P[A, A]`` extended
   as ``A`` grows and reused for the gain).
 
@@ -77,7 +78,7 @@ import numpy as np
 from numba import njit
 
 from predictor.regressors.gain_kernel import find_gain as _find_gain
-from predictor.regressors.rls import PROJECT_EVERY, RESCALE_ABOVE, RLS
+from predictor.regressors.rls import MIN_SEARCH_GAP, PROJECT_EVERY, RESCALE_ABOVE, RLS
 
 MIRROR_FROM = 64
 """Columns from which a run keeps the lower triangle as the upper's mirror and walks only a row's
@@ -86,8 +87,8 @@ cost less: per step at 13 columns 0.26 against 0.36 µs; at 64, 2.2 µs either w
 1.9 against 2.3 on rows a third non-zero; at 192, 11.6 against 19.9)."""
 
 # state vector layout: scale c, trace of S, updates, refused, resets (all absolute), pinned columns of the gain,
-# whether the gain was searched in this run (1.0: written back)
-_C, _TRACE, _UPDATES, _REFUSED, _RESETS, _PINNED, _SEARCHED = 0, 1, 2, 3, 4, 5, 6
+# the update after which the gain was last searched (absolute)
+_C, _TRACE, _UPDATES, _REFUSED, _RESETS, _PINNED, _SEARCHED_AT = 0, 1, 2, 3, 4, 5, 6
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -275,11 +276,11 @@ def _projected_dot(x, nz, n, w, mask, pinned, gain, k, out, flag, pinned_weights
 
 @njit(cache=True, nogil=True, inline="always")
 def _learn(s, w, state, x, target, lam, delta, bound, rescale_above, sx, acc, nz, new_w, mask, pinned, gain,
-           project_every, projected, flag, pinned_weights, free, mirrored):  # pragma: no cover
+           project_every, min_gap, projected, flag, pinned_weights, free, mirrored):  # pragma: no cover
     """:func:`_step` of one row with, where ``mask`` is non-empty (``non_negative_contention``), the
     prediction from the projected weights and the gain searched anew every ``project_every`` updates
-    and after a row whose prediction clipped one of its weights; returns the prediction and ``x'w``
-    (the unconstrained fit)."""
+    and after a row whose prediction clipped one of its weights, ``min_gap`` updates at least after
+    the last search; returns the prediction and ``x'w`` (the unconstrained fit)."""
     k = _nonzeros(x, nz) if mirrored or mask.size else 0
     prediction = 0.0
     clipped = False
@@ -289,9 +290,10 @@ def _learn(s, w, state, x, target, lam, delta, bound, rescale_above, sx, acc, nz
     xw, taken = _step(s, w, state, x, nz, k, target, lam, delta, bound, rescale_above, sx, acc, new_w, mirrored)
     if not mask.size:
         return xw, xw
-    if taken and (clipped or int(state[_UPDATES]) % project_every == 0):
+    updates = int(state[_UPDATES])
+    if taken and (updates % project_every == 0 or clipped and updates - int(state[_SEARCHED_AT]) >= min_gap):
         state[_PINNED] = _find_gain(s, state[_C], w, mask, pinned, gain, mirrored)
-        state[_SEARCHED] = 1.0
+        state[_SEARCHED_AT] = updates
     return prediction, xw
 
 
@@ -305,20 +307,20 @@ def _scratch(d):  # pragma: no cover
 
 @njit(cache=True, nogil=True)
 def _rls_rows(s, w, state, rows, targets, lam, delta, bound, rescale_above, mask, pinned, gain, project_every,
-              mirrored, predictions, fits):  # pragma: no cover
+              min_gap, mirrored, predictions, fits):  # pragma: no cover
     """:func:`_learn` of every row of ``rows`` in order."""
     d = w.size
     sx, acc, new_w, projected, nz, free, flag, pinned_weights = _scratch(d)
     for t in range(rows.shape[0]):
         predictions[t], fits[t] = _learn(s, w, state, rows[t], targets[t], lam, delta, bound, rescale_above, sx,
-                                         acc, nz, new_w, mask, pinned, gain, project_every, projected,
+                                         acc, nz, new_w, mask, pinned, gain, project_every, min_gap, projected,
                                          flag, pinned_weights, free, mirrored)
 
 
 @njit(cache=True, nogil=True)
 def _rls_planned(s, w, state, scale, plan_of_row, bases, positions, position_offsets, left, right,
                  product_offsets, keys, copy_offsets, targets, lam, delta, bound, rescale_above, mask, pinned,
-                 gain, project_every, mirrored, predictions, fits):  # pragma: no cover
+                 gain, project_every, min_gap, mirrored, predictions, fits):  # pragma: no cover
     """:func:`_learn` of every row given by a plan (:class:`RowPlans`), scaled as ``RLS.vectorize``
     scales it: row ``t`` follows plan ``plan_of_row[t]`` from its base values, the next ones of
     ``bases``; its values are the base values, their products by pairs and copies of some of them
@@ -352,7 +354,7 @@ def _rls_planned(s, w, state, scale, plan_of_row, bases, positions, position_off
             x[p] = bases[base + keys[m]] / scale[p] if scale[p] > 0 else 0.0
         base += count
         predictions[t], fits[t] = _learn(s, w, state, x, targets[t], lam, delta, bound, rescale_above, sx, acc,
-                                         nz, new_w, mask, pinned, gain, project_every, projected,
+                                         nz, new_w, mask, pinned, gain, project_every, min_gap, projected,
                                          flag, pinned_weights, free, mirrored)
 
 
@@ -441,7 +443,7 @@ class _Run:
             _mirror(model._s)
         self.weights = np.array(model._weights, dtype=float)  # learn_vector rebinds, never mutates, the weights
         self.state = np.array([model._scale, model._trace_s, model.n_updates, model.n_refused,
-                               model.__dict__.get("n_resets", 0), 0.0, 0.0])
+                               model.__dict__.get("n_resets", 0), 0.0, model.searched_at()])
         self.constrained = bool(model.__dict__.get("non_negative_contention", False))
         if self.constrained:
             self.mask = model._constrained_columns()
@@ -463,7 +465,7 @@ class _Run:
         """The kernels' arguments after the rows: the learning constants and the projection's state."""
         model = self.model
         return (float(model.forgetting), float(model.delta), float(model.trace_bound), RESCALE_ABOVE,
-                self.mask, self.pinned, self.gain, PROJECT_EVERY, self.mirrored)
+                self.mask, self.pinned, self.gain, PROJECT_EVERY, MIN_SEARCH_GAP, self.mirrored)
 
     def finish(self) -> None:
         """Write the learned state back into the model."""
@@ -471,9 +473,10 @@ class _Run:
         model._weights = self.weights
         model._scale, model._trace_s = float(state[_C]), float(state[_TRACE])
         updates, refused, resets = int(state[_UPDATES]), int(state[_REFUSED]), int(state[_RESETS])
-        if self.constrained and state[_SEARCHED]:
+        if self.constrained and int(state[_SEARCHED_AT]) != model.searched_at():
             k = int(state[_PINNED])
             model._gain = (self.pinned[:k].astype(np.intp), np.array(self.gain[:, :k]))
+            model._searched_at = int(state[_SEARCHED_AT])
         model.n_updates, model.n_refused = updates, refused
         if resets != model.__dict__.get("n_resets", 0):
             model.n_resets = resets
