@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from predictor.regressors.rls import RLS
+from predictor.regressors.rls import MIN_SEARCH_GAP, PROJECT_EVERY, RLS
 
 values = st.floats(min_value=-10, max_value=10, allow_nan=False, allow_infinity=False)
 
@@ -202,21 +202,28 @@ def test_the_pinned_set_is_searched_on_schedule_and_after_a_clipped_row(seed, wi
     """The pinned set is searched anew after every PROJECT_EVERY-th update, and after exactly the
     updates whose row was predicted with one of its own contention weights clipped that come
     MIN_SEARCH_GAP updates or more after the previous search."""
-    from predictor.regressors.rls import MIN_SEARCH_GAP, PROJECT_EVERY
-
     for clipped, searched, updates, gap in _search_stream(seed, width, contention, forgetting, 3 * PROJECT_EVERY):
         expected = updates % PROJECT_EVERY == 0 or clipped and gap >= MIN_SEARCH_GAP
         assert searched == expected, (updates, clipped, gap, searched)
 
 
 def test_a_clipped_row_searches_between_the_scheduled_searches():
-    from predictor.regressors.rls import MIN_SEARCH_GAP, PROJECT_EVERY
-
     steps = _search_stream(seed=3, width=8, contention=6, forgetting=0.98, n=4 * PROJECT_EVERY)
     off_schedule = [(clipped, gap) for clipped, searched, updates, gap in steps if searched and updates % PROJECT_EVERY]
     assert off_schedule and all(clipped and gap >= MIN_SEARCH_GAP for clipped, gap in off_schedule)
     # and a clipped row too soon after a search waits for a later one
     assert any(clipped and not searched and gap < MIN_SEARCH_GAP for clipped, searched, _, gap in steps)
+
+
+def test_a_state_saved_before_the_clip_search_reads_its_last_scheduled_search():
+    model = RLS(0.98, 1.0, non_negative_contention=True)
+    rng = np.random.default_rng(0)
+    for _ in range(PROJECT_EVERY + 5):
+        model.learn_one({"co:a": float(rng.normal()), "b": float(rng.normal())}, float(rng.normal()))
+    del model.__dict__["_searched_at"]  # as a state pickled before it existed
+    assert model.searched_at() == PROJECT_EVERY
+    model.learn_one({"co:a": 1.0, "b": 0.0}, 0.0)
+    assert model.n_updates == PROJECT_EVERY + 6
 
 
 def test_predicting_leaves_a_models_pickled_state_unchanged():
