@@ -253,6 +253,9 @@ def test_answers_given_by_workers_are_linked_to_their_observations_by_the_learne
     try:
         client = InterferenceClient(server.target)
         client.wait_ready(120)
+        # every worker started up (the supervisor's one SERVING line): each query below opens its own
+        # connection, which the kernel may give to either worker (health SERVING on one is not enough)
+        server.wait_for("; SERVING", timeout=120)
         # the learner's every thread yields the cores to the workers; the workers keep the normal class
         for role, policy, nice in (("learner", os.SCHED_BATCH, 3), ("worker", os.SCHED_OTHER, 0)):
             for pid in pids(server, role).values():
