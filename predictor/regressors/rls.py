@@ -273,38 +273,31 @@ class RLS:
         """
         if not self.__dict__.get("non_negative_contention", False):
             return self._weights
+        return self._projection()[1]
+
+    def _projection(self) -> tuple[np.ndarray, np.ndarray]:
+        """The moved weights ``w - gain @ w[A]`` (the pinned at 0) and :meth:`predicting_weights`,
+        their constrained ones clipped at 0; cached until the state changes."""
         key = (self.n_updates, self.n_refused, self.__dict__.get("n_resets", 0), self._weights.size)
         cached = self.__dict__.get("_projected")
         if cached is not None and cached[0] == key:
             return cached[1]
-        mask = self._constrained_columns()
         gain = self.__dict__.get("_gain")
         active, matrix = gain if gain is not None else (np.zeros(0, dtype=np.intp), None)
-        weights = self._weights
+        moved = self._weights
         if active.size:
-            if matrix.shape[0] < weights.size:  # columns added since: no covariance with the pinned ones yet
-                matrix = np.vstack([matrix, np.zeros((weights.size - matrix.shape[0], active.size))])
-            weights = weights - matrix @ weights[active]
-            weights[active] = 0.0
-        weights = np.where(mask, np.maximum(weights, 0.0), weights)
-        self._projected = (key, weights)
-        return weights
+            if matrix.shape[0] < moved.size:  # columns added since: no covariance with the pinned ones yet
+                matrix = np.vstack([matrix, np.zeros((moved.size - matrix.shape[0], active.size))])
+            moved = moved - matrix @ moved[active]
+            moved[active] = 0.0
+        found = (moved, np.where(self._constrained_columns(), np.maximum(moved, 0.0), moved))
+        self._projected = (key, found)
+        return found
 
     def _clips(self, vector: np.ndarray) -> bool:
         """Whether :meth:`predicting_weights` clips a contention weight at one of ``vector``'s
-        non-zero positions: one neither pinned nor kept non-negative by the gain as it stands."""
-        positions = np.flatnonzero(self._constrained_columns() & (vector != 0))
-        if not positions.size:
-            return False
-        values = self._weights[positions]
-        gain = self.__dict__.get("_gain")
-        if gain is not None and gain[0].size:
-            active, matrix = gain
-            inside = positions < matrix.shape[0]  # columns added since: no covariance, not moved
-            moved = np.zeros(positions.size)
-            moved[inside] = matrix[positions[inside]] @ self._weights[active]
-            values = (values - moved)[~np.isin(positions, active)]
-        return bool((values < 0).any())
+        non-zero positions (one neither pinned nor kept non-negative by the gain as it stands)."""
+        return bool(np.any(self._constrained_columns() & (vector != 0) & (self._projection()[0] < 0)))
 
     def searched_at(self) -> int:
         """The update after which the pinned set was last searched (a state saved before this was
