@@ -12,7 +12,7 @@ STAMP := $(VENV)/.stamp-installed
 # when INTERFERENCE_DATA names the folder holding them (make test INTERFERENCE_DATA=/path/to/data),
 # and skip them otherwise: no default path points outside the checkout.
 
-.PHONY: setup demo test test-slow lint evaluate clean
+.PHONY: setup demo test test-slow lint evaluate gpu-check clean
 
 setup: $(STAMP)
 	$(MAKE) --no-print-directory protos
@@ -43,6 +43,10 @@ lint: setup
 
 evaluate: setup
 	$(BIN)/predictor evaluate predictor/data/cpu-default.jsonl.gz
+
+# On a machine with a CUDA GPU: the gpu-marked tests, a real collection on the GPU, its evaluation.
+gpu-check:
+	scripts/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) predictor/rpc/generated/interference
