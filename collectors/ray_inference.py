@@ -28,7 +28,7 @@ from collectors.tracker import Tracker
 from predictor.ray_serve.colocation import ColocationState, RunningBatch, solo_key
 from predictor.ray_serve.learner import learner_named
 from predictor.ray_serve.requests import InferenceRequest, InferenceResult
-from predictor.records import Record, record_to_dict
+from predictor.records.record import Record, record_to_dict
 
 FLUSH_RECORDS = 32
 """Observations are sent to the learner in groups of this many ..."""

@@ -8,7 +8,7 @@ but have no slowdown.
 
 Examples
 --------
->>> from predictor.records import BatchSpec, CoRunner, Record
+>>> from predictor.records.record import BatchSpec, CoRunner, Record
 >>> summary = SlowdownSummary()
 >>> summary.add(Record("cpu0", BatchSpec("bert", 1), 12.0, solo_latency_ms=10.0))
 >>> summary.add(Record("cpu0", BatchSpec("bert", 1), 15.0, solo_latency_ms=10.0,
@@ -25,8 +25,8 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from predictor.logio import iter_records
-from predictor.records import Record
+from predictor.records.logio import iter_records
+from predictor.records.record import Record
 
 NO_CO_RUNNER = "-"
 

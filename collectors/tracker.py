@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
-from predictor.records import MAX_CO_RUNNERS, MAX_NUMERIC_KEYS, BatchSpec, CoRunner, Record
+from predictor.records.record import MAX_CO_RUNNERS, MAX_NUMERIC_KEYS, BatchSpec, CoRunner, Record
 
 Sink = Callable[[Record], None]
 SignalSource = Callable[[str, float, float], Mapping[str, float]]
@@ -119,7 +119,7 @@ class Tracker:
     Parameters
     ----------
     sink
-        Called with each finished :class:`~predictor.records.Record` (a log writer, a stream).
+        Called with each finished :class:`~predictor.records.record.Record` (a log writer, a stream).
     signals
         ``signals(device, t0, t1)``: device signals averaged over a window (e.g. a sampler's ``window``).
     source

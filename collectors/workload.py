@@ -41,7 +41,7 @@ from collectors.sampler import Sampler
 from collectors.schedule import Phase, constant_schedule, phase_at, schedule_models, validate_phases
 from collectors.tracker import Sink, Tracker
 from collectors.worker import WorkerConfig
-from predictor.rules import BATCH_CPU_SIGNAL
+from predictor.records.rules import BATCH_CPU_SIGNAL
 
 START_TIMEOUT_S = 180.0
 TOKEN_SEQ_LEN = 64
@@ -200,8 +200,8 @@ def run_collection(
     config
         The run.
     sink
-        Called with each :class:`~predictor.records.Record`, in end-time order (a
-        :class:`~predictor.logio.RecordWriter`'s ``write``, a gRPC stream's ``send``).
+        Called with each :class:`~predictor.records.record.Record`, in end-time order (a
+        :class:`~predictor.records.logio.RecordWriter`'s ``write``, a gRPC stream's ``send``).
     progress
         Called about five times a second with a :class:`CollectionStatus`.
     admit

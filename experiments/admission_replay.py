@@ -5,7 +5,7 @@ or ``--data`` holds them, skipped cleanly otherwise, and a synthetic log with pa
 overlaps and 0 to 3 co-runners), the records are streamed in order through a fresh service
 (the default ``rls`` predictor); before each record is learned the service is asked the
 admission-time question (co-runners without overlaps, no signals; the solo latency when the
-record has one) and the answer is scored after (:mod:`predictor.admission_replay`).
+record has one) and the answer is scored after (:mod:`predictor.analysis.admission_replay`).
 
 Printed per dataset and per co-runner count (with counts): coverage of the 0.95 and 0.99
 bounds, median width (upper bound / actual latency), MAPE of the predicted latency, and the
@@ -26,7 +26,7 @@ import time
 
 from experiments.common import finish, start
 from experiments.datasets import load
-from predictor.admission_replay import SLO, partial_overlap_records, replay
+from predictor.analysis.admission_replay import SLO, partial_overlap_records, replay
 from predictor.service.config import ServiceConfig
 
 

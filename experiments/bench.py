@@ -7,7 +7,7 @@ judged against, both measured here, now, on the same input:
   (``predictor replay LOG --prequential --reference`` in-process) against merely
   reading the same gzip JSONL file with the standard library (``gzip`` +
   ``json.loads`` per line); and the compiled replay, ``predictor replay --prequential``'s
-  default (:mod:`predictor.fastreplay`: typed decoding, the RLS steps and the
+  default (:mod:`predictor.prequential.blocks`: typed decoding, the RLS steps and the
   non-negative projection compiled over blocks, learned on a second thread while the file is
   inflated on a third), on one thread (``--serial``), and with the ``fine`` and ``coarse``
   feature sets (the fastest configuration; each with its MAPE, the price of its speed), and
@@ -66,7 +66,7 @@ from rich.table import Table
 
 from experiments.bench_replay import resample
 from experiments.common import DEFAULT_DATASET, machine
-from predictor.threads import pin_blas_threads
+from predictor.runtime.threads import pin_blas_threads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +134,7 @@ def json_floor(log: Path) -> float:
 
 def _json_records(log: Path) -> Any:
     """The records of ``log`` decoded as before the typed decoder: ``json.loads`` + ``parse_record``."""
-    from predictor.records import parse_record
+    from predictor.records.record import parse_record
 
     with gzip.open(log, "rt", encoding="utf-8") as stream:
         for line in stream:
@@ -144,9 +144,9 @@ def _json_records(log: Path) -> Any:
 def replay_reference(log: Path, spec: str = "rls", typed: bool = True) -> tuple[float, np.ndarray]:
     """Records/s of ``predictor replay LOG --prequential`` in-process, and its predictions
     (``typed=False``: decoded by ``json.loads`` and the rules, the path before the typed decoder)."""
-    from predictor.evaluation import run_prequential
-    from predictor.logio import iter_records
     from predictor.predictors import create
+    from predictor.prequential.evaluation import run_prequential
+    from predictor.records.logio import iter_records
 
     begin = time.perf_counter()
     scored = run_prequential(create(spec), iter_records(log) if typed else _json_records(log))
@@ -157,8 +157,8 @@ def replay_fast(log: Path, spec: str = "rls", overlap: bool = True) -> tuple[flo
     """Records/s of the fast replay (typed decoding, block features, compiled kernel; with ``overlap``
     each block learned on a second thread, as ``predictor replay --prequential`` does), its predictions
     and their MAPE."""
-    from predictor.evaluation import summarize
-    from predictor.fastreplay import fast_prequential
+    from predictor.prequential.blocks import fast_prequential
+    from predictor.prequential.evaluation import summarize
 
     fast_prequential(log, spec, limit=64)  # compile (cached on disk) outside the timing
     begin = time.perf_counter()
@@ -189,7 +189,7 @@ def rls_rates(n: int, seed: int) -> dict[str, float]:
     """Observations/s of predict+learn: river's BayesianLinearRegression, our RLS, the compiled block kernel."""
     from river import linear_model
 
-    from predictor.regressors.rls import RLS
+    from predictor.regressors.least_squares import RLS
     from predictor.regressors.rls_kernel import learn_block
 
     stream = feature_stream(n, seed)

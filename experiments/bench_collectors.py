@@ -2,7 +2,7 @@
 
 Measured, with the real pieces (a spawned worker process, ``multiprocessing``
 queues, :class:`~collectors.tracker.Tracker`, :class:`~collectors.cpu_sampler.CpuSampler`,
-a gzip :class:`~predictor.logio.RecordWriter`):
+a gzip :class:`~predictor.records.logio.RecordWriter`):
 
 (a) per batch, in the worker: publishing the begin in the shared-memory slot,
     the timer and the end report written to the pipe (everything the
@@ -34,7 +34,7 @@ from collectors.slot import RunningSlot
 from collectors.timers import CpuTimer
 from collectors.tracker import Tracker
 from experiments.common import finish, start
-from predictor.logio import RecordWriter
+from predictor.records.logio import RecordWriter
 
 
 @dataclasses.dataclass(frozen=True)

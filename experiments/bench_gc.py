@@ -3,7 +3,7 @@
 Starts the bench's service (:func:`experiments.rpc_servers.service_main`: ``rls``, 2,000 warm-up
 records, observation log on) once per collector setting of ``thresholds`` (``--gc-young-threshold``
 of ``predictor serve``: 0 is Python's collector as it is, thresholds 700/10/10 and nothing frozen;
-10,000 is the service's default, with start-up frozen: :mod:`predictor.gc_tuning`), then,
+10,000 is the service's default, with start-up frozen: :mod:`predictor.runtime.gc_tuning`), then,
 ``rounds`` times interleaved over the settings, runs side by side for ``seconds``:
 
 * a ``grpc.aio`` client process sending PredictLatency at ``rate`` calls/s, each call at its

@@ -14,9 +14,9 @@ times so that they share the machine's load:
   each record are not replayed): the share of the replay;
 * ``service, no replay, no gate``: also ``outlier_gate=False``;
 * ``learning, per record``: the ``rls`` predictor alone, ``predict_learn_one`` per record
-  (:func:`~predictor.evaluation.run_prequential`);
+  (:func:`~predictor.prequential.evaluation.run_prequential`);
 * ``learning, blockwise``: the same steps by the compiled kernel over blocks of 256
-  (:func:`~predictor.fastreplay.prequential_blocks`).
+  (:func:`~predictor.prequential.blocks.prequential_blocks`).
 
 Reports medians of records per CPU second, and each variant's ratio to ``service, per record``.
 The compiled kernel is loaded once before timing, as in a running server.
@@ -27,7 +27,7 @@ blockwise 5278. By blocks (run 1): per record 822, service 1507 (1.83x), no repl
 replay and no gate 3454, learning per record 4985, learning blockwise 7230 records per CPU
 second; run 2 (busier): per record 557, service 1296 (2.33x), no replay 2782. Half of a block's time was
 then the per-shape calibrator scoring each replayed answer, a sequential walk over cells.
-With that walk compiled over the block (:mod:`predictor.shape_block`; load average 3.9-4.3):
+With that walk compiled over the block (:mod:`predictor.calibration.shape_block`; load average 3.9-4.3):
 per record 805, service 2218 (2.75x), no replay 4105, no replay and no gate 4345, learning per
 record 5037, learning blockwise 8096; interleaved against the code before it, service
 1609 -> 2263 (1.41x). Most of a block was then the admission-time replay's planning; with the
@@ -48,11 +48,11 @@ import time
 from collections.abc import Callable
 
 from experiments.common import DEFAULT_DATASET, finish, start
-from predictor.evaluation import run_prequential
-from predictor.fastreplay import prequential_blocks, supports
-from predictor.logio import read_records
 from predictor.predictors import create
-from predictor.records import Record
+from predictor.prequential.blocks import prequential_blocks, supports
+from predictor.prequential.evaluation import run_prequential
+from predictor.records.logio import read_records
+from predictor.records.record import Record
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.service.ingest import MESSAGE_END

@@ -22,7 +22,7 @@ repeats), the ratio ingest/idle (median of the per-repeat ratios; the target is 
 the records/s the stream achieved.
 
 ``--learner-nice 0,10``, ``--learner-policy normal,idle`` and ``--server-args ",--learner-cpus 1
---worker-cpus 0"`` add a ``--workers N`` server (N > 1) per combination (``predictor.cpu_priority``);
+--worker-cpus 0"`` add a ``--workers N`` server (N > 1) per combination (``predictor.runtime.cpu_priority``);
 ``--one-process-args ",--handler-cpus 0"`` a ``--workers 1`` server per set of arguments.
 
 Run: ``.venv/bin/python -m experiments.bench_isolation`` (``--workers 1,2 --clients 2 --repeats 3``)
@@ -48,7 +48,7 @@ from experiments.bench_workers import differing_answers, start_server
 from experiments.common import ROOT, finish, start
 from experiments.cpu_accounting import cpu_around
 from experiments.rpc_load import ClientPool
-from predictor.logio import read_records, write_records
+from predictor.records.logio import read_records, write_records
 from predictor.rpc import convert
 from predictor.rpc.names import METHOD_PREFIX
 from predictor.rpc.protos import pb2

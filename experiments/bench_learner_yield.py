@@ -2,7 +2,7 @@
 
 Starts the bench's service (:func:`experiments.rpc_servers.service_main`: ``rls``, 2,000 warm-up
 records, observation log on, the collector tuned) once per period of ``periods`` (0: the learner
-never pauses; :mod:`predictor.gil_yield`), and, ``rounds`` times interleaved over the periods,
+never pauses; :mod:`predictor.runtime.gil_yield`), and, ``rounds`` times interleaved over the periods,
 measures side by side with a second client streaming 256-record ReportObservations messages as
 fast as they are taken:
 

@@ -33,10 +33,10 @@ from rich.table import Table
 from river import linear_model, optim, preprocessing
 
 from experiments.common import DEFAULT_DATASET, finish, start
-from predictor.features import interaction_features
-from predictor.logio import read_records
+from predictor.features.extract import interaction_features
 from predictor.predictors import available, create
-from predictor.regressors.rls import RLS
+from predictor.records.logio import read_records
+from predictor.regressors.least_squares import RLS
 
 
 @dataclasses.dataclass(frozen=True)

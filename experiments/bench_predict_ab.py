@@ -39,7 +39,7 @@ from experiments import bench_rpc
 from experiments.rpc_servers import _build_service
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.server import create_server, stop_server
-from predictor.threads import pin_blas_threads
+from predictor.runtime.threads import pin_blas_threads
 pin_blas_threads(None)
 spec = {"predictor": "rls", "outlier_gate": True, "warm_records": 2000, "seed": 0, "devices": bench_rpc.DEVICES,
         "max_candidates": 1024, "state_dir": tempfile.mkdtemp(prefix="bench-ab-")}

@@ -29,7 +29,8 @@ from experiments.common import finish, start
 from experiments.rpc_servers import _build_service
 from predictor.rpc.protos import pb2
 from predictor.rpc.servicer import InterferenceServicer
-from predictor.service import answering, fixed_point_kernel
+from predictor.service import answering
+from predictor.service.estimates import fixed_point_kernel
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ import sys
 import time
 
 from experiments.common import DEFAULT_DATASET, ROOT, finish, relative, start
-from predictor.logio import RecordWriter, iter_records, read_records
+from predictor.records.logio import RecordWriter, iter_records, read_records
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from experiments.common import DEFAULT_DATASET, finish, start
-from predictor.logio import read_records
-from predictor.records import Record
+from predictor.records.logio import read_records
+from predictor.records.record import Record
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.service.replay_block import Replayed, replay_block_per_question

@@ -44,7 +44,7 @@ from experiments.common import finish, start
 from experiments.echo_server import method_path
 from experiments.rpc_load import ClientPool
 from experiments.rpc_servers import ServerProcess, echo_main, service_main
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.rpc import convert
 from predictor.rpc.names import METHOD_PREFIX
 from predictor.rpc.protos import pb2

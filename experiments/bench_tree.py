@@ -36,8 +36,8 @@ import time
 import numpy as np
 
 from experiments.common import DEFAULT_DATASET, finish, start
-from predictor.logio import read_records
 from predictor.predictors import create
+from predictor.records.logio import read_records
 from predictor.regressors.trees import fit_trees
 
 

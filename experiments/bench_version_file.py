@@ -7,8 +7,8 @@ does. Each version is written and read two ways, interleaved:
 * **whole**: ``pickle.dumps`` of the version to a file renamed into place / the file read and
   ``pickle.loads``, as the version files held it before (every residual window pickled in full,
   and re-sorted when read);
-* **parts**: :class:`~predictor.service.version_file.VersionFile` and
-  :class:`~predictor.service.version_file.VersionReader` (windows packed, and only the windows
+* **parts**: :class:`~predictor.service.replicas.version_file.VersionFile` and
+  :class:`~predictor.service.replicas.version_file.VersionReader` (windows packed, and only the windows
   that changed since the version the reader holds are written and read again).
 
 Also prints where a whole load spends its time, by part of the version (the predictor, the
@@ -34,10 +34,10 @@ from rich.console import Console
 from rich.table import Table
 
 from experiments.common import ROOT, finish, start
-from predictor.logio import read_records
+from predictor.records.logio import read_records
 from predictor.service import Service, ServiceConfig
 from predictor.service.published import ModelVersion
-from predictor.service.version_file import VersionFile, VersionReader
+from predictor.service.replicas.version_file import VersionFile, VersionReader
 
 
 @dataclasses.dataclass(frozen=True)

@@ -58,7 +58,7 @@ from experiments import bench_rpc, h2load_clients
 from experiments.common import ROOT, finish, start
 from experiments.cpu_accounting import cpu_around, cpu_per_call_ms
 from experiments.rpc_load import ClientPool
-from predictor.logio import write_records
+from predictor.records.logio import write_records
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.names import METHOD_PREFIX
 from predictor.rpc.protos import pb2

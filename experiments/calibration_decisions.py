@@ -30,10 +30,10 @@ import numpy as np
 
 from experiments.common import finish, start
 from experiments.datasets import collected_names, load
-from predictor.calibration import ConformalCalibrator
-from predictor.evaluation import has_time_order
+from predictor.calibration.conformal import ConformalCalibrator
 from predictor.predictors import create
-from predictor.records import Record
+from predictor.prequential.evaluation import has_time_order
+from predictor.records.record import Record
 
 
 @dataclasses.dataclass(frozen=True)

@@ -74,15 +74,15 @@ import simpy
 from experiments.common import finish, plot_against_load, start
 from experiments.datasets import load
 from experiments.scheduler_sim import LatencyPool, observed, poisson_arrivals, without_signals
-from predictor.logio import write_records
 from predictor.predictors import create
-from predictor.records import Record
+from predictor.records.logio import write_records
+from predictor.records.record import Record
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import Service
 from predictor.service.config import ServiceConfig
+from predictor.service.live.topology import Link, Topology
 from predictor.service.types import Candidate, CoRunnerSource, InputPlace, PlannedCoRunner
-from predictor.topology import Link, Topology
 
 POLICIES = ("blind", "static", "ours", "ours+queue", "ours+queue+memory", "ours+queue+memory+network",
             "ours+queue+memory+network+delay")

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from predictor import threads
+from predictor.runtime import threads
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"

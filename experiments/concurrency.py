@@ -30,9 +30,9 @@ import numpy as np
 
 from experiments.common import finish, start
 from experiments.datasets import load
-from predictor.evaluation import run_prequential, run_split, summarize
 from predictor.predictors import create
-from predictor.records import Record
+from predictor.prequential.evaluation import run_prequential, run_split, summarize
+from predictor.records.record import Record
 
 COUNT_BUCKETS = ("0", "1", "2", "3+")
 PREDICTORS = ("solo", "static", "ewma:alpha=0.3", "sgd", "rls", "forest", "ensemble")

@@ -30,9 +30,9 @@ import math
 import numpy as np
 
 from experiments.common import DEFAULT_DATASET, finish, relative, start
-from predictor.logio import iter_records
 from predictor.predictors import create
-from predictor.records import BatchSpec, CoRunner, Record
+from predictor.records.logio import iter_records
+from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.service import CoRunnerSource, PlannedCoRunner, Query, Service, ServiceConfig
 
 COSTS = {"resnet": (0.30, 8.0), "bert": (0.45, 12.0), "mlp": (0.15, 4.0), "vgg": (0.60, 10.0)}

@@ -14,11 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.common import DEFAULT_DATASET, RESULTS, ROOT
-from predictor.importers.gpulet import import_gpulet
-from predictor.importers.igniter import import_igniter
-from predictor.importers.sources import find_source
-from predictor.logio import read_records, write_records
-from predictor.records import Record
+from predictor.records.importers.gpulet import import_gpulet
+from predictor.records.importers.igniter import import_igniter
+from predictor.records.importers.sources import find_source
+from predictor.records.logio import read_records, write_records
+from predictor.records.record import Record
 
 COLLECTED = ROOT / "experiments" / "data"
 IMPORTED = RESULTS / "_imported"

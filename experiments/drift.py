@@ -44,9 +44,9 @@ import numpy as np
 from collectors.schedule import parse_schedule
 from experiments.common import finish, start
 from experiments.datasets import COLLECTED, load
-from predictor.evaluation import rolling_mean, run_prequential, summarize
 from predictor.predictors import create
-from predictor.records import Record
+from predictor.prequential.evaluation import rolling_mean, run_prequential, summarize
+from predictor.records.record import Record
 
 MIX_MARGIN_S = 2.0  # a new model's first batch is looked for from this long before the scheduled change
 PREDICTORS = ("static", "ewma:alpha=0.3", "sgd", "rls", "rls:drift_reset=True", "forest", "ensemble")

@@ -2,7 +2,7 @@
 
 A probe thread sleeps 0.2 ms and needs the GIL to wake; its lateness is how long it waited for
 the GIL. Beside it, for ``seconds`` each, a busy thread runs one of these loops (the GIL's
-switch interval at :data:`predictor.gil.DEFAULT_SWITCH_INTERVAL_MS`, as ``predictor serve``):
+switch interval at :data:`predictor.runtime.gil.DEFAULT_SWITCH_INTERVAL_MS`, as ``predictor serve``):
 
 * ``pure Python``: never drops the GIL, so the probe is handed it after one switch interval;
 * ``numpy every ~3 µs`` and ``numpy every ~150 µs``: the same Python with a small
@@ -10,7 +10,7 @@ switch interval at :data:`predictor.gil.DEFAULT_SWITCH_INTERVAL_MS`, as ``predic
   microseconds, or every ~150 (less often than the interval: what the learner's numpy-heavy
   stages do): each drop restarts the probe's wait, so it is handed the GIL only if it wins the
   race at a drop;
-* ``numpy every ~150 µs, pausing every 1 ms``: the same, with :func:`predictor.gil_yield.point`
+* ``numpy every ~150 µs, pausing every 1 ms``: the same, with :func:`predictor.runtime.gil_yield.point`
   between iterations and the process set to pause every 1 ms (``--learner-yield-ms 1``).
 
 Measured on the shared 2-core machine (2026-11-24, 3 s each; lateness beyond the 0.2 ms asked):
@@ -32,8 +32,8 @@ from collections.abc import Callable
 import numpy as np
 
 from experiments.common import finish, start
-from predictor import gil_yield
-from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
+from predictor.runtime import gil_yield
+from predictor.runtime.gil import DEFAULT_SWITCH_INTERVAL_MS
 
 
 @dataclasses.dataclass(frozen=True)

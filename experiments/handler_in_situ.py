@@ -52,11 +52,12 @@ import numpy as np
 from experiments import bench_rpc
 from experiments.common import finish, start
 from experiments.rpc_servers import _build_service
-from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
 from predictor.rpc import servicer as servicer_module
 from predictor.rpc.protos import pb2
 from predictor.rpc.servicer import InterferenceServicer
-from predictor.service import answering, fixed_point_kernel
+from predictor.runtime.gil import DEFAULT_SWITCH_INTERVAL_MS
+from predictor.service import answering
+from predictor.service.estimates import fixed_point_kernel
 
 STAGES = ("plan_query", "_latencies", "_bounds", "answer")
 """The :class:`~predictor.service.answering.Answering` methods timed (inclusive), beside decoding and encoding."""

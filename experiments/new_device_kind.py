@@ -33,8 +33,8 @@ import numpy as np
 
 from experiments.common import finish, start
 from experiments.datasets import load
-from predictor.admission_replay import admission_query
-from predictor.records import Record
+from predictor.analysis.admission_replay import admission_query
+from predictor.records.record import Record
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.service.types import Deadline

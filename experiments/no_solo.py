@@ -39,10 +39,10 @@ import time
 
 import numpy as np
 
-from predictor.evaluation import run_split, split_records, summarize
 from predictor.predictors import create
 from predictor.predictors.tree import TreePredictor
-from predictor.records import BatchSpec, CoRunner, Record
+from predictor.prequential.evaluation import run_split, split_records, summarize
+from predictor.records.record import BatchSpec, CoRunner, Record
 
 LANGUAGE = {"bert": (0.30, 384), "gpt2": (0.45, 256), "t5": (0.38, 320)}
 """Language models: cost per item (ms) and cache-cliff sequence length."""

@@ -16,9 +16,9 @@ import dataclasses
 from experiments.common import finish, start
 from experiments.datasets import collected_names, load
 from experiments.report import markdown_table
-from predictor.evaluation import run_prequential, run_split, summarize
-from predictor.plots import error_cdf
+from predictor.analysis.plots import error_cdf
 from predictor.predictors import create
+from predictor.prequential.evaluation import run_prequential, run_split, summarize
 
 PREDICTORS = (
     "solo", "static", "ewma:alpha=0.1", "ewma:alpha=0.3", "ewma:alpha=0.5", "ewma:alpha=0.9",

@@ -36,8 +36,7 @@ import numpy as np
 from experiments.common import finish, start
 from experiments.datasets import load
 from predictor.pipeline.graph import Dag
-from predictor.pipeline.types import PipelineStage
-from predictor.records import Record
+from predictor.records.record import Record
 from predictor.service import (
     Candidate,
     CoRunnerSource,
@@ -47,6 +46,7 @@ from predictor.service import (
     ServiceConfig,
     ServiceError,
 )
+from predictor.service.pipeline_types import PipelineStage
 from predictor.service.synthetic import synthetic_records
 
 TEMPLATES: dict[str, tuple[int, list[tuple[int, int]]]] = {

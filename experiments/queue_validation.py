@@ -3,7 +3,7 @@
 For each utilisation ``rho`` and service distribution (exponential: M/M/1; deterministic:
 M/D/1), a simpy simulation serves ``customers`` Poisson arrivals one at a time and measures
 their mean wait in the queue. The same run is fed to the service's queue book
-(:class:`~predictor.service.queues.QueueBook`) as the reports a collector would send
+(:class:`~predictor.service.live.queues.QueueBook`) as the reports a collector would send
 (a start report when a batch starts, an end report when it ends, on the simulated clock),
 and the book's Pollaczek-Khinchine wait is compared with the simulated one. The exact
 formula with the true parameters is reported beside it, and, for the tail, the book's
@@ -21,8 +21,8 @@ import random
 import numpy as np
 import simpy
 
-from predictor.queueing import mg1_wait
-from predictor.service.queues import QueueBook
+from predictor.service.live.queueing import mg1_wait
+from predictor.service.live.queues import QueueBook
 
 SERVICES = ("exponential", "deterministic")
 RHOS = (0.1, 0.3, 0.5, 0.7, 0.9)

@@ -25,18 +25,19 @@ from typing import Any
 
 from experiments.cpu_accounting import process_cpu_seconds
 from experiments.echo_server import create_echo_aio_server, create_echo_server
-from predictor import gil_yield
-from predictor.cpu_priority import handler_split, pin_to_cpus
-from predictor.gc_tuning import DEFAULT_YOUNG_THRESHOLD, freeze_startup, set_young_threshold
-from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
 from predictor.rpc.errors import grpc_errors
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.protos import pb2
 from predictor.rpc.server import create_server, stop_server
 from predictor.rpc.servicer import InterferenceServicer
-from predictor.service import Service, ServiceConfig, fixed_point_kernel
+from predictor.runtime import gil_yield
+from predictor.runtime.cpu_priority import handler_split, pin_to_cpus
+from predictor.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD, freeze_startup, set_young_threshold
+from predictor.runtime.gil import DEFAULT_SWITCH_INTERVAL_MS
+from predictor.runtime.threads import pin_blas_threads
+from predictor.service import Service, ServiceConfig
+from predictor.service.estimates import fixed_point_kernel
 from predictor.service.synthetic import synthetic_records
-from predictor.threads import pin_blas_threads
 
 
 def _build_service(spec: dict) -> Any:
@@ -62,16 +63,16 @@ def service_main(conn: Any, spec: dict) -> None:
     handler_cpus = tuple(spec.get("handler_cpus", ()))
     if handler_cpus:
         pin_to_cpus(handler_split(handler_cpus))
-    # the GIL's switch interval of `predictor serve` (predictor.gil), unless the spec names one
+    # the GIL's switch interval of `predictor serve` (predictor.runtime.gil), unless the spec names one
     sys.setswitchinterval(spec.get("switch_interval_s") or DEFAULT_SWITCH_INTERVAL_MS / 1e3)
 
     service = _build_service(spec)
     fixed_point_kernel.warm()  # as `predictor serve` does: compiled before the first answer, not during it
-    # and its garbage collector (predictor.gc_tuning), unless the spec names another threshold (0: Python's)
+    # and its garbage collector (predictor.runtime.gc_tuning), unless the spec names another threshold (0: Python's)
     young = spec.get("gc_young_threshold", DEFAULT_YOUNG_THRESHOLD)
     set_young_threshold(young)
     freeze_startup(young)
-    # and the learner's pauses for answers (predictor.gil_yield), unless the spec names another period (0: none)
+    # and the learner's pauses for answers (predictor.runtime.gil_yield), unless the spec names another period (0: none)
     gil_yield.configure(spec.get("learner_yield_ms", gil_yield.DEFAULT_LEARNER_YIELD_MS))
     metrics = ServerMetrics(service) if spec["metrics"] else None
     servicer = _canned_servicer(service, spec["canned"]) if spec.get("canned") else None
@@ -110,7 +111,7 @@ def _echo_methods(spec: dict) -> tuple[dict, dict]:
 def echo_main(conn: Any, spec: dict) -> None:
     """Serve the echo floor on ``127.0.0.1:0``; send the port, stop when told."""
     pin_blas_threads(spec.get("blas_threads"))
-    # the GIL's switch interval of `predictor serve` (predictor.gil), unless the spec names one
+    # the GIL's switch interval of `predictor serve` (predictor.runtime.gil), unless the spec names one
     sys.setswitchinterval(spec.get("switch_interval_s") or DEFAULT_SWITCH_INTERVAL_MS / 1e3)
     unary, streams = _echo_methods(spec)
     if spec["server"] == "aio":

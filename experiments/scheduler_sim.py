@@ -94,9 +94,9 @@ import numpy as np
 
 from experiments.common import finish, plot_against_load, start
 from experiments.datasets import load
-from predictor.logio import write_records
 from predictor.predictors import create
-from predictor.records import CoRunner, Record
+from predictor.records.logio import write_records
+from predictor.records.record import CoRunner, Record
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import Service

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from experiments.common import ROOT, finish, start
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.rpc.client import InterferenceClient
 from predictor.service import Candidate, CoRunnerSource, PlannedCoRunner, Query
 from predictor.service.synthetic import synthetic_records

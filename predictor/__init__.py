@@ -6,9 +6,9 @@ neither gRPC nor river, scikit-learn or torch until a name that needs them is
 asked for.
 
 - Records (``coloc/v1``): :class:`BatchSpec`, :class:`CoRunner`, :class:`Record`,
-  :class:`RecordError`, :func:`parse_record`, from :mod:`predictor.records`.
+  :class:`RecordError`, :func:`parse_record`, from :mod:`predictor.records.record`.
 - Logs: :func:`iter_records`, :func:`read_records`, :func:`write_records`,
-  :class:`RecordWriter`, :class:`ReadReport`, from :mod:`predictor.logio`.
+  :class:`RecordWriter`, :class:`ReadReport`, from :mod:`predictor.records.logio`.
 - Predictors: :func:`make_predictor` (the registry's
   :func:`~predictor.predictors.registry.create`: a name or
   ``name:key=value,...`` spec to a fresh predictor), :func:`available_predictors`
@@ -39,16 +39,16 @@ __version__ = "0.1.0"
 
 # Exported name -> (module, attribute in that module).
 _EXPORTS: dict[str, tuple[str, str]] = {
-    "BatchSpec": ("predictor.records", "BatchSpec"),
-    "CoRunner": ("predictor.records", "CoRunner"),
-    "Record": ("predictor.records", "Record"),
-    "RecordError": ("predictor.records", "RecordError"),
-    "parse_record": ("predictor.records", "parse_record"),
-    "ReadReport": ("predictor.logio", "ReadReport"),
-    "RecordWriter": ("predictor.logio", "RecordWriter"),
-    "iter_records": ("predictor.logio", "iter_records"),
-    "read_records": ("predictor.logio", "read_records"),
-    "write_records": ("predictor.logio", "write_records"),
+    "BatchSpec": ("predictor.records.record", "BatchSpec"),
+    "CoRunner": ("predictor.records.record", "CoRunner"),
+    "Record": ("predictor.records.record", "Record"),
+    "RecordError": ("predictor.records.record", "RecordError"),
+    "parse_record": ("predictor.records.record", "parse_record"),
+    "ReadReport": ("predictor.records.logio", "ReadReport"),
+    "RecordWriter": ("predictor.records.logio", "RecordWriter"),
+    "iter_records": ("predictor.records.logio", "iter_records"),
+    "read_records": ("predictor.records.logio", "read_records"),
+    "write_records": ("predictor.records.logio", "write_records"),
     "LatencyPredictor": ("predictor.predictors.base", "LatencyPredictor"),
     "make_predictor": ("predictor.predictors.registry", "create"),
     "available_predictors": ("predictor.predictors.registry", "available"),
@@ -81,11 +81,17 @@ __all__ = [  # the keys of _EXPORTS, spelt out for linters and type checkers
 ]
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
-    from predictor.logio import ReadReport, RecordWriter, iter_records, read_records, write_records
     from predictor.predictors.base import LatencyPredictor
     from predictor.predictors.registry import available as available_predictors
     from predictor.predictors.registry import create as make_predictor
-    from predictor.records import BatchSpec, CoRunner, Record, RecordError, parse_record
+    from predictor.records.logio import (
+        ReadReport,
+        RecordWriter,
+        iter_records,
+        read_records,
+        write_records,
+    )
+    from predictor.records.record import BatchSpec, CoRunner, Record, RecordError, parse_record
     from predictor.rpc.client import InterferenceClient
     from predictor.service import Query, Service, ServiceConfig
     from predictor.testing import check_predictor

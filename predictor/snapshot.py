@@ -9,7 +9,7 @@ Layout::
 The header records the payload's length and SHA-256, the predictor (its
 name or spec), the number of observations learned, and any fields the writer
 adds (the service adds ``log_sequence``: the last observation log entry the
-state covers, see :mod:`predictor.service.wal`).
+state covers, see :mod:`predictor.service.durability.wal`).
 
 * Bytes: :func:`dumps` and :func:`loads`.
 * Files: :func:`write_snapshot` and :func:`write_payload` write to a temporary
@@ -61,8 +61,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from predictor.durable import fsync_dir
 from predictor.predictors.base import LatencyPredictor
+from predictor.runtime.durable import fsync_dir
 
 MAGIC = b"INTERFERENCE-PREDICTOR-SNAPSHOT\n"
 FORMAT = "interference-predictor/service-state"

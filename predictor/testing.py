@@ -67,7 +67,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from predictor.predictors.base import LatencyPredictor
-from predictor.records import BatchSpec, CoRunner, Record
+from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.snapshot import restore_predictor, snapshot_predictor
 
 Check = Callable[[LatencyPredictor, list[Record]], None]

@@ -27,7 +27,7 @@ $PY -m predictor.cli collect --device cuda --duration "$DURATION" --workers 2 --
     --quiet -o "$OUT/gpu-run.jsonl.gz" || status=1
 $PY - "$OUT/gpu-run.jsonl.gz" <<'PY' || status=1
 import collections, statistics, sys
-from predictor.logio import read_records
+from predictor.records.logio import read_records
 records, _ = read_records(sys.argv[1])
 kinds = collections.Counter((r.device_kind, r.source) for r in records)
 print(f"{len(records)} records; device kinds and sources: {dict(kinds)}")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from predictor.importers.sources import find_source
+from predictor.records.importers.sources import find_source
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATASET = ROOT / "predictor" / "data" / "cpu-default.jsonl.gz"

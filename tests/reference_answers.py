@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from predictor.records import BatchSpec, Record
+from predictor.records.record import BatchSpec, Record
 from predictor.rpc import convert
 from predictor.service import CoRunnerSource, Prediction, Query, Service, ServiceConfig
 

@@ -105,7 +105,7 @@ def serving_in_thread(config: Any, options: Any) -> Iterator[str]:
     """``serve(config, options)`` in a thread of this process (``options.port_file`` set), until
     the block ends; yields its ``127.0.0.1:port`` once it answers health checks."""
     from predictor.rpc.client import InterferenceClient
-    from predictor.rpc.serve import serve
+    from predictor.rpc.processes.serve import serve
 
     stop = threading.Event()
     thread = threading.Thread(target=serve, args=(config, options, stop))

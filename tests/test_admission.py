@@ -11,9 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor.admission_replay import admission_query, partial_overlap_records, replay
-from predictor.calibration import BoundSource
-from predictor.records import BatchSpec
+from predictor.analysis.admission_replay import admission_query, partial_overlap_records, replay
+from predictor.calibration.conformal import BoundSource
+from predictor.calibration.shape import ShapeCalibrator
+from predictor.calibration.shapes import ADMISSION, QueryShape
+from predictor.records.record import BatchSpec
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.protos import pb2, pb2_grpc
 from predictor.rpc.server import create_server, stop_server
@@ -27,9 +29,8 @@ from predictor.service import (
     ServiceConfig,
 )
 from predictor.service.admission import Answered, AnswerMemory, admission_queries
+from predictor.service.replay_block import replay_record
 from predictor.service.synthetic import synthetic_records
-from predictor.shape_calibration import ShapeCalibrator
-from predictor.shapes import ADMISSION, QueryShape
 
 CONFIG = ServiceConfig(snapshot_every_s=0, observation_log=False, outlier_gate=False)
 
@@ -136,7 +137,7 @@ def test_degraded_replay_goes_the_way_a_real_query_goes():
     for record in records[:150]:
         service.observe(record)
     for record in records[150:]:
-        replays = dict(service.answers.replay(record))
+        replays = dict(replay_record(service.answers, record))
         for shape, query in admission_queries(record):
             answer = service.answers.answer(service.answers.plan_query(query, "query."), 0.95)
             assert replays[shape] == answer.raw_latency_ms[0]  # before the calibrated correction
@@ -286,7 +287,7 @@ def test_a_count_only_linked_windows_hold_reads_them_at_the_replayed_scale():
 
 def test_evaluate_reports_admission_coverage_per_shape_and_count(tmp_path):
     from predictor.cli.main import main
-    from predictor.logio import write_records
+    from predictor.records.logio import write_records
 
     log, out = tmp_path / "syn.jsonl", tmp_path / "out.json"
     write_records(log, partial_overlap_records(400, seed=4))

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor.calibration import (
+from predictor.calibration.conformal import (
     BoundSource,
     ConformalCalibrator,
     ResidualWindow,

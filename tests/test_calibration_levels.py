@@ -15,9 +15,9 @@ import random
 import numpy as np
 import pytest
 
-from predictor.calibration import BoundSource
-from predictor.shape_calibration import GRID, LINKED, ShapeCalibrator, _largest
-from predictor.shapes import QueryShape
+from predictor.calibration.conformal import BoundSource
+from predictor.calibration.shape import GRID, LINKED, ShapeCalibrator, _largest
+from predictor.calibration.shapes import QueryShape
 
 SHAPES = [QueryShape.parse(key) for key in ("none/nosig", "overlap/sig", "unknown/nosig", "remaining/nosig", "live/sig")]
 

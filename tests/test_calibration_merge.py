@@ -9,10 +9,14 @@ import random
 
 import pytest
 
-from predictor.calibration import ConformalCalibrator, ResidualWindow
-from predictor.calibration_merge import merge_conformal_calibrators, merge_shape_calibrators, merge_windows
-from predictor.shape_calibration import ShapeCalibrator
-from predictor.shapes import QueryShape
+from predictor.calibration.conformal import ConformalCalibrator, ResidualWindow
+from predictor.calibration.merge import (
+    merge_conformal_calibrators,
+    merge_shape_calibrators,
+    merge_windows,
+)
+from predictor.calibration.shape import ShapeCalibrator
+from predictor.calibration.shapes import QueryShape
 
 SHAPE = QueryShape("overlap", False)
 MODELS = {"mlp": 0.05, "bert": 0.3}  # each model's log-normal spread around its prediction

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from predictor import cell_kernel
+from predictor.calibration import cell_kernel
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -21,7 +21,7 @@ from experiments.cluster_sim import (
 )
 from experiments.datasets import load
 from experiments.scheduler_sim import LatencyPool
-from predictor.records import BatchSpec, Record
+from predictor.records.record import BatchSpec, Record
 
 
 def job(ident, model, batch_size=1, host=0):

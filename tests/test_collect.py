@@ -12,8 +12,8 @@ from collectors.schedule import parse_schedule
 from collectors.summary import summarize
 from collectors.workload import CollectionConfig, run_collection
 from predictor.cli import main
-from predictor.records import Record, parse_record
-from predictor.rules import BATCH_CPU_SIGNAL
+from predictor.records.record import Record, parse_record
+from predictor.records.rules import BATCH_CPU_SIGNAL
 
 pytest.importorskip("torch")
 

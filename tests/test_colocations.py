@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor.colocations import CoLocations
 from predictor.predictors import create
-from predictor.records import BatchSpec
+from predictor.records.colocations import CoLocations
+from predictor.records.record import BatchSpec
 from predictor.service.synthetic import synthetic_records
 
 runner = st.tuples(st.sampled_from(["a", "b"]), st.integers(1, 8), st.just({}), st.floats(0.0, 1.0))

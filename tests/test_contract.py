@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from strategies import learnable_records
 
 from predictor.predictors import LatencyPredictor, available, create
-from predictor.records import Record
+from predictor.records.record import Record
 from predictor.snapshot import SnapshotError, restore_predictor, snapshot_predictor
 from predictor.testing import CHECKS, check_predictor
 

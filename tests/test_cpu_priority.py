@@ -1,4 +1,4 @@
-"""``predictor.cpu_priority``: every thread of a real process lowered, threads started before included."""
+"""``predictor.runtime.cpu_priority``: every thread of a real process lowered, threads started before included."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from predictor.cpu_priority import (
+from predictor.runtime.cpu_priority import (
     POLICIES,
     check_nice,
     check_policy,
@@ -132,7 +132,8 @@ def test_cpu_lists_and_ranges():
 
 
 def test_serve_refuses_cpus_without_workers(capsys):
-    from predictor.rpc.serve import ServeOptions, serve
+    from predictor.rpc.processes.options import ServeOptions
+    from predictor.rpc.processes.serve import serve
     from predictor.service import ServiceConfig
 
     assert serve(ServiceConfig(), ServeOptions(workers=1, learner_cpus=(0,))) == 2
@@ -153,7 +154,8 @@ def test_each_pinned_worker_gets_one_cpu_round_robin():
 
 
 def test_serve_refuses_a_cpu_this_process_may_not_use(capsys):
-    from predictor.rpc.serve import ServeOptions, serve
+    from predictor.rpc.processes.options import ServeOptions
+    from predictor.rpc.processes.serve import serve
     from predictor.service import ServiceConfig
 
     assert serve(ServiceConfig(), ServeOptions(workers=2, worker_cpus=(0, 999))) == 2
@@ -173,7 +175,8 @@ def test_handler_split_leaves_the_other_cpus_and_refuses_none_left():
 
 
 def test_serve_refuses_handler_cpus_with_workers_or_leaving_no_cpu(capsys):
-    from predictor.rpc.serve import ServeOptions, serve
+    from predictor.rpc.processes.options import ServeOptions
+    from predictor.rpc.processes.serve import serve
     from predictor.service import ServiceConfig
 
     mine = tuple(sorted(os.sched_getaffinity(0)))
@@ -202,8 +205,8 @@ def test_serve_runs_its_handler_threads_on_their_cpus_and_every_other_thread_on_
     the CPUs left, the server learning and answering meanwhile."""
     from serve_process import start_server
 
-    from predictor.cpu_priority import HANDLER_THREAD_NAME
     from predictor.rpc.client import InterferenceClient
+    from predictor.runtime.cpu_priority import HANDLER_THREAD_NAME
     from predictor.service.synthetic import synthetic_records
 
     mine = sorted(os.sched_getaffinity(0))

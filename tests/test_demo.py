@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from predictor.logio import write_records
+from predictor.records.logio import write_records
 from predictor.service.synthetic import synthetic_records
 
 pytestmark = pytest.mark.skipif(

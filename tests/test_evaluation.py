@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from predictor.cli import main
-from predictor.evaluation import Scored, run_prequential, run_split, split_records, summarize
-from predictor.importers.igniter import import_igniter
-from predictor.logio import write_records
 from predictor.predictors import create
-from predictor.records import BatchSpec, CoRunner, Record
+from predictor.prequential.evaluation import Scored, run_prequential, run_split, split_records, summarize
+from predictor.records.importers.igniter import import_igniter
+from predictor.records.logio import write_records
+from predictor.records.record import BatchSpec, CoRunner, Record
 
 
 def test_summary_metrics():

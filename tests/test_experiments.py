@@ -12,7 +12,7 @@ import pytest
 from experiments import new_device_kind
 from experiments.drift import change_points, recovery
 from experiments.scheduler_sim import Config, Dispatcher, LatencyPool, run
-from predictor.records import BatchSpec, CoRunner, Record
+from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.service.synthetic import synthetic_records
 
 

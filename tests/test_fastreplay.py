@@ -1,4 +1,4 @@
-"""The blockwise replay (:mod:`predictor.fastreplay`) equals ``run_prequential`` within rounding."""
+"""The blockwise replay (:mod:`predictor.prequential.blocks`) equals ``run_prequential`` within rounding."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from experiments.common import DEFAULT_DATASET as DEFAULT_LOG
-from predictor.evaluation import run_prequential
-from predictor.fastreplay import fast_prequential, prequential_blocks, supports
-from predictor.logio import read_records, write_records
 from predictor.predictors import create
+from predictor.prequential.blocks import fast_prequential, prequential_blocks, supports
+from predictor.prequential.evaluation import run_prequential
+from predictor.records.logio import read_records, write_records
 from predictor.service.synthetic import synthetic_records
 
 
@@ -48,10 +48,10 @@ def _sgd_state(predictor) -> tuple:
 
 @pytest.mark.parametrize("spec", ["sgd", "sgd:log_target=False", "sgd:non_negative=False,learning_rate=0.05"])
 def test_blockwise_sgd_replay_equals_the_reference(tmp_path, spec):
-    """``sgd`` learned in compiled blocks (:mod:`predictor.regressors.sgd_kernel`): river's state to the
+    """``sgd`` learned in compiled blocks (:mod:`predictor.predictors.sgd_kernel`): river's state to the
     bit, the predictions within NumPy's ``exp`` against ``math.exp``; from decoded rows and on the kernel
     thread, the same bits."""
-    from predictor.logio import iter_rows
+    from predictor.records.logio import iter_rows
 
     records = _records()
     path = tmp_path / "log.jsonl.gz"
@@ -104,7 +104,7 @@ def test_evaluate_prequential_gives_the_reference_summaries(tmp_path):
     import json
 
     from predictor.cli import main
-    from predictor.evaluation import summarize
+    from predictor.prequential.evaluation import summarize
 
     records = _records()[:300]
     path, out = tmp_path / "log.jsonl.gz", tmp_path / "out.json"
@@ -122,8 +122,8 @@ def test_evaluate_prequential_gives_the_reference_summaries(tmp_path):
 def test_rows_replay_as_their_records(tmp_path, spec):
     """The replay over decoded rows (``logio.iter_rows``, no record per line) learns what it learns over
     the records of the same lines: the same predictions and state, to the bit."""
-    from predictor.logio import iter_rows
-    from predictor.typed_decoding import ColocRow
+    from predictor.records.logio import iter_rows
+    from predictor.records.typed_decoding import ColocRow
 
     path = tmp_path / "log.jsonl.gz"
     write_records(path, _records())
@@ -162,8 +162,8 @@ def test_a_bad_line_mid_stream_leaves_the_block_in_flight_learned_whole(tmp_path
     """A replay stopped by a bad line learns what the serial one learns: every block started
     (the one on the kernel thread included, taken in before the error is raised), none of the
     records after it."""
-    from predictor.logio import iter_rows
-    from predictor.records import RecordError
+    from predictor.records.logio import iter_rows
+    from predictor.records.record import RecordError
 
     path = tmp_path / "log.jsonl"
     write_records(path, _records()[:300])
@@ -188,7 +188,7 @@ def test_a_bad_line_mid_stream_leaves_the_block_in_flight_learned_whole(tmp_path
 def test_plans_started_afresh_past_their_bound_give_the_same_bits(monkeypatch):
     """Past MAX_PLANS row layouts the replay starts its plans afresh (the rows pending on the old ones
     learned first): the same predictions and state, to the bit, as with every plan kept."""
-    from predictor import fastreplay
+    from predictor.prequential import blocks as fastreplay
 
     records = _records()
     kept, bounded = create("rls"), create("rls")

@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import batch_sizes, co_runners, names, numeric_maps, records
 
-from predictor.colocations import CoLocations
-from predictor.features import (
+from predictor.features.extract import (
     RESERVED,
     EwmaCoLocation,
     coarse_features,
@@ -22,7 +21,8 @@ from predictor.features import (
     interaction_values,
     planned_row,
 )
-from predictor.records import BatchSpec, CoRunner, Record
+from predictor.records.colocations import CoLocations
+from predictor.records.record import BatchSpec, CoRunner, Record
 
 
 def solo_record(**attrs: float) -> Record:
@@ -148,8 +148,8 @@ def test_matrix_rows_equal_per_record_features(batch, rows):
 
 def test_signals_measured_on_the_batch_itself_are_never_features():
     """``batch_cpu_ms`` is known only after the batch ran: logged, never learned from or filled in."""
-    from predictor.rules import BATCH_CPU_SIGNAL
-    from predictor.service.filling import Filling
+    from predictor.records.rules import BATCH_CPU_SIGNAL
+    from predictor.service.estimates.filling import Filling
 
     record = Record("cpu0", BatchSpec("resnet", 2), 10.0, co_runners=(CoRunner("vgg", 1, {}, 0.5),),
                     signals={"cpu_util": 0.5, BATCH_CPU_SIGNAL: 7.5})

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from predictor.records import BatchSpec, CoRunner, Record
+from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import (
@@ -21,7 +21,7 @@ from predictor.service import (
     Service,
     ServiceConfig,
 )
-from predictor.service.filling import MAX_COUNT, MIN_OBSERVATIONS, OverlapStats
+from predictor.service.estimates.filling import MAX_COUNT, MIN_OBSERVATIONS, OverlapStats
 
 KIND = "SimCPU"
 BATCH = BatchSpec("bert", 2, {"gflops": 0.3})

@@ -233,7 +233,7 @@ def test_every_numeric_query_field_has_the_record_limits(stub, request_, field):
 
 def test_last_guard_refuses_a_non_finite_answer():
     """Should a non-finite number reach the conversion, it is an error, never an OK answer."""
-    from predictor.calibration import BoundSource
+    from predictor.calibration.conformal import BoundSource
     from predictor.service.types import Prediction
 
     prediction = Prediction(5.0, 5.0, 1.0, math.inf, 0.99, BoundSource.FALLBACK, 0, "rls", 1, (), "k")

@@ -1,7 +1,7 @@
 """The single-query fixed point (floats) answers what the column-wise one answers, to the last bit.
 
-:func:`~predictor.service.monotone.fixed_point_one` is the one-row case of
-:func:`~predictor.service.monotone.fixed_point` without arrays; a single query with co-runners
+:func:`~predictor.service.estimates.monotone.fixed_point_one` is the one-row case of
+:func:`~predictor.service.estimates.monotone.fixed_point` without arrays; a single query with co-runners
 given by remaining time goes through it (:meth:`Answering._latencies`), a ranking through the
 column-wise search.
 """
@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from predictor.predictors import available
-from predictor.records import BatchSpec
-from predictor.service import CoRunnerSource, PlannedCoRunner, Query, Service, ServiceConfig, monotone
+from predictor.records.record import BatchSpec
+from predictor.service import CoRunnerSource, PlannedCoRunner, Query, Service, ServiceConfig
 from predictor.service.answering import Plan
+from predictor.service.estimates import monotone
 from predictor.service.synthetic import MODELS, synthetic_records
 
 KIND = "SimGPU"

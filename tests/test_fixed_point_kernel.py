@@ -1,4 +1,4 @@
-"""The compiled fixed point of many rows (:mod:`predictor.service.fixed_point_kernel`) finds, for
+"""The compiled fixed point of many rows (:mod:`predictor.service.estimates.fixed_point_kernel`) finds, for
 every row, the grid point the single-row search finds (:func:`monotone.fixed_point_one`) on the
 same latencies (:meth:`QuadraticLatencies.latencies`), to the last bit; and a ranking whose
 candidates have co-runners given by remaining time goes through it with each candidate's answer
@@ -11,10 +11,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor.features import OverlapQuadratic
+from predictor.features.extract import OverlapQuadratic
 from predictor.predictors.base import QuadraticLatencies
-from predictor.service import monotone
-from predictor.service.fixed_point_kernel import fixed_points
+from predictor.service.estimates import monotone
+from predictor.service.estimates.fixed_point_kernel import fixed_points
 
 
 @st.composite

@@ -1,4 +1,4 @@
-"""The garbage collector's policy (predictor.gc_tuning): set in every server process, restorable, and off on request."""
+"""The garbage collector's policy (predictor.runtime.gc_tuning): set in every server process, restorable, and off on request."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ import sys
 import pytest
 from serve_process import ROOT, start_server
 
-from predictor.gc_tuning import DEFAULT_YOUNG_THRESHOLD, check_young_threshold, collector, freeze_startup
+from predictor.runtime.gc_tuning import (
+    DEFAULT_YOUNG_THRESHOLD,
+    check_young_threshold,
+    collector,
+    freeze_startup,
+)
 
 COLLECTOR_LINE = r"{role}.*garbage collector: thresholds (\d+),(\d+),(\d+), ([\d,]+) start-up objects frozen"
 

@@ -1,4 +1,4 @@
-"""``predictor serve`` answers with a short GIL switch interval (predictor.gil), and says so when told a bad one."""
+"""``predictor serve`` answers with a short GIL switch interval (predictor.runtime.gil), and says so when told a bad one."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import sys
 import pytest
 from serve_process import serving_in_thread
 
-from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
-from predictor.rpc.serve import ServeOptions, serve
+from predictor.rpc.processes.options import ServeOptions
+from predictor.rpc.processes.serve import serve
+from predictor.runtime.gil import DEFAULT_SWITCH_INTERVAL_MS
 from predictor.service import ServiceConfig
 
 

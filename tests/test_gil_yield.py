@@ -1,4 +1,4 @@
-"""The learner's pauses for answers (predictor.gil_yield): where a block of ingest pauses, that the
+"""The learner's pauses for answers (predictor.runtime.gil_yield): where a block of ingest pauses, that the
 pauses change no result, and how ``predictor serve`` sets them."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from reference_answers import answers_of
 from serve_process import ROOT, start_server
 
-from predictor import gil_yield
-from predictor.gil_yield import asked, check_period_ms, paused, point, yielding
+from predictor.runtime import gil_yield
+from predictor.runtime.gil_yield import asked, check_period_ms, paused, point, yielding
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.service.synthetic import synthetic_records
@@ -106,7 +106,7 @@ def test_a_server_notes_each_question_and_sets_its_learner_s_pauses(tmp_path) ->
     from serve_process import serving_in_thread
 
     from predictor.rpc.client import InterferenceClient
-    from predictor.rpc.serve import ServeOptions
+    from predictor.rpc.processes.options import ServeOptions
     from predictor.service import ServiceConfig
 
     options = ServeOptions(host="127.0.0.1", port=0, metrics_port=0, port_file=str(tmp_path / "port"), grace_s=0.1)

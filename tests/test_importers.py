@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from predictor.cli import main
-from predictor.importers.gpulet import import_gpulet
-from predictor.importers.igniter import import_igniter
-from predictor.logio import read_records
+from predictor.records.importers.gpulet import import_gpulet
+from predictor.records.importers.igniter import import_igniter
+from predictor.records.logio import read_records
 
 
 def test_igniter_pairs_become_two_records_each(igniter_config):

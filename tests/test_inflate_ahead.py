@@ -1,4 +1,4 @@
-"""The gzip reader that inflates ahead on a thread (:mod:`predictor.inflate_ahead`) reads what
+"""The gzip reader that inflates ahead on a thread (:mod:`predictor.records.inflate_ahead`) reads what
 :func:`gzip.open` reads, and fails where it fails."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor import inflate_ahead
-from predictor.inflate_ahead import InflatingReader, open_inflating
+from predictor.records import inflate_ahead
+from predictor.records.inflate_ahead import InflatingReader, open_inflating
 
 
 def _gzip_text(path) -> str:
@@ -112,8 +112,8 @@ def test_zlib_errors_are_not_what_the_reader_sees(tmp_path):
 def test_a_log_damaged_inside_a_member_is_a_file_error_with_its_line(tmp_path, ahead):
     """``read_records`` of a ``.gz`` whose deflate stream is damaged partway: the lines before the
     damage, then the file error (strict: raised; tolerant: counted), not zlib's traceback."""
-    from predictor.logio import ReadReport, iter_records, read_records
-    from predictor.records import RecordError
+    from predictor.records.logio import ReadReport, iter_records, read_records
+    from predictor.records.record import RecordError
 
     good = '{"schema": "coloc/v1", "device": "g", "batch": {"model": "a", "batch_size": 1}, "latency_ms": 1}\n'
     body = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
@@ -132,8 +132,8 @@ def test_a_log_damaged_inside_a_member_is_a_file_error_with_its_line(tmp_path, a
 def test_a_log_reads_the_same_inflated_ahead_or_not(tmp_path):
     """``iter_rows``/``iter_records`` with and without the thread: the same rows, the same errors
     (strict and tolerant), a log of many pieces with bad lines among them."""
-    from predictor.logio import ReadReport, iter_records, iter_rows
-    from predictor.records import RecordError
+    from predictor.records.logio import ReadReport, iter_records, iter_rows
+    from predictor.records.record import RecordError
 
     good = '{"schema": "coloc/v1", "device": "g", "batch": {"model": "a", "batch_size": %d}, "latency_ms": 1}'
     lines = [good % (i % 7 + 1) for i in range(30_000)]

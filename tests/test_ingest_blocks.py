@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 from predictor import snapshot
-from predictor.admission_replay import partial_overlap_records, replay
-from predictor.records import RecordError
+from predictor.analysis.admission_replay import partial_overlap_records, replay
+from predictor.records.record import RecordError
 from predictor.service import Service, ServiceConfig
 from predictor.service.ingest import MESSAGE_END
+from predictor.service.replay_block import replay_block, replay_record
 
 CONFIG = ServiceConfig(snapshot_every_s=0, observation_log=False)
 
@@ -57,7 +58,7 @@ def _parts(service: Service) -> dict[str, object]:
 
 def _assert_same_learning(one: Service, many: Service, records) -> None:
     """The model, calibrator, monitor and gates of two services agree within 1e-9 (the compiled
-    RLS steps equal the reference's within rounding, :mod:`predictor.fastreplay`)."""
+    RLS steps equal the reference's within rounding, :mod:`predictor.prequential.blocks`)."""
     a, b = one.state, many.state
     assert a.predictor.n_learned == b.predictor.n_learned
     np.testing.assert_allclose(a.predictor.predict_many(records), b.predictor.predict_many(records), rtol=1e-9)
@@ -83,7 +84,7 @@ def test_blocks_learn_what_records_one_by_one_learn_compiled_within_rounding():
 
 
 def test_sgd_blocks_learn_what_records_one_by_one_learn():
-    """An ``sgd`` service learns its blocks in compiled steps too (:mod:`predictor.regressors.sgd_kernel`):
+    """An ``sgd`` service learns its blocks in compiled steps too (:mod:`predictor.predictors.sgd_kernel`):
     river's weights to the bit, and what learns from the predictions alike."""
     records = _records()
     config = dataclasses.replace(CONFIG, predictor="sgd")
@@ -137,9 +138,9 @@ def test_a_block_replays_against_its_start_and_differs_from_per_record_only_ther
     answering = service.answers
     for at in range(0, len(records), 200):
         chunk = records[at:at + 200]
-        expected = [answering.replay(r) for r in chunk]  # each against the model before the block
+        expected = [replay_record(answering, r) for r in chunk]  # each against the model before the block
         with service.state.lock:
-            together = answering.replay_block(chunk)
+            together = replay_block(answering, chunk)
         assert [[s for s, _ in q] for q in together] == [[s for s, _ in q] for q in expected]
         np.testing.assert_allclose([v for q in together for _, v in q], [v for q in expected for _, v in q],
                                    rtol=1e-9)

@@ -1,4 +1,4 @@
-"""The kernel thread (:mod:`predictor.kernel_thread`): a call runs while its caller goes on, and its
+"""The kernel thread (:mod:`predictor.runtime.kernel_thread`): a call runs while its caller goes on, and its
 result or exception comes back through ``wait``."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from predictor.kernel_thread import KernelThread
+from predictor.runtime.kernel_thread import KernelThread
 
 
 def test_the_caller_goes_on_while_the_call_runs():

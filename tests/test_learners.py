@@ -10,10 +10,10 @@ import signal
 import numpy as np
 import pytest
 
-from predictor.colocations import CoLocations
 from predictor.predictors import create
 from predictor.predictors.tree import work_columns, work_features
-from predictor.records import BatchSpec, CoRunner, Record
+from predictor.records.colocations import CoLocations
+from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.regressors import refit_worker
 from predictor.regressors.boosted import BoostedResidual
 from predictor.regressors.trees import fit_trees

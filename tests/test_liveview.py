@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.service import InvalidArgument, NotFound, ResourceExhausted
-from predictor.service.liveview import LiveView
+from predictor.service.live.liveview import LiveView
 
 
 class Clock:

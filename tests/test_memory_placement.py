@@ -10,11 +10,11 @@ from test_nvml import FakeNvml
 
 from collectors.memory import cpu_memory, gpu_memory, process_memory
 from collectors.nvml import Nvml
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import CoRunnerSource, InvalidArgument, Query, Service, ServiceConfig
-from predictor.service.memory import MemoryBook
+from predictor.service.live.memory import MemoryBook
 from predictor.service.synthetic import synthetic_records
 
 BATCH = BatchSpec("bert", 4, {"l2_util": 0.5, "dram_util": 0.4})

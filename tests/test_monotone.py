@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from predictor.colocations import CoLocations
-from predictor.contention import is_contention
-from predictor.logio import iter_records
+from predictor.features.contention import is_contention
 from predictor.predictors import available, create
-from predictor.records import BatchSpec, CoRunner, Record
+from predictor.records.colocations import CoLocations
+from predictor.records.logio import iter_records
+from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import (
@@ -33,8 +33,8 @@ from predictor.service import (
     Query,
     Service,
     ServiceConfig,
-    monotone,
 )
+from predictor.service.estimates import monotone
 from predictor.service.synthetic import MODELS, synthetic_records
 
 RTOL = 1e-9  # sums over differently ordered feature vectors may differ in the last bits
@@ -285,8 +285,8 @@ def test_state_from_before_the_constraint_restores_monotone(name):
 
 def test_merged_rls_keeps_the_constraint():
     """Two learners merged (information form) predict with non-negative contention weights too."""
+    from predictor.regressors.least_squares import RLS
     from predictor.regressors.merge import merge
-    from predictor.regressors.rls import RLS
 
     rng = np.random.default_rng(3)
     parts = [RLS(forgetting=1.0, non_negative_contention=True) for _ in range(2)]

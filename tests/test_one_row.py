@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import learnable_records, records
 
-from predictor.features import FEATURE_SETS, feature_row, interaction_features, interaction_row
+from predictor.features.extract import FEATURE_SETS, feature_row, interaction_features, interaction_row
 from predictor.predictors import create
-from predictor.records import BatchSpec, CoRunner, Record
-from predictor.regressors.rls import RLS
+from predictor.records.record import BatchSpec, CoRunner, Record
+from predictor.regressors.least_squares import RLS
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:

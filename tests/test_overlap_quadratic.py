@@ -8,9 +8,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor.colocations import CoLocations
-from predictor.features import feature_form, feature_matrix
-from predictor.records import BatchSpec
+from predictor.features.extract import feature_form, feature_matrix
+from predictor.records.colocations import CoLocations
+from predictor.records.record import BatchSpec
 from predictor.service.synthetic import MODELS
 
 BATCH = BatchSpec("bert", 4, {"l2_util": 0.5, "dram_util": 0.4})

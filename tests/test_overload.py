@@ -9,7 +9,7 @@ import time
 import grpc
 import pytest
 
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.rpc import convert
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.protos import load

@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from predictor.cli import main
-from predictor.pipeline.types import PipelineCost, PipelineStage
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.errors import FIELD_KEY
 from predictor.rpc.metrics import ServerMetrics
@@ -29,6 +28,7 @@ from predictor.service import (
     Service,
     ServiceConfig,
 )
+from predictor.service.pipeline_types import PipelineCost, PipelineStage
 from predictor.service.synthetic import MODELS, synthetic_records
 
 pb2, pb2_grpc = load()

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor.features import RowLayout, interaction_values
+from predictor.features.extract import RowLayout, interaction_values
 from predictor.regressors import rls_kernel
-from predictor.regressors.rls import RLS
+from predictor.regressors.least_squares import RLS
 from predictor.regressors.rls_kernel import PlannedRun, RowPlans, learn_rows_fits
 
 COLUMNS = 12  # features of the model, besides the intercept

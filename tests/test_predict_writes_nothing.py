@@ -10,7 +10,7 @@ import pickle
 import pytest
 
 from predictor.predictors import create
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.service.synthetic import synthetic_records
 
 RECORDS = synthetic_records(300, seed=1)

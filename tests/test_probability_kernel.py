@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from predictor import probability_kernel
+from predictor.calibration import probability_kernel
 
 finite = st.floats(-50, 50, allow_nan=False)
 xs = hnp.arrays(np.float64, st.integers(1, 30),

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from predictor.records import BatchSpec, Record
+from predictor.records.record import BatchSpec, Record
 from predictor.rpc import convert
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.protos import load
@@ -24,7 +24,7 @@ from predictor.service import (
     ServiceConfig,
 )
 from predictor.service.answering import Answering
-from predictor.service.placements import CandidateColumns
+from predictor.service.estimates.placements import CandidateColumns
 from predictor.service.published import ModelVersion
 from predictor.service.synthetic import synthetic_records
 from predictor.service.types import Deadline

@@ -12,15 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments import queue_validation
-from predictor.queueing import mg1_wait
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.errors import FIELD_KEY
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.protos import load
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import CoRunnerSource, InvalidArgument, Query, Service, ServiceConfig
-from predictor.service.queues import QueueBook, WaitSource
+from predictor.service.live.queueing import mg1_wait
+from predictor.service.live.queues import QueueBook, WaitSource
 from predictor.service.synthetic import synthetic_records
 
 pb2, pb2_grpc = load()

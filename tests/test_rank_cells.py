@@ -8,11 +8,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor.colocations import CoLocations
-from predictor.records import BatchSpec
+from predictor.calibration.shapes import QueryShape
+from predictor.records.colocations import CoLocations
+from predictor.records.record import BatchSpec
 from predictor.service.answering import _cells, _distinct_codes
-from predictor.service.placements import RowShapes
-from predictor.shapes import QueryShape
+from predictor.service.estimates.placements import RowShapes
 
 SHAPES = [QueryShape.of(c, c, 0, signals=s) for c in range(3) for s in (False, True)]
 

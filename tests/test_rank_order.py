@@ -6,9 +6,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from predictor.colocations import CoLocations
-from predictor.records import BatchSpec
-from predictor.service.placements import rank_order
+from predictor.records.colocations import CoLocations
+from predictor.records.record import BatchSpec
+from predictor.service.estimates.placements import rank_order
 
 slacks = st.one_of(st.sampled_from([0.0, -0.0, 1.5, -2.0, np.nan, np.inf, -np.inf]), st.floats(-1e3, 1e3))
 

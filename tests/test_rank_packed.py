@@ -7,7 +7,7 @@ import grpc
 import numpy as np
 import pytest
 
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.rpc import columns, convert
 from predictor.rpc.errors import FIELD_KEY
 from predictor.rpc.protos import load

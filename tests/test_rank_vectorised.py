@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor.colocations import CoLocations
-from predictor.features import feature_form, feature_matrix
-from predictor.records import BatchSpec
+from predictor.features.extract import feature_form, feature_matrix
+from predictor.records.colocations import CoLocations
+from predictor.records.record import BatchSpec
 from predictor.rpc import columns, convert
 from predictor.rpc.protos import pb2
 from predictor.service import (
@@ -30,9 +30,9 @@ from predictor.service import (
     Service,
     ServiceConfig,
 )
+from predictor.service.live.topology import parse_topology
 from predictor.service.synthetic import MODELS, synthetic_records
 from predictor.service.types import DeviceMemory, InputPlace
-from predictor.topology import parse_topology
 
 TOPOLOGY = """\
 [hosts.h0]

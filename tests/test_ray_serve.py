@@ -23,7 +23,7 @@ from predictor.ray_serve.pinned import PinnedService  # noqa: E402
 from predictor.ray_serve.requests import InferenceRequest  # noqa: E402
 from predictor.ray_serve.router import InterferenceAwareRouter, rank_replicas  # noqa: E402
 from predictor.ray_serve.service_app import deploy_service  # noqa: E402
-from predictor.records import BatchSpec, parse_record  # noqa: E402
+from predictor.records.record import BatchSpec, parse_record  # noqa: E402
 from predictor.service import (  # noqa: E402
     Candidate,
     CoRunnerSource,

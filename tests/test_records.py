@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import records
 
-from predictor.logio import ReadReport, iter_records, read_records, write_records
-from predictor.records import RecordError, parse_record, record_to_dict
+from predictor.records.logio import ReadReport, iter_records, read_records, write_records
+from predictor.records.record import RecordError, parse_record, record_to_dict
 
 VALID = {
     "schema": "coloc/v1",

@@ -19,7 +19,7 @@ import time
 import pytest
 import time_machine
 
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import CoRunnerSource, Query, Service, ServiceConfig

@@ -25,7 +25,7 @@ from predictor.rpc import convert
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.protos import load
 from predictor.service import Service, ServiceConfig
-from predictor.service.dedup import DedupKey, Deduplicator, ProducerWindow
+from predictor.service.durability.dedup import DedupKey, Deduplicator, ProducerWindow
 from predictor.service.errors import InvalidArgument
 from predictor.service.synthetic import synthetic_records
 

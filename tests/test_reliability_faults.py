@@ -33,8 +33,8 @@ from serve_process import start_server
 
 from predictor.rpc.client import InterferenceClient
 from predictor.service import Unavailable
+from predictor.service.durability.wal import DIR_NAME
 from predictor.service.synthetic import synthetic_records
-from predictor.service.wal import DIR_NAME
 
 STREAM = 25
 

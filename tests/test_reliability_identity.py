@@ -19,8 +19,8 @@ from serve_process import serving_in_thread
 
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.metrics import ServerMetrics
-from predictor.rpc.security import AuthPolicy
-from predictor.rpc.serve import ServeOptions, security_from_options
+from predictor.rpc.processes.options import ServeOptions
+from predictor.rpc.security import AuthPolicy, security_from_options
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import Service, ServiceConfig
 from predictor.service.synthetic import synthetic_records
@@ -91,7 +91,7 @@ def test_rate_limits_follow_the_identity_not_the_claimed_source(server, auth):
 
 
 def test_the_identity_is_kept_in_the_log_and_the_record_source_as_a_label(tmp_path):
-    from predictor.service.wal import DIR_NAME, ObservationLog
+    from predictor.service.durability.wal import DIR_NAME, ObservationLog
 
     service = Service(ServiceConfig(snapshot_every_s=0))
     grpc_server, port = create_server("127.0.0.1:0", service, auth=AuthPolicy.from_tokens(TOKENS))

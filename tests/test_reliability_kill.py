@@ -19,7 +19,7 @@ import grpc
 import pytest
 from serve_process import start_server
 
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.rpc import convert
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.protos import load

@@ -14,11 +14,11 @@ import time
 import pytest
 from serve_process import start_server
 
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.rpc.client import InterferenceClient
 from predictor.service import CoRunnerSource, Query
-from predictor.service.livelog import DIR_NAME, FILE_NAME, LiveLog
-from predictor.service.liveview import LiveView
+from predictor.service.durability.livelog import DIR_NAME, FILE_NAME, LiveLog
+from predictor.service.live.liveview import LiveView
 from predictor.service.synthetic import synthetic_records
 
 LIVE = [

@@ -15,8 +15,8 @@ import time
 import numpy as np
 import pytest
 
-from predictor.evaluation import split_records
-from predictor.importers.igniter import import_igniter
+from predictor.prequential.evaluation import split_records
+from predictor.records.importers.igniter import import_igniter
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.security import AuthPolicy
 from predictor.rpc.server import create_server, stop_server

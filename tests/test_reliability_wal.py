@@ -14,13 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from predictor import snapshot as snap
-from predictor.records import BatchSpec
-from predictor.service import CoRunnerSource, PlannedCoRunner, Query, Service, ServiceConfig, Unavailable, wal
-from predictor.service.dedup import DUPLICATE, NEW, DedupKey, Deduplicator
-from predictor.service.ingest import MESSAGE_END
-from predictor.service.state import SNAPSHOT_FILE
-from predictor.service.synthetic import synthetic_records
-from predictor.service.wal import (
+from predictor.records.record import BatchSpec
+from predictor.service import CoRunnerSource, PlannedCoRunner, Query, Service, ServiceConfig, Unavailable
+from predictor.service.durability import wal
+from predictor.service.durability.dedup import DUPLICATE, NEW, DedupKey, Deduplicator
+from predictor.service.durability.wal import (
     DIR_NAME,
     LogEntry,
     LogError,
@@ -29,6 +27,9 @@ from predictor.service.wal import (
     decode_entry,
     encode_entry,
 )
+from predictor.service.ingest import MESSAGE_END
+from predictor.service.state import SNAPSHOT_FILE
+from predictor.service.synthetic import synthetic_records
 
 QUERIES = [
     Query(
@@ -326,7 +327,7 @@ def test_no_log_without_a_state_folder_or_when_disabled(tmp_path, records):
 
 
 def test_a_warm_start_is_covered_by_an_immediate_snapshot(tmp_path, records):
-    from predictor.logio import write_records
+    from predictor.records.logio import write_records
 
     log = tmp_path / "warm.jsonl"
     write_records(log, records[:50])

@@ -14,11 +14,11 @@ import functools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from predictor import rules
-from predictor.records import BatchSpec, CoRunner, Record
+from predictor.records import rules
+from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.service import Service, ServiceConfig
 from predictor.service.admission import admission_queries
-from predictor.service.replay_block import replay_block_per_question, vouched
+from predictor.service.replay_block import replay_block, replay_block_per_question, replay_record, vouched
 from predictor.service.synthetic import synthetic_records
 
 LIMIT = 1e6  # the services' max_value: numbers beyond it are refused
@@ -76,7 +76,7 @@ def _bits(replayed: list[list[tuple]]) -> list[list[tuple[str, str]]]:
 @given(st.lists(_record(), min_size=1, max_size=40), st.booleans())
 def test_a_block_replays_exactly_as_every_question_planned_as_a_query(records, fill_missing):
     answering = _service(fill_missing).answers
-    assert _bits(answering.replay_block(records)) == _bits(replay_block_per_question(answering, records))
+    assert _bits(replay_block(answering, records)) == _bits(replay_block_per_question(answering, records))
 
 
 def _plain(**changes) -> Record:
@@ -96,10 +96,10 @@ def test_refused_questions_are_left_out_and_converted_fields_answered_as_typed()
     assert vouched(plain, LIMIT) and vouched(as_float, LIMIT)
     assert not any(vouched(r, LIMIT) for r in (bad_overlap, too_large, integer))
     block = [plain, bad_overlap, too_large, integer, as_float]
-    replayed = answering.replay_block(block)
+    replayed = replay_block(answering, block)
     assert _bits(replayed) == _bits(replay_block_per_question(answering, block))
     assert [len(answers) for answers in replayed] == [2, 1, 0, 2, 2]
     assert len(admission_queries(bad_overlap)) == 2 and replayed[1][0][0].runners == "unknown"
     assert _bits(replayed[3:4]) == _bits(replayed[4:5])
     # a block of one record is the replay of that record
-    assert _bits([answering.replay(plain)]) == _bits(replayed[:1])
+    assert _bits([replay_record(answering, plain)]) == _bits(replayed[:1])

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from river import checks, datasets, evaluate, metrics, preprocessing
 
-from predictor.colocations import CoLocations
 from predictor.predictors import create
+from predictor.predictors.river_native import LatencyRegressor, RiverRLS, record_to_x, x_to_record
+from predictor.records.colocations import CoLocations
 from predictor.regressors.boosted import BoostedResidual
-from predictor.regressors.river_native import LatencyRegressor, RiverRLS, record_to_x, x_to_record
 from predictor.service.synthetic import synthetic_records
 
 FAST = ["rls", "sgd", "ewma:fit_after=20", "static:fit_after=20", "solo",

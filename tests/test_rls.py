@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from predictor.regressors.rls import MIN_SEARCH_GAP, PROJECT_EVERY, RLS
+from predictor.regressors.least_squares import MIN_SEARCH_GAP, PROJECT_EVERY, RLS
 
 values = st.floats(min_value=-10, max_value=10, allow_nan=False, allow_infinity=False)
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from predictor.regressors import rls_kernel
-from predictor.regressors.rls import RLS
+from predictor.regressors.least_squares import RLS
 from predictor.regressors.rls_kernel import learn_block, learn_rows
 
 MIRRORED = st.sampled_from([True, False])

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from predictor.regressors.least_squares import RLS
 from predictor.regressors.merge import information_form, merge
-from predictor.regressors.rls import RLS
 
 NAMES = ("a", "b", "c", "d")
 

@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from predictor.evaluation import Scored, split_records, summarize
-from predictor.importers.igniter import import_igniter
 from predictor.predictors import create
-from predictor.robust import OutlierGate
+from predictor.prequential.evaluation import Scored, split_records, summarize
+from predictor.records.importers.igniter import import_igniter
+from predictor.service.guards.robust import OutlierGate
 
 
 def feed(predictor, gate, records, source):

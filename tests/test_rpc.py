@@ -14,8 +14,8 @@ from google.protobuf import descriptor_pool, json_format, message_factory
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from predictor.calibration import BoundSource
-from predictor.records import BatchSpec
+from predictor.calibration.conformal import BoundSource
+from predictor.records.record import BatchSpec
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.errors import FIELD_KEY
 from predictor.rpc.metrics import ServerMetrics

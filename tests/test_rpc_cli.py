@@ -9,7 +9,7 @@ import pytest
 from serve_process import start_server
 
 from predictor.cli import main
-from predictor.logio import write_records
+from predictor.records.logio import write_records
 from predictor.rpc.client import InterferenceClient
 from predictor.service.synthetic import synthetic_records
 

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from predictor.rpc.supervisor import RUN_PREFIX, run_folder
+from predictor.rpc.processes.supervisor import RUN_PREFIX, run_folder
 
 
 def _dead_pid() -> int:

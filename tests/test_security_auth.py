@@ -11,12 +11,13 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.rpc import security
 from predictor.rpc.client import InterferenceClient
+from predictor.rpc.processes.options import ServeOptions
+from predictor.rpc.processes.serve import serve
 from predictor.rpc.protos import SERVICE_NAME, load
 from predictor.rpc.security import AuthPolicy, load_tokens
-from predictor.rpc.serve import ServeOptions, serve
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import CoRunnerSource, Query, Service, ServiceConfig
 from predictor.service.synthetic import synthetic_records

@@ -6,13 +6,13 @@ import grpc
 import pytest
 from certs import make_pki
 
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.security import AuthPolicy, channel_credentials, server_credentials
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import CoRunnerSource, Query, Service, ServiceConfig, Unavailable
+from predictor.service.durability.wal import ObservationLog
 from predictor.service.synthetic import synthetic_records
-from predictor.service.wal import ObservationLog
 
 # Issue 12: a fresh service answers only with a solo latency given (nothing learned: no basis otherwise).
 QUERY = Query("sim0", BatchSpec("bert", 4), co_runner_source=CoRunnerSource.EXPLICIT, solo_latency_ms=5.0)
@@ -116,7 +116,8 @@ def test_query_command_over_mutual_tls_with_a_token(pki, serve, tmp_path, capsys
 
 
 def test_serve_options_build_the_credentials_and_policy(pki):
-    from predictor.rpc.serve import ServeOptions, security_from_options
+    from predictor.rpc.processes.options import ServeOptions
+    from predictor.rpc.security import security_from_options
 
     options = ServeOptions(
         tls_cert=str(pki.server.cert),

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from predictor.calibration import BoundSource
-from predictor.records import BatchSpec, record_to_dict
+from predictor.calibration.conformal import BoundSource
+from predictor.records.record import BatchSpec, record_to_dict
 from predictor.service import (
     Candidate,
     CoRunnerSource,
@@ -399,7 +399,7 @@ def test_learning_improves_predictions(records):
 
 
 def test_coverage_replay_of_a_log(tmp_path):
-    from predictor.logio import write_records
+    from predictor.records.logio import write_records
     from predictor.service.coverage import main, measure
 
     path = tmp_path / "synthetic.jsonl.gz"

@@ -1,4 +1,4 @@
-"""The ``sgd`` predictor's steps compiled over blocks (:mod:`predictor.regressors.sgd_kernel`) learn what
+"""The ``sgd`` predictor's steps compiled over blocks (:mod:`predictor.predictors.sgd_kernel`) learn what
 river's ``MaxAbsScaler | LinearRegression`` learns one observation at a time: the same raw predictions
 and the same state, to the bit."""
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from predictor.predictors import create
 from predictor.predictors.sgd import SgdPredictor
-from predictor.regressors.sgd_kernel import SgdRun, supports
+from predictor.predictors.sgd_kernel import SgdRun, supports
 
 NAMES = ("own:a", "log_batch", "co:b", "co:count", "co_model:m", "x:a", "sig:util", "pair:m|n")
 """Feature names, contention ones (``co:``, ``co_model:``, ``x:``, ``pair:``) among them."""

@@ -2,7 +2,7 @@
 
 Random streams of outcomes (shapes, device kinds, counts, models, linked answers, confidences on
 and off the adaptive grid, residuals of any size) go into two equal calibrators: one by
-:func:`predictor.shape_block.learn_block` in random blocks, the other by ``score``/``add`` one
+:func:`predictor.calibration.shape_block.learn_block` in random blocks, the other by ``score``/``add`` one
 at a time. The answers and every piece of state (windows in arrival order, spreads, adaptive
 levels, the order cells were made in, kinds, counters) must be equal exactly, and so must
 what their pickles restore.
@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from predictor.calibration import ResidualWindow
-from predictor.shape_block import Outcome, learn_block, learn_one
-from predictor.shape_calibration import ShapeCalibrator
-from predictor.shapes import QueryShape
+from predictor.calibration.conformal import ResidualWindow
+from predictor.calibration.shape import ShapeCalibrator
+from predictor.calibration.shape_block import Outcome, learn_block, learn_one
+from predictor.calibration.shapes import QueryShape
 
 SHAPES = [QueryShape.parse(key) for key in
           ("none/nosig", "overlap/sig", "overlap/nosig", "unknown/nosig", "remaining/sig", "live/nosig")]

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictor.shape_calibration import MAX_ANSWERED, MAX_PACKED, ShapeCalibrator, log_ratios
-from predictor.shapes import QueryShape
+from predictor.calibration.shape import MAX_ANSWERED, MAX_PACKED, ShapeCalibrator, log_ratios
+from predictor.calibration.shapes import QueryShape
 
 SHAPES = [QueryShape.parse(key) for key in ("none/nosig", "overlap/sig", "remaining/nosig")]
 CELLS = [(shape, kind, count) for shape in SHAPES for kind in ("A", "B") for count in (0, 1, 3)]

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from predictor import snapshot as snap
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.service import (
     CoRunnerSource,
     Deadline,

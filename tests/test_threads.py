@@ -10,7 +10,7 @@ import sys
 import pytest
 from serve_process import start_server
 
-from predictor import threads
+from predictor.runtime import threads
 
 
 def test_pin_limits_every_blas_library_and_restores() -> None:

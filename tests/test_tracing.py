@@ -10,8 +10,9 @@ from opentelemetry.trace import StatusCode
 
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.names import METHOD_PREFIX
+from predictor.rpc.processes.options import ServeOptions
+from predictor.rpc.processes.serve import serve
 from predictor.rpc.protos import load
-from predictor.rpc.serve import ServeOptions, serve
 from predictor.rpc.server import create_server, stop_server
 from predictor.rpc.tracing import Tracing, tracing_from_option
 from predictor.service import Service, ServiceConfig

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collectors.tracker import Tracker, overlap_fraction
-from predictor.records import Record, parse_record, record_to_dict
+from predictor.records.record import Record, parse_record, record_to_dict
 
 # A batch: (device, start, duration) on an integer time grid.
 batches_strategy = st.lists(

@@ -12,16 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from predictor.cli.serve import config_from_args
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import Candidate, CoRunnerSource, InvalidArgument, Query, Service, ServiceConfig
-from predictor.service.delay import decide
+from predictor.service.estimates.delay import decide
+from predictor.service.live.topology import LINK_CLASSES, TopologyError, load_topology, parse_topology
+from predictor.service.live.transfers import LinkCorrection, TransferBook
 from predictor.service.synthetic import synthetic_records
-from predictor.service.transfers import LinkCorrection, TransferBook
 from predictor.service.types import Deadline, InputPlace
-from predictor.topology import LINK_CLASSES, TopologyError, load_topology, parse_topology
 
 TOPOLOGY = """\
 # two racks, three hosts
@@ -397,7 +397,7 @@ def test_serve_with_a_topology_and_query_with_an_input(tmp_path, capsys):
     from serve_process import start_server
 
     from predictor.cli import main
-    from predictor.logio import write_records
+    from predictor.records.logio import write_records
 
     log = tmp_path / "warm.jsonl"
     write_records(log, synthetic_records(300, seed=2, devices=("g0", "g2")))

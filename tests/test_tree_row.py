@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import learnable_records, records
 
-from predictor.colocations import CoLocations
-from predictor.logio import read_records
 from predictor.predictors import create
+from predictor.records.colocations import CoLocations
+from predictor.records.logio import read_records
 from predictor.regressors.boosted import BoostedResidual, _RowPlan
 from predictor.regressors.trees import PackedTrees, fit_trees
 from predictor.testing import default_records

@@ -9,11 +9,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor.features import fine_features
-from predictor.logio import ReadReport, iter_records, iter_rows, parse_line, parse_row, read_records
-from predictor.records import Record, parse_record
-from predictor.rules import RecordError
-from predictor.typed_decoding import ColocRow, decode_record, decode_row, record_of
+from predictor.features.extract import fine_features
+from predictor.records.logio import (
+    ReadReport,
+    iter_records,
+    iter_rows,
+    parse_line,
+    parse_row,
+    read_records,
+)
+from predictor.records.record import Record, parse_record
+from predictor.records.rules import RecordError
+from predictor.records.typed_decoding import ColocRow, decode_record, decode_row, record_of
 
 _MISSING = object()
 names = st.one_of(st.text(min_size=1, max_size=5), st.just(""), st.just("x" * 257), st.integers(), st.none())

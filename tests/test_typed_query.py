@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from predictor.records import BatchSpec, RecordError, parse_record
+from predictor.records.record import BatchSpec, RecordError, parse_record
 from predictor.service.answering import _record_object
 from predictor.service.typed_query import typed_record
 from predictor.service.types import PlannedCoRunner, Query

@@ -1,6 +1,6 @@
 """The fast paths equal the per-record ones they replace.
 
-* features and predictions of many co-locations at once (:func:`predictor.features.feature_matrix`,
+* features and predictions of many co-locations at once (:func:`predictor.features.extract.feature_matrix`,
   ``predict_colocations``) against the per-record features and ``predict_one``;
 * a column-wise ranking (``Service.rank_columns``) against ``check_deadline`` of each
   candidate, and the same errors for bad candidates;
@@ -20,13 +20,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor.calibration import ResidualWindow
-from predictor.colocations import CoLocations
-from predictor.features import feature_matrix, fine_features, interaction_features
+from predictor.calibration.conformal import ResidualWindow
+from predictor.features.extract import feature_matrix, fine_features, interaction_features
 from predictor.predictors import create
-from predictor.records import BatchSpec, RecordError
-from predictor.regressors.rls import RLS
-from predictor.robust import OutlierGate
+from predictor.records.colocations import CoLocations
+from predictor.records.record import BatchSpec, RecordError
+from predictor.regressors.least_squares import RLS
 from predictor.rpc import columns, convert
 from predictor.rpc.protos import pb2
 from predictor.service import (
@@ -40,7 +39,8 @@ from predictor.service import (
     Service,
     ServiceConfig,
 )
-from predictor.service.placements import CandidateColumns
+from predictor.service.estimates.placements import CandidateColumns
+from predictor.service.guards.robust import OutlierGate
 from predictor.service.synthetic import MODELS, synthetic_records
 
 BATCH = BatchSpec("bert", 4, {"l2_util": 0.5, "dram_util": 0.4})

@@ -9,15 +9,15 @@ import time
 import numpy as np
 import pytest
 
-from predictor.calibration import ResidualWindow
-from predictor.records import BatchSpec
+from predictor.calibration.conformal import ResidualWindow
+from predictor.records.record import BatchSpec
 from predictor.service import CoRunnerSource, Query, Service, ServiceConfig
-from predictor.service.file_publisher import FilePublisher
-from predictor.service.shards import ShardMap
+from predictor.service.replicas.file_publisher import FilePublisher
+from predictor.service.replicas.shards import ShardMap
+from predictor.service.replicas.version_file import VersionFile, VersionReader
+from predictor.service.replicas.version_pickle import PackedWindow, PartWriter
+from predictor.service.replicas.workers import worker_service
 from predictor.service.synthetic import synthetic_records
-from predictor.service.version_file import VersionFile, VersionReader
-from predictor.service.version_pickle import PackedWindow, PartWriter
-from predictor.service.workers import worker_service
 
 
 def test_reader_sees_each_new_generation_and_loads_only_then(tmp_path):

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import learnable_records, records
 
-from predictor.features import fine_features
+from predictor.features.extract import fine_features
+from predictor.features.window import at_window, fine_program, overlap_at
 from predictor.predictors import create
-from predictor.records import BatchSpec, CoRunner, Record
-from predictor.window_features import at_window, fine_program, overlap_at
+from predictor.records.record import BatchSpec, CoRunner, Record
 
 overlaps = st.one_of(st.just(0.0), st.just(1.0), st.floats(0.0, 1.0))
 windows = st.one_of(st.just(0.0), st.just(-1.0), st.floats(1e-6, 1e4), st.just(1e300))
@@ -93,7 +93,7 @@ def test_window_latency_is_not_offered_without_a_moving_co_runner():
 def test_rls_row_predictor_is_the_vector_path(train, queries):
     """The regressor's row predictor (columns, scales and weights looked up once) answers what
     vectorising each row and predicting it answers, unknown names included."""
-    from predictor.features import interaction_row
+    from predictor.features.extract import interaction_row
 
     predictor = create("rls", split_by=None).fit(train)
     model = predictor._models[""]

@@ -1,5 +1,5 @@
 """A single query's answer as a quadratic of its moving co-runners' overlaps (the compiled fixed
-point's input, :mod:`predictor.service.fixed_point_kernel`): the latency of the record built for
+point's input, :mod:`predictor.service.estimates.fixed_point_kernel`): the latency of the record built for
 each window, up to rounding, and the same window at the fixed point as the per-window search."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import learnable_records, records
 
-from predictor.features import OverlapQuadratic
+from predictor.features.extract import OverlapQuadratic
+from predictor.features.window import at_window, overlap_at
 from predictor.predictors import create
 from predictor.predictors.base import QuadraticLatencies
-from predictor.records import BatchSpec, CoRunner, Record
-from predictor.service import fixed_point_kernel, monotone
-from predictor.window_features import at_window, overlap_at
+from predictor.records.record import BatchSpec, CoRunner, Record
+from predictor.service.estimates import fixed_point_kernel, monotone
 
 windows = st.one_of(st.floats(1e-3, 1e4), st.just(1e300))
 remaining_ms = st.one_of(st.none(), st.just(0.0), st.floats(1e-3, 1e3))

@@ -9,13 +9,13 @@ start-up done).
 from __future__ import annotations
 
 from predictor.rpc.client import InterferenceClient
-from predictor.rpc.learner import LearnerServicer, learner_socket
+from predictor.rpc.processes.learner import LearnerServicer, learner_socket
+from predictor.rpc.processes.worker import WorkerServicer
 from predictor.rpc.server import DEFAULT_MAX_MESSAGE_BYTES, create_server
-from predictor.rpc.worker import WorkerServicer
 from predictor.service import Service, ServiceConfig
-from predictor.service.file_publisher import FilePublisher
-from predictor.service.shards import ShardMap
-from predictor.service.workers import worker_service
+from predictor.service.replicas.file_publisher import FilePublisher
+from predictor.service.replicas.shards import ShardMap
+from predictor.service.replicas.workers import worker_service
 
 
 def test_a_worker_is_ready_only_once_its_learner_and_itself_are(tmp_path):

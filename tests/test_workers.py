@@ -25,8 +25,8 @@ import grpc
 import pytest
 from serve_process import ServeProcess, start_server
 
-from predictor.logio import write_records
-from predictor.records import BatchSpec
+from predictor.records.logio import write_records
+from predictor.records.record import BatchSpec
 from predictor.rpc.client import InterferenceClient
 from predictor.service import Candidate, CoRunnerSource, PlannedCoRunner, Query
 from predictor.service.errors import Unavailable
@@ -297,7 +297,8 @@ def thread_priorities(pid: int) -> set[tuple[int, int]]:
 
 @pytest.mark.parametrize("nice", [-1, 20])
 def test_serve_refuses_a_learner_niceness_out_of_range(nice, capsys):
-    from predictor.rpc.serve import ServeOptions, serve
+    from predictor.rpc.processes.options import ServeOptions
+    from predictor.rpc.processes.serve import serve
     from predictor.service import ServiceConfig
 
     assert serve(ServiceConfig(), ServeOptions(workers=2, learner_nice=nice)) == 2
@@ -305,7 +306,8 @@ def test_serve_refuses_a_learner_niceness_out_of_range(nice, capsys):
 
 
 def test_serve_refuses_an_unknown_learner_policy(capsys):
-    from predictor.rpc.serve import ServeOptions, serve
+    from predictor.rpc.processes.options import ServeOptions
+    from predictor.rpc.processes.serve import serve
     from predictor.service import ServiceConfig
 
     assert serve(ServiceConfig(), ServeOptions(workers=2, learner_policy="fast")) == 2

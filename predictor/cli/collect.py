@@ -22,8 +22,8 @@ from collectors.conditions import ConditionsMonitor, RecordingConditions
 from collectors.schedule import constant_schedule, parse_schedule, validate_phases
 from collectors.summary import SlowdownSummary
 from collectors.workload import CollectionConfig, CollectionStatus, run_collection
-from predictor.logio import RecordWriter
-from predictor.records import Record
+from predictor.records.logio import RecordWriter
+from predictor.records.record import Record
 
 DEFAULT_MODELS = "resnet,vgg,mobilenet,bert,gpt2,mlp"
 

@@ -42,8 +42,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from predictor.logio import RecordWriter
-from predictor.records import BatchSpec, Record
+from predictor.records.logio import RecordWriter
+from predictor.records.record import BatchSpec, Record
 from predictor.service import CoRunnerSource, PlannedCoRunner, Query, Service, ServiceConfig
 
 DEFAULT_DATASET = Path(__file__).resolve().parents[1] / "data" / "cpu-default.jsonl.gz"

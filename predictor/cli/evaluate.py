@@ -11,13 +11,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from predictor.admission_replay import ReplayResult, replay
-from predictor.evaluation import Scored, run_prequential, run_split, summarize
-from predictor.fastreplay import prequential_blocks, supports
-from predictor.logio import read_records
-from predictor.plots import error_cdf, rolling_error
+from predictor.analysis.admission_replay import ReplayResult, replay
+from predictor.analysis.plots import error_cdf, rolling_error
+from predictor.cli.progress import progress_bar
 from predictor.predictors import create
-from predictor.progress import progress_bar
+from predictor.prequential.blocks import prequential_blocks, supports
+from predictor.prequential.evaluation import Scored, run_prequential, run_split, summarize
+from predictor.records.logio import read_records
 from predictor.service.config import ServiceConfig
 
 DEFAULT_PREDICTORS = "solo,static,ewma,sgd,rls"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from predictor.importers.gpulet import import_gpulet
-from predictor.importers.igniter import import_igniter
-from predictor.logio import write_records
+from predictor.records.importers.gpulet import import_gpulet
+from predictor.records.importers.igniter import import_igniter
+from predictor.records.logio import write_records
 
 IMPORTERS = {"igniter": import_igniter, "gpulet": import_gpulet}
 

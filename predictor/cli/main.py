@@ -14,7 +14,7 @@ import importlib
 import os
 import sys
 
-from predictor import threads
+from predictor.runtime import threads
 
 COMMAND_MODULES = (
     "predictor.cli.importing",

@@ -21,9 +21,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from predictor.pipeline.types import PipelineCost, PipelineStage
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.service import Candidate, CoRunnerSource, PlannedCoRunner, Query, ServiceError
+from predictor.service.pipeline_types import PipelineCost, PipelineStage
 from predictor.service.types import InputPlace
 
 

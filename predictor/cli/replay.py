@@ -9,11 +9,11 @@ import time
 from rich.console import Console
 
 from predictor.cli.evaluate import add_protocol_arguments, protocol_label, results_table, score
-from predictor.evaluation import run_prequential, summarize
-from predictor.fastreplay import fast_prequential
-from predictor.logio import ReadReport, iter_records, read_records
+from predictor.cli.progress import progress_bar
 from predictor.predictors import create
-from predictor.progress import progress_bar
+from predictor.prequential.blocks import fast_prequential
+from predictor.prequential.evaluation import run_prequential, summarize
+from predictor.records.logio import ReadReport, iter_records, read_records
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,8 +1,8 @@
 """``predictor serve``: run the prediction service until SIGINT or SIGTERM.
 
 The arguments map onto :class:`~predictor.service.config.ServiceConfig` (the
-model's options) and :class:`~predictor.rpc.serve.ServeOptions` (network,
-process and security); :func:`predictor.rpc.serve.serve` runs the server.
+model's options) and :class:`~predictor.rpc.processes.options.ServeOptions` (network,
+process and security); :func:`predictor.rpc.processes.serve.serve` runs the server.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import argparse
 import logging
 from typing import Any
 
-from predictor.cpu_priority import POLICIES, parse_cpus
-from predictor.gc_tuning import DEFAULT_YOUNG_THRESHOLD
-from predictor.gil import DEFAULT_SWITCH_INTERVAL_MS
-from predictor.gil_yield import DEFAULT_LEARNER_YIELD_MS
-from predictor.rpc.serve import ServeOptions, serve
+from predictor.rpc.processes.options import ServeOptions
+from predictor.runtime.cpu_priority import POLICIES, parse_cpus
+from predictor.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD
+from predictor.runtime.gil import DEFAULT_SWITCH_INTERVAL_MS
+from predictor.runtime.gil_yield import DEFAULT_LEARNER_YIELD_MS
+from predictor.runtime.threads import log_blas_threads
 from predictor.service import ServiceConfig
-from predictor.threads import log_blas_threads
-from predictor.topology import TopologyError, load_topology
+from predictor.service.live.topology import TopologyError, load_topology
 
 SERVE_EPILOG = """\
 start-up: the server listens at once with health NOT_SERVING; the snapshot in
@@ -101,7 +101,7 @@ def register(subparsers: Any) -> None:
         "--topology",
         metavar="FILE",
         help="devices' hosts and racks and the link bandwidths (TOML, or JSON for a .json name): a query "
-        "giving its input's place and size gets the transfer time added (see predictor.topology)",
+        "giving its input's place and size gets the transfer time added (see predictor.service.live.topology)",
     )
     durability = parser.add_argument_group("durability (with --state)")
     durability.add_argument(
@@ -350,4 +350,6 @@ def run(args: argparse.Namespace) -> int:
     """Entry of ``predictor serve``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     log_blas_threads(logging.getLogger("predictor.serve"))
+    from predictor.rpc.processes.serve import serve  # grpc: not at parse
+
     return serve(config_from_args(args), options_from_args(args))

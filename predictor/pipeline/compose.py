@@ -6,7 +6,7 @@ and a bound at 0.99 of each stage says nothing about the total's coverage. Here 
 latency on every candidate device is a *distribution* (:class:`StageOption`): its sorted
 samples at the stratified probabilities ``(j + 0.5) / N``, the service's conformal residuals
 of that query's cell mapped onto the prediction (see
-:meth:`~predictor.shape_calibration.ShapeCalibrator.log_distribution`). The completion time
+:meth:`~predictor.calibration.shape.ShapeCalibrator.log_distribution`). The completion time
 of the pipeline is composed sample by sample along the DAG,
 
     ``finish[v] = max(finish[u] for u upstream) + X[v]``,  end-to-end = max over sinks,

@@ -1,7 +1,7 @@
 """A stage's completion-time distribution on one device, from the service's calibrated answer.
 
 The shape comes from the conformal residuals of the answer's cell
-(:meth:`~predictor.shape_calibration.ShapeCalibrator.log_distribution`), or a log-normal when
+(:meth:`~predictor.calibration.shape.ShapeCalibrator.log_distribution`), or a log-normal when
 the cell has none; its scale is set so that its quantile at the request's confidence is the
 answer's own upper bound: the values above the centre are stretched (or shrunk) about it. A
 pipeline of one stage so composes to the bound CheckDeadline gives, and the monotone and

@@ -2,7 +2,7 @@
 
 A predictor learns the *slowdown* over solo latency (``latency / solo``), so
 that one model transfers across batch sizes; the solo latency comes from the
-record or, when absent, from an online :class:`~predictor.solo_profile.SoloProfile`.
+record or, when absent, from an online :class:`~predictor.features.solo_profile.SoloProfile`.
 Subclasses implement :meth:`predict_slowdown` and :meth:`learn_slowdown`.
 """
 
@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from predictor.colocations import CoLocations
-from predictor.features import OverlapQuadratic
-from predictor.records import Record
-from predictor.solo_profile import SoloProfile
+from predictor.features.extract import OverlapQuadratic
+from predictor.features.solo_profile import SoloProfile
+from predictor.records.colocations import CoLocations
+from predictor.records.record import Record
 
 if TYPE_CHECKING:
-    from predictor.window_features import WindowForm
+    from predictor.features.window import WindowForm
 
 MIN_SLOWDOWN = 0.05
 MAX_SLOWDOWN = 100.0
@@ -47,7 +47,7 @@ class QuadraticLatencies:
     """Latencies ``solo * min(max(s, low), high)`` of the rows of a quadratic of their overlaps,
     ``s`` the slowdown of a row's raw answer: ``exp(min(raw, 10))`` for a log target, ``raw``
     otherwise, 1 where it is not finite (what a fixed point can run compiled,
-    :mod:`predictor.service.fixed_point_kernel`)."""
+    :mod:`predictor.service.estimates.fixed_point_kernel`)."""
 
     quadratic: OverlapQuadratic
     solo: float
@@ -57,7 +57,7 @@ class QuadraticLatencies:
 
     def latencies(self, o: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """The latencies of rows ``rows`` (``None``: all) at their overlaps ``o`` (most co-runners x
-        rows; see :meth:`OverlapQuadratic.raw <predictor.features.OverlapQuadratic.raw>`): the
+        rows; see :meth:`OverlapQuadratic.raw <predictor.features.extract.OverlapQuadratic.raw>`): the
         definition the compiled fixed point follows."""
         return clipped_latencies(self.solo, slowdowns_of(self.quadratic.raw(o, rows), self.log_target), self.low,
                                  self.high)
@@ -94,7 +94,7 @@ class LatencyPredictor(ABC):
         co-runner's batch size raised, for non-negative attributes (the model's own guarantee).
 
         ``False`` (the default) makes the answering path use its monotone construction over
-        this predictor's answers (:mod:`predictor.service.monotone`) instead.
+        this predictor's answers (:mod:`predictor.service.estimates.monotone`) instead.
         """
         return False
 
@@ -126,7 +126,7 @@ class LatencyPredictor(ABC):
         """A function of a window ``w`` answering ``predict_many([r])[0]``, where ``r`` is ``record``
         with each co-runner ``i`` of ``remaining_ms[i]`` not ``None`` at overlap
         ``min(remaining_ms[i] / w, 1)`` (1 for ``w <= 0``), to the last bit, at less cost per window
-        (what a fixed point over the window asks, :func:`~predictor.service.monotone.fixed_point_one`).
+        (what a fixed point over the window asks, :func:`~predictor.service.estimates.monotone.fixed_point_one`).
 
         ``None`` (the default): the predictor has no such path; the caller predicts each window's record.
         """
@@ -134,7 +134,7 @@ class LatencyPredictor(ABC):
 
     def window_form(self, record: Record, remaining_ms: Sequence[float | None]) -> WindowForm | None:
         """:meth:`window_latency` as data a compiled fixed point reads
-        (:class:`~predictor.window_features.WindowForm`: the answer a quadratic of the moving
+        (:class:`~predictor.features.window.WindowForm`: the answer a quadratic of the moving
         co-runners' overlaps; the same numbers up to rounding). ``None`` (the default): the
         predictor has none; the caller asks :meth:`window_latency`."""
         return None

@@ -19,9 +19,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from predictor.colocations import CoLocations
 from predictor.predictors.base import LatencyPredictor
-from predictor.records import Record
+from predictor.predictors.registry import create
+from predictor.records.colocations import CoLocations
+from predictor.records.record import Record
 
 DEFAULT_EXPERTS = ("rls", "tree", "sgd")
 SPLIT_KEYS = (None, "model", "device_kind")
@@ -49,7 +50,6 @@ class EnsemblePredictor(LatencyPredictor):
     def __init__(self, experts: str = ",".join(DEFAULT_EXPERTS), decay: float = 0.97, eta: float = 50.0,
                  split_by: str | None = "model", max_keys: int = 1024, seed: int = 0):
         super().__init__(seed=seed)
-        from predictor.predictors.registry import create  # cycle: the registry imports this module
 
         names = [e.strip() for e in experts.split(",") if e.strip()]
         if not names or "ensemble" in names:

@@ -9,9 +9,9 @@ smoothing state follows every observation; the linear weights do not.
 
 from __future__ import annotations
 
-from predictor.features import EwmaCoLocation, Features
+from predictor.features.extract import EwmaCoLocation, Features
 from predictor.predictors.static import StaticPredictor
-from predictor.records import Record
+from predictor.records.record import Record
 
 
 class EwmaPredictor(StaticPredictor):

@@ -11,9 +11,9 @@ import math
 
 from river import forest
 
-from predictor.features import fine_features
+from predictor.features.extract import fine_features
 from predictor.predictors.base import LatencyPredictor
-from predictor.records import Record
+from predictor.records.record import Record
 
 
 class ForestPredictor(LatencyPredictor):

@@ -1,6 +1,6 @@
 """``rls``: recursive least squares with forgetting on fine-grained features.
 
-Adds, around :class:`~predictor.regressors.rls.RLS`:
+Adds, around :class:`~predictor.regressors.least_squares.RLS`:
 
 * optional separate models per key (``split_by="device_kind"`` or ``"model"``);
 * a drift detector (river's ADWIN) on the absolute residuals per model; on an
@@ -19,9 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from predictor.colocations import CoLocations
-from predictor.drift_detector import adwin_class
-from predictor.features import (
+from predictor.features.extract import (
     FEATURE_SETS,
     feature_form,
     feature_matrix,
@@ -29,10 +27,12 @@ from predictor.features import (
     interaction_values,
     row_layout,
 )
+from predictor.features.window import WindowForm, at_window, fine_program, overlap_at
 from predictor.predictors.base import LatencyPredictor, QuadraticLatencies, clipped_latencies, slowdowns_of
-from predictor.records import Record
-from predictor.regressors.rls import RLS
-from predictor.window_features import WindowForm, at_window, fine_program, overlap_at
+from predictor.records.colocations import CoLocations
+from predictor.records.record import Record
+from predictor.regressors.drift_detector import adwin_class
+from predictor.regressors.least_squares import RLS
 
 if TYPE_CHECKING:
     from river.drift import ADWIN
@@ -70,7 +70,7 @@ class RlsPredictor(LatencyPredictor):
         Learn ``log(slowdown)`` rather than the slowdown: errors become
         relative, which is what latency predictions are judged by.
     non_negative
-        Keep the weights of contention features (:mod:`predictor.contention`) non-negative
+        Keep the weights of contention features (:mod:`predictor.features.contention`) non-negative
         (projected after every step), so that the prediction never falls when a co-runner is
         added, an overlap or a co-runner's batch size raised (for non-negative attributes).
     """
@@ -139,7 +139,7 @@ class RlsPredictor(LatencyPredictor):
         return model
 
     def _features(self, record: Record) -> tuple[tuple[str, ...], np.ndarray]:
-        """The features of ``record`` as names and values (:func:`~predictor.features.feature_row`);
+        """The features of ``record`` as names and values (:func:`~predictor.features.extract.feature_row`);
         the last record's are kept, so that learning a record just predicted (the service's
         outlier-gated path) extracts them once."""
         last = getattr(self, "_last", None)
@@ -213,7 +213,7 @@ class RlsPredictor(LatencyPredictor):
 
     def window_form(self, record: Record, remaining_ms: Sequence[float | None]) -> WindowForm | None:
         """See the base class: the record's :class:`FineProgram` with its model's weight per
-        feature (:meth:`RLS.row_coefficients <predictor.regressors.rls.RLS.row_coefficients>`)."""
+        feature (:meth:`RLS.row_coefficients <predictor.regressors.least_squares.RLS.row_coefficients>`)."""
         found = self._window_program(record, remaining_ms)
         if found is None:
             return None
@@ -228,7 +228,7 @@ class RlsPredictor(LatencyPredictor):
 
     def window_latency(self, record: Record, remaining_ms: Sequence[float | None]) -> Callable[[float], float] | None:
         """See the base class: the record's fine features as a function of the overlaps
-        (:func:`~predictor.window_features.fine_program`), its model's columns looked up once."""
+        (:func:`~predictor.features.window.fine_program`), its model's columns looked up once."""
         found = self._window_program(record, remaining_ms)
         if found is None:
             return None
@@ -275,7 +275,7 @@ class RlsPredictor(LatencyPredictor):
 
     def colocation_form(self, rows: CoLocations, subset: np.ndarray) -> Callable[[np.ndarray], np.ndarray] | None:
         """:meth:`predict_colocations` of rows ``subset`` as a function of the overlaps: the
-        feature matrix's constant part built once (:func:`~predictor.features.feature_form`),
+        feature matrix's constant part built once (:func:`~predictor.features.extract.feature_form`),
         then per call the overlap-weighted sums, their products and one matrix-vector product;
         the same numbers. ``None`` with a model per device or device kind, or where the rows
         have no matrix."""
@@ -299,7 +299,7 @@ class RlsPredictor(LatencyPredictor):
     def colocation_quadratic(self, rows: CoLocations, subset: np.ndarray,
                              moving: np.ndarray) -> QuadraticLatencies | None:
         """:meth:`colocation_form` as a quadratic of the ``moving`` co-runners' overlaps, the others
-        at theirs (:meth:`FeatureForm.quadratic <predictor.features.FeatureForm.quadratic>`; the
+        at theirs (:meth:`FeatureForm.quadratic <predictor.features.extract.FeatureForm.quadratic>`; the
         same numbers up to rounding). ``None`` with a model per device or device kind, where the
         rows have no form, or nothing is learned for the batch's model."""
         if self.split_by not in (None, "model") or not len(rows):

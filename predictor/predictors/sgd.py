@@ -8,11 +8,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from river import linear_model, optim, preprocessing
 
-from predictor.colocations import CoLocations
-from predictor.contention import is_contention
-from predictor.features import feature_form, feature_matrix, fine_features
+from predictor.features.contention import is_contention
+from predictor.features.extract import feature_form, feature_matrix, fine_features
 from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
-from predictor.records import Record
+from predictor.records.colocations import CoLocations
+from predictor.records.record import Record
 
 
 class SgdPredictor(LatencyPredictor):
@@ -29,7 +29,7 @@ class SgdPredictor(LatencyPredictor):
     log_target
         Learn ``log(slowdown)`` (relative errors) rather than the slowdown.
     non_negative
-        Project the weights of contention features (:mod:`predictor.contention`) onto
+        Project the weights of contention features (:mod:`predictor.features.contention`) onto
         ``w >= 0`` after every step: the prediction never falls as the device gets more crowded.
     """
 
@@ -88,7 +88,7 @@ class SgdPredictor(LatencyPredictor):
     def predict_colocations(self, rows: CoLocations) -> np.ndarray:
         """All rows at once: one matrix of their fine features, each value scaled and weighted as
         :meth:`predict_slowdown` scales and weights a record's (the same numbers up to the order of the
-        sum, as in :mod:`predictor.regressors.sgd_kernel`)."""
+        sum, as in :mod:`predictor.predictors.sgd_kernel`)."""
         matrix = feature_matrix(rows, "fine") if len(rows) else None
         if matrix is None:
             return super().predict_colocations(rows)

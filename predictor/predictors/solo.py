@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from predictor.predictors.base import LatencyPredictor
-from predictor.records import Record
+from predictor.records.record import Record
 
 
 class SoloPredictor(LatencyPredictor):

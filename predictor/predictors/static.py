@@ -15,10 +15,10 @@ import numpy as np
 from scipy.optimize import lsq_linear
 from sklearn.linear_model import Ridge
 
-from predictor.contention import is_contention
-from predictor.features import Features, coarse_features
+from predictor.features.contention import is_contention
+from predictor.features.extract import Features, coarse_features
 from predictor.predictors.base import LatencyPredictor
-from predictor.records import Record
+from predictor.records.record import Record
 from predictor.regressors.feature_index import FeatureIndex
 
 
@@ -32,7 +32,7 @@ class StaticPredictor(LatencyPredictor):
     ridge
         L2 penalty of the least-squares fit (tiny: numerical safety only).
     non_negative
-        Fit the weights of contention features (:mod:`predictor.contention`) under ``w >= 0``
+        Fit the weights of contention features (:mod:`predictor.features.contention`) under ``w >= 0``
         (bounded least squares): more co-runners never predict a lower latency.
     """
 

@@ -1,7 +1,7 @@
 """``tree``: boosted trees of the log latency, refitted in the background, with a fast RLS corrector.
 
 The learner is :class:`~predictor.regressors.boosted.BoostedResidual` on the fine features
-(:func:`~predictor.features.fine_features`: the batch's own attributes and log batch size, its
+(:func:`~predictor.features.extract.fine_features`: the batch's own attributes and log batch size, its
 co-runners' overlap-weighted attributes, counts, models and the device signals) plus the
 batch's model and device kind (categories) and its solo latency where the record carries one.
 The target is the log latency, less the log of the record's solo latency when it has one: with
@@ -25,10 +25,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from predictor.colocations import CoLocations
-from predictor.features import CO, OWN, feature_matrix, fine_features
+from predictor.features.extract import CO, OWN, feature_matrix, fine_features
 from predictor.predictors.base import LatencyPredictor
-from predictor.records import Record
+from predictor.records.colocations import CoLocations
+from predictor.records.record import Record
 from predictor.regressors.boosted import BoostedResidual
 
 CONTENTION_PREFIXES = ("co:", "co_model:", "pair:", "x:")

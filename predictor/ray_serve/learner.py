@@ -15,10 +15,10 @@ from typing import Any
 
 import ray
 
-from predictor.records import parse_record
+from predictor.records.record import parse_record
+from predictor.runtime.threads import pin_blas_threads
 from predictor.service import Service, ServiceConfig
 from predictor.service.published import ModelVersion
-from predictor.threads import pin_blas_threads
 
 
 class Learner:
@@ -40,7 +40,7 @@ class Learner:
     def observe(self, records: Iterable[Mapping[str, Any]]) -> int:
         """Learn ``coloc/v1`` records (dicts, as logged); returns how many were learned.
 
-        Raises :class:`~predictor.records.RecordError` naming the field of the first bad record.
+        Raises :class:`~predictor.records.record.RecordError` naming the field of the first bad record.
         """
         parsed = [parse_record(dict(r)) for r in records]
         for record in parsed:

@@ -12,12 +12,10 @@ from pathlib import Path
 
 import ray
 
-import predictor
-
 
 def project_root() -> Path:
     """The directory holding the :mod:`predictor` package the driver imported."""
-    return Path(predictor.__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]  # predictor/ray_serve/local.py
 
 
 def start_local_ray(num_cpus: int = 2) -> None:

@@ -9,7 +9,7 @@ answers exactly what the learner's own process answers from the same version.
 
 Examples
 --------
->>> from predictor.records import BatchSpec, parse_record
+>>> from predictor.records.record import BatchSpec, parse_record
 >>> from predictor.service import CoRunnerSource, Query, Service, ServiceConfig
 >>> learner = Service(ServiceConfig(predictor="solo"))
 >>> _ = learner.open()

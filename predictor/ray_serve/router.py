@@ -38,7 +38,7 @@ from predictor.ray_serve.colocation import ColocationState, Ledger, RunningBatch
 from predictor.ray_serve.learner import learner_named
 from predictor.ray_serve.pinned import PinnedService
 from predictor.ray_serve.requests import InferenceRequest
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
 from predictor.service import Candidate, CoRunnerSource, Deadline, Service, ServiceConfig, ServiceError
 
 log = logging.getLogger("predictor.ray_serve.router")

@@ -23,7 +23,8 @@ from ray.serve.handle import DeploymentHandle
 
 from predictor.ray_serve.learner import learner_named, start_learner
 from predictor.ray_serve.pinned import PinnedService
-from predictor.records import BatchSpec
+from predictor.records.record import BatchSpec
+from predictor.runtime.threads import pin_blas_threads
 from predictor.service import (
     Candidate,
     Deadline,
@@ -33,7 +34,7 @@ from predictor.service import (
     Ranking,
     ServiceConfig,
 )
-from predictor.threads import pin_blas_threads
+from predictor.service.estimates import fixed_point_kernel
 
 log = logging.getLogger("predictor.ray_serve.service_app")
 
@@ -56,7 +57,6 @@ class ServiceReplica:
         if not refresh_s > 0:
             raise ValueError(f"refresh_s must be > 0, got {refresh_s!r}")
         pin_blas_threads()  # a replica is a process of its own: BLAS limited as every entry point does
-        from predictor.service import fixed_point_kernel  # numba: loaded here, not by the first answer
 
         fixed_point_kernel.warm()  # as predictor serve does, before the first ranking or moving query
         self.pinned = PinnedService(config)

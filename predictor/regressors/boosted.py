@@ -9,7 +9,7 @@ answers go on meanwhile without sharing the GIL with the refit; if the worker pr
 the refit is redone in the learning call and a fresh worker takes the next one. The fitted trees replace the current ones exactly ``swap_after`` observations
 after the refit started (waiting for it there only if it has not finished by then), so the
 same stream always gives the same model, whatever the timing: clones, pickles and snapshots
-stay exact. On top, a recursive-least-squares corrector (:class:`~predictor.regressors.rls.RLS`)
+stay exact. On top, a recursive-least-squares corrector (:class:`~predictor.regressors.least_squares.RLS`)
 learns the residual of the current trees online, so a drift between refits is tracked at
 once; at a swap a fresh corrector learns the residuals of the new trees on the observations
 they were not fitted on (those since the refit started).
@@ -39,7 +39,7 @@ from river import base
 
 from predictor.regressors import refit_worker
 from predictor.regressors.feature_index import FeatureIndex
-from predictor.regressors.rls import RLS
+from predictor.regressors.least_squares import RLS
 from predictor.regressors.trees import PackedTrees, TreeArrays, fit_trees
 
 Features = Mapping[str, object]

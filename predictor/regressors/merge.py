@@ -1,6 +1,6 @@
 """Merging RLS models that learned disjoint streams, through the information form.
 
-An :class:`~predictor.regressors.rls.RLS` that never forgets (``forgetting=1``)
+An :class:`~predictor.regressors.least_squares.RLS` that never forgets (``forgetting=1``)
 holds the ridge solution of everything it learned: over the scaled features
 ``z = x / s`` (``s`` the column scales), precision ``H = I / delta + sum z z'``
 and weights ``w = H^-1 sum z y``. Both sums are additive over observations, so
@@ -18,12 +18,12 @@ rounding.
 Exactness needs a learner whose state *is* that ridge solution: ``forgetting``
 of 1, no refused update (a refused step or a lost-definiteness re-open breaks
 the sums), no trace bound below the prior (``max_trace`` unset) and no
-:meth:`~predictor.regressors.rls.RLS.reset_covariance` (the owner's drift
+:meth:`~predictor.regressors.least_squares.RLS.reset_covariance` (the owner's drift
 response). :func:`merge` checks what the state records and refuses the rest.
 
 Examples
 --------
->>> from predictor.regressors.rls import RLS
+>>> from predictor.regressors.least_squares import RLS
 >>> first, second, whole = (RLS(forgetting=1.0, delta=1e3) for _ in range(3))
 >>> for i, x in enumerate([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]):
 ...     (first if i < 3 else second).learn_one({"x": x}, 2.0 * x + 1.0)
@@ -39,7 +39,7 @@ import dataclasses
 
 import numpy as np
 
-from predictor.regressors.rls import RLS
+from predictor.regressors.least_squares import RLS
 
 INTERCEPT = "intercept"
 

@@ -1,6 +1,6 @@
 """The pinned set of the non-negativity projection and its gain, by a bordered Cholesky factor.
 
-:meth:`RLS.predicting_weights <predictor.regressors.rls.RLS.predicting_weights>` moves the
+:meth:`RLS.predicting_weights <predictor.regressors.least_squares.RLS.predicting_weights>` moves the
 weights by ``P[:, A] P[A, A]^-1 w[A]`` for a pinned set ``A`` of contention columns;
 :func:`find_gain` searches ``A`` and computes that gain (the definition; the compiled
 :func:`predictor.regressors.gain_kernel.find_gain` follows the same steps).

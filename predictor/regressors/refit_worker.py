@@ -33,6 +33,8 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 
+from predictor.runtime.threads import pin_blas_threads
+
 NICENESS = 5
 """How much lower the worker's scheduling priority is than the serving process's."""
 
@@ -42,7 +44,6 @@ _EXECUTOR: ProcessPoolExecutor | None = None
 
 def _initialize() -> None:
     """In the worker: one BLAS thread, a lower priority."""
-    from predictor.threads import pin_blas_threads
 
     pin_blas_threads(1)
     try:

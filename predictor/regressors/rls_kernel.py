@@ -1,6 +1,6 @@
-"""The RLS step of :class:`~predictor.regressors.rls.RLS`, compiled (numba) and run over a block of rows.
+"""The RLS step of :class:`~predictor.regressors.least_squares.RLS`, compiled (numba) and run over a block of rows.
 
-:meth:`RLS.learn_vector <predictor.regressors.rls.RLS.learn_vector>` costs two
+:meth:`RLS.learn_vector <predictor.regressors.least_squares.RLS.learn_vector>` costs two
 BLAS calls and a dozen interpreter-level operations per observation; over a
 block of observations that need no new column (the usual case once a stream
 has warmed up) the same arithmetic runs here in one compiled loop:
@@ -22,7 +22,7 @@ has warmed up) the same arithmetic runs here in one compiled loop:
 A block's rows come dense (:func:`learn_rows`) or from plans (:class:`RowPlans`,
 :class:`PlannedRun`): each row the base values of its features and the number of a plan saying
 at which columns they go and which pairs of them are multiplied (the ``interactions`` features'
-products, :func:`predictor.features.interaction_values`, computed here alike), so the caller
+products, :func:`predictor.features.extract.interaction_values`, computed here alike), so the caller
 passes a few numbers a row and no products.
 
 Each sum keeps the reference's order of additions; what the kernel skips are additions of exact
@@ -48,7 +48,7 @@ the size of their terms, weights normwise), looser where a stream is ill-conditi
 more, a guard's refusal at its border included: the two round the same formulas in
 different orders. Rows that would
 grow the model (a new feature name, a column's first non-zero value) go
-through the reference :meth:`~predictor.regressors.rls.RLS.learn_vector`
+through the reference :meth:`~predictor.regressors.least_squares.RLS.learn_vector`
 path one at a time (:func:`learn_block`), so the state is the same whatever
 the block boundaries.
 
@@ -60,7 +60,7 @@ vectorise) but the trace bookkeeping, which cancels, then drifts from the refere
 Examples
 --------
 >>> import numpy as np
->>> from predictor.regressors.rls import RLS
+>>> from predictor.regressors.least_squares import RLS
 >>> a, b = RLS(), RLS()
 >>> x = np.array([[1.0, 2.0], [2.0, 1.0], [3.0, 0.5]]); y = np.array([1.0, 2.0, 3.0])
 >>> _ = learn_block(a, ("u", "v"), x, y)
@@ -78,7 +78,7 @@ import numpy as np
 from numba import njit
 
 from predictor.regressors.gain_kernel import find_gain as _find_gain
-from predictor.regressors.rls import MIN_SEARCH_GAP, PROJECT_EVERY, RESCALE_ABOVE, RLS
+from predictor.regressors.least_squares import MIN_SEARCH_GAP, PROJECT_EVERY, RESCALE_ABOVE, RLS
 
 MIRROR_FROM = 64
 """Columns from which a run keeps the lower triangle as the upper's mirror and walks only a row's
@@ -324,7 +324,7 @@ def _rls_planned(s, w, state, scale, plan_of_row, bases, positions, position_off
     """:func:`_learn` of every row given by a plan (:class:`RowPlans`), scaled as ``RLS.vectorize``
     scales it: row ``t`` follows plan ``plan_of_row[t]`` from its base values, the next ones of
     ``bases``; its values are the base values, their products by pairs and copies of some of them
-    (:func:`predictor.features.interaction_values`: the same products), at the plan's column
+    (:func:`predictor.features.extract.interaction_values`: the same products), at the plan's column
     positions in that order (column 0 implied)."""
     d = w.size
     sx, acc, new_w, projected, nz, free, flag, pinned_weights = _scratch(d)
@@ -359,7 +359,7 @@ def _rls_planned(s, w, state, scale, plan_of_row, bases, positions, position_off
 
 
 class RowPlans:
-    """How rows are made from their base values (:func:`predictor.features.planned_row`), as the
+    """How rows are made from their base values (:func:`predictor.features.extract.planned_row`), as the
     arrays :class:`PlannedRun` takes: per plan, the column position of each of a row's values, and
     which base values are multiplied (``left``, ``right``) and copied (``keys``).
 
@@ -520,7 +520,7 @@ def learn_rows_fits(model: RLS, rows: np.ndarray, targets: np.ndarray) -> tuple[
 class PlannedRun:
     """A model learned over successive blocks of rows given by plans (:class:`RowPlans`), each block in
     one compiled call (:meth:`PlannedBlock.compute`, which releases the GIL and may run on another
-    thread: :class:`~predictor.kernel_thread.KernelThread`).
+    thread: :class:`~predictor.runtime.kernel_thread.KernelThread`).
 
     The model's state is read once, held by the run from block to block and written back by
     :meth:`finish`: until then the model's weights and covariance are the run's to write, and nothing

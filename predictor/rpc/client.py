@@ -8,7 +8,7 @@ for (:class:`InvalidArgument` naming the field, :class:`NotFound`,
 
 Examples
 --------
->>> from predictor.records import BatchSpec
+>>> from predictor.records.record import BatchSpec
 >>> from predictor.service import Query
 >>> with InterferenceClient("localhost:50051") as client:       # doctest: +SKIP
 ...     client.wait_ready(10)
@@ -25,12 +25,12 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from predictor.pipeline.types import PipelineCost, PipelinePlan, PipelineStage
-from predictor.records import BatchSpec, Record
+from predictor.records.record import BatchSpec, Record
 from predictor.rpc import convert
 from predictor.rpc.errors import from_rpc_error
 from predictor.rpc.protos import SERVICE_NAME, load
 from predictor.rpc.security import open_channel
+from predictor.service.pipeline_types import PipelineCost, PipelinePlan, PipelineStage
 from predictor.service.types import (
     Candidate,
     DeadlineAnswer,

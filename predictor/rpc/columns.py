@@ -5,8 +5,8 @@ The per-object conversions of :mod:`predictor.rpc.convert` build a
 candidate and a :class:`~predictor.service.types.PlacementAnswer` per
 answer; with hundreds of candidates per call that costs more than the
 predictions. These read the request straight into a
-:class:`~predictor.service.placements.CandidateColumns` and write a
-:class:`~predictor.service.placements.RankingColumns` straight into the
+:class:`~predictor.service.estimates.placements.CandidateColumns` and write a
+:class:`~predictor.service.estimates.placements.RankingColumns` straight into the
 response. No validation here either: the service checks the columns.
 """
 
@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from predictor.keyed import KeyedMaps
-from predictor.records import RecordError
+from predictor.records.keyed import KeyedMaps
+from predictor.records.record import RecordError
 from predictor.rpc import convert, wire
 from predictor.rpc.convert import _BOUNDS_PB, _SOURCES, _SOURCES_PB, require_finite, require_finite_arrays
 from predictor.rpc.protos import pb2
-from predictor.service.placements import CandidateColumns, RankingColumns
+from predictor.service.estimates.placements import CandidateColumns, RankingColumns
 from predictor.service.types import CoRunnerSource
 
 _CANDIDATE = operator.attrgetter("device", "device_kind", "co_runner_source")
@@ -182,7 +182,7 @@ def _lengths_ok(packed: Any, field: str, allowed: tuple[int, ...]) -> int:
 
 def _rows_of(keys: list[str], values: Any, rows: int, field: str) -> Sequence[Mapping[str, float]]:
     """One mapping per row of a row-major ``rows x len(keys)`` matrix; NaN: the row lacks the key
-    (kept as the matrix, :class:`~predictor.keyed.KeyedMaps`)."""
+    (kept as the matrix, :class:`~predictor.records.keyed.KeyedMaps`)."""
     if len(set(keys)) != len(keys):
         raise RecordError(f"packed_candidates.{field.replace('values', 'keys')}", "repeats a key")
     if not keys:

@@ -3,9 +3,9 @@
 Queries and candidates are converted as given: the service validates them and
 names offending fields with the same paths the messages use
 (``query.batch.batch_size``). An observed ``Record`` message is converted to a
-:class:`~predictor.records.Record` by the ``coloc/v1`` rules of
-:mod:`predictor.rules`, as a log line is; one that breaks them becomes the
-:class:`~predictor.rules.RecordError` saying why, for the service to report.
+:class:`~predictor.records.record.Record` by the ``coloc/v1`` rules of
+:mod:`predictor.records.rules`, as a log line is; one that breaks them becomes the
+:class:`~predictor.records.rules.RecordError` saying why, for the service to report.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from predictor import rules
-from predictor.calibration import BoundSource
-from predictor.pipeline.types import PipelineCost, PipelinePlan, PipelineStage, StagePlan
-from predictor.records import SCHEMA, BatchSpec, CoRunner, Record, RecordError, parse_record
+from predictor.calibration.conformal import BoundSource
+from predictor.records import rules
+from predictor.records.record import SCHEMA, BatchSpec, CoRunner, Record, RecordError, parse_record
 from predictor.rpc.protos import pb2
-from predictor.service.dedup import DedupKey
+from predictor.service.durability.dedup import DedupKey
 from predictor.service.errors import InvalidArgument, ServiceError
+from predictor.service.ingest import MESSAGE_END
+from predictor.service.pipeline_types import PipelineCost, PipelinePlan, PipelineStage, StagePlan
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,
@@ -203,8 +204,8 @@ def _record_as_given(message: Any) -> Record | None:
     ``None`` otherwise (then :func:`record_from_pb` validates it field by field and says why).
 
     Builds the record straight from the message, which costs a third of going through
-    :func:`~predictor.records.parse_record`; the checks are the same rules
-    (:mod:`predictor.rules` predicates on the typed fields).
+    :func:`~predictor.records.record.parse_record`; the checks are the same rules
+    (:mod:`predictor.records.rules` predicates on the typed fields).
     """
     if (message.schema and message.schema != SCHEMA) or not message.HasField("latency_ms"):
         return None
@@ -315,7 +316,6 @@ def keyed_observation_messages_from_pb(messages: Iterable[Any]) -> Iterator[tupl
     ``(record, batch_id, key)``, the key ``None`` for a record not named; each message's records
     followed by :data:`~predictor.service.ingest.MESSAGE_END` (the service learns a message as
     one block)."""
-    from predictor.service.ingest import MESSAGE_END
 
     for message in messages:
         producer, sequence = message.producer_id, message.sequence

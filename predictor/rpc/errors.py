@@ -32,7 +32,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from predictor.records import RecordError
+from predictor.records.record import RecordError
 from predictor.service.errors import (
     FailedPrecondition,
     InvalidArgument,

@@ -46,6 +46,7 @@ import grpc
 
 from predictor.rpc.errors import PermissionDenied, Unauthenticated, abort
 from predictor.rpc.names import METHOD_PREFIX
+from predictor.rpc.processes.options import ServeOptions
 
 PREFIX = METHOD_PREFIX
 WRITE_METHODS = frozenset({"ReportObservations", "ReportBatchStart", "ReportBatchEnd", "ReportBatchQueued"})
@@ -436,3 +437,24 @@ def open_channel(
     if token is not None:
         channel = grpc.intercept_channel(channel, BearerToken(token))
     return channel
+
+
+def security_from_options(options: ServeOptions) -> tuple[Any, Any]:
+    """``(server credentials or None, AuthPolicy)`` from the options; ``ValueError`` when inconsistent."""
+    if (options.tls_cert is None) != (options.tls_key is None):
+        raise ValueError("give both --tls-cert and --tls-key, or neither")
+    if options.tls_client_ca is not None and options.tls_cert is None:
+        raise ValueError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key")
+    if options.metrics_token and not options.auth_token_file:
+        raise ValueError("--metrics-token needs --auth-token-file (the tokens a scrape may present)")
+    credentials = None
+    if options.tls_cert is not None and options.tls_key is not None:
+        credentials = server_credentials(options.tls_cert, options.tls_key, options.tls_client_ca)
+    tokens = load_tokens(options.auth_token_file) if options.auth_token_file else {}
+    policy = AuthPolicy.from_tokens(
+        tokens,
+        mutual_tls=options.tls_client_ca is not None,
+        allowed_clients=frozenset(options.allowed_clients),
+        protect_reads=options.protect_reads,
+    )
+    return credentials, policy

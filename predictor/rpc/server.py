@@ -17,17 +17,19 @@ import logging
 import weakref
 from collections.abc import Sequence
 from concurrent import futures
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from predictor.cpu_priority import pin_handler_thread
 from predictor.rpc.metrics import ServerMetrics
+from predictor.rpc.processes.options import ServeOptions
 from predictor.rpc.protos import SERVICE_NAME, load
 from predictor.rpc.security import AuthPolicy
 from predictor.rpc.servicer import InterferenceServicer
 from predictor.rpc.thin import ThinInterceptor
+from predictor.runtime.cpu_priority import pin_handler_thread
 from predictor.service.core import Service
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -85,7 +87,7 @@ def create_server(
         a learner's or an answering worker's in ``predictor serve --workers N``).
     handler_cpus
         The CPUs the handler threads run on, each pinned as it starts
-        (:func:`~predictor.cpu_priority.pin_handler_thread`; ``predictor serve --handler-cpus``);
+        (:func:`~predictor.runtime.cpu_priority.pin_handler_thread`; ``predictor serve --handler-cpus``);
         none: wherever the threads that start them may run.
     """
     pb2, pb2_grpc = load()
@@ -144,3 +146,24 @@ def stop_server(server: grpc.Server, service: Service, grace: float = 5.0) -> No
         health_servicer.enter_graceful_shutdown()
     server.stop(grace).wait()
     service.close()
+
+
+def public_server(options: ServeOptions, address: str, service: Service, metrics: Any, credentials: Any, policy: Any,
+                  tracing: Any, servicer: Any = None) -> tuple[Any, int]:
+    """The server clients reach (one process's, or an answering worker's): ``create_server`` with
+    the RPC options of ``options`` (threads, message size, concurrency limit), its security
+    (``credentials``, ``policy``: :func:`security_from_options`) and ``tracing``
+    (:func:`~predictor.rpc.tracing.tracing_from_option`). Built, not started."""
+    return create_server(
+        address,
+        service,
+        max_workers=options.max_workers,
+        max_message_bytes=options.max_message_bytes,
+        max_concurrent_rpcs=options.max_concurrent_rpcs or None,
+        metrics=metrics,
+        credentials=credentials,
+        auth=policy,
+        tracing=tracing.interceptor if tracing is not None else None,
+        servicer=servicer,
+        handler_cpus=options.handler_cpus,
+    )

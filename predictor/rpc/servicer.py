@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from predictor.records import RecordError
+from predictor.records.record import RecordError
 from predictor.rpc import columns, convert
 from predictor.rpc.errors import grpc_errors
 from predictor.rpc.protos import pb2

@@ -30,12 +30,12 @@ from typing import Any
 
 import grpc
 
-from predictor.gil_yield import asked
 from predictor.rpc.decoding import _decode, _Undecodable
 from predictor.rpc.errors import abort
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.names import METHOD_PREFIX, method_name
 from predictor.rpc.security import _CALLER, WRITE_METHODS, AuthInterceptor, AuthPolicy
+from predictor.runtime.gil_yield import asked
 
 _OK = grpc.StatusCode.OK
 _UNKNOWN = grpc.StatusCode.UNKNOWN
@@ -148,7 +148,7 @@ class ThinInterceptor(grpc.ServerInterceptor):
             start = time.perf_counter()
             code = _OK
             if unary:
-                asked()  # an answer is wanted: the learner pauses for it (predictor.gil_yield)
+                asked()  # an answer is wanted: the learner pauses for it (predictor.runtime.gil_yield)
             try:
                 remaining = context.time_remaining()
                 if remaining is not None and remaining <= 0:

@@ -4,7 +4,6 @@ Import :class:`Service` from :mod:`predictor.service.core`; this package
 re-exports the names a caller needs.
 """
 
-from predictor.pipeline.types import PipelineCost, PipelinePlan, PipelineStage, StagePlan
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.service.errors import (
@@ -17,6 +16,7 @@ from predictor.service.errors import (
     ServiceError,
     Unavailable,
 )
+from predictor.service.pipeline_types import PipelineCost, PipelinePlan, PipelineStage, StagePlan
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,

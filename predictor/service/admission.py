@@ -2,14 +2,14 @@
 
 The answers that matter are the ones a scheduler gets before it dispatches a batch, and
 those know less than the observation that later arrives. Two mechanisms feed the
-:class:`~predictor.shape_calibration.ShapeCalibrator` that bounds every answer with
-residuals of answers of the same :class:`~predictor.shapes.QueryShape`:
+:class:`~predictor.calibration.shape.ShapeCalibrator` that bounds every answer with
+residuals of answers of the same :class:`~predictor.calibration.shapes.QueryShape`:
 
 * **degraded replay** — for every observed record the service also asks itself, before
   learning the record, the questions a scheduler could have asked about the same batch
   (:func:`admission_queries`: its co-runners without overlaps and no signals; with
   overlaps and no signals), through the very path that answers real queries
-  (:meth:`Answering.replay <predictor.service.answering.Answering.replay>`), and
+  (:func:`~predictor.service.replay_block.replay_record`), and
   calibrates each shape on the residuals of those answers;
 * **answer–outcome linking** — a query that carries a ``batch_id`` has its answer
   remembered (:class:`AnswerMemory`, bounded and expiring); when the observation of that
@@ -32,14 +32,14 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from predictor.calibration import BoundSource
-from predictor.gil_yield import point as gil_point
-from predictor.records import Record
+from predictor.calibration.conformal import BoundSource
+from predictor.calibration.shape import ShapeCalibrator
+from predictor.calibration.shape_block import Outcome, learn_block
+from predictor.calibration.shapes import QueryShape, count_bucket
+from predictor.records.record import Record
+from predictor.runtime.gil_yield import point as gil_point
 from predictor.service.monitor import LINKED, REPLAY, ShapeMonitor
 from predictor.service.types import CoRunnerSource, PlannedCoRunner, Query
-from predictor.shape_block import Outcome, learn_block
-from predictor.shape_calibration import ShapeCalibrator
-from predictor.shapes import QueryShape, count_bucket
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +148,7 @@ def admission_queries(record: Record) -> list[tuple[QueryShape, Query]]:
     each with its shape, leaving out the record's own shape (it is calibrated on the
     observation itself):
 
-    * its co-runners without overlaps, no signals (:data:`predictor.shapes.ADMISSION`);
+    * its co-runners without overlaps, no signals (:data:`predictor.calibration.shapes.ADMISSION`);
     * its co-runners with their overlaps, no signals (when the record has signals).
     """
     wanted = admission_shapes(record)  # a query is built only for a shape asked
@@ -212,7 +212,7 @@ class AdmissionCalibration:
     def observe_block(self, observed: list[Learned]) -> None:
         """:meth:`observe` of each of a block's learned records in turn: each answer as it would
         have been given scored, then its outcome calibrated on (the linked answer's only
-        calibrated on), by :func:`~predictor.shape_block.learn_block` (compiled for a block of
+        calibrated on), by :func:`~predictor.calibration.shape_block.learn_block` (compiled for a block of
         many: the same state and answers as the calls, bit for bit); the monitor then scores the
         answers in the same order."""
         outcomes: list[Outcome] = []

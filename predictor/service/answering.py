@@ -5,9 +5,9 @@ Every answer goes the same way:
 1. **plan** — :meth:`Answering.plan_query` validates a query by the ``coloc/v1`` rules
    and the magnitude limits (naming the first offending field) and resolves its
    co-runners (given, or from the live view). A ranking's candidates are checked all at
-   once column-wise (:func:`~predictor.service.placements.valid_columns`, the same rules);
+   once column-wise (:func:`~predictor.service.estimates.placements.valid_columns`, the same rules);
    where that cannot vouch for every one, each is planned by :meth:`Answering.plan_query`.
-   Either way the plan is a set of rows (:class:`~predictor.colocations.CoLocations`)
+   Either way the plan is a set of rows (:class:`~predictor.records.colocations.CoLocations`)
    with each co-runner's remaining time (NaN: its overlap is given);
 2. **answer** — :meth:`Answering.answer` predicts every row at once (co-runners given by
    remaining time get their overlap from the predicted window, iterated), bounds the
@@ -29,13 +29,17 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from predictor import cell_kernel, rules
-from predictor.calibration import Bound, BoundSource, check_confidence
-from predictor.colocations import CoLocations
-from predictor.keyed import KeyedMaps
+from predictor.calibration import cell_kernel
+from predictor.calibration.conformal import Bound, BoundSource, check_confidence
+from predictor.calibration.shape import log_ratios, normal_quantile
+from predictor.calibration.shapes import MAX_COUNT, QueryShape
+from predictor.features.window import at_window
 from predictor.predictors import LatencyPredictor
 from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN
-from predictor.records import (
+from predictor.records import rules
+from predictor.records.colocations import CoLocations
+from predictor.records.keyed import KeyedMaps
+from predictor.records.record import (
     SCHEMA,
     BatchSpec,
     CoRunner,
@@ -45,16 +49,15 @@ from predictor.records import (
     record_numbers,
     record_within_limits,
 )
-from predictor.service import monotone
-from predictor.service.delay import decide
 from predictor.service.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     ResourceExhausted,
 )
-from predictor.service.liveview import RunningBatch
-from predictor.service.placements import (
+from predictor.service.estimates import fixed_point_kernel, monotone
+from predictor.service.estimates.delay import decide
+from predictor.service.estimates.placements import (
     CandidateColumns,
     EstimatedPaths,
     RankingColumns,
@@ -63,10 +66,11 @@ from predictor.service.placements import (
     rank_order,
     valid_columns,
 )
+from predictor.service.estimates.terms import terms_of
+from predictor.service.live.liveview import RunningBatch
+from predictor.service.live.transfers import NOWHERE
 from predictor.service.published import ModelVersion
 from predictor.service.state import ServiceState
-from predictor.service.terms import terms_of
-from predictor.service.transfers import NOWHERE
 from predictor.service.typed_query import typed_record
 from predictor.service.types import (
     Candidate,
@@ -79,9 +83,6 @@ from predictor.service.types import (
     Query,
     Ranking,
 )
-from predictor.shape_calibration import log_ratios, normal_quantile
-from predictor.shapes import MAX_COUNT, QueryShape
-from predictor.window_features import at_window
 
 T = TypeVar("T")
 _NONE = np.zeros(0, dtype=np.intp)
@@ -270,7 +271,7 @@ class Answering:
         (on whichever device it ran) calibrates the answer given for that device. With
         ``learned_only``, an unseen model or device kind is refused (:class:`FailedPrecondition`).
         With ``where`` (the input's place and size), every answer adds the input's transfer, and
-        the ranking says whether to wait for a device holding the input (:mod:`predictor.service.delay`)."""
+        the ranking says whether to wait for a device holding the input (:mod:`predictor.service.estimates.delay`)."""
         self.state.require_ready()
         confidence = self.confidence(confidence)
         if not len(candidates):
@@ -449,7 +450,7 @@ class Answering:
         self, candidates: CandidateColumns, kinds: Sequence[str]
     ) -> tuple[np.ndarray, Sequence[Mapping[str, float]], Sequence[tuple[str, ...]] | None]:
         """The candidates' overlaps and signals with what they leave out estimated
-        (:mod:`predictor.service.filling`), and per candidate the paths estimated (``None``: none)."""
+        (:mod:`predictor.service.estimates.filling`), and per candidate the paths estimated (``None``: none)."""
         given = candidates.has_overlap
         overlaps = np.where(given, candidates.overlaps, 1.0)
         offsets = candidates.offsets
@@ -503,7 +504,7 @@ class Answering:
         self, predictor: LatencyPredictor, plan: Plan | Planned, solo: float
     ) -> tuple[Record | CoLocations, np.ndarray]:
         """The rows as predicted (co-runners at their effective overlaps) and their latencies,
-        monotone in crowding (:mod:`predictor.service.monotone`).
+        monotone in crowding (:mod:`predictor.service.estimates.monotone`).
 
         A single query of a predictor that is monotone itself, with nothing to clip, goes the
         per-record way, which costs less than columns for one row. Co-runners given by remaining
@@ -529,7 +530,6 @@ class Answering:
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
         quadratic = monotone.overlap_quadratic(predictor, rows, moving, ~np.isnan(plan.remaining))
         if quadratic is not None:  # each row's search, compiled
-            from predictor.service import fixed_point_kernel  # numba, imported where first needed
 
             found = fixed_point_kernel.fixed_points(quadratic, plan.remaining_of(quadratic.quadratic.gather), solo,
                                                     high, low)
@@ -556,7 +556,6 @@ class Answering:
         if per_record:
             form = predictor.window_form(planned.record, planned.remaining_ms)
             if form is not None:  # the answer a quadratic of the moving overlaps, its search compiled
-                from predictor.service import fixed_point_kernel  # numba, imported where first needed
 
                 found = fixed_point_kernel.window_of(form)  # over the same grid: the form's solo and range
             else:
@@ -672,7 +671,7 @@ class Answering:
         probability is that of finishing within the deadline less that time.
 
         Each row is calibrated on the residuals of answers of its own query shape, device kind
-        and co-runner count (:class:`~predictor.shape_calibration.ShapeCalibrator`); one look-up
+        and co-runner count (:class:`~predictor.calibration.shape.ShapeCalibrator`); one look-up
         per distinct cell. A batch whose solo latency is neither given nor profiled, or a device
         kind never seen, gets a wide log-normal fallback (``unseen_sigma``) that says so.
         """
@@ -744,29 +743,6 @@ class Answering:
             cells[c] = bound_of[c]
         row_bounds = cells[cell_of].tolist()
         return uppers, probabilities, row_bounds, fallback, corrections
-
-    def replay(self, record: Record) -> list[tuple[QueryShape, float]]:
-        """What the service would have answered, before learning ``record``, to the admission-time
-        questions about its batch (:func:`~predictor.service.admission.admission_queries`): the
-        shape and predicted latency of each, through the path every query takes
-        (:meth:`plan_query`, then :meth:`predict_plan`). Questions the query rules refuse are left out."""
-        return self.replay_block([record])[0]
-
-    def replay_block(self, records: Sequence[Record]) -> list[list[tuple[QueryShape, float]]]:
-        """:meth:`replay` of every record of a block, all against the model as it stands (the
-        version at the block's start: what a scheduler was answered from while the block ran).
-
-        Each question is planned as :meth:`plan_query` plans it, a record's questions at once
-        (:func:`predictor.service.replay_block.replay_block`: validated, filled once per record);
-        the questions about batches that share one batch and solo latency are predicted together,
-        as one ranking's rows (:meth:`predict_plan` of a :class:`Plan`); a lone question goes the
-        way a single query goes, so a block of one record is exactly :meth:`replay`. The answers
-        are those of every question planned by :meth:`plan_query`
-        (:func:`~predictor.service.replay_block.replay_block_per_question`), bit for bit.
-        """
-        from predictor.service.replay_block import replay_block
-
-        return replay_block(self, records)
 
     def check_learned(self, query: Query, planned: Planned, prefix: str = "query.") -> None:
         """For a query asking for a learned answer only: :class:`FailedPrecondition` when the
@@ -848,7 +824,7 @@ def _grouped(codes: np.ndarray, most: int, shapes: Sequence[QueryShape], kinds: 
              buckets: Sequence[int] | np.ndarray) -> list[tuple[tuple[QueryShape, str, int], np.ndarray]]:
     """The rows of each cell of :func:`_cells`, given each row's cell as one integer in
     ``[0, most]``: a cell's key from its first row, its rows ascending, cells in order of first
-    row (compiled: :func:`predictor.cell_kernel.grouped`)."""
+    row (compiled: :func:`predictor.calibration.cell_kernel.grouped`)."""
     order, bounds, firsts = cell_kernel.grouped(codes.astype(np.intp, copy=False), most)
     if firsts.size == 1:
         return [((shapes[0], kinds[0], int(buckets[0])), order)]
@@ -901,13 +877,13 @@ def _keys_of(shapes: Sequence[QueryShape]) -> list[str]:
 
 @functools.lru_cache(maxsize=64)
 def _parsed_shape(key: str) -> QueryShape:
-    """:meth:`QueryShape.parse <predictor.shapes.QueryShape.parse>`, looked up (a few keys exist)."""
+    """:meth:`QueryShape.parse <predictor.calibration.shapes.QueryShape.parse>`, looked up (a few keys exist)."""
     return QueryShape.parse(key)
 
 
 @functools.lru_cache(maxsize=256)
 def _shape_of(co_runners: int, overlaps: int, remaining: int, signals: bool) -> QueryShape:
-    """:meth:`QueryShape.of <predictor.shapes.QueryShape.of>` of a candidate's counts, looked up
+    """:meth:`QueryShape.of <predictor.calibration.shapes.QueryShape.of>` of a candidate's counts, looked up
     (a ranking has thousands of candidates and a few shapes)."""
     return QueryShape.of(co_runners, overlaps, remaining, signals=signals)
 
@@ -939,7 +915,7 @@ def _row_of(record: Record) -> CoLocations:
 
 def _record_object(query: Query) -> dict[str, Any]:
     """The ``coloc/v1`` object of a query's planned record (explicit co-runners, for
-    :func:`~predictor.records.parse_record` to validate)."""
+    :func:`~predictor.records.record.parse_record` to validate)."""
     return {
         "schema": SCHEMA,
         "device": query.device,
@@ -974,7 +950,7 @@ def _runner_of(running: RunningBatch) -> CoRunner:
 
 
 def invalid_argument(rule: Callable[[Any, str], T], value: Any, path: str) -> T:
-    """``rule(value, path)`` of :mod:`predictor.rules`, its :class:`RecordError` as :class:`InvalidArgument`."""
+    """``rule(value, path)`` of :mod:`predictor.records.rules`, its :class:`RecordError` as :class:`InvalidArgument`."""
     try:
         return rule(value, path)
     except RecordError as exc:

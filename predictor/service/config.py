@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from predictor.calibration import check_confidence
-from predictor.rules import MAX_MAGNITUDE
-from predictor.topology import Topology
+from predictor.calibration.conformal import check_confidence
+from predictor.records.rules import MAX_MAGNITUDE
+from predictor.service.live.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -58,19 +58,19 @@ class ServiceConfig:
         fraction of its prediction more.
     overlap_iterations
         Unused since the window of co-runners given by remaining time is solved exactly on a
-        grid (:func:`predictor.service.monotone.fixed_point`, monotone in crowding); kept so
+        grid (:func:`predictor.service.estimates.monotone.fixed_point`, monotone in crowding); kept so
         that configurations naming it still load.
     snapshot_every_s
         Period of snapshots when a state directory is given (0 disables periodic ones).
     observation_log
         With a state directory, append every observation to a write-ahead log before learning it
-        and acknowledge a stream only once its records are logged (see :mod:`predictor.service.wal`).
+        and acknowledge a stream only once its records are logged (see :mod:`predictor.service.durability.wal`).
     fsync, fsync_interval_s
         When the log is fsynced: ``always`` (before each acknowledgement; survives a machine
         crash), ``batch`` (every ``fsync_interval_s``) or ``never`` (both survive a process kill).
     outlier_gate
         Refuse to learn observations whose latency is absurdly far from the prediction
-        (:class:`~predictor.robust.OutlierGate`, one per device kind).
+        (:class:`~predictor.service.guards.robust.OutlierGate`, one per device kind).
     outlier_k, outlier_min_ratio, outlier_warmup
         The gate's threshold in MADs, the factor within which nothing is refused (4: above the
         slowdowns co-location causes, so a predictor that misses a co-runner is still taught),
@@ -90,7 +90,7 @@ class ServiceConfig:
         (:mod:`predictor.service.admission`).
     shape_window, shape_min_residuals
         Residuals kept per calibration cell (query shape, device kind, co-runner count), and
-        the fewest a cell needs to answer on its own (:mod:`predictor.shape_calibration`).
+        the fewest a cell needs to answer on its own (:mod:`predictor.calibration.shape`).
     shape_gamma
         Step of adaptive conformal inference per cell (0 disables it).
     spread_rate
@@ -111,22 +111,22 @@ class ServiceConfig:
         Log-normal spread of the fallback bound of a model whose solo latency is unknown or of
         a device kind never seen (1.0: the 0.99 bound is about 10 times the guess).
     fill_missing
-        Estimate what a query leaves out (:mod:`predictor.service.filling`): missing signals from
+        Estimate what a query leaves out (:mod:`predictor.service.estimates.filling`): missing signals from
         the device's smoothed recent signals, missing overlaps from the observed mean overlap
         per (device kind, co-runner count). Off: signals absent, overlaps 1.
     signal_alpha
         EWMA weight of the newest observation in the devices' smoothed signals, in (0, 1].
     dedup_window, dedup_max_producers, dedup_max_record_ids
-        The retained window of exactly-once learning (:mod:`predictor.service.dedup`): sequence
+        The retained window of exactly-once learning (:mod:`predictor.service.durability.dedup`): sequence
         numbers tracked behind each producer's highest, producers kept, record ids kept.
     live_log
         With a state directory, log batch starts and ends to a side log so that a restart restores
-        the live view (:mod:`predictor.service.livelog`).
+        the live view (:mod:`predictor.service.durability.livelog`).
     live_horizon_s
         A batch restored after a restart is dropped when it started longer ago than this
         (wall-clock seconds; its batch has long ended). Default: ``stale_after_s``.
     topology
-        Devices' hosts and racks and the links between them (:mod:`predictor.topology`); ``None``:
+        Devices' hosts and racks and the links between them (:mod:`predictor.service.live.topology`); ``None``:
         no device placed, default links (an input's transfer then counts as remote).
     transfer_alpha
         EWMA weight of the newest observed transfer in its link class's correction, in (0, 1].
@@ -140,7 +140,7 @@ class ServiceConfig:
     max_value
         Largest magnitude of a number (latency, attribute, signal) in an observation learned
         from or a query answered; latencies must also be at least ``1 / max_value`` ms
-        (:func:`predictor.rules.check_magnitudes`).
+        (:func:`predictor.records.rules.check_magnitudes`).
     """
 
     predictor: str = "rls"

@@ -15,7 +15,7 @@ predicted, then entered in the live view.
 
 Examples
 --------
->>> from predictor.records import BatchSpec, parse_record
+>>> from predictor.records.record import BatchSpec, parse_record
 >>> service = Service(ServiceConfig(predictor="solo"))
 >>> service.open()
 'cold start: nothing learned yet'
@@ -29,24 +29,26 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from predictor import rules
-from predictor.logio import ReadReport
-from predictor.pipeline.types import PipelineCost, PipelinePlan, PipelineStage
 from predictor.predictors import LatencyPredictor
-from predictor.records import BatchSpec, Record
-from predictor.service import wal
+from predictor.records import rules
+from predictor.records.logio import ReadReport
+from predictor.records.record import BatchSpec, Record
 from predictor.service.answering import Answering, invalid_argument
 from predictor.service.config import ServiceConfig
+from predictor.service.durability import wal
 from predictor.service.errors import FailedPrecondition, InvalidArgument
+from predictor.service.estimates.placements import CandidateColumns, RankingColumns
+from predictor.service.guards.ratelimit import RateLimiter
 from predictor.service.ingest import Ingest, Observed
-from predictor.service.liveview import LiveView
+from predictor.service.live.liveview import LiveView
+from predictor.service.pipeline_types import PipelineCost, PipelinePlan, PipelineStage
 from predictor.service.pipelines import PipelinePlanner
-from predictor.service.placements import CandidateColumns, RankingColumns
-from predictor.service.ratelimit import RateLimiter
+from predictor.service.replay_block import replay_block
 from predictor.service.state import ServiceState
 from predictor.service.types import (
     Candidate,
@@ -76,7 +78,7 @@ class Service:
         Monotonic clock of the live view, in seconds.
     state
         The state to answer from, built already (an answering worker's
-        :class:`~predictor.service.workers.WorkerState`; default: a new one of ``config``).
+        :class:`~predictor.service.replicas.workers.WorkerState`; default: a new one of ``config``).
     """
 
     def __init__(
@@ -94,7 +96,7 @@ class Service:
         self.pipelines = PipelinePlanner(self.answers)
         if config.admission_replay:
             # Degraded replay: the admission-time answers about each observed batch go the way real queries go.
-            self.ingest.replay = self.answers.replay_block
+            self.ingest.replay = functools.partial(replay_block, self.answers)
 
     # ------------------------------------------------------------------ what the service knows
     @property

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from predictor.logio import iter_records
+from predictor.records.logio import iter_records
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.service.errors import OutlierRejected

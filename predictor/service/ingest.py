@@ -1,7 +1,7 @@
 """Observed records into the models, the calibrators, the gates and the observation log, by blocks.
 
-:class:`Ingest` learns from domain records only (a :class:`~predictor.records.Record`,
-a decoded ``coloc/v1`` object, or the :class:`~predictor.rules.RecordError` of a record
+:class:`Ingest` learns from domain records only (a :class:`~predictor.records.record.Record`,
+a decoded ``coloc/v1`` object, or the :class:`~predictor.records.rules.RecordError` of a record
 that could not be converted, which is reported at its place in the stream); the
 transport layer converts its messages before they get here, marking each message's end
 (:data:`MESSAGE_END`). Each record is checked and logged as it comes; a block of them (a
@@ -21,12 +21,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from predictor import fastreplay, rules
-from predictor.calibration import BoundSource
-from predictor.logio import ReadReport, iter_records
-from predictor.records import Record, RecordError, parse_record, record_numbers, record_within_limits
-from predictor.service import wal
-from predictor.service.dedup import DUPLICATE, TOO_OLD, DedupKey, Duplicate
+from predictor.calibration.conformal import BoundSource
+from predictor.calibration.shapes import QueryShape
+from predictor.prequential import blocks as fastreplay
+from predictor.records import rules
+from predictor.records.logio import ReadReport, iter_records
+from predictor.records.record import (
+    Record,
+    RecordError,
+    parse_record,
+    record_numbers,
+    record_within_limits,
+)
+from predictor.service.durability import wal
+from predictor.service.durability.dedup import DUPLICATE, TOO_OLD, DedupKey, Duplicate
 from predictor.service.errors import (
     InvalidArgument,
     OutlierRejected,
@@ -35,10 +43,9 @@ from predictor.service.errors import (
     ServiceError,
     Unavailable,
 )
-from predictor.service.ratelimit import RateLimiter
+from predictor.service.guards.ratelimit import RateLimiter
 from predictor.service.state import ServiceState
 from predictor.service.types import ObservationReport, Rejection
-from predictor.shapes import QueryShape
 
 Observed = Record | Mapping[str, Any] | RecordError
 """An item of an observation stream: a record, a decoded ``coloc/v1`` object, or the error of a
@@ -80,8 +87,7 @@ class Ingest:
         self.rate_limiter = RateLimiter(config.rate_limit, config.rate_burst) if config.rate_limit > 0 else None
         self.replay: Callable[[Sequence[Record]], list[list[tuple[QueryShape, float]]]] | None = None
         """Degraded replay: the admission-time answers about each observed batch of a block, asked
-        before the block is learned (:meth:`Answering.replay_block
-        <predictor.service.answering.Answering.replay_block>`)."""
+        before the block is learned (:func:`~predictor.service.replay_block.replay_block`)."""
 
     def observe(self, record: Record, batch_id: str = "", *, client: str = "", key: DedupKey | None = None) -> float:
         """Learn from one observed record: score it (prequentially), then update the model.
@@ -89,8 +95,8 @@ class Ingest:
         Returns the latency predicted for it before learning. With an observation log, the record
         is logged first (:class:`Unavailable` when it cannot be: then it is not learned). Raises
         :class:`OutlierRejected` when the outlier gate refuses it (``client``, else the record's
-        source, is who reported it), :class:`~predictor.service.dedup.Duplicate` when ``key``
-        names a record of ``client`` already taken in (:mod:`predictor.service.dedup`).
+        source, is who reported it), :class:`~predictor.service.durability.dedup.Duplicate` when ``key``
+        names a record of ``client`` already taken in (:mod:`predictor.service.durability.dedup`).
         """
         taken = self._take(0, record, batch_id, client, key)
         outcome = self._learn_block([taken])[0]
@@ -276,7 +282,7 @@ class Ingest:
 
     def _learn_compiled(self, block: list[_Taken], fewest: int = 2) -> list[float] | None:
         """The prequential steps of the longest prefix of ``block`` the outlier gate admits, by the
-        compiled RLS or SGD kernel (:func:`~predictor.fastreplay.prequential_blocks`: the same steps as
+        compiled RLS or SGD kernel (:func:`~predictor.prequential.blocks.prequential_blocks`: the same steps as
         :meth:`_learn`, equal within rounding): their predictions. ``None`` where it does not apply
         (not such an ``rls`` or ``sgd``, fewer than ``fewest`` records: a block of one is the per-record path).
 
@@ -312,7 +318,7 @@ class Ingest:
         """Learn from a stream of ``(record, batch_id)`` or ``(record, batch_id, key)`` (see :data:`Observed`).
 
         A record whose ``key`` names one already taken in is dropped and counted in
-        ``duplicates`` (neither accepted nor rejected; see :mod:`predictor.service.dedup`).
+        ``duplicates`` (neither accepted nor rejected; see :mod:`predictor.service.durability.dedup`).
 
         Records are learned by blocks (see the class), at most ``config.publish_every_records``
         long; a :data:`MESSAGE_END` item ends a block early (the transport marks its messages so).

@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from predictor.drift_detector import adwin_class
+from predictor.regressors.drift_detector import adwin_class
 from predictor.service.types import DriftAlarm, ShapeStats
 
 if TYPE_CHECKING:

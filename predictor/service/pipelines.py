@@ -28,17 +28,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from predictor import rules
+from predictor.calibration.shapes import QueryShape
 from predictor.pipeline.compose import N_SAMPLES, StageOption
 from predictor.pipeline.distributions import stage_factors
 from predictor.pipeline.graph import Dag, GraphError, split_deadline
 from predictor.pipeline.search import PlanResult, Problem, plan
-from predictor.pipeline.types import PipelineCost, PipelinePlan, PipelineStage, StagePlan
+from predictor.records import rules
 from predictor.service.answering import Answering, Plan
 from predictor.service.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, ServiceError
-from predictor.service.placements import CandidateColumns, RankingColumns
+from predictor.service.estimates.placements import CandidateColumns, RankingColumns
+from predictor.service.pipeline_types import PipelineCost, PipelinePlan, PipelineStage, StagePlan
 from predictor.service.types import Candidate, Deadline
-from predictor.shapes import QueryShape
 
 MAX_STAGES = 64
 MAX_PIPELINE_CANDIDATES = 256

@@ -21,14 +21,14 @@ When a version is published (:class:`Publisher`):
 
 Across processes (``predictor serve --workers N``), a learner process also writes its versions
 to a file replaced atomically, with a memory-mapped generation counter that answering processes
-check on every call (:mod:`predictor.service.version_file`, :mod:`predictor.service.file_publisher`,
-:mod:`predictor.service.workers`); the window copies shared by consecutive versions are written
-and read once, as parts (:mod:`predictor.service.version_pickle`).
+check on every call (:mod:`predictor.service.replicas.version_file`, :mod:`predictor.service.replicas.file_publisher`,
+:mod:`predictor.service.replicas.workers`); the window copies shared by consecutive versions are written
+and read once, as parts (:mod:`predictor.service.replicas.version_pickle`).
 
 Copies are cheap where they are made often: the RLS predictor copies its weights,
-not its covariance (:meth:`~predictor.regressors.rls.RLS.frozen`); the calibrators
+not its covariance (:meth:`~predictor.regressors.least_squares.RLS.frozen`); the calibrators
 re-copy only the residual windows that changed since the previous version
-(:class:`~predictor.calibration.WindowCopies`).
+(:class:`~predictor.calibration.conformal.WindowCopies`).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from predictor.calibration import ConformalCalibrator, WindowCopies
+from predictor.calibration.conformal import ConformalCalibrator, WindowCopies
+from predictor.calibration.shape import ShapeCalibrator
 from predictor.predictors import LatencyPredictor
-from predictor.shape_calibration import ShapeCalibrator
 
 COPY_SHARE = 10.0
 """A version is published at most once per this many times the time the last copy took."""

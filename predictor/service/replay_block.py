@@ -11,7 +11,7 @@ already typed. :func:`replay_block` plans a record's questions once:
 
 * **validation once per record**: :func:`vouched` applies the predicates
   :func:`~predictor.service.typed_query.typed_record` and
-  :func:`~predictor.records.record_within_limits` apply to each question, to the record's own
+  :func:`~predictor.records.record.record_within_limits` apply to each question, to the record's own
   fields (a question takes its device, kind, batch, solo latency and co-runners; no signals, no
   latency). Where it vouches, every question of the record passes ``plan_query``'s validation
   and plans to the record the fields below give; where it does not (a field not typed as the
@@ -39,16 +39,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from predictor import rules
-from predictor.colocations import CoLocations
-from predictor.gil_yield import point as gil_point
-from predictor.records import BatchSpec, CoRunner, Record
+from predictor.calibration.shapes import QueryShape
+from predictor.records import rules
+from predictor.records.colocations import CoLocations
+from predictor.records.record import BatchSpec, CoRunner, Record
+from predictor.runtime.gil_yield import point as gil_point
 from predictor.service.admission import admission_queries, admission_shapes
+from predictor.service.answering import Answering, Plan, Planned
 from predictor.service.errors import ServiceError
-from predictor.shapes import QueryShape
 
 if TYPE_CHECKING:
-    from predictor.service.answering import Answering, Planned
     from predictor.service.published import ModelVersion
 
 Question = tuple[int, QueryShape, str, str, Mapping[str, float], Sequence[CoRunner], list[float], "Planned | None"]
@@ -82,7 +82,7 @@ def vouched(record: Record, limit: float) -> bool:
     """Whether every admission-time question about ``record`` passes :meth:`Answering.plan_query
     <predictor.service.answering.Answering.plan_query>`'s validation as it is typed: the
     predicates of :func:`~predictor.service.typed_query.typed_record` and
-    :func:`~predictor.records.record_within_limits` (at ``limit``) of a question's record (the
+    :func:`~predictor.records.record.record_within_limits` (at ``limit``) of a question's record (the
     record's device, kind, batch, solo latency and co-runners, at their overlaps or at 1; no
     signals, no latency). ``False`` says only that the questions must be planned one by one."""
     batch, solo = record.batch, record.solo_latency_ms
@@ -162,8 +162,6 @@ def _planned_each(answering: Answering, record: Record) -> list[tuple[QueryShape
 def group_plan(batch: BatchSpec, solo_latency_ms: float | None, group: Sequence[Question]) -> Any:
     """The :class:`~predictor.service.answering.Plan` of a group's questions: the rows
     :meth:`Plan.of <predictor.service.answering.Plan.of>` builds from their planned records."""
-    from predictor.service.answering import Plan
-
     offsets = np.zeros(len(group) + 1, dtype=np.int64)
     models: list[str] = []
     sizes: list[int] = []
@@ -184,8 +182,6 @@ def group_plan(batch: BatchSpec, solo_latency_ms: float | None, group: Sequence[
 def question_planned(record: Record, question: Question) -> Planned:
     """The :class:`~predictor.service.answering.Planned` ``plan_query`` gives for one question
     about ``record`` (the one it planned, for a record not vouched for)."""
-    from predictor.service.answering import Planned
-
     _, shape, device, kind, signals, runners, overlaps, given = question
     if given is not None:
         return given
@@ -217,8 +213,18 @@ def _latencies(answering: Answering, records: Sequence[Record], group: list[Ques
     return out
 
 
+def replay_record(answering: Answering, record: Record) -> list[tuple[QueryShape, float]]:
+    """What the service would have answered, before learning ``record``, to the admission-time
+    questions about its batch (:func:`~predictor.service.admission.admission_queries`): the
+    shape and predicted latency of each, through the path every query takes
+    (:meth:`Answering.plan_query`, then :meth:`Answering.predict_plan`). Questions the query rules
+    refuse are left out: :func:`replay_block` of one record."""
+    return replay_block(answering, [record])[0]
+
+
 def replay_block(answering: Answering, records: Sequence[Record]) -> Replayed:
-    """:meth:`Answering.replay_block <predictor.service.answering.Answering.replay_block>`: each
+    """:func:`replay_record` of every record of a block, all against the model as it stands (the
+    version at the block's start: what a scheduler was answered from while the block ran): each
     record's questions planned once (:func:`plan_block`), each group predicted as one plan."""
     model = answering.state.live_model()
     out: Replayed = [[] for _ in records]
@@ -234,8 +240,6 @@ def replay_block_per_question(answering: Answering, records: Sequence[Record]) -
     """The same replay with every question planned as a query (:meth:`Answering.plan_query
     <predictor.service.answering.Answering.plan_query>`) and predicted from its
     :class:`~predictor.service.answering.Planned`: the reference :func:`replay_block` equals."""
-    from predictor.service.answering import Plan
-
     model = answering.state.live_model()
     out: Replayed = [[] for _ in records]
     groups: dict[tuple, list[tuple[int, QueryShape, Planned]]] = {}

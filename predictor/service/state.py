@@ -22,27 +22,27 @@ from pathlib import Path
 from typing import Protocol
 
 from predictor import snapshot
-from predictor.calibration import ConformalCalibrator
-from predictor.drift_detector import adwin_class
-from predictor.logio import ReadReport
+from predictor.calibration.conformal import ConformalCalibrator
+from predictor.calibration.shape import ShapeCalibrator
+from predictor.calibration.shapes import ADMISSION
 from predictor.predictors import LatencyPredictor, create
-from predictor.records import Record
-from predictor.service import livelog, wal
+from predictor.records.logio import ReadReport
+from predictor.records.record import Record
+from predictor.regressors.drift_detector import adwin_class
 from predictor.service.admission import AdmissionCalibration, AnswerMemory
 from predictor.service.config import ServiceConfig
-from predictor.service.dedup import DedupKey, Deduplicator
+from predictor.service.durability import livelog, wal
+from predictor.service.durability.dedup import DedupKey, Deduplicator
 from predictor.service.errors import OutlierRejected, ServiceError, Unavailable
-from predictor.service.filling import Filling
-from predictor.service.gates import OutlierGates
-from predictor.service.liveview import LiveView
-from predictor.service.memory import MemoryBook
+from predictor.service.estimates.filling import Filling
+from predictor.service.guards.gates import OutlierGates
+from predictor.service.live.liveview import LiveView
+from predictor.service.live.memory import MemoryBook
+from predictor.service.live.queues import QueueBook
+from predictor.service.live.transfers import TransferBook
 from predictor.service.monitor import REPLAY, ErrorMonitor
 from predictor.service.published import ModelVersion, Publisher
-from predictor.service.queues import QueueBook
-from predictor.service.transfers import TransferBook
 from predictor.service.types import KindStatus, LogStatus, Status
-from predictor.shape_calibration import ShapeCalibrator
-from predictor.shapes import ADMISSION
 
 log = logging.getLogger("predictor.service")
 

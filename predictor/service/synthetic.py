@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from predictor.records import BatchSpec, CoRunner, Record
+from predictor.records.record import BatchSpec, CoRunner, Record
 
 MODELS = {"resnet": (0.3, 0.2, 8.0), "bert": (0.5, 0.4, 12.0), "mlp": (0.1, 0.6, 4.0)}
 

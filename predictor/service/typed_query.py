@@ -2,10 +2,10 @@
 
 :meth:`Answering.plan_query <predictor.service.answering.Answering.plan_query>` validates a
 query by building the ``coloc/v1`` object of its record and parsing it
-(:func:`~predictor.records.parse_record`), which names the first offending field. A query
+(:func:`~predictor.records.record.parse_record`), which names the first offending field. A query
 decoded from a request has typed fields (strings, integers, floats), and nearly every one is
 valid: :func:`typed_record` checks such a query with the parser's own predicates
-(:mod:`predictor.rules`) and builds the record the parser would, at a fraction of the cost. It
+(:mod:`predictor.records.rules`) and builds the record the parser would, at a fraction of the cost. It
 vouches only for exact types (``float``, not an ``int`` or a NumPy scalar, which the parser
 converts); anything else, valid or not, is left to the parser (``None``), so errors are
 unchanged.
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from predictor import rules
-from predictor.records import BatchSpec, CoRunner, Record
+from predictor.records import rules
+from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.service.types import PlannedCoRunner, Query
 
 
@@ -45,11 +45,11 @@ def _runner(runner: PlannedCoRunner) -> CoRunner | None:
 
 
 def typed_record(query: Query) -> Record | None:
-    """The planned record :func:`~predictor.records.parse_record` builds from ``query``'s object
+    """The planned record :func:`~predictor.records.record.parse_record` builds from ``query``'s object
     (its explicit co-runners at their overlaps, 1 where none is given), or ``None`` where some
     field is not typed and valid as it is: the parser then checks it and names the field.
 
-    The magnitude limit is not checked here (see :func:`~predictor.records.record_within_limits`).
+    The magnitude limit is not checked here (see :func:`~predictor.records.record.record_within_limits`).
     """
     batch, kind, solo = query.batch, query.device_kind or "", query.solo_latency_ms
     if not (_name(query.device) and _name(kind, required=False) and _name(batch.model)

@@ -12,9 +12,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from predictor import rules
-from predictor.calibration import BoundSource
-from predictor.records import BatchSpec, CoRunner
+from predictor.calibration.conformal import BoundSource
+from predictor.records import rules
+from predictor.records.record import BatchSpec, CoRunner
 from predictor.service.errors import InvalidArgument
 
 
@@ -116,7 +116,7 @@ class Deadline:
         self, field_path: str = "deadline", now: float | None = None, limit: float = rules.MAX_MAGNITUDE
     ) -> float:
         """Milliseconds left, validated (``now`` defaults to the wall clock): within ``limit``
-        in magnitude, as every number of a query (:func:`predictor.rules.magnitude`)."""
+        in magnitude, as every number of a query (:func:`predictor.records.rules.magnitude`)."""
         if (self.ms is None) == (self.at is None):
             raise InvalidArgument(field_path, "give exactly one of a relative deadline_ms or a deadline_time")
         if self.ms is not None:
@@ -154,10 +154,10 @@ class Prediction:
     fallback: bool = False
     """Whether the answer is a wide fallback (the model or the device kind was never seen)."""
     query_shape: str = ""
-    """The shape of the query the bound was calibrated for (:mod:`predictor.shapes`)."""
+    """The shape of the query the bound was calibrated for (:mod:`predictor.calibration.shapes`)."""
     estimated: tuple[str, ...] = ()
     """Fields the service estimated because the query left them out (``signals.K``,
-    ``co_runners[i].overlap``; see :mod:`predictor.service.filling`)."""
+    ``co_runners[i].overlap``; see :mod:`predictor.service.estimates.filling`)."""
     queue_wait_ms: float = 0.0
     """Expected wait in the device's queue before the batch starts (inf: saturated)."""
     queue_wait_bound_ms: float = 0.0
@@ -256,7 +256,7 @@ class PlacementAnswer:
 @dataclass(frozen=True, slots=True)
 class DelayDecision:
     """Delay scheduling: wait for the device holding the input, or take a remote one now
-    (:mod:`predictor.service.delay`).
+    (:mod:`predictor.service.estimates.delay`).
 
     ``choice``: ``local_now``, ``wait_local`` (wait up to ``delay_limit_ms`` for
     ``local_device``, then take ``remote_device``) or ``remote_now``; completions are expected

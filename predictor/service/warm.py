@@ -4,7 +4,7 @@ The learning path runs numba kernels (the RLS block update, the shape calibrator
 compiled once per process, or loaded from numba's disk cache: a few hundred ms the first time, on
 the first observation a client sends. :func:`warm_ingest` runs that path once on a throwaway
 service (no log, no snapshot: nothing of it is kept) on synthetic records, before the server
-listens; :func:`predictor.service.fixed_point_kernel.warm` does the same for rankings.
+listens; :func:`predictor.service.estimates.fixed_point_kernel.warm` does the same for rankings.
 """
 
 from __future__ import annotations

@@ -1,0 +1,211 @@
+"""The ``sgd`` predictor's steps (river's ``MaxAbsScaler | LinearRegression`` with plain SGD), compiled
+(numba) over a block of rows.
+
+Per observation river builds three dicts (the scaled features twice, the gradient), walks the
+pipeline's plan and calls a handful of methods: ~20 µs of interpreter work for ~20 features. Over a
+block of rows the same arithmetic runs here in one compiled loop, each row given as its columns
+and values (sparse: the names it has):
+
+1. the prediction before learning, from the scaler's maxima as they stand: ``w . (x / m) + b``
+   (``0`` for a column whose maximum is ``0``), summed in the row's order from ``0.0``, as
+   river's ``VectorDict.dot`` sums over the row's items;
+2. the scaler learns the row (each column's maximum of ``|x|``), the row is scaled again with the new
+   maxima, and the squared loss's gradient ``g = 2 (w . x' + b - y)``, clamped to
+   ``clip_gradient``, moves the intercept by ``intercept_lr g`` and each weight of the row by
+   ``lr (x'_i g)``;
+3. with ``non_negative``, the row's contention weights (:func:`~predictor.features.contention.is_contention`)
+   that came out negative are set to 0 (:meth:`SgdPredictor._project
+   <predictor.predictors.sgd.SgdPredictor._project>`).
+
+Every sum and product is the reference's in the reference's order, so the raw predictions and the
+learned state are river's to the bit (``tests/test_sgd_kernel.py``: hypothesis, warm models, blocks
+cut anywhere, extreme values included). The reference stays the definition: :class:`SgdRun` reads
+river's state into arrays and writes it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numba import njit
+from river import linear_model, optim
+
+from predictor.features.contention import is_contention
+from predictor.predictors.sgd import SgdPredictor
+
+
+@njit(cache=True, nogil=True)
+def _sgd_rows(offsets, positions, values, targets, weights, abs_max, contention, state, lr, intercept_lr,
+              clip, project, predictions):  # pragma: no cover (compiled)
+    intercept = state[0]
+    scaled = np.empty(max(1, int(np.max(np.diff(offsets))) if offsets.size > 1 else 1))
+    for r in range(targets.size):
+        start, stop = offsets[r], offsets[r + 1]
+        dot = 0.0
+        for k in range(start, stop):
+            p = positions[k]
+            m = abs_max[p]
+            dot += weights[p] * (values[k] / m if m != 0.0 else 0.0)
+        predictions[r] = dot + intercept
+        for k in range(start, stop):
+            p = positions[k]
+            v = abs(values[k])
+            if v > abs_max[p]:
+                abs_max[p] = v
+        dot = 0.0
+        for k in range(start, stop):
+            p = positions[k]
+            m = abs_max[p]
+            x = values[k] / m if m != 0.0 else 0.0
+            scaled[k - start] = x
+            dot += weights[p] * x
+        gradient = 2.0 * ((dot + intercept) - targets[r])
+        # river's clamp, max(min(g, clip), -clip): Python's min and max keep their first argument unless the
+        # other is strictly less (greater), so a NaN passes through
+        if clip < gradient:
+            gradient = clip
+        if -clip > gradient:
+            gradient = -clip
+        intercept -= intercept_lr * gradient
+        for k in range(start, stop):
+            p = positions[k]
+            weights[p] -= lr * (scaled[k - start] * gradient)
+        if project:
+            for k in range(start, stop):
+                p = positions[k]
+                if contention[p] and weights[p] < 0.0:
+                    weights[p] = 0.0
+    state[0] = intercept
+
+
+def supports(predictor: object) -> bool:
+    """Whether :class:`SgdRun` learns ``predictor`` as it would learn itself: an ``sgd`` predictor whose
+    pipeline is the one it builds (constant step sizes, squared loss, no L1 or L2 penalty)."""
+    if type(predictor) is not SgdPredictor:
+        return False
+    linear = predictor._model["LinearRegression"]
+    return (type(linear) is linear_model.LinearRegression and type(linear.optimizer) is optim.SGD
+            and type(linear.optimizer.lr) is optim.schedulers.Constant
+            and type(linear.intercept_lr) is optim.schedulers.Constant
+            and type(linear.loss) is optim.losses.Squared and linear.l1 == 0 and linear.l2 == 0
+            and type(linear.initializer) is optim.initializers.Zeros
+            and predictor._model["MaxAbsScaler"].window_size is None)
+
+
+class SgdRun:
+    """An ``sgd`` predictor's model learned over successive blocks of rows (:meth:`block`), each in one
+    compiled call (:meth:`SgdBlock.compute`, which releases the GIL and may run on another thread).
+
+    The state is read from river's objects once, held by the run, and written back by :meth:`finish`;
+    until then the pipeline is the run's. Columns are numbered as names come (:meth:`columns`, on the
+    caller's thread); the arrays grow when a block is computed, after the block before it (blocks are
+    computed one at a time, in the order they are made).
+    """
+
+    def __init__(self, predictor: SgdPredictor):
+        if not supports(predictor):
+            raise ValueError("SgdRun takes an sgd predictor with its own pipeline (constant steps, no penalty)")
+        self.predictor = predictor
+        scaler, linear = predictor._model["MaxAbsScaler"], predictor._model["LinearRegression"]
+        learned = linear._weights.to_dict()
+        self._index: dict[str, int] = {}
+        self._names: list[str] = []
+        self._learned: list[bool] = []  # whether river's weights hold the column (learned, or from the start)
+        self._contention: list[bool] = []  # whether the column's weight is kept non-negative
+        for name in (*scaler.abs_max, *learned):
+            self._column(name)
+        for name in learned:
+            self._learned[self._index[name]] = True
+        d = len(self._names)
+        self.weights = np.zeros(max(d, 16))
+        self.abs_max = np.zeros(max(d, 16))
+        self.contention = np.zeros(max(d, 16), dtype=np.bool_)
+        self.contention[:d] = self._contention
+        self._flagged = d  # the columns whose flags are in the array
+        for name, at in self._index.items():
+            self.weights[at] = learned.get(name, 0.0)
+            self.abs_max[at] = scaler.abs_max[name].get() if name in scaler.abs_max else 0.0
+        self.state = np.array([float(linear.intercept)])
+        self.steps = 0
+        self.constants = (float(linear.optimizer.learning_rate), float(linear.intercept_lr.get(0)),
+                          float(linear.clip_gradient), bool(predictor.non_negative))
+        self._finished = False
+
+    def _column(self, name: str) -> int:
+        at = self._index.get(name)
+        if at is None:
+            at = self._index[name] = len(self._names)
+            self._names.append(name)
+            self._learned.append(False)
+            self._contention.append(is_contention(name))
+        return at
+
+    def columns(self, names: Sequence[str]) -> np.ndarray:
+        """The columns of ``names`` (new names get the next ones), marked as learned: a row of these
+        names is about to be learned."""
+        at = np.fromiter(map(self._column, names), dtype=np.int64, count=len(names))
+        for column in at.tolist():
+            self._learned[column] = True
+        return at
+
+    def block(self, offsets: np.ndarray, positions: np.ndarray, values: np.ndarray,
+              targets: np.ndarray) -> SgdBlock:
+        """The next block: row ``t`` has the values ``values[offsets[t]:offsets[t + 1]]`` at the columns
+        ``positions[...]`` (from :meth:`columns`), in its features' order, and the target ``targets[t]``."""
+        if self._finished:
+            raise RuntimeError("the run is finished")
+        offsets = np.asarray(offsets, dtype=np.int64)
+        positions, values = np.asarray(positions, dtype=np.int64), np.asarray(values, dtype=float)
+        targets = np.asarray(targets, dtype=float)
+        if offsets.size != targets.size + 1 or offsets[0] != 0 or offsets[-1] != values.size:
+            raise ValueError(f"{offsets.size} offsets for {targets.size} rows of {values.size} values")
+        if positions.shape != values.shape or (positions.size and not 0 <= positions.min() <= positions.max()
+                                               < len(self._names)):
+            raise ValueError("each value needs a column numbered by columns()")
+        self.steps += targets.size
+        return SgdBlock(self, (offsets, positions, values, targets), len(self._names))
+
+    def _grow(self, columns: int) -> None:
+        """Arrays for the first ``columns`` columns (new ones: weight and maximum 0)."""
+        size = self.weights.size
+        if columns > size:
+            grown = max(columns, 2 * size)
+            self.weights = np.concatenate([self.weights, np.zeros(grown - size)])
+            self.abs_max = np.concatenate([self.abs_max, np.zeros(grown - size)])
+            self.contention = np.concatenate([self.contention, np.zeros(grown - size, dtype=np.bool_)])
+        if columns > self._flagged:
+            self.contention[self._flagged:columns] = self._contention[self._flagged:columns]
+            self._flagged = columns
+
+    def finish(self) -> None:
+        """Write the learned state back into river's objects (after the last block's :meth:`~SgdBlock.compute`)."""
+        if self._finished:
+            return
+        self._finished = True
+        self._grow(len(self._names))  # columns numbered after the last block: unlearned, but the scaler has them
+        scaler, linear = self.predictor._model["MaxAbsScaler"], self.predictor._model["LinearRegression"]
+        weights, maxima = self.weights.tolist(), self.abs_max.tolist()
+        for at, name in enumerate(self._names):
+            scaler.abs_max[name].abs_max = maxima[at]
+            if self._learned[at]:
+                linear._weights[name] = weights[at]
+        linear.intercept = float(self.state[0])
+        linear.optimizer.n_iterations += self.steps
+
+
+class SgdBlock:
+    """A block of :class:`SgdRun`: :meth:`compute` learns it; then ``predictions`` holds each row's raw
+    prediction (the linear model's, before its step)."""
+
+    def __init__(self, run: SgdRun, rows: tuple[np.ndarray, ...], columns: int):
+        self._run, self._rows, self._columns = run, rows, columns
+        self.predictions = np.empty(rows[3].size)
+
+    def compute(self) -> None:
+        """Learn the block (the compiled call; the GIL released)."""
+        run = self._run
+        run._grow(self._columns)
+        if self.predictions.size:
+            _sgd_rows(*self._rows, run.weights, run.abs_max, run.contention, run.state, *run.constants,
+                      self.predictions)

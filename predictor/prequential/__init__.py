@@ -1,0 +1,7 @@
+"""Offline replay of records through predictors: the 75/25 split and the prequential protocol.
+
+- :mod:`~predictor.prequential.evaluation`: record by record, any predictor.
+- :mod:`~predictor.prequential.blocks`: ``rls`` and ``sgd`` learned in compiled blocks.
+
+May import the learners (:mod:`predictor.predictors`, :mod:`predictor.regressors`) and below.
+"""

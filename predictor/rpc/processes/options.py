@@ -1,0 +1,59 @@
+"""The network and process options of ``predictor serve`` (the model's are in :class:`~predictor.service.config.ServiceConfig`).
+
+Light: importing it loads no gRPC, so the command line builds its options while it parses.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from predictor.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD
+from predictor.runtime.gil import DEFAULT_SWITCH_INTERVAL_MS
+from predictor.runtime.gil_yield import DEFAULT_LEARNER_YIELD_MS
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Network and process options of ``predictor serve`` (the model's are in :class:`ServiceConfig`)."""
+
+    host: str = "0.0.0.0"
+    port: int = 50051
+    metrics_port: int = 9464  # 0: no metrics endpoint
+    metrics_host: str = "127.0.0.1"  # the metrics endpoint's address (not the service's)
+    metrics_token: bool = False  # scrapes need a bearer token of auth_token_file
+    trace: str = "off"  # OpenTelemetry exporter of RPC spans: off, console, otlp (predictor.rpc.tracing)
+    trace_endpoint: str | None = None  # where otlp sends spans
+    state_dir: str | None = None
+    warm_start: str | None = None
+    grace_s: float = 5.0
+    max_workers: int = 8
+    max_message_bytes: int = 4 * 1024 * 1024
+    max_concurrent_rpcs: int | None = 64  # DEFAULT_MAX_CONCURRENT_RPCS; 0 or None: no limit
+    port_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    auth_token_file: str | None = None
+    allowed_clients: tuple[str, ...] = ()
+    protect_reads: bool = False
+    workers: int = 1  # answering processes; > 1: learner processes and workers (predictor.rpc.processes.supervisor)
+    shards: tuple[str, ...] = ()  # --shard: device kinds per learner (predictor.service.replicas.shards)
+    learner_nice: int = 0  # the learner processes' niceness increment (--workers > 1)
+    learner_policy: str = "normal"  # the learner processes' scheduling class (predictor.runtime.cpu_priority)
+    learner_cpus: tuple[int, ...] = ()  # the CPUs the learner processes run on (none: any)
+    worker_cpus: tuple[int, ...] = ()  # the CPUs the answering workers run on (none: any)
+    pin_workers: bool = False  # each answering worker on one CPU of its own (predictor.runtime.cpu_priority.worker_cpus)
+    handler_cpus: tuple[int, ...] = ()  # one process: its RPC handler threads' CPUs, the rest elsewhere (none: any)
+    switch_interval_ms: float = DEFAULT_SWITCH_INTERVAL_MS  # the GIL's switch interval (predictor.runtime.gil)
+    gc_young_threshold: int = DEFAULT_YOUNG_THRESHOLD  # the collector's (predictor.runtime.gc_tuning); 0: Python's
+    learner_yield_ms: float = DEFAULT_LEARNER_YIELD_MS  # one process: the learner's pauses for answers (gil_yield)
+
+
+def write_port_file(path: str, port: int) -> None:
+    """Write ``port`` to the file ``path`` atomically (a reader never sees it half written)."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(f"{port}\n")
+    os.replace(tmp, target)

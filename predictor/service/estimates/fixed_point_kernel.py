@@ -1,0 +1,233 @@
+"""The fixed point of many rows at once, compiled (numba), where each row's latency is a quadratic
+of its co-runners' overlaps.
+
+A linear predictor's answer on a ranking's rows is, per row, a quadratic of the overlaps of its
+co-runners given by remaining time (:class:`~predictor.features.extract.OverlapQuadratic`), mapped to a
+latency by :class:`~predictor.predictors.base.QuadraticLatencies`. :func:`fixed_points` runs, row by row in one compiled
+loop, the search of :func:`~predictor.service.estimates.monotone.fixed_point_one` (the secant estimate, the
+galloping search, the bisection: the same grid points asked in the same order), where the
+column-wise search (:func:`~predictor.service.estimates.monotone.fixed_point_rows`) pays a dozen rounds of
+array operations. The grid points' windows are computed by NumPy from the indices found, so a
+window is the very number the other searches give for the same point (tested).
+
+A single query with co-runners given by remaining time runs the same search
+(:func:`window_of`): its ``rls`` answer is made a quadratic of its moving overlaps in the same
+compiled call (:func:`_window_coefficients`, from the record's
+:class:`~predictor.features.window.FineProgram` and the model's weight per feature), where the
+per-window Python path predicted the window's features some six times.
+
+Compiled on first use and cached on disk (``cache=True``), in strict IEEE order; a server
+compiles it (or loads it from the cache) before it answers (:func:`warm`), so that its first
+ranking does not pay for it (0.3 s from the cache, ~3 s without).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from predictor.calibration import cell_kernel, probability_kernel
+from predictor.features import quadratic_kernel
+from predictor.features.extract import OverlapQuadratic
+from predictor.features.window import FineProgram, WindowForm
+from predictor.predictors.base import QuadraticLatencies
+from predictor.service.estimates.monotone import grid
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _latency(coefficients: np.ndarray, remaining: np.ndarray, i: int, window: float, solo: float, low: float,
+             high: float, log_target: bool) -> float:
+    """Row ``i``'s latency with its co-runners at ``min(remaining / window, 1)`` (1: an idle window)."""
+    k = remaining.shape[0]
+    raw = coefficients[0, i]
+    for a in range(k):
+        oa = min(remaining[a, i] / window, 1.0) if window > 0 else 1.0
+        term = coefficients[1 + a, i]
+        for b in range(k):
+            ob = min(remaining[b, i] / window, 1.0) if window > 0 else 1.0
+            term += coefficients[1 + k + a * k + b, i] * ob
+        raw += oa * term
+    if math.isnan(raw):
+        return solo * min(max(1.0, low), high)
+    s = math.exp(min(raw, 10.0)) if log_target else raw
+    if not math.isfinite(s):
+        s = 1.0
+    return solo * min(max(s, low), high)
+
+
+@njit(cache=True, nogil=True)
+def _search(coefficients: np.ndarray, remaining: np.ndarray, solo: float, low: float, high: float,
+            log_target: bool, grid_low: float, scale: float, points: int, solo_grid: float, grid_min: float,
+            grid_max: float, out: np.ndarray) -> None:
+    """Per row, the index of its grid point (``fixed_point_one``'s search)."""
+    for i in range(coefficients.shape[1]):
+        w0 = solo_grid
+        f0 = _latency(coefficients, remaining, i, w0, solo, low, high, log_target)
+        f1 = _latency(coefficients, remaining, i, f0, solo, low, high, log_target)
+        slope = (f1 - f0) / (f0 - w0) if abs(f0 - w0) > 1e-12 * solo_grid else 0.0
+        if slope == slope:  # NaN stays NaN
+            slope = min(slope, 0.0)
+        guess = f0 + slope * (f0 - w0) / (1.0 - slope) if slope < 0 else f1
+        if not (math.isfinite(guess) and guess > 0):
+            guess = f1
+        guess = min(max(guess, grid_min), grid_max)
+        start = int(min(max(math.floor((math.log(guess) - grid_low) / scale), 0.0), points - 1.0))
+
+        window = math.exp(grid_low + scale * start)
+        first = window >= _latency(coefficients, remaining, i, window, solo, low, high, log_target)
+        below, above = (-1, start) if first else (start, points)
+        down, up = first, not first
+        step = 1
+        while down or up:
+            probe = max(above - step, 0) if down else min(below + step, points)
+            result = probe >= points
+            if not result:
+                window = math.exp(grid_low + scale * probe)
+                result = window >= _latency(coefficients, remaining, i, window, solo, low, high, log_target)
+            if result:
+                above = probe
+                if down and probe == 0:
+                    below, down = -1, False
+            else:
+                below = probe
+                down = False
+            up = up and not result
+            step *= 2
+        while above - below > 1:
+            mid = (below + above) // 2
+            window = math.exp(grid_low + scale * mid)
+            if window >= _latency(coefficients, remaining, i, window, solo, low, high, log_target):
+                above = mid
+            else:
+                below = mid
+        out[i] = above
+
+
+def fixed_points(latencies: QuadraticLatencies, remaining: np.ndarray, solo: float, high: float, low: float
+                 ) -> np.ndarray:
+    """The window of every row of ``latencies`` (:func:`~predictor.service.estimates.monotone.fixed_point`'s
+    answer): ``remaining[k, row]`` the remaining time of the row's ``k``-th co-runner (0 for one
+    whose overlap does not move: its coefficients are 0); ``solo``, ``high`` and ``low`` those of
+    the grid searched (:func:`~predictor.service.estimates.monotone.grid`)."""
+    grid_low, scale, points = grid(solo, high, low)
+    q = latencies.quadratic
+    out = np.empty(len(q), dtype=np.int64)
+    _search(np.ascontiguousarray(q.coefficients), np.ascontiguousarray(remaining, dtype=float), latencies.solo,
+            latencies.low, latencies.high, latencies.log_target, grid_low, scale, points, solo, solo * low,
+            solo * high, out)
+    return np.exp(grid_low + scale * out)
+
+
+@njit(cache=True, nogil=True)
+def _window_coefficients(initial, terms, crosses, moving_of, overlaps, left, right, keys, weights, intercept, k,
+                         out):  # pragma: no cover
+    """``out`` = the coefficients (constant, ``k`` linear, ``k * k`` quadratic; the layout of
+    :class:`~predictor.features.extract.OverlapQuadratic`) of ``intercept + weights @ x`` as a quadratic of
+    the ``k`` moving overlaps: ``x`` the features of a :class:`~predictor.features.window.FineProgram`
+    (:meth:`~predictor.features.window.FineProgram.arrays`), and with a layout (``left``,
+    ``right``, ``keys`` not empty) their pairwise products and crossed copies after them.
+    ``moving_of[runner]``: the moving index of a co-runner (-1: at ``overlaps[runner]``)."""
+    n = initial.size
+    affine = np.zeros((n, 1 + k))  # each fine feature: its value with the moving overlaps at 0, its slopes
+    for i in range(n):
+        affine[i, 0] = initial[i]
+    for t in range(terms.shape[0]):  # the sums, in the program's order
+        slot, runner, step = int(terms[t, 0]), int(terms[t, 1]), terms[t, 2]
+        j = moving_of[runner]
+        if j < 0:
+            affine[slot, 0] += overlaps[runner] * step
+        else:
+            affine[slot, 1 + j] += step
+    for c in range(crosses.shape[0]):
+        slot, own, source = int(crosses[c, 0]), crosses[c, 1], int(crosses[c, 2])
+        for m in range(1 + k):
+            affine[slot, m] = own * affine[source, m]
+    square = np.zeros((1 + k, 1 + k))  # the answer is z' square z, z = [1, o]
+    for i in range(n):
+        for m in range(1 + k):
+            square[0, m] += weights[i] * affine[i, m]
+    pairs = left.size
+    for q in range(pairs):
+        w = weights[n + q]
+        for a in range(1 + k):
+            wa = w * affine[left[q], a]
+            for b in range(1 + k):
+                square[a, b] += wa * affine[right[q], b]
+    for q in range(keys.size):
+        w = weights[n + pairs + q]
+        for m in range(1 + k):
+            square[0, m] += w * affine[keys[q], m]
+    out[0] = square[0, 0] + intercept
+    for a in range(k):
+        out[1 + a] = square[0, 1 + a] + square[1 + a, 0]
+        for b in range(k):
+            out[1 + k + a * k + b] = square[1 + a, 1 + b]
+
+
+@njit(cache=True, nogil=True)
+def _window_search(initial, terms, crosses, moving_of, overlaps, left, right, keys, weights, intercept, remaining,
+                   solo, low, high, log_target, grid_low, scale, points, solo_grid, grid_min, grid_max
+                   ):  # pragma: no cover
+    """The grid index of a single query's fixed point: its quadratic, then :func:`_search` on it."""
+    k = remaining.size
+    coefficients = np.empty((1 + k + k * k, 1))
+    _window_coefficients(initial, terms, crosses, moving_of, overlaps, left, right, keys, weights, intercept, k,
+                         coefficients[:, 0])
+    out = np.empty(1, dtype=np.int64)
+    _search(coefficients, remaining.reshape(k, 1), solo, low, high, log_target, grid_low, scale, points,
+            solo_grid, grid_min, grid_max, out)
+    return out[0]
+
+
+_NO_INDEX = np.zeros(0, dtype=np.intp)
+
+
+def _form_arguments(form: WindowForm) -> tuple:
+    """The compiled functions' arguments of the program, overlaps, layout and weights of ``form``."""
+    moving_of = [-1] * len(form.overlaps)
+    for j, runner in enumerate(form.moving):
+        moving_of[runner] = j
+    layout = form.layout
+    left, right, keys = (_NO_INDEX,) * 3 if layout is None else (layout.left, layout.right, layout.keys)
+    return (*form.program.arrays(), np.array(moving_of, dtype=np.intp), np.array(form.overlaps, dtype=float),
+            left, right, keys, form.weights, form.intercept)
+
+
+def window_coefficients(form: WindowForm) -> np.ndarray:
+    """The single query's answer as the coefficients of a quadratic of its moving co-runners'
+    overlaps (one column of :class:`~predictor.features.extract.OverlapQuadratic`'s): the same numbers as its
+    features' dot product with the weights, up to rounding (tested)."""
+    k = len(form.moving)
+    out = np.empty(1 + k + k * k)
+    _window_coefficients(*_form_arguments(form), k, out)
+    return out
+
+
+def window_of(form: WindowForm) -> float:
+    """The single query's window at its fixed point: :func:`~predictor.service.estimates.monotone.fixed_point_one`'s
+    grid point over ``solo * [low, high]`` (the form's), searched (compiled, in one call) on the
+    quadratic of :func:`window_coefficients`."""
+    solo, low, high = form.solo, form.low, form.high
+    grid_low, scale, points = grid(solo, high, low)
+    index = _window_search(*_form_arguments(form), np.array(form.remaining, dtype=float), solo, low, high,
+                           form.log_target, grid_low, scale, points, solo, solo * low, solo * high)
+    return float(np.exp(grid_low + scale * index))
+
+
+def warm() -> None:
+    """Compile the kernels now (or load them from the disk cache), on a two-row problem and a
+    single query's quadratic; and the one a ranking's probabilities are read with
+    (:func:`predictor.calibration.probability_kernel.warm`), the one a ranking's quadratics are built with
+    (:func:`predictor.features.quadratic_kernel.warm`), and the one its rows are grouped by calibration cell
+    with (:func:`predictor.calibration.cell_kernel.warm`)."""
+
+    cell_kernel.warm()
+    probability_kernel.warm()
+    quadratic_kernel.warm()
+    rows = QuadraticLatencies(OverlapQuadratic.of(np.zeros((1, 2), dtype=np.intp), np.zeros(2), np.ones((1, 2)),
+                                                  np.zeros((1, 1, 2))), 1.0, 0.5, 2.0, True)
+    fixed_points(rows, np.ones((1, 2)), 1.0, 2.0, 0.5)
+    program = FineProgram(("own", "co"), (1.0, 0.0), ((1, 0, None),), (), (False,))
+    window_of(WindowForm(program, None, 0.0, np.ones(2), (0.5,), (0,), (3.0,), 1.0, 0.5, 2.0, True))

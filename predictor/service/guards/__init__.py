@@ -1,0 +1,1 @@
+"""What keeps bad or excessive input out of the model: the outlier gate and rate limits."""
