@@ -10,6 +10,7 @@ from river import linear_model, optim, preprocessing
 
 from predictor.features.contention import is_contention
 from predictor.features.extract import feature_form, feature_matrix, fine_features
+from predictor.predictors import sgd_kernel
 from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
 from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
@@ -138,12 +139,16 @@ class SgdPredictor(LatencyPredictor):
             if is_contention(name) and weights[name] < 0:
                 weights[name] = 0.0
 
-    def __setstate__(self, state: dict) -> None:
-        """Restore; a snapshot from before ``non_negative`` existed gets it, its weights projected."""
-        self.__dict__.update(state)
-        if "non_negative" not in state:
-            self.non_negative = True
-            self._project(dict(self._model["LinearRegression"].weights))
+    def learns_in_blocks(self) -> bool:
+        """Whether the compiled block step (:class:`~predictor.predictors.sgd_kernel.SgdRun`) learns this
+        predictor as it would learn itself: the pipeline it builds (constant step sizes, squared loss,
+        no L1 or L2 penalty)."""
+        return type(self) is SgdPredictor and sgd_kernel.supports(self)
+
+    def block_rows(self) -> sgd_kernel.SgdRows:
+        """The pending rows of a blockwise prequential replay of this predictor
+        (:func:`~predictor.prequential.blocks.prequential_blocks`)."""
+        return sgd_kernel.SgdRows(self)
 
     def monotone_in_crowding(self) -> bool:
         """Whether contention weights are kept non-negative (see ``non_negative``)."""

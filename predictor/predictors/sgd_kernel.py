@@ -1,10 +1,9 @@
 """The ``sgd`` predictor's steps (river's ``MaxAbsScaler | LinearRegression`` with plain SGD), compiled
 (numba) over a block of rows.
 
-Per observation river builds three dicts (the scaled features twice, the gradient), walks the
-pipeline's plan and calls a handful of methods: ~20 µs of interpreter work for ~20 features. Over a
-block of rows the same arithmetic runs here in one compiled loop, each row given as its columns
-and values (sparse: the names it has):
+Over a block of rows the arithmetic river does per observation (three dicts, the pipeline's plan, a
+handful of method calls) runs here in one compiled loop, each row given as its columns and values
+(sparse: the names it has):
 
 1. the prediction before learning, from the scaler's maxima as they stand: ``w . (x / m) + b``
    (``0`` for a column whose maximum is ``0``), summed in the row's order from ``0.0``, as
@@ -18,21 +17,30 @@ and values (sparse: the names it has):
    <predictor.predictors.sgd.SgdPredictor._project>`).
 
 Every sum and product is the reference's in the reference's order, so the raw predictions and the
-learned state are river's to the bit (``tests/test_sgd_kernel.py``: hypothesis, warm models, blocks
+learned state are river's to the bit (``tests/predictors/test_sgd_kernel.py``: hypothesis, warm models, blocks
 cut anywhere, extreme values included). The reference stays the definition: :class:`SgdRun` reads
 river's state into arrays and writes it back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
 from river import linear_model, optim
 
 from predictor.features.contention import is_contention
-from predictor.predictors.sgd import SgdPredictor
+from predictor.features.extract import RowLayout, planned_row
+from predictor.records.record import Record
+from predictor.records.typed_decoding import ColocRow
+
+if TYPE_CHECKING:
+    from predictor.predictors.sgd import SgdPredictor
+
+MAX_LAYOUTS = 4096
+"""Distinct row layouts an :class:`SgdRows` keeps columns for (keyed by identity: bounded however many)."""
 
 
 @njit(cache=True, nogil=True)
@@ -82,7 +90,7 @@ def _sgd_rows(offsets, positions, values, targets, weights, abs_max, contention,
 def supports(predictor: object) -> bool:
     """Whether :class:`SgdRun` learns ``predictor`` as it would learn itself: an ``sgd`` predictor whose
     pipeline is the one it builds (constant step sizes, squared loss, no L1 or L2 penalty)."""
-    if type(predictor) is not SgdPredictor:
+    if getattr(predictor, "name", None) != "sgd":
         return False
     linear = predictor._model["LinearRegression"]
     return (type(linear) is linear_model.LinearRegression and type(linear.optimizer) is optim.SGD
@@ -209,3 +217,55 @@ class SgdBlock:
         if self.predictions.size:
             _sgd_rows(*self._rows, run.weights, run.abs_max, run.contention, run.state, *run.constants,
                       self.predictions)
+
+
+class SgdRows:
+    """The ``sgd`` replay's pending rows: per record its ``fine`` features' values and their columns
+    (one list of columns per distinct row layout); learned by a
+    :class:`SgdRun`, which numbers new names itself (every row fits)."""
+
+    def __init__(self, predictor: SgdPredictor):
+        self.predictor = predictor
+        self.layouts: dict[RowLayout, list[int]] = {}
+        self.offsets: list[int] = [0]
+        self.positions: list[int] = []
+        self.values: list[float] = []
+        self.run: SgdRun | None = None
+
+    def add(self, record: Record | ColocRow, flush: Callable[[], None]) -> bool:
+        """Queue ``record``'s row (always: a new name is a new column of the run)."""
+        if self.run is None:
+            self.run = SgdRun(self.predictor)
+        row, base = planned_row(record, "fine")
+        columns = self.layouts.get(row)
+        if columns is None:
+            if len(self.layouts) >= MAX_LAYOUTS:  # layouts are keyed by identity: bounded however many
+                self.layouts.clear()
+            columns = self.layouts[row] = self.run.columns(row.names).tolist()
+        self.positions.extend(columns)
+        self.values.extend(base.values())
+        self.offsets.append(len(self.values))
+        return True
+
+    def block(self, targets: np.ndarray) -> SgdBlock:
+        """The queued rows as the run's next block (the queue emptied)."""
+        assert self.run is not None
+        block = self.run.block(np.array(self.offsets), np.array(self.positions), np.array(self.values), targets)
+        self.offsets = [0]
+        self.positions.clear()
+        self.values.clear()
+        return block
+
+    def learned(self, block: SgdBlock, targets: np.ndarray) -> None:
+        """Nothing beyond the predictions: river's pipeline keeps no running scale."""
+
+    def restart(self) -> None:
+        """Row layouts afresh (never needed: every row fits)."""
+        self.layouts.clear()
+
+    def finish(self) -> None:
+        """Write the learned state back into river's objects (the last block learned)."""
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
+            self.layouts.clear()

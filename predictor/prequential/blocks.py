@@ -1,51 +1,29 @@
 """Prequential replay with the RLS or SGD updates compiled over blocks of records.
 
-:func:`~predictor.prequential.evaluation.run_prequential` calls
-:meth:`~predictor.predictors.base.LatencyPredictor.predict_learn_one` per
-record. For the ``rls`` predictor (one model, no clipping, no drift reset:
-its defaults, the non-negative contention weights included) :func:`prequential_blocks`
-does the same steps in another order of work, not of arithmetic; it is what
-``predictor replay --prequential`` and ``predictor evaluate --prequential`` run
-for such a predictor (``--reference``: record by record):
+For the ``rls`` predictor at its defaults (one model, no clipping, no drift reset) and the ``sgd``
+pipeline (river's ``MaxAbsScaler | LinearRegression``), :func:`prequential_blocks` does what
+:func:`~predictor.prequential.evaluation.run_prequential` does record by record
+(:meth:`~predictor.predictors.base.LatencyPredictor.predict_learn_one`) in another order of work,
+not of arithmetic. ``predictor replay --prequential`` and ``predictor evaluate --prequential`` run
+it for such a predictor (``--reference``: record by record):
 
-1. per record, in stream order, the parts that depend only on the stream
-   (the features before their products, :func:`~predictor.features.extract.planned_row`; the solo latency
-   and plausible slowdown range at that point, the solo profile's update) and, per distinct row
-   layout, the features' column positions, where the model need not grow for them (every name
-   known, a non-zero value only in a column that has its scale);
-2. per block of such records, every RLS step in one compiled call
-   (:class:`~predictor.regressors.rls_kernel.PlannedRun`, which also builds each row, the
-   ``interactions`` features' products included, and holds the model's state from block to block),
-   giving each record's prediction before its own step (from the projected weights) and its
-   unconstrained fit (for the running residual scale); with ``overlap`` (the command line's
-   default) the call runs on a second thread (:class:`~predictor.runtime.kernel_thread.KernelThread`; it
-   releases the GIL) while step 1 goes on with the next block's records; when that block is full it
-   is started at once, and the one before taken in while it is learned;
-3. a record that grows the model (a new feature name, a column's first
-   non-zero value), and the first record, go through the reference
-   ``predict_learn_one`` after the block before them is learned.
+1. per record, in stream order, what depends only on the stream: the features before their
+   products (:func:`~predictor.features.extract.planned_row`), the solo latency and plausible
+   slowdown range, and per distinct row layout the features' columns;
+2. per block of records that fit the model, every step in one compiled call
+   (:class:`~predictor.regressors.rls_kernel.PlannedRun`, :class:`~predictor.predictors.sgd_kernel.SgdRun`),
+   giving each record's prediction before its own step;
+3. under ``rls``, a record that grows the model (a new feature name, a column's first non-zero
+   value), and the first record, through the reference once the block before it is learned
+   (under ``sgd`` every record fits: a new name is a new column).
 
 The predictions and the learned state equal the reference's within rounding
-(``tests/test_fastreplay.py``: 1e-9). Lines are decoded by the typed decoder
-(:mod:`predictor.records.typed_decoding`) through :func:`~predictor.records.logio.iter_rows` into rows read
-like records (no record built per line).
-
-The ``sgd`` predictor (river's ``MaxAbsScaler | LinearRegression``, the pipeline it builds) goes the same
-way with simpler rows: per record its ``fine`` features' values and their columns (a new name is a new
-column, so every record fits: none takes the reference step), every block's steps in one compiled call
-(:class:`~predictor.predictors.sgd_kernel.SgdRun`): river's state to the bit, the predictions within
-NumPy's ``exp`` against ``math.exp`` (1e-12). Measured on 100,000 records of the shipped log resampled
-(three threads): 26,164 → 69,564 rec/s, bound by the reading thread as ``rls:features='fine'`` is
-(70,642).
-
-With ``overlap`` (:func:`fast_prequential`'s default, ``predictor replay --prequential``'s; ``--serial``
-turns it off) the replay runs on three threads of two cores: this one decodes the lines and
-computes the features, a second learns each block (the compiled call releases the GIL), a third
-inflates a ``.gz`` log ahead (:mod:`predictor.records.inflate_ahead`). Measured (``python -m experiments.bench``,
-50,000 records, 2026-11-24, the fourth session): the default ``rls`` 32,945 rec/s on one thread,
-54,668 on three (both cores busy: ~16 µs a record in the kernel at 192 columns, ~13.5 in the
-reading thread); ``rls:features='fine'`` 86,265; ``rls:features='coarse'`` 126,579, the fastest
-configuration (MAPE 9.0% against the default's 8.2%).
+(``tests/prequential/test_fastreplay.py``: 1e-9; ``sgd``: river's state to the bit). Lines are decoded into
+rows read like records (:mod:`predictor.records.typed_decoding`; no record built per line). With
+``overlap`` (:func:`fast_prequential`'s default; ``--serial`` turns it off) three threads share the
+work: this one decodes and computes the features, a second learns each block while the next is
+read (:class:`~predictor.runtime.kernel_thread.KernelThread`; the compiled call releases the GIL),
+a third inflates a ``.gz`` log ahead (:mod:`predictor.records.inflate_ahead`).
 """
 
 from __future__ import annotations
@@ -59,11 +37,9 @@ from typing import IO, TYPE_CHECKING
 import numpy as np
 
 from predictor.features.extract import RowLayout, planned_row
-from predictor.predictors import create, sgd_kernel
+from predictor.predictors import create
 from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
 from predictor.predictors.rls import RlsPredictor
-from predictor.predictors.sgd import SgdPredictor
-from predictor.predictors.sgd_kernel import SgdRun
 from predictor.prequential.evaluation import Scored, run_prequential
 from predictor.records.logio import ReadReport, iter_rows
 from predictor.records.record import Record
@@ -72,8 +48,7 @@ from predictor.regressors.rls_kernel import PlannedRun, RowPlans
 from predictor.runtime.kernel_thread import KernelThread
 
 if TYPE_CHECKING:
-    from predictor.predictors.sgd import SgdPredictor
-    from predictor.predictors.sgd_kernel import SgdBlock, SgdRun
+    from predictor.predictors.sgd_kernel import SgdBlock, SgdRows
     from predictor.regressors.rls_kernel import PlannedBlock, PlannedRun
 
 BLOCK = 1024
@@ -86,21 +61,13 @@ more distinct layouts than that cache holds would add a plan per row)."""
 def supports(predictor: LatencyPredictor) -> bool:
     """Whether :func:`prequential_blocks` applies: ``rls`` with one model, no clipping and no drift reset
     (its defaults; the non-negative projection of the contention weights is compiled too), or ``sgd``
-    with the pipeline it builds (:func:`predictor.predictors.sgd_kernel.supports`)."""
-    if _is_sgd(predictor):
-
-        return sgd_kernel.supports(predictor)
+    with the pipeline it builds (:meth:`SgdPredictor.learns_in_blocks
+    <predictor.predictors.sgd.SgdPredictor.learns_in_blocks>`; river is loaded only by an ``sgd``
+    predictor, never here)."""
+    if predictor.name == "sgd":
+        return predictor.learns_in_blocks()  # type: ignore[attr-defined]
     return (type(predictor) is RlsPredictor and predictor.split_by is None and not predictor.clip
             and not predictor.drift_reset)
-
-
-def _is_sgd(predictor: LatencyPredictor) -> bool:
-    """Whether ``predictor`` is an ``sgd`` one (river, and the scikit-learn it loads, imported only then:
-    the answering workers load neither)."""
-    if predictor.name != "sgd":
-        return False
-
-    return type(predictor) is SgdPredictor
 
 
 def prequential_blocks(predictor: LatencyPredictor, records: Iterable[Record | ColocRow], block: int = BLOCK,
@@ -122,7 +89,7 @@ def prequential_blocks(predictor: LatencyPredictor, records: Iterable[Record | C
     if not supports(predictor):
         raise ValueError("the blockwise replay takes rls with split_by=None, clip=0 and drift_reset=False, "
                          "or sgd with its own pipeline")
-    rows: _RlsRows | _SgdRows = _SgdRows(predictor) if _is_sgd(predictor) else _RlsRows(predictor)  # type: ignore[arg-type]
+    rows: _RlsRows | SgdRows = predictor.block_rows() if predictor.name == "sgd" else _RlsRows(predictor)  # type: ignore[attr-defined,arg-type]
     worker = KernelThread("replay-kernel") if overlap else None
     try:
         return _prequential_blocks(predictor, rows, records, block, knows, worker)
@@ -211,60 +178,7 @@ class _RlsRows:
             self.run = None
 
 
-class _SgdRows:
-    """The ``sgd`` replay's pending rows: per record its ``fine`` features' values and their columns
-    (one list of columns per distinct row layout); learned by a
-    :class:`~predictor.predictors.sgd_kernel.SgdRun`, which numbers new names itself (every row fits)."""
-
-    def __init__(self, predictor: SgdPredictor):
-        self.predictor = predictor
-        self.layouts: dict[RowLayout, list[int]] = {}
-        self.offsets: list[int] = [0]
-        self.positions: list[int] = []
-        self.values: list[float] = []
-        self.run: SgdRun | None = None
-
-    def add(self, record: Record | ColocRow, flush: Callable[[], None]) -> bool:
-        """Queue ``record``'s row (always: a new name is a new column of the run)."""
-
-        if self.run is None:
-            self.run = SgdRun(self.predictor)
-        row, base = planned_row(record, "fine")
-        columns = self.layouts.get(row)
-        if columns is None:
-            if len(self.layouts) >= MAX_PLANS:  # layouts are keyed by identity: bounded however many
-                self.layouts.clear()
-            columns = self.layouts[row] = self.run.columns(row.names).tolist()
-        self.positions.extend(columns)
-        self.values.extend(base.values())
-        self.offsets.append(len(self.values))
-        return True
-
-    def block(self, targets: np.ndarray) -> SgdBlock:
-        """The queued rows as the run's next block (the queue emptied)."""
-        assert self.run is not None
-        block = self.run.block(np.array(self.offsets), np.array(self.positions), np.array(self.values), targets)
-        self.offsets = [0]
-        self.positions.clear()
-        self.values.clear()
-        return block
-
-    def learned(self, block: SgdBlock, targets: np.ndarray) -> None:
-        """Nothing beyond the predictions: river's pipeline keeps no running scale."""
-
-    def restart(self) -> None:
-        """Row layouts afresh (never needed: every row fits)."""
-        self.layouts.clear()
-
-    def finish(self) -> None:
-        """Write the learned state back into river's objects (the last block learned)."""
-        if self.run is not None:
-            self.run.finish()
-            self.run = None
-            self.layouts.clear()
-
-
-def _prequential_blocks(predictor: LatencyPredictor, rows: _RlsRows | _SgdRows, records: Iterable[Record | ColocRow],
+def _prequential_blocks(predictor: LatencyPredictor, rows: _RlsRows | SgdRows, records: Iterable[Record | ColocRow],
                         block: int, knows: list[bool] | None, worker: KernelThread | None) -> Scored:
     """:func:`prequential_blocks`'s loop; each block learned by ``worker`` when given, else here."""
     scored = Scored()
