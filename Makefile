@@ -1,7 +1,9 @@
 # Two commands do everything on a fresh machine:
 #   make demo   start the service and run the real CPU workload against it
 #   make test   run the test suite
-# Both create .venv/ first (torch==2.13.0 CPU build first, then the project).
+# Both create .venv/ first (torch==2.13.0 CPU build first, then the project with its dev, ray and
+# workload extras). A light install without torch (the service alone) is `pip install .`.
+# The test targets print why each skipped test was skipped (-rs).
 
 PYTHON ?= python3
 VENV := .venv
@@ -23,7 +25,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/pip install --quiet $(TORCH_PIN)
-	$(BIN)/pip install --quiet -e '.[dev,ray]'
+	$(BIN)/pip install --quiet -e '.[dev,ray,workload]'
 	touch $@
 
 PYTHON_VENV := $(BIN)/python
@@ -33,10 +35,10 @@ demo: setup
 	$(BIN)/predictor demo
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs
 
 test-slow: setup
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -rs -m slow
 
 lint: setup
 	$(BIN)/ruff check predictor collectors experiments tests

@@ -12,11 +12,18 @@ importable in the isolated build environment); ``grpcio-tools`` comes from
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from pathlib import Path
 from types import ModuleType
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from setuptools.warnings import InformationOnly
+
+# `pip install -e .` (make setup): setuptools' notice that an editable install of a flat layout may
+# import same-named folders of the working directory. This project's only top-level packages are
+# predictor, collectors and experiments, so the notice says nothing here: keep the build output clean.
+warnings.filterwarnings("ignore", message="Editable installation", category=InformationOnly)
 
 ROOT = Path(__file__).resolve().parent
 GENERATED = Path("predictor", "rpc", "generated")
@@ -33,16 +40,32 @@ def load_codegen() -> ModuleType:
     return module
 
 
+def generated_packages() -> list[str]:
+    """The packages of the gRPC code generated in the source tree (none before it is generated)."""
+    return sorted(
+        ".".join(init.parent.relative_to(ROOT).parts) for init in (ROOT / GENERATED).rglob("__init__.py")
+    )
+
+
 class BuildPyWithProtos(build_py):
-    """``build_py``, then the gRPC code generated into what is being built."""
+    """``build_py`` with the gRPC code generated into what is being built.
+
+    An editable build generates into the source tree first and declares the generated
+    packages, so that setuptools neither warns about importable folders missing from
+    ``packages`` nor leaves them out.
+    """
 
     def run(self) -> None:
-        """Build the modules, then generate the gRPC code beside them."""
-        super().run()
+        """Build the modules and generate the gRPC code beside them."""
         codegen = load_codegen()
         if getattr(self, "editable_mode", False):
             codegen.generate(ROOT / "protos", ROOT / GENERATED)
+            self.packages = list(self.packages or ())
+            self.packages += [name for name in generated_packages() if name not in self.packages]
+            self.distribution.packages = self.packages
+            super().run()
         else:
+            super().run()
             codegen.generate(ROOT / "protos", Path(self.build_lib) / GENERATED)
 
 

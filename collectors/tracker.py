@@ -10,14 +10,10 @@ intersects its own, finished or still running, and each co-runner's
 Only co-runners with a positive overlap are listed (touching windows do not
 co-run); a batch of zero duration has none.
 
-A finished batch is emitted ``lag_s`` after its end, not at once: reports from
-several processes can arrive slightly out of order, and the samplers need a
-read after the window closes before its signals can be averaged. Finished
-batches are kept as long as a batch still running or waiting to be emitted
-may overlap them (and at least ``history_s``), and never more than
-``max_history`` per device, so memory stays bounded.
-
-The tracker is not thread-safe: feed it from one thread.
+A finished batch is emitted ``lag_s`` after its end (reports from several processes can arrive
+out of order, and the samplers need a read after the window closes); finished batches are kept
+while another may overlap them, within bounds. The tracker is not thread-safe: feed it from one
+thread.
 
 Examples
 --------

@@ -12,28 +12,19 @@ reports (each worker to the parent, on its own pipe)
     ``("profile", worker, {(model, batch_size): figures})``,
     ``("error", worker, traceback_text)``
 
-A batch's begin is published in the worker's shared-memory
-:class:`~collectors.slot.RunningSlot` just before its timer starts (no system
-call); its end report goes through the pipe after the timer stops, carrying
-the exact start. Reports are written synchronously by the worker's own thread
-(``Connection.send``): a ``multiprocessing.Queue`` would hand them to a feeder
-thread that then competes with the model for the GIL and the core *during* the
-measured batch. So nothing the collection does runs inside a timed window
-except the timer's own two clock reads. All times are ``time.monotonic``
-seconds, comparable across processes. On CUDA the spans are resolved off the
-hot path: after each job only the spans whose end event has completed are
-reported, and the rest when the queue is idle.
+Nothing the collection does runs inside a timed window but the timer's own two clock reads: a
+batch's begin is published in the worker's shared-memory :class:`~collectors.slot.RunningSlot`
+just before its timer starts (no system call), and its end report, carrying the exact start, is
+written by the worker's own thread (``Connection.send``, no feeder thread competing with the
+model) after the timer stops. Times are ``time.monotonic`` seconds, comparable across processes;
+on CUDA, spans are resolved off the hot path (those whose end event has completed after each job,
+the rest when the queue is idle).
 
-``cpu_ms`` is the CPU time the worker's thread spent on the batch
-(``time.thread_time_ns`` read just outside the timed window): on a CPU, where
-the model runs on that one thread, it is the batch's own compute, and
-``latency_ms - cpu_ms`` the time it waited for a core. On CUDA it is the host's
-launch time only, so it is not reported (``None``). Python's cyclic garbage
-collector is held off from the first of these reads to the last (as ``timeit``
-does): a collection set off by an allocation in the timer's own calls would land
-between a CPU-time read and a clock read, counted as the batch's CPU time but not
-in its latency, and one set off by the model's allocations is no part of its
-compute or its wait.
+``cpu_ms`` is the CPU time the worker's thread spent on the batch (``time.thread_time_ns`` read
+just outside the timed window): on a CPU, the batch's own compute, and ``latency_ms - cpu_ms`` the
+time it waited for a core; on CUDA it is not reported (``None``). Python's cyclic garbage
+collector is held off from the first of these reads to the last (as ``timeit`` does), so that no
+collection is counted as the batch's CPU time or its wait.
 """
 
 from __future__ import annotations

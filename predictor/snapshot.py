@@ -3,7 +3,7 @@
 Layout::
 
     INTERFERENCE-PREDICTOR-SNAPSHOT\\n      magic line
-    {"format": ..., "version": 1, ...}\\n   JSON header (one line)
+    {"format": ..., "version": 2, ...}\\n   JSON header (one line)
     <payload>                               pickle of the state, ``payload_bytes`` long
 
 The header records the payload's length and SHA-256, the predictor (its
@@ -66,10 +66,23 @@ from predictor.runtime.durable import fsync_dir
 
 MAGIC = b"INTERFERENCE-PREDICTOR-SNAPSHOT\n"
 FORMAT = "interference-predictor/service-state"
-VERSION = 1
+VERSION = 2
+"""The format version this code writes and reads. Version 1 payloads were pickled by code that
+filled in attributes missing from older pickles on load; this code sets every attribute when an
+object is made and loads no such pickle, so a version 1 snapshot is refused
+(:func:`parse_header` says how to rebuild the state from the records it was learned from)."""
 MAX_HEADER_BYTES = 64 * 1024
 REQUIRED = ("payload_bytes", "payload_sha256", "predictor", "observations")
 """Header fields every snapshot has (besides ``format`` and ``version``)."""
+REBUILD = (
+    "it was written by an older version of the code, whose learned state this one cannot load. "
+    "Rebuild the state from the records it was learned from: move the state folder aside whole "
+    "(its observation log holds only the records after this snapshot, so replaying it alone "
+    "would lose the rest) and run `predictor serve --state DIR --warm-start LOG`, with DIR a new "
+    "or empty folder and LOG the coloc/v1 log of those records; the service learns LOG and writes "
+    f"a version {VERSION} snapshot in DIR"
+)
+"""What a refusal of an older snapshot tells the user to do."""
 
 
 class SnapshotError(RuntimeError):
@@ -134,11 +147,12 @@ def parse_header(head: bytes, source: str = "snapshot") -> tuple[dict, int]:
         raise SnapshotError(f"{source}: header at byte {offset} is not JSON ({exc})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise SnapshotError(f"{source}: header at byte {offset} is not a {FORMAT} header")
-    if header.get("version") != VERSION:
-        raise SnapshotError(
-            f"{source}: snapshot format version {header.get('version')!r} is not supported "
-            f"(this code reads version {VERSION})"
-        )
+    version = header.get("version")
+    if version != VERSION:
+        said = f"{source}: snapshot format version {version!r} is not supported (this code reads version {VERSION})"
+        if isinstance(version, int) and not isinstance(version, bool) and version < VERSION:
+            said += f"; {REBUILD}"
+        raise SnapshotError(said)
     for key in REQUIRED:
         if key not in header:
             raise SnapshotError(f"{source}: header at byte {offset} lacks {key!r}")

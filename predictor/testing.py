@@ -31,7 +31,7 @@ A third-party predictor subclasses
             self._total += slowdown
             self._count += 1
 
-and passes the checks (``tests/test_contract.py`` runs exactly this)::
+and passes the checks (``tests/predictors/test_contract.py`` runs exactly this)::
 
     from my_predictors import MeanSlowdown
     from predictor.testing import check_predictor

@@ -1,11 +1,10 @@
 """Rows grouped by an integer code, groups in order of their first row: compiled (numba).
 
 A ranking's rows are calibrated per cell (query shape, device kind, co-runner count), each cell
-given as one integer per row (:func:`predictor.service.answering._cells`). In NumPy the grouping
-was a stable sort of the codes, a comparison of neighbours, a look-up of each cell's first row and
-a sort of the cells by it: about 50 µs for 1,024 rows. :func:`grouped` numbers the cells as their
-first rows come and places each row after the earlier rows of its cell, in two passes over the
-rows (the same groups: ``tests/test_cell_kernel.py``). Compiled on first use and cached on disk
+given as one integer per row (:func:`predictor.service.answering._cells`). :func:`grouped` numbers
+the cells as their first rows come and places each row after the earlier rows of its cell, in two
+passes over the rows: the groups a stable sort of the codes gives, ordered by first row
+(``tests/calibration/test_cell_kernel.py``). Compiled on first use and cached on disk
 (``cache=True``; warmed before the first answer by :func:`predictor.service.estimates.fixed_point_kernel.warm`).
 """
 

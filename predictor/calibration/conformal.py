@@ -1,33 +1,17 @@
 """Online conformal upper bounds on latency, from the predictor's own residuals.
 
-For each device kind the calibrator keeps the last ``window`` scale-free
-residuals ``r = log(actual / predicted)``, recorded *prequentially*: the
-prediction is made before the model learns from the observation. Under
-exchangeability of the residuals, the split-conformal quantile
+For each device kind the calibrator keeps the last ``window`` scale-free residuals
+``r = log(actual / predicted)``, recorded *prequentially* (the prediction is made before the model
+learns from the observation). Under exchangeability, the split-conformal quantile ``q = r_(k)``,
+the ``k``-th smallest of ``n`` residuals with ``k = ceil((n + 1) c)``, gives an upper bound
+``predicted * exp(q)`` that a new latency exceeds with probability at most ``1 - c`` (and not much
+less). The probability of meeting a deadline ``D`` is the number of residuals at or below
+``log(D / predicted)`` over ``n + 1``; bound and probability agree: ``predicted * exp(q) <= D``
+exactly when that probability is at least ``c``.
 
-    ``q = r_(k)``, the ``k``-th smallest of ``n`` residuals, ``k = ceil((n + 1) c)``
-
-gives an upper bound ``predicted * exp(q)`` that a new latency exceeds with
-probability at most ``1 - c`` (and not much less). The probability that a
-batch meets a deadline ``D`` is the conformal estimate of ``P(r <= log(D / predicted))``:
-the number of residuals at or below that ratio over ``n + 1``. The bound and the
-probability agree: ``predicted * exp(q) <= D`` exactly when that probability is
-at least ``c``.
-
-Where a device kind has too few residuals for the requested confidence, the
-residuals of all kinds (the pool) are used; where the pool has too few as well,
-a deliberately wide log-normal fallback answers and says so
-(:attr:`BoundSource.FALLBACK`).
-
-Optionally (``adapt > 0``) the level is adjusted online per device kind as in
-adaptive conformal inference (Gibbs and Candès, 2021), one-sided: when recent
-misses at ``target`` exceed ``1 - target`` (the residuals drifted wider), the
-bounds widen until the long-run miss rate is back at the target; they never
-become narrower than the plain conformal ones. The adjustment scales the
-allowed miss rate of every requested confidence by the same factor in
-(0.1, 1], and the probabilities are mapped consistently, so that a bound at
-``c`` is within a deadline exactly when the probability of meeting it is at
-least ``c``.
+A device kind with too few residuals answers from the pool of all kinds; with too few there too, a
+deliberately wide log-normal fallback answers and says so (:attr:`BoundSource.FALLBACK`).
+Optionally the level adapts online to drift (:class:`ConformalCalibrator`'s ``adapt``).
 
 Examples
 --------
@@ -55,6 +39,8 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
+
+from predictor.records.rules import check_confidence
 
 POOL = "*"
 _STANDARD_NORMAL = NormalDist()
@@ -103,6 +89,10 @@ class ResidualWindow:
         self._order: deque[float] = deque()
         self._sorted: list[float] = []
         self._array: np.ndarray | None = None
+        self._adds = 0
+        # (adds, ring, head) as the shape calibrator's block path left the window's residuals
+        # (predictor.calibration.shape_block), valid while ``adds`` is unchanged; never pickled nor copied
+        self._block_ring: tuple[int, np.ndarray, int] | None = None
 
     def __len__(self) -> int:
         return len(self._order)
@@ -115,12 +105,12 @@ class ResidualWindow:
         self._order.append(residual)
         bisect.insort(self._sorted, residual)
         self._array = None
-        self._adds = self.__dict__.get("_adds", 0) + 1
+        self._adds += 1
 
     @property
     def adds(self) -> int:
         """Residuals added since this window was made (or unpickled): a change count, not kept in snapshots."""
-        return self.__dict__.get("_adds", 0)
+        return self._adds
 
     def clone(self) -> ResidualWindow:
         """An independent copy (the same residuals, no re-sorting)."""
@@ -130,6 +120,7 @@ class ResidualWindow:
         twin._sorted = list(self._sorted)
         twin._array = self._array  # never changed in place: shared
         twin._adds = self.adds
+        twin._block_ring = None
         return twin
 
     def quantile(self, confidence: float) -> float:
@@ -182,6 +173,8 @@ class ResidualWindow:
         self._order = deque(state["order"])
         self._sorted = sorted(self._order)
         self._array = None
+        self._adds = 0
+        self._block_ring = None
 
 
 class WindowCopies:
@@ -224,6 +217,14 @@ class WindowCopies:
 
 class ConformalCalibrator:
     """Per-device-kind online conformal calibration of latency predictions.
+
+    With ``adapt > 0`` the level is adjusted online per device kind as in adaptive conformal
+    inference (Gibbs and Candès, 2021), one-sided: when recent misses at ``target`` exceed
+    ``1 - target`` (the residuals drifted wider), the bounds widen until the long-run miss rate is
+    back at the target; they never become narrower than the plain conformal ones. The adjustment
+    scales the allowed miss rate of every requested confidence by the same factor in (0.1, 1], and
+    the probabilities are mapped consistently, so that a bound at ``c`` is within a deadline
+    exactly when the probability of meeting it is at least ``c``.
 
     Parameters
     ----------
@@ -419,18 +420,3 @@ class ConformalCalibrator:
         """The residuals kept for ``kind`` (the pool by default), oldest first."""
         window = self._windows.get(kind)
         return window.values() if window is not None else []
-
-
-def check_confidence(confidence: float) -> float:
-    """Validate a confidence level in (0, 1)."""
-    if not (isinstance(confidence, (int, float)) and math.isfinite(confidence) and 0.0 < confidence < 1.0):
-        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
-    return float(confidence)
-
-
-def empirical_coverage(actuals: Iterable[float], uppers: Iterable[float]) -> float:
-    """Fraction of ``actuals`` at or below their ``uppers``."""
-    pairs = [(a, u) for a, u in zip(actuals, uppers, strict=False)]
-    if not pairs:
-        return math.nan
-    return sum(a <= u for a, u in pairs) / len(pairs)

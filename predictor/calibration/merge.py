@@ -7,10 +7,8 @@ replicas) merge by merging, cell by cell, the residuals they hold:
   shards of a fleet) merge *exactly*: every kind answers as the shard that learned it;
 * a cell both hold gets the residuals of both, interleaved in proportion to their counts (the
   recent ones of each side last) and cut to the window's size: a sketch of the union;
-* the running centres and spreads of :class:`~predictor.calibration.shape.ShapeCalibrator`
-  combine as means weighted by their counts (both are recent, exponentially weighted
-  estimates of the same quantities, so their mean is another such estimate);
-* the adaptive conformal miss rates combine as means weighted by the cells' residual counts.
+* the running centres and spreads of :class:`~predictor.calibration.shape.ShapeCalibrator`, and
+  the adaptive conformal miss rates, combine as means weighted by their counts.
 
 :func:`merge_shape_calibrators` and :func:`merge_conformal_calibrators` return a new
 calibrator and leave both inputs as they were; the two must be configured alike (same window,

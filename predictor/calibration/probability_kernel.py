@@ -1,12 +1,11 @@
 """The probability that latencies stay within a limit, by a calibration cell's windows: compiled (numba).
 
 :meth:`ShapeCalibrator.probabilities <predictor.calibration.shape.ShapeCalibrator.probabilities>`
-reads each row's probability from every window a cell's bound is made of and keeps the least. In
-NumPy that was five array operations per window (the normalised residual, a ``searchsorted``, the
-adaptive-conformal rescaling, a clip and a minimum), each a few microseconds on a ranking's rows:
-most of a ranking's bounds. :func:`cell_terms` does every window's steps for a cell's rows in one
-call (the windows packed into one array), in the same floating-point operations in the same order
-(the same bits: ``tests/test_probability_kernel.py``). Compiled on first use and cached on disk
+reads each row's probability from every window a cell's bound is made of and keeps the least.
+:func:`cell_terms` does every window's steps (the normalised residual, the conformal cdf's
+search, the adaptive-conformal rescaling, the clip and the minimum) for a cell's rows in one call
+(the windows packed into one array), in NumPy's floating-point operations in NumPy's order (the
+same bits: ``tests/calibration/test_probability_kernel.py``). Compiled on first use and cached on disk
 (``cache=True``; :func:`warm` before the first answer), strict IEEE order (no ``fastmath``)."""
 
 from __future__ import annotations

@@ -6,39 +6,14 @@ shape, recorded prequentially (each answer scored before its outcome was learned
 
     ``r = log(actual / predicted)``,  ``z = (r - m) / s``
 
-where ``m`` and ``s`` are a running (exponentially weighted) centre and mean absolute
-deviation of the residuals of the same shape, kind, co-runner count *and model*
-(coarser keys while that one has seen too few). The upper bound at confidence ``c`` is
-
-    ``predicted * exp(m + s * z_(k))``,  ``z_(k)`` the split-conformal quantile of the cell,
-
-so the bound is conditional twice over: Mondrian (each cell has its own quantile, so the
-coverage holds per co-runner count, not only on average) and locally scaled (a model whose
-answers are reliable gets a narrow bound, one whose answers scatter a wide one).
-
-Residuals of answers really given (matched to their outcome by batch id) have cells of their
-own, used before the replayed ones of the same shape where they hold enough. A cell with fewer
-than ``min_residuals`` residuals borrows, in order: the same shape and kind over all counts, the shapes that stand in for it (:meth:`QueryShape.chain`), then the same
-over all device kinds (``POOLED``); with nothing anywhere, a wide log-normal answers
-(``FALLBACK``).
-
-**Adaptive conformal inference** (Gibbs and Candès, 2021) runs per cell and per level of
-:data:`GRID`: ``alpha_{t+1} = alpha_t + gamma (alpha - err_t)``, where ``err_t`` says whether
-the outcome exceeded the bound the cell would have answered; a requested confidence uses the
-miss-rate factor ``alpha_t / alpha`` of the nearest grid level. Coverage so recovers after a
-drift within a few hundred observations, in either direction.
-
-**Calibrated point answer**: the prediction times ``exp(m)`` (its shape's running centre)
-removes the bias an information gap causes (zero signals make predictions low, co-runners of
-unknown overlap taken as fully overlapping make them high).
-
-**Monotone in crowding** (``monotone``): the centre and the width of ``k`` co-runners are the
-largest centre and the largest width ``s z_(k)`` of the counts ``0..k`` (an idle device, one
-co-runner, ...) and of every shape a nested query can have (:meth:`~predictor.calibration.shapes.QueryShape.nested`:
-adding a co-runner of unknown overlap to co-runners given with theirs changes the shape), so
-the corrected prediction and the bound never drop when a co-runner is added to a query whose
-raw prediction does not drop. The price: where the bias falls with crowding,
-the larger counts are over-covered. Without it each count uses its own centre and width.
+where ``m`` and ``s`` are a running (exponentially weighted) centre and mean absolute deviation
+of the residuals of the same shape, kind, co-runner count *and model*. The upper bound at
+confidence ``c`` is ``predicted * exp(m + s * z_(k))``, ``z_(k)`` the split-conformal quantile of
+the cell: conditional twice over, Mondrian (each cell has its own quantile, so the coverage holds
+per co-runner count, not only on average) and locally scaled (a model whose answers are reliable
+gets a narrow bound, one whose answers scatter a wide one). The calibrator also corrects the point
+answer, adapts its levels online and keeps both monotone in crowding (see
+:class:`ShapeCalibrator`).
 
 Examples
 --------
@@ -68,9 +43,9 @@ from predictor.calibration.conformal import (
     BoundSource,
     ResidualWindow,
     WindowCopies,
-    check_confidence,
 )
 from predictor.calibration.shapes import QueryShape
+from predictor.records.rules import check_confidence
 
 POOL = "*"
 ALL = -1
@@ -136,7 +111,34 @@ class _Term:
 
 
 class ShapeCalibrator:
-    """Online conditional conformal calibration (see the module documentation).
+    """Online conditional conformal calibration (the bound: see the module documentation).
+
+    Residuals of answers really given (matched to their outcome by batch id) have cells of their
+    own, used before the replayed ones of the same shape where they hold enough. A cell with fewer
+    than ``min_residuals`` residuals borrows, in order: the same shape and kind over all counts,
+    the shapes that stand in for it (:meth:`QueryShape.chain
+    <predictor.calibration.shapes.QueryShape.chain>`), then the same over all device kinds
+    (``POOLED``); with nothing anywhere, a wide log-normal answers (``FALLBACK``). A key's running
+    centre and spread come from coarser keys while it has seen too few residuals.
+
+    **Adaptive conformal inference** (Gibbs and Candès, 2021) runs per cell and per level of
+    :data:`GRID`: ``alpha_{t+1} = alpha_t + gamma (alpha - err_t)``, where ``err_t`` says whether
+    the outcome exceeded the bound the cell would have answered; a requested confidence uses the
+    miss-rate factor ``alpha_t / alpha`` of the nearest grid level. Coverage so recovers after a
+    drift within a few hundred observations, in either direction.
+
+    **Calibrated point answer**: the prediction times ``exp(m)`` (its shape's running centre)
+    removes the bias an information gap causes (zero signals make predictions low, co-runners of
+    unknown overlap taken as fully overlapping make them high).
+
+    **Monotone in crowding** (``monotone``): the centre and the width of ``k`` co-runners are the
+    largest centre and the largest width ``s z_(k)`` of the counts ``0..k`` (an idle device, one
+    co-runner, ...) and of every shape a nested query can have
+    (:meth:`~predictor.calibration.shapes.QueryShape.nested`: adding a co-runner of unknown overlap
+    to co-runners given with theirs changes the shape), so the corrected prediction and the bound
+    never drop when a co-runner is added to a query whose raw prediction does not drop. The price:
+    where the bias falls with crowding, the larger counts are over-covered. Without it each count
+    uses its own centre and width.
 
     Parameters
     ----------
@@ -255,10 +257,6 @@ class ShapeCalibrator:
             return 1.0
         i = _nearest_level(confidence)
         return alphas[i] / (1.0 - GRID[i])
-
-    def _term(self, shape: QueryShape, kind: str, count: int, model: str, confidence: float,
-              override: dict[Cell, float] | None = None) -> _Term:
-        return self._term_levels(shape, kind, count, model, (confidence,), override)[0]
 
     def _term_levels(self, shape: QueryShape, kind: str, count: int, model: str,
                      confidences: tuple[float, ...], override: dict[Cell, float] | None = None) -> list[_Term]:
@@ -561,7 +559,7 @@ def log_ratios(limit_ms: float, predicted: np.ndarray) -> np.ndarray:
     (probability 0); ``limit_ms > 0``."""
     ratio = limit_ms / predicted
     x = np.full(ratio.shape, -np.inf)
-    np.log(ratio, out=x, where=ratio != 0)  # (without np.errstate's cost, a few µs a call)
+    np.log(ratio, out=x, where=ratio != 0)  # (spares np.errstate's per-call cost)
     return x
 
 

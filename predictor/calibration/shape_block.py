@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from predictor.calibration import shape_kernel
-from predictor.calibration.conformal import Bound, BoundSource, ResidualWindow, check_confidence
+from predictor.calibration.conformal import Bound, BoundSource, ResidualWindow
 from predictor.calibration.shape import (
     ALL,
     GRID,
@@ -52,6 +52,7 @@ from predictor.calibration.shape import (
     spread_lookups,
 )
 from predictor.calibration.shapes import QueryShape
+from predictor.records.rules import check_confidence
 from predictor.runtime.gil_yield import point as gil_point
 
 FEWEST = 32
@@ -130,12 +131,6 @@ def _residuals(outcomes: list[Outcome]) -> list[float] | None:
     return out
 
 
-_RING = "_block_ring"
-"""Attribute of a window the block path wrote: ``(adds, ring, head)``, its residuals in arrival
-order as the kernel keeps them, valid while the window's ``adds`` is still ``adds`` (never
-pickled nor copied: a window's snapshot is its residuals)."""
-
-
 def _catch_up(window: ResidualWindow, added: int, n: int, head: int, ring: np.ndarray, ordered: np.ndarray) -> None:
     """Bring ``window`` to the state the kernel left its row in (``added`` residuals later: ``n`` of
     them in ``ring`` from ``head``, sorted in ``ordered``): by adding the new residuals (the same
@@ -150,7 +145,7 @@ def _catch_up(window: ResidualWindow, added: int, n: int, head: int, ring: np.nd
         window._sorted = ordered[:n].tolist()
         window._adds = window.adds + added
     window._array = ordered[:n].copy()
-    window.__dict__[_RING] = (window.adds, ring.copy(), head)
+    window._block_ring = (window.adds, ring.copy(), head)  # its residuals in arrival order as the kernel keeps them
 
 
 class _Plan(NamedTuple):
@@ -370,7 +365,7 @@ class _Block:
             if n:
                 win_sorted[at, :n] = window.sorted_array()  # cached as an array from block to block
                 if at in self.written:
-                    kept = window.__dict__.get(_RING)
+                    kept = window._block_ring
                     if kept is not None and kept[0] == window.adds:  # as the last block left it
                         win_ring[at], win_head[at] = kept[1], kept[2]
                     else:

@@ -9,7 +9,7 @@ windows and update three running spreads (a bound's term of a linked cell reads 
 cells' spreads after its own). :func:`learn_block` runs the same steps, in the same
 order and the same floating-point operations, over a block of outcomes whose cells were
 numbered once (:mod:`predictor.calibration.shape_block` numbers them and copies the state in and out):
-the results are equal bit for bit (``tests/test_shape_block.py``).
+the results are equal bit for bit (``tests/calibration/test_shape_block.py``).
 
 The state, by number: windows (``win_len``, sorted values ``win_sorted``, arrival order
 ``win_ring`` from ``win_head``), spreads (``sp_m``, ``sp_s``, ``sp_n``), adaptive levels

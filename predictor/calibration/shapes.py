@@ -1,22 +1,14 @@
 """What a query knows: its *shape*, the key its answers are calibrated under.
 
-The same batch is predicted better when the question carries more: co-runners
-with their overlaps, device signals. Calibrating every question on the residuals
-of fully informed observations makes the bounds of poorly informed questions
-(a scheduler before dispatch) too narrow, and the other way round. So each
-answer is calibrated on the residuals of answers *of its own shape*
-(:mod:`predictor.calibration.shape`).
+The same batch is predicted better when the question carries more (co-runners with their
+overlaps, device signals), so each answer is calibrated on the residuals of answers *of its own
+shape* (:mod:`predictor.calibration.shape`): one calibration for all would make the bounds of
+poorly informed questions too narrow and those of well informed ones too wide. A shape is a
+function of the raw query as received, defined here only:
 
-A shape is a function of the raw query as received, defined here only:
-
-* ``runners`` — how the co-runners are known:
-
-  - ``none``: no co-runner (the device is idle);
-  - ``overlap``: every co-runner given with its overlap;
-  - ``remaining``: some co-runner given by its remaining time (the rest by overlap);
-  - ``unknown``: some co-runner given with neither (its overlap is estimated);
-  - ``live``: the co-runners come from the service's live view;
-
+* ``runners`` — how the co-runners are known: ``none`` (the device is idle), ``overlap`` (every
+  co-runner with its overlap), ``remaining`` (some by remaining time, the rest by overlap),
+  ``unknown`` (some with neither: the overlap is estimated) or ``live`` (from the live view);
 * ``signals`` — whether the query gave device signals.
 
 The number of co-runners is a separate key (:func:`count_bucket`), capped at

@@ -9,7 +9,9 @@ One module per sub-command, each exposing ``register(subparsers)``:
 - :mod:`predictor.cli.collect`: ``predictor collect``, the real co-located workload to a log.
 - :mod:`predictor.cli.serve`: ``predictor serve``, the gRPC service.
 - :mod:`predictor.cli.query`: ``predictor query``, questions to a running service.
+- :mod:`predictor.cli.report`: ``predictor report``, a log streamed into a running service (exactly once).
 - :mod:`predictor.cli.demo`: ``predictor demo``, service, workload and a sample scheduler end to end.
+- :mod:`predictor.cli.state`: ``predictor state merge``, two shards' saved states into one.
 
 This is the only part of :mod:`predictor` that imports :mod:`collectors`.
 """

@@ -11,6 +11,7 @@ import datetime
 import json
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from collectors.conditions import ConditionsMonitor, RecordingConditions
 from collectors.schedule import constant_schedule, parse_schedule, validate_phases
 from collectors.summary import SlowdownSummary
 from collectors.workload import CollectionConfig, CollectionStatus, run_collection
+from predictor.cli.extras import missing_workload
 from predictor.records.logio import RecordWriter
 from predictor.records.record import Record
 
@@ -54,9 +56,14 @@ output:
   configuration, and the machine's load before and during the run (load average,
   cores busy, and cores used by *other* processes: near 0 for a clean recording).
 
-example:
+Examples:
+  predictor collect --duration 60 --models resnet,bert --rate 20 -o short.jsonl.gz
   predictor collect --duration 120 --models resnet,vgg,mobilenet,bert,gpt2,mlp \\
       --rate 40 --workers 2 --max-batch 8 -o run.jsonl.gz
+  predictor collect --duration 300 --schedule "0:*@40;120:@120" --max-load 0.2 -o phases.jsonl.gz
+  predictor report run.jsonl.gz --target host:50051   # then stream it into a running service
+
+needs torch: pip install 'interference-predictor[workload]'
 """
 
 
@@ -65,8 +72,9 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "collect",
         help="run a real co-located inference workload and log co-location records",
-        description="Run real PyTorch models on concurrent worker processes under Poisson load "
-        "and write one coloc/v1 record per executed batch.",
+        description=textwrap.fill(
+            "Run real PyTorch models on concurrent worker processes under Poisson load "
+            "and write one coloc/v1 record per executed batch.", 78),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -151,7 +159,11 @@ def build_config(args: argparse.Namespace) -> CollectionConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``predictor collect``; returns the exit status."""
+    """Run ``predictor collect``; returns the exit status (2 when torch, the ``workload`` extra, is missing)."""
+    missing = missing_workload("collect")
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     config = build_config(args)
     console = Console(stderr=True)
     load_now = os.getloadavg()[0]

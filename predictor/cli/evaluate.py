@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import math
+import textwrap
 from pathlib import Path
 
 from rich.console import Console
@@ -21,6 +22,12 @@ from predictor.records.logio import read_records
 from predictor.service.config import ServiceConfig
 
 DEFAULT_PREDICTORS = "solo,static,ewma,sgd,rls"
+EVALUATE_EPILOG = """\
+Examples:
+  predictor evaluate predictor/data/cpu-default.jsonl.gz
+  predictor evaluate run.jsonl.gz other.jsonl.gz --predictors solo,rls --prequential --plots plots/
+  predictor evaluate run.jsonl.gz --admission --json results.json
+"""
 
 
 def dataset_stem(path: str | Path) -> str:
@@ -73,7 +80,13 @@ def score(spec: str, records: list, args: argparse.Namespace, advance) -> Scored
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``evaluate`` sub-command."""
-    parser = subparsers.add_parser("evaluate", help="compare predictors on coloc/v1 logs")
+    parser = subparsers.add_parser(
+        "evaluate", help="compare predictors on coloc/v1 logs",
+        description=textwrap.fill(
+            "Compare predictors on one or more coloc/v1 logs offline (no service): error per "
+            "predictor, and with --admission the service's coverage at admission time.", 78),
+        epilog=EVALUATE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("logs", nargs="+", help="coloc/v1 logs (.jsonl or .jsonl.gz)")
     parser.add_argument(
         "--predictors", default=DEFAULT_PREDICTORS,

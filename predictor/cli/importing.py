@@ -9,6 +9,12 @@ from predictor.records.importers.igniter import import_igniter
 from predictor.records.logio import write_records
 
 IMPORTERS = {"igniter": import_igniter, "gpulet": import_gpulet}
+IMPORT_EPILOG = """\
+Examples:
+  predictor import igniter $INTERFERENCE_DATA/igniter-v100/gpulet.config -o igniter.jsonl.gz
+  predictor import gpulet $INTERFERENCE_DATA/gpulet-ampere -o gpulet.jsonl.gz
+  predictor evaluate igniter.jsonl.gz        # then compare the predictors on it
+"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,6 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "import",
         help="convert a third-party dataset to a coloc/v1 log",
         description="igniter: iGniter's gpulet.config (V100); gpulet: the GPUlet Ampere data/ folder.",
+        epilog=IMPORT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("format", choices=sorted(IMPORTERS))
     parser.add_argument("source", help="gpulet.config file (igniter) or folder of CSVs (gpulet)")

@@ -23,8 +23,20 @@ COMMAND_MODULES = (
     "predictor.cli.collect",
     "predictor.cli.serve",
     "predictor.cli.query",
+    "predictor.cli.report",
     "predictor.cli.demo",
+    "predictor.cli.state",
 )
+
+MAIN_EPILOG = """\
+Examples:
+  predictor serve --warm-start embedded &          # the service, warm from the shipped CPU dataset
+  predictor query deadline --device cpu0 --model resnet --batch-size 4 --idle --deadline-ms 40
+  predictor report run.jsonl.gz                    # stream a recorded log into the service
+  predictor demo                                   # service, real workload and a scheduler (needs [workload])
+
+`predictor COMMAND --help` shows each command's options and examples.
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="predictor",
         description="Online interference prediction for co-located ML inference batches.",
+        epilog=MAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--blas-threads",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 import time
 
 from rich.console import Console
@@ -15,10 +16,22 @@ from predictor.prequential.blocks import fast_prequential
 from predictor.prequential.evaluation import run_prequential, summarize
 from predictor.records.logio import ReadReport, iter_records, read_records
 
+REPLAY_EPILOG = """\
+Examples:
+  predictor replay predictor/data/cpu-default.jsonl.gz                 # rls, 75% train / 25% scored
+  predictor replay run.jsonl.gz --predictor rls:forgetting=0.99 --prequential
+  predictor replay run.jsonl.gz --predictor sgd --prequential --tolerant --json sgd.json
+"""
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``replay`` sub-command."""
-    parser = subparsers.add_parser("replay", help="stream a coloc/v1 log through one predictor")
+    parser = subparsers.add_parser(
+        "replay", help="stream a coloc/v1 log through one predictor",
+        description=textwrap.fill(
+            "Stream a coloc/v1 log through one predictor offline (no service) and print its error.", 78),
+        epilog=REPLAY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("log", help="coloc/v1 log (.jsonl or .jsonl.gz)")
     parser.add_argument("--predictor", default="rls", help="name or name:key=value,... (default rls)")
     add_protocol_arguments(parser)

@@ -11,6 +11,7 @@ import argparse
 import logging
 from typing import Any
 
+from predictor.cli.datasets import resolve_log
 from predictor.rpc.processes.options import ServeOptions
 from predictor.runtime.cpu_priority import POLICIES, parse_cpus
 from predictor.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD
@@ -27,8 +28,10 @@ empty state folder, --warm-start LOG is learned from); then health turns
 SERVING. Observations are acknowledged once in the log (--fsync). SIGINT/SIGTERM:
 NOT_SERVING, --grace seconds for the calls in flight, a final snapshot in --state.
 
-examples:
-  predictor serve --state state/ --warm-start predictor/data/cpu-default.jsonl.gz
+Examples:
+  predictor serve --warm-start embedded            # learn the dataset shipped in the package first
+  predictor serve --state state/ --warm-start embedded --port 50051
+  predictor serve --state state/ --warm-start runs/cpu.jsonl.gz
   predictor serve --workers 2 --state state/      # 2 answering processes, 1 learner
   grpcurl -plaintext localhost:50051 list            # reflection
   grpcurl -plaintext -d '{"query": {"device": "cpu0", "batch": {"model": "mlp", "batch_size": 4},
@@ -61,7 +64,10 @@ def register(subparsers: Any) -> None:
         "--state", metavar="DIR", help="folder of snapshots: restored at start, saved periodically"
     )
     parser.add_argument(
-        "--warm-start", metavar="LOG", help="coloc/v1 log to learn from when no snapshot exists"
+        "--warm-start",
+        metavar="LOG",
+        help="coloc/v1 log to learn from when no snapshot exists; 'embedded': the CPU dataset shipped "
+        "in the package",
     )
     parser.add_argument(
         "--snapshot-every",
@@ -93,6 +99,15 @@ def register(subparsers: Any) -> None:
         default=64,
         help="RPCs in flight (queued included) beyond which calls are refused at once with "
         "RESOURCE_EXHAUSTED (default 64; 0: no limit)",
+    )
+    parser.add_argument(
+        "--shed-wait-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="overload: a call expected to wait longer than MS for a handler thread is refused at once with "
+        "RESOURCE_EXHAUSTED (each worker of --workers N alike; e.g. 5; default 0: off, calls queue up to "
+        "--max-concurrent-rpcs)",
     )
     parser.add_argument(
         "--port-file", metavar="FILE", help="write the bound gRPC port to FILE once listening"
@@ -175,14 +190,22 @@ def register(subparsers: Any) -> None:
     security.add_argument(
         "--auth-token-file",
         metavar="FILE",
-        help="bearer tokens, one per line ('<name> <token>' or '<token>'): state-changing RPCs need one "
-        "(metadata 'authorization: Bearer <token>') or a client certificate",
+        help="bearer tokens with roles, one per line: '<name> sha256:<hex of the token> roles=<role>[,<role>]' "
+        "(roles: read, observe, metrics, admin; see predictor.rpc.security): state-changing RPCs need a token "
+        "(metadata 'authorization: Bearer <token>') or a client certificate with the observe role",
     )
     security.add_argument(
         "--allowed-client",
         action="append",
-        metavar="CN",
-        help="client certificate common name allowed to change state (repeatable; default: any verified)",
+        metavar="CN[=ROLES]",
+        help="client certificate common name allowed to call, with its roles (e.g. collector-1=observe,read; "
+        "default read,observe); repeatable; none given: any verified certificate has read,observe",
+    )
+    security.add_argument(
+        "--allow-unauthenticated-writes",
+        action="store_true",
+        help="with no token file nor client CA: take the state-changing RPCs from any address (default: from "
+        "this machine only, loopback); warned at start",
     )
     security.add_argument(
         "--protect-reads",
@@ -192,7 +215,13 @@ def register(subparsers: Any) -> None:
     security.add_argument(
         "--metrics-token",
         action="store_true",
-        help="the Prometheus endpoint needs 'authorization: Bearer <token>' with a token of --auth-token-file",
+        help="the Prometheus endpoint needs 'authorization: Bearer <token>' with a token of --auth-token-file "
+        "holding the metrics role (the default whenever --auth-token-file is given)",
+    )
+    security.add_argument(
+        "--open-metrics",
+        action="store_true",
+        help="the Prometheus endpoint answers without a token even with --auth-token-file",
     )
     parser.add_argument(
         "--trace",
@@ -307,14 +336,16 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         metrics_token=args.metrics_token,
+        open_metrics=args.open_metrics,
         trace=args.trace,
         trace_endpoint=args.trace_endpoint,
         state_dir=args.state,
-        warm_start=args.warm_start,
+        warm_start=resolve_log(args.warm_start) if args.warm_start else None,
         grace_s=args.grace,
         max_workers=args.max_workers,
         max_message_bytes=args.max_message_bytes,
         max_concurrent_rpcs=args.max_concurrent_rpcs,
+        shed_wait_ms=args.shed_wait_ms,
         port_file=args.port_file,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
@@ -322,6 +353,7 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         auth_token_file=args.auth_token_file,
         allowed_clients=tuple(args.allowed_client or ()),
         protect_reads=args.protect_reads,
+        allow_unauthenticated_writes=args.allow_unauthenticated_writes,
         workers=args.workers,
         shards=tuple(args.shard or ()),
         learner_nice=args.learner_nice,

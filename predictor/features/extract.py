@@ -1,38 +1,17 @@
 """Features of co-locations, defined once, computed per record or for many rows at once.
 
-Views of a :class:`~predictor.records.record.Record`, as ``dict[str, float]``:
+Per record, as ``dict[str, float]``: :func:`coarse_features` (the GPUlet view: plain sums of the
+co-runners' attributes), :func:`fine_features` (overlap-weighted sums, per co-runner model and
+pair, crosses with the batch's own attributes, counts, device signals but
+:data:`~predictor.records.rules.OUTCOME_SIGNALS`), :func:`interaction_features` (plus second-order
+terms) and :class:`EwmaCoLocation` (the coarse view smoothed per device). For many rows at once,
+:func:`feature_matrix` computes the ``fine`` and ``interactions`` features of every row of a
+:class:`~predictor.records.colocations.CoLocations` as a ``rows x names`` matrix (an absent name is
+a 0, as a linear model reads it).
 
-* :func:`coarse_features`: the GPUlet view. The batch's own profiled
-  attributes and the plain sums of its co-runners', every co-runner taken as
-  fully overlapping.
-* :func:`fine_features`: overlap-weighted sums over co-runners of each of
-  their attributes, per co-runner model and per (model, co-runner model) pair,
-  products of the batch's own attributes with its co-runners', co-runner
-  counts, device signals (not those measured on the batch itself,
-  :data:`~predictor.records.rules.OUTCOME_SIGNALS`), and any numeric attribute (unknown
-  keys are used).
-* :func:`interaction_features`: the fine features plus second-order terms.
-* :class:`EwmaCoLocation`: the co-location part of the coarse view smoothed
-  per device by an exponentially weighted moving average.
-
-:func:`feature_matrix` computes the ``fine`` and ``interactions`` features of
-every row of a :class:`~predictor.records.colocations.CoLocations` at once, as a
-``rows x names`` matrix (a name absent from a row's dict is a 0 in its
-column, which is what a linear model makes of an absent feature).
-
-One definition of every feature: the names and values of the fine features
-are given once, by the table below (:data:`OWN`, :data:`LOG_BATCH`,
-:data:`COUNT`, :data:`RUNNER_SUMS`, :data:`MODEL_SUMS`, :data:`CO`,
-:data:`CROSS`, :data:`SIGNAL`), which both paths read: :func:`fine_features`
-walks one record's co-runners, :func:`feature_matrix` sums the same terms per
-column, in the same order, so the values are the same numbers (tested on random
-records). The interaction terms are one function of the fine ones
-(:func:`crossed_keys` and the cached layout). The per-record path is kept
-rather than derived from a one-row matrix: the latter costs 4 to 17 times
-more per record, and every observation is learned through it.
-
-All are deterministic; a record without co-runners yields the solo case
-(every co-runner feature absent, i.e. zero).
+Both paths read one table of the fine features (:data:`OWN`, :data:`CO`, :data:`SIGNAL`, ...) and
+sum the same terms in the same order: the same numbers (tested on random records). All are
+deterministic; a record without co-runners yields the solo case (every co-runner feature zero).
 
 Examples
 --------

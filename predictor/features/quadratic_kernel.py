@@ -2,13 +2,10 @@
 
 :meth:`FeatureForm.quadratic <predictor.features.extract.FeatureForm.quadratic>` gives, per row, the
 constant, linear and quadratic coefficients of ``values(o) @ weights + intercept`` in the row's
-co-runners' overlaps ``o``. In NumPy that took a dozen whole-array steps over a
-co-runners x columns x rows array of slopes, most of them zeros, and a columns x columns matrix
-of the pairs' weights, most of them zeros too: about 90 µs for a ranking's 450 moving rows. Here
-only the columns an overlap moves have a slope (the overlap-weighted sums and their crosses), the
-pairs of crossed quantities enter as a list (the ``interactions`` products), and each step runs
-over all rows in its innermost loop (17 µs). It is the same quadratic with its terms summed in
-another order: equal up to rounding (``tests/test_overlap_quadratic.py`` checks it against the
+co-runners' overlaps ``o``. Here only the columns an overlap moves have a slope (the
+overlap-weighted sums and their crosses), the pairs of crossed quantities enter as a list (the
+``interactions`` products), and each step runs over all rows in its innermost loop. It is the
+same quadratic as the feature matrix's with its terms summed in another order: equal up to rounding (``tests/features/test_overlap_quadratic.py`` checks it against the
 feature matrix's answer at random overlaps).
 
 Compiled on first use and cached on disk (``cache=True``; warmed before the first answer by

@@ -1,25 +1,19 @@
 """Composing per-stage predictive distributions into an end-to-end bound.
 
-The calibration of a sum is not the sum of calibrations: adding each stage's bound at 0.99
-gives a bound far above the 0.99 quantile of the total (every stage at its own tail at once),
-and a bound at 0.99 of each stage says nothing about the total's coverage. Here every stage's
-latency on every candidate device is a *distribution* (:class:`StageOption`): its sorted
-samples at the stratified probabilities ``(j + 0.5) / N``, the service's conformal residuals
-of that query's cell mapped onto the prediction (see
-:meth:`~predictor.calibration.shape.ShapeCalibrator.log_distribution`). The completion time
-of the pipeline is composed sample by sample along the DAG,
+The calibration of a sum is not the sum of calibrations (adding each stage's bound at 0.99 puts
+every stage at its own tail at once). Here every stage's latency on every candidate device is a
+*distribution* (:class:`StageOption`): its sorted samples at the stratified probabilities
+``(j + 0.5) / N``, the service's conformal residuals of that query's cell mapped onto the
+prediction (:meth:`~predictor.calibration.shape.ShapeCalibrator.log_distribution`). The completion
+time is composed sample by sample along the DAG,
+``finish[v] = max(finish[u] for u upstream) + X[v]`` (end-to-end: the max over sinks), the stages
+independent: each takes its samples in a fixed random permutation of its own (Latin hypercube
+sampling with common random numbers), so every plan of a request is evaluated on the same draws,
+deterministically, and each draw's end-to-end time is non-decreasing in each stage's sample.
 
-    ``finish[v] = max(finish[u] for u upstream) + X[v]``,  end-to-end = max over sinks,
-
-with the stages independent: stage ``v``'s samples are taken in a fixed random permutation of
-its own (Latin hypercube sampling with common random numbers): every plan of the same request
-is evaluated on the same draws, so evaluations are deterministic, and the end-to-end time of
-each draw is non-decreasing in each stage's sample, which the search's bounds rely on.
-
-The composed bound at confidence ``c`` is the ``c`` quantile of the end-to-end draws, and never
-less than the largest single stage's own bound (a pipeline of one stage answers what
-CheckDeadline answers); the probability of meeting the deadline is the fraction of draws
-within it.
+The composed bound at confidence ``c`` is the ``c`` quantile of the end-to-end draws, never less
+than the largest single stage's own bound (one stage answers what CheckDeadline answers); the
+probability of meeting the deadline is the fraction of draws within it.
 
 Examples
 --------

@@ -125,13 +125,6 @@ class Dag:
             out[v] = weights[v] + max((out[u] for u in self.preds[v]), default=0.0)
         return out
 
-    def longest_from(self, weights: Sequence[float]) -> list[float]:
-        """Per stage, the heaviest path from it (included) to a sink."""
-        out = [0.0] * self.n
-        for v in reversed(self.order):
-            out[v] = weights[v] + max((out[u] for u in self.succs[v]), default=0.0)
-        return out
-
     def critical_path(self, weights: Sequence[float]) -> list[int]:
         """The heaviest source-to-sink path (ties: the smallest index)."""
         to = self.longest_to(weights)

@@ -5,16 +5,8 @@ A plan picks one :class:`~predictor.pipeline.compose.StageOption` (a device) per
 the deadline, and costs the sum of its options' costs. The search starts from the SLO split
 (:func:`~predictor.pipeline.graph.split_deadline`, weighted by each stage's fastest expected
 time): each stage takes the cheapest device whose own bound fits its share; when that plan is
-feasible its cost bounds the search from the start. Then:
-
-* **a chain** — dynamic programming over the stages in order. A label is a partial plan: its
-  cost, its partial sum per draw and the largest stage bound so far. A label is dropped when
-  another costs no more and is no slower on any draw (it can be completed no worse), when its
-  cost plus the cheapest completion exceeds the best plan known, or when even the fastest
-  completion (each later stage at the per-draw minimum over its devices) misses the deadline;
-* **a DAG** — A* over the stages in topological order, ``f = cost so far + cheapest completion``
-  (admissible), with the same two prunings: the first complete plan taken off the queue is the
-  cheapest feasible one.
+feasible its cost bounds the search from the start. Then :func:`plan` runs dynamic programming
+over a chain of stages, A* over a DAG.
 
 Both are exact for the composed bound (the draws are common to all plans, and the end-to-end
 time is non-decreasing in each stage's draw, so the fastest completion is a true lower bound);
@@ -166,7 +158,17 @@ def tightest(problem: Problem) -> PlanResult:
 
 def plan(problem: Problem) -> PlanResult:
     """The cheapest feasible plan (dynamic programming over a chain, A* over a DAG); when none
-    is, the best infeasible plan found (the least composed bound)."""
+    is, the best infeasible plan found (the least composed bound).
+
+    * **a chain** — dynamic programming over the stages in order. A label is a partial plan: its
+      cost, its partial sum per draw and the largest stage bound so far. A label is dropped when
+      another costs no more and is no slower on any draw (it can be completed no worse), when its
+      cost plus the cheapest completion exceeds the best plan known, or when even the fastest
+      completion (each later stage at the per-draw minimum over its devices) misses the deadline;
+    * **a DAG** — A* over the stages in topological order, ``f = cost so far + cheapest
+      completion`` (admissible), with the same two prunings: the first complete plan taken off
+      the queue is the cheapest feasible one.
+    """
     start = split_start(problem)
     result = _chain_dp(problem, start) if problem.dag.is_chain else _astar(problem, start)
     if not result.feasible:

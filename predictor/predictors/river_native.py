@@ -1,17 +1,14 @@
 """River-native faces of the project's online learners: ``river.base.Regressor`` on dicts.
 
-* :class:`RiverRLS`: the recursive least squares regressor
-  (:class:`~predictor.regressors.least_squares.RLS`) as a river regressor on any numeric feature dict;
-* :class:`~predictor.regressors.boosted.BoostedResidual` (boosted trees + RLS corrector) is one
-  already;
-* :class:`LatencyRegressor`: any registered latency predictor (``rls``, ``sgd``, ``forest``,
-  ``tree``, ``ensemble``, ...) as a river regressor whose ``x`` is a record flattened into one
-  dict (:func:`record_to_x`, :func:`x_to_record`) and whose ``y`` is the latency in ms.
+* :class:`RiverRLS`: :class:`~predictor.regressors.least_squares.RLS` as a river regressor on any
+  numeric feature dict (:class:`~predictor.regressors.boosted.BoostedResidual` is one already);
+* :class:`LatencyRegressor`: any registered latency predictor (``rls``, ``sgd``, ``forest``, ...)
+  as a river regressor whose ``x`` is a record flattened into one dict (:func:`record_to_x`,
+  :func:`x_to_record`) and whose ``y`` is the latency in ms.
 
-All pass ``river.checks.check_estimator`` (``tests/test_river_native.py``), compose in river
-pipelines and run under ``river.evaluate.progressive_val_score``. The service keeps calling
-the predictors on records and feature arrays directly (the fast path); the tests pin that the
-dict path gives the same numbers.
+All pass ``river.checks.check_estimator`` (``tests/predictors/test_river_native.py``), compose in
+river pipelines and run under ``river.evaluate.progressive_val_score``, giving the numbers the
+service's direct path (records and feature arrays) gives.
 
 The flat record: ``model`` and ``device`` (strings), ``batch_size``, ``device_kind``,
 ``solo_latency_ms`` (optional), ``sig:S`` the device signals, ``co<i>:model``,

@@ -56,9 +56,9 @@ class RlsPredictor(LatencyPredictor):
         ``None`` for one model, or a record attribute keying separate models.
     drift_reset
         Re-open the covariance when ADWIN flags a rise of the absolute residuals.
-        Off by default: on the noisy CPU dataset the alarms fire on noise and
-        re-opening costs accuracy (31.8% vs 16.9% MAPE under the 75/25 split),
-        while forgetting alone tracks the changes; the drift study compares both.
+        Off by default: on noisy data the alarms fire on noise and re-opening
+        costs accuracy, while forgetting alone tracks the changes (the drift
+        study compares both).
     drift_delta
         ADWIN's confidence parameter (smaller: fewer, surer alarms).
     clip
@@ -120,6 +120,7 @@ class RlsPredictor(LatencyPredictor):
         self._seen: dict[str, int] = {}
         self.n_drifts = 0
         self.n_clipped = 0
+        self._last: tuple[Record, tuple[tuple[str, ...], np.ndarray]] | None = None  # see _features; not state
 
     def _key(self, record: Record) -> str:
         if self.split_by is None:
@@ -142,7 +143,7 @@ class RlsPredictor(LatencyPredictor):
         """The features of ``record`` as names and values (:func:`~predictor.features.extract.feature_row`);
         the last record's are kept, so that learning a record just predicted (the service's
         outlier-gated path) extracts them once."""
-        last = getattr(self, "_last", None)
+        last = self._last
         if last is not None and last[0] is record:
             return last[1]
         row = feature_row(record, self.features)
@@ -155,18 +156,14 @@ class RlsPredictor(LatencyPredictor):
         return state
 
     def __setstate__(self, state: dict) -> None:
-        """Restore; a snapshot from before ``non_negative`` existed gets it, its weights projected."""
         self.__dict__.update(state)
-        if "non_negative" not in state:
-            self.non_negative = True
-            for model in self._models.values():
-                model.non_negative_contention = True
+        self._last = None
 
     def frozen(self) -> RlsPredictor:
         """An independent copy for predicting only (see the base class): each key's model without
         its covariance, no drift detectors."""
         twin = copy.copy(self)
-        twin.__dict__.pop("_last", None)
+        twin._last = None
         twin._solo = self._solo.copy()
         twin._models = {key: model.frozen() for key, model in self._models.items()}
         twin._detectors = {}

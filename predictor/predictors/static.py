@@ -114,17 +114,6 @@ class StaticPredictor(LatencyPredictor):
             target = np.concatenate([target, np.zeros(matrix.shape[1])])
         return np.asarray(lsq_linear(matrix, target, bounds=(lower, np.inf)).x, dtype=float)
 
-    def __setstate__(self, state: dict) -> None:
-        """Restore; a snapshot from before ``non_negative`` existed gets it, its negative
-        contention weights set to 0."""
-        self.__dict__.update(state)
-        if "non_negative" not in state:
-            self.non_negative = True
-            if self._weights is not None:
-                for name, column in self._index.columns.items():
-                    if column < self._weights.size and is_contention(name):
-                        self._weights[column] = max(self._weights[column], 0.0)
-
     def monotone_in_crowding(self) -> bool:
         """Whether the contention weights were fitted non-negative (see ``non_negative``)."""
         return self.non_negative

@@ -164,6 +164,7 @@ class TreePredictor(LatencyPredictor):
             background=background, worker=worker, seed=seed,
         )
         self._target_range = (math.inf, -math.inf)
+        self._last: tuple[Record, tuple[dict[str, float], dict[str, str]]] | None = None  # see _parts; not state
 
     @property
     def regressor(self) -> BoostedResidual:
@@ -196,7 +197,7 @@ class TreePredictor(LatencyPredictor):
         return math.log(solo) if solo else 0.0
 
     def _parts(self, record: Record) -> tuple[dict[str, float], dict[str, str]]:
-        last = getattr(self, "_last", None)
+        last = self._last
         if last is not None and last[0] is record:
             return last[1]
         parts = self.parts(record, self.work)
@@ -210,8 +211,7 @@ class TreePredictor(LatencyPredictor):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.__dict__.setdefault("worker", "process")  # snapshots from before the worker process
-        self.__dict__.setdefault("work", False)  # ... and from before the work features
+        self._last = None
 
     def _clamp(self, value: float) -> float:
         low, high = self._target_range

@@ -3,7 +3,8 @@
 :class:`Learner` is a plain class; :func:`start_learner` runs it as a named Ray actor,
 the one writer beside many answering replicas
 (:mod:`predictor.ray_serve.service_app`). Replicas ask it for a
-version newer than theirs (:meth:`Learner.version_after`); it publishes through the service's
+version newer than theirs, with the books answers read (:meth:`Learner.published_after`); it publishes
+through the service's
 own :class:`~predictor.service.published.Publisher`, so they get the same immutable copies
 the in-process answers read.
 """
@@ -19,6 +20,8 @@ from predictor.records.record import parse_record
 from predictor.runtime.threads import pin_blas_threads
 from predictor.service import Service, ServiceConfig
 from predictor.service.published import ModelVersion
+from predictor.service.replicas.file_publisher import books_held
+from predictor.service.replicas.version_pickle import dumps
 
 
 class Learner:
@@ -55,6 +58,18 @@ class Learner:
         """The latest version (published now if due), or ``None`` when it is not newer than ``generation``."""
         version = self.service.state.model()
         return version if version.generation > generation else None
+
+    def published_after(self, generation: int) -> tuple[ModelVersion, bytes] | None:
+        """:meth:`version_after` with the books answers read besides the model (the live view, queues,
+        memory, transfers and the filling of omitted signals and overlaps), pickled with fresh locks
+        (:func:`~predictor.service.replicas.version_pickle.dumps`): what a replica installs
+        (:meth:`PinnedService.install <predictor.ray_serve.pinned.PinnedService.install>`) to answer as
+        this process answers. ``None`` when the version is not newer than ``generation``."""
+        version = self.version_after(generation)
+        if version is None:
+            return None
+        with books_held(self.service.state) as books:
+            return version, dumps(books)
 
     def observations_learned(self) -> int:
         """How many observations the predictor learned."""

@@ -2,7 +2,8 @@
 
 A Serve replica (or a router) holds one: the learner actor publishes immutable
 :class:`~predictor.service.published.ModelVersion` objects and each holder installs
-the latest it has received. Answers then go the way every answer goes
+the latest it has received, with the learner's books (the filling of omitted signals and overlaps,
+the live view). Answers then go the way every answer goes
 (:class:`~predictor.service.answering.Answering`, reading
 :meth:`ServiceState.model <predictor.service.state.ServiceState.model>`), so a replica
 answers exactly what the learner's own process answers from the same version.
@@ -24,10 +25,12 @@ True
 
 from __future__ import annotations
 
+import pickle
 import threading
 
 from predictor.service import Service, ServiceConfig
 from predictor.service.published import ModelVersion
+from predictor.service.replicas.file_publisher import Books
 
 
 class PinnedService:
@@ -50,8 +53,12 @@ class PinnedService:
         """The learner's change count of the installed version (0: none installed yet)."""
         return self.service.state.version.generation
 
-    def install(self, version: ModelVersion) -> bool:
-        """Answer from ``version`` from now on, unless it is older than the installed one.
+    def install(self, version: ModelVersion, books: Books | bytes | None = None) -> bool:
+        """Answer from ``version`` from now on, unless it is older than the installed one; with
+        ``books`` (:meth:`Learner.published_after <predictor.ray_serve.learner.Learner.published_after>`:
+        pickled, or as they are),
+        fill in omitted signals and overlaps, resolve device kinds and running batches from the
+        learner's books too, as the learner's own process does.
 
         Returns whether it was installed. The state's generation is set to the version's, so
         :meth:`ServiceState.model <predictor.service.state.ServiceState.model>` takes it as current
@@ -63,6 +70,11 @@ class PinnedService:
             state = self.service.state
             if version.generation < state.version.generation:
                 return False
+            if isinstance(books, bytes):
+                books = pickle.loads(books)
+            if books is not None:
+                state.live, state.queues, state.memory = books.live, books.queues, books.memory
+                state.transfers, state.filling = books.transfers, books.filling
             state.version = version
             state.generation = version.generation
             return True

@@ -135,9 +135,9 @@ class InterferenceAwareRouter(FIFOMixin, RequestRouter):
         try:
             if self._learner is None:
                 self._learner = learner_named(self.learner_name)
-            version = await self._learner.version_after.remote(self.pinned.generation)
-            if version is not None:
-                self.pinned.install(version)
+            published = await self._learner.published_after.remote(self.pinned.generation)
+            if published is not None:
+                self.pinned.install(*published)
         except Exception as exc:  # a missing or restarting learner: keep the version held
             log.warning("no model version from learner %r: %s", self.learner_name, exc)
         finally:

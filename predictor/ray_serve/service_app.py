@@ -68,18 +68,18 @@ class ServiceReplica:
     def _refresh_loop(self) -> None:
         while not self._stop.wait(self.refresh_s):
             try:
-                version = ray.get(self.learner.version_after.remote(self.pinned.generation))
+                published = ray.get(self.learner.published_after.remote(self.pinned.generation))
             except ray.exceptions.RayError as exc:  # a learner restarting or gone: keep the version held
                 log.warning("no model version from the learner: %s", exc)
                 continue
-            if version is not None:
-                self.pinned.install(version)
+            if published is not None:
+                self.pinned.install(*published)
 
     async def sync(self) -> int:
         """Install the learner's latest version now; returns the generation answered from."""
-        version = await self.learner.version_after.remote(self.pinned.generation)
-        if version is not None:
-            self.pinned.install(version)
+        published = await self.learner.published_after.remote(self.pinned.generation)
+        if published is not None:
+            self.pinned.install(*published)
         return self.pinned.generation
 
     def predict(self, query: Query, confidence: float | None = None) -> Prediction:

@@ -1,8 +1,7 @@
 """A gzip file inflated on a thread of its own, ahead of the one that reads its lines.
 
-Reading a ``.jsonl.gz`` log through :func:`gzip.open` inflates it on the reading thread: about
-1.1-1.7 µs of every record of the replay (a tenth of the fastest one), in small steps of
-Python between them. zlib releases the GIL while it inflates, so another thread can do it
+Reading a ``.jsonl.gz`` log through :func:`gzip.open` inflates it on the reading thread, in small
+steps of Python between its lines. zlib releases the GIL while it inflates, so another thread can do it
 while the reader decodes the lines it already has. :class:`InflatingReader` is a raw binary
 stream whose bytes a thread inflates ahead, a megabyte of the file at a time, holding at most
 :data:`AHEAD` pieces of :data:`PIECE` bytes ready; :func:`open_inflating` wraps it as the text

@@ -4,15 +4,11 @@ Every path that takes a record or a query in (a JSONL log line, the
 observation stream, a query, the candidates of a ranking) checks its fields
 with these rules, so that a limit cannot differ between a log line and an RPC:
 
-* **checks** (:func:`name`, :func:`number`, :func:`positive`, :func:`batch_size`,
-  :func:`overlap`, :func:`non_negative`, :func:`numeric_map`, :func:`co_runner_count`)
-  take a decoded value and its field path, and return the value or raise
-  :class:`RecordError` naming the field;
-* **predicates** (``*_ok``) say whether an already typed value (from protobuf)
-  passes the same rule, without building an error; the checks use them, so the
-  two cannot drift apart;
-* **column predicates** (:func:`names_ok`, :func:`maps_ok`, :func:`overlaps_ok`,
-  :func:`non_negatives_ok`) vouch for many values at once (ranking candidates);
+* **checks** (:func:`name`, :func:`batch_size`, :func:`overlap`, ...) take a decoded value and
+  its field path, and return the value or raise :class:`RecordError` naming the field;
+* **predicates** (``*_ok``) say whether an already typed value (from protobuf) passes the same
+  rule, without building an error; the checks use them, so the two cannot drift apart; the
+  column predicates (:func:`names_ok`, ...) vouch for many values at once (ranking candidates);
 * **time stamps** (:func:`timestamp`): a protobuf ``Timestamp`` has ``nanos`` in ``[0, 1e9)``
   and ``seconds`` within :data:`MAX_TIMESTAMP_SKEW_S` of now;
 * **magnitudes** (:func:`check_magnitudes`, :func:`magnitude`): numbers the service learns from or answers
@@ -308,9 +304,11 @@ def magnitude(value: float, path: str, limit: float) -> float:
     return value
 
 
-def timestamp_ok(seconds: int, nanos: int, now: float) -> bool:
-    """Whether a ``Timestamp`` passes :func:`timestamp`."""
-    return 0 <= nanos < 1_000_000_000 and abs(seconds - now) <= MAX_TIMESTAMP_SKEW_S
+def check_confidence(confidence: float) -> float:
+    """Validate a confidence level in (0, 1) (a query's, a calibrator's target); raises :class:`ValueError`."""
+    if not (isinstance(confidence, (int, float)) and math.isfinite(confidence) and 0.0 < confidence < 1.0):
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+    return float(confidence)
 
 
 def timestamp(seconds: int, nanos: int, path: str, now: float) -> float:

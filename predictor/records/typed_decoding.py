@@ -1,25 +1,17 @@
 """Typed decoding of ``coloc/v1`` lines with ``msgspec``: the rules of :mod:`predictor.records.rules` as types.
 
-``json.loads`` followed by :func:`~predictor.records.record.parse_record` builds a
-dict of every object and then checks each field in Python; here one
-``msgspec`` decoder parses a line straight into structs whose field types and
-constraints are the same rules (names non-empty and at most
-:data:`~predictor.records.rules.MAX_NAME_LENGTH` long, batch sizes >= 1, latencies
-> 0, overlaps in [0, 1], finite numbers, at most
-:data:`~predictor.records.rules.MAX_NUMERIC_KEYS` keys and
-:data:`~predictor.records.rules.MAX_CO_RUNNERS` co-runners), and builds the
-:class:`~predictor.records.record.Record` (:func:`decode_record`), or leaves the
-struct as it is (:func:`decode_row`: a :class:`ColocRow`, read like a record,
-for the replay, which needs no record per line).
+One ``msgspec`` decoder parses a line straight into structs whose field types and constraints
+are the rules of :func:`~predictor.records.record.parse_record` (names, batch sizes, latencies,
+overlaps, finite numbers, the limits on keys and co-runners), with no dict built per object, and
+builds the :class:`~predictor.records.record.Record` (:func:`decode_record`) or leaves the struct
+as it is (:func:`decode_row`: a :class:`ColocRow`, read like a record, for the replay).
 
-A line the typed decoder refuses is **not** reported from here: it goes on to
-the reference path, which either accepts it (the types are stricter than the
-rules in corner cases, e.g. a batch size written ``4.0``) or raises the
-reference's :class:`~predictor.records.rules.RecordError`, so the errors (field,
-message, line) are the reference's by construction. The types are never
-looser than the rules: ``tests/test_typed_decoding.py`` checks, on random
-lines valid and invalid, that both paths give the same record or the same
-error.
+A line the typed decoder refuses is **not** reported from here: it goes on to the reference path,
+which either accepts it (the types are stricter than the rules in corner cases, e.g. a batch size
+written ``4.0``) or raises the reference's :class:`~predictor.records.rules.RecordError`, so the
+errors (field, message, line) are the reference's by construction. The types are never looser
+than the rules (``tests/records/test_typed_decoding.py``: on random lines, valid and invalid,
+both paths give the same record or the same error).
 
 Examples
 --------

@@ -274,6 +274,7 @@ class BoostedResidual(base.Regressor):
         self._pending: _Refit | None = None
         self.n_refits = 0
         self.n_refit_failures = 0
+        self._row_plans: dict | None = None  # this model version's row plans (None: none asked yet), not state
 
     # ------------------------------------------------------------------ river's conventions
     @classmethod
@@ -460,7 +461,7 @@ class BoostedResidual(base.Regressor):
 
     def _changed(self) -> None:
         """A new model version begins (an observation, a swap, a category code): the plans are forgotten."""
-        self.__dict__.pop("_row_plans", None)
+        self._row_plans = None
 
     def _row_plan(self, names: tuple[str, ...], categories: tuple[tuple[str, str], ...]) -> _RowPlan | None:
         """The :class:`_RowPlan` of a layout in this model version (``None``: use the dicts).
@@ -472,7 +473,7 @@ class BoostedResidual(base.Regressor):
         (the dicts cost less than making a plan); its plan is made the second time. A layout
         whose names a dict would merge always uses the dicts.
         """
-        plans = self.__dict__.get("_row_plans")
+        plans = self._row_plans
         if plans is None or len(plans) >= MAX_ROW_PLANS:
             self._row_plans = {}
             return None
@@ -583,7 +584,7 @@ class BoostedResidual(base.Regressor):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.__dict__.setdefault("worker", "process")  # snapshots from before the worker process
+        self._row_plans = None
         pending = self._pending
         if pending is not None and self.background:
             pending.start(self._params(), self.worker)  # redo the refit a pickle interrupted (same inputs, same trees)

@@ -7,27 +7,9 @@ solution of all data seen, with penalty ``1 / delta`` (intercept included).
 The covariance is kept as ``P = c * S`` with a scalar ``c`` that absorbs the
 ``1 / lam`` of every step, and ``S`` updated by one symmetric rank-1 BLAS
 call (``dsyr``) on its upper triangle only, so ``P`` is symmetric by
-construction and a step costs two ``O(d^2)`` BLAS calls.
-
-Guards
-------
-* ``P`` stays symmetric (one stored triangle) and positive definite: an
-  update that would produce non-finite values is refused and leaves the
-  state unchanged; one whose ``x'Px`` comes out negative in floating point
-  (lost definiteness) re-opens the covariance instead;
-* the trace of ``P`` is bounded (``max_trace``) against covariance windup
-  when the input does not excite every direction and ``forgetting < 1``;
-* :meth:`reset_covariance` (called on a drift alarm by the owner) re-opens
-  ``P`` to ``delta * I`` while keeping the weights, so learning speeds up again.
-
-Constraint
-----------
-With ``non_negative_contention``, predictions use the weights projected onto
-``w_c >= 0`` for the contention features ``c`` (:func:`predictor.features.contention.is_contention`),
-so that the model never predicts a lower value for a more crowded device. The projection is
-the constrained least-squares solution in the metric of the posterior precision ``P^-1``
-(:meth:`RLS.predicting_weights`); learning itself stays exact, unconstrained RLS (projecting
-the state it learns from makes RLS diverge: its gain assumes the least-squares solution).
+construction and a step costs two ``O(d^2)`` BLAS calls. :class:`RLS` guards the covariance
+(symmetric, positive definite, bounded trace) and can keep its predictions monotone in crowding
+(``non_negative_contention``).
 
 Examples
 --------
@@ -73,6 +55,21 @@ def _upper_mask(size: int) -> np.ndarray:
 
 class RLS:
     """Recursive least-squares regressor over dict features.
+
+    Guards: ``P`` stays symmetric (one stored triangle) and positive definite: an update that
+    would produce non-finite values is refused and leaves the state unchanged; one whose ``x'Px``
+    comes out negative in floating point (lost definiteness) re-opens the covariance instead. The
+    trace of ``P`` is bounded (``max_trace``) against covariance windup when the input does not
+    excite every direction and ``forgetting < 1``. :meth:`reset_covariance` (called on a drift
+    alarm by the owner) re-opens ``P`` to ``delta * I`` while keeping the weights, so learning
+    speeds up again.
+
+    With ``non_negative_contention``, predictions use the weights projected onto ``w_c >= 0`` for
+    the contention features ``c`` (:func:`predictor.features.contention.is_contention`), so that the
+    model never predicts a lower value for a more crowded device. The projection is the constrained
+    least-squares solution in the metric of the posterior precision ``P^-1``
+    (:meth:`predicting_weights`); learning itself stays exact, unconstrained RLS (projecting the
+    state it learns from makes RLS diverge: its gain assumes the least-squares solution).
 
     Parameters
     ----------
@@ -123,6 +120,10 @@ class RLS:
         self._all_scaled = True  # every column has its scale (see vectorize)
         self.n_updates = 0
         self.n_refused = 0
+        self.n_resets = 0
+        self._gain: tuple[np.ndarray, np.ndarray] | None = None  # the projection's pinned set and gain
+        self._searched_at = 0  # the update after which the pinned set was last searched
+        self._projected: tuple | None = None  # cache of _projection, not state
 
     # ------------------------------------------------------------------ state
     def __getstate__(self) -> dict:
@@ -131,6 +132,10 @@ class RLS:
         state.pop("_projected", None)
         return state
 
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._projected = None
+
     def frozen(self) -> RLS:
         """An independent copy for predicting only: the same predictions as this model now.
 
@@ -138,7 +143,7 @@ class RLS:
         learn); the projected weights are computed once here, not by each reader.
         """
         twin = copy.copy(self)
-        twin.__dict__.pop("_projected", None)
+        twin._projected = None
         twin._s = None
         twin._weights = self._weights.copy()
         twin._column_scale = self._column_scale.copy()
@@ -186,9 +191,9 @@ class RLS:
 
     def _constrained_columns(self) -> np.ndarray:
         """Which columns hold a contention feature (their weights are kept >= 0)."""
-        mask = self.__dict__.get("_constrained")
+        mask = self._constrained
         size = self._weights.size
-        if mask is None or mask.size != size:
+        if mask.size != size:
             mask = np.zeros(size, dtype=bool)
             for name, column in self.index.columns.items():
                 if column < size:
@@ -210,7 +215,7 @@ class RLS:
         on the raw weight of column k it is a ridge penalty ``s_k^2 / delta``.
         Scales never change afterwards, so learning stays exact RLS.
         """
-        if not self.__dict__.get("scale_features", True):
+        if not self.scale_features:
             self._column_scale[: vector.size][self._column_scale[: vector.size] == 0] = 1.0
             self._all_scaled = bool((self._column_scale > 0).all())
             return
@@ -221,7 +226,7 @@ class RLS:
 
     def reset_covariance(self) -> None:
         """Re-open the covariance to ``delta * I`` (after drift); weights kept."""
-        self.n_resets = self.__dict__.get("n_resets", 0) + 1
+        self.n_resets += 1
         size = self._weights.size
         self._s = np.asfortranarray(np.eye(size) * self.delta)
         self._scale = 1.0
@@ -237,10 +242,10 @@ class RLS:
         """:meth:`vectorize` of the features ``names`` (distinct) with ``values``, without a dict."""
         vector = self.index.vector_of(names, values, grow=grow)
         # Once every column has its scale (the usual case), scaling is one division.
-        all_scaled = self.__dict__.get("_all_scaled", False)
+        all_scaled = self._all_scaled
         if grow:
             self._grow(vector.size)
-            all_scaled = self.__dict__.get("_all_scaled", False)
+            all_scaled = self._all_scaled
             if not all_scaled and np.abs(vector).max() < MAX_MAGNITUDE:  # an absurd value must not set a scale
                 self._set_column_scales(vector)
         return self._scaled(vector, all_scaled)
@@ -248,7 +253,7 @@ class RLS:
     def scaled(self, vector: np.ndarray) -> np.ndarray:
         """An index vector (:meth:`FeatureIndex.vector_of <predictor.regressors.feature_index.FeatureIndex.vector_of>`
         of :attr:`index`) scaled as :meth:`vectorize_row` scales it without ``grow``: the same numbers."""
-        return self._scaled(vector, self.__dict__.get("_all_scaled", False))
+        return self._scaled(vector, self._all_scaled)
 
     def _scaled(self, vector: np.ndarray, all_scaled: bool) -> np.ndarray:
         scale = self._column_scale[: vector.size]
@@ -271,18 +276,18 @@ class RLS:
         predictions were asked; they are reused in between (``O(d |A|)`` per update). The result
         is always feasible, so predictions are monotone whichever gain was used.
         """
-        if not self.__dict__.get("non_negative_contention", False):
+        if not self.non_negative_contention:
             return self._weights
         return self._projection()[1]
 
     def _projection(self) -> tuple[np.ndarray, np.ndarray]:
         """The moved weights ``w - gain @ w[A]`` (the pinned at 0) and :meth:`predicting_weights`,
         their constrained ones clipped at 0; cached until the state changes."""
-        key = (self.n_updates, self.n_refused, self.__dict__.get("n_resets", 0), self._weights.size)
-        cached = self.__dict__.get("_projected")
+        key = (self.n_updates, self.n_refused, self.n_resets, self._weights.size)
+        cached = self._projected
         if cached is not None and cached[0] == key:
             return cached[1]
-        gain = self.__dict__.get("_gain")
+        gain = self._gain
         active, matrix = gain if gain is not None else (np.zeros(0, dtype=np.intp), None)
         moved = self._weights
         if active.size:
@@ -300,9 +305,8 @@ class RLS:
         return bool(np.any(self._constrained_columns() & (vector != 0) & (self._projection()[0] < 0)))
 
     def searched_at(self) -> int:
-        """The update after which the pinned set was last searched (a state saved before this was
-        kept: its last scheduled search)."""
-        return self.__dict__.get("_searched_at", self.n_updates - self.n_updates % PROJECT_EVERY)
+        """The update after which the pinned set was last searched (0 before the first search)."""
+        return self._searched_at
 
     def search_pinned(self) -> None:
         """Search the projection's pinned set and gain anew for the current state (:meth:`_find_gain`)."""
@@ -326,7 +330,7 @@ class RLS:
         for many rows of the same ``names`` and an unchanging model (a query's fixed point over its
         window): the columns, scales and weights looked up once, the same arithmetic per row.
         ``None`` until every column has its scale (the masked division's path)."""
-        if not self.__dict__.get("_all_scaled", False):
+        if not self._all_scaled:
             return None
         positions, known = self.index.positions(names)
         size = self.index.size
@@ -347,7 +351,7 @@ class RLS:
         known name's weight over its column's scale, 0 for a name the model does not know): what
         :meth:`row_predictor` computes, the terms summed in another order. ``None`` where
         :meth:`row_predictor` is."""
-        if not self.__dict__.get("_all_scaled", False):
+        if not self._all_scaled:
             return None
         positions, known = self.index.positions(names)
         size = self.index.size
@@ -410,7 +414,7 @@ class RLS:
 
     def learn_vector(self, vector: np.ndarray, y: float) -> None:
         """One RLS step on a vector from :meth:`vectorize` (``grow=True``)."""
-        constrained = self.__dict__.get("non_negative_contention", False)
+        constrained = self.non_negative_contention
         after = self.n_updates + 1  # the update this step makes, if taken
         # whether the row, as predicted before the step, clipped a weight: only where that searches
         stale = (constrained and after % PROJECT_EVERY != 0 and after - self.searched_at() >= MIN_SEARCH_GAP

@@ -9,17 +9,11 @@ two learners of disjoint streams combine exactly in raw feature space:
 * Gram matrix ``G = sum x x' = S (H - I / delta) S``, with ``S = diag(s)``;
 * moment ``r = sum x y = S H w``.
 
-:func:`merge` adds the Gram matrices and moments of two learners, re-expresses
-them at the merged column scales, and solves for the weights: the result is the
-learner that saw both streams, one after the other (the first learner's column
-scales win, as they would for a learner that saw its stream first), up to
-rounding.
-
-Exactness needs a learner whose state *is* that ridge solution: ``forgetting``
-of 1, no refused update (a refused step or a lost-definiteness re-open breaks
-the sums), no trace bound below the prior (``max_trace`` unset) and no
-:meth:`~predictor.regressors.least_squares.RLS.reset_covariance` (the owner's drift
-response). :func:`merge` checks what the state records and refuses the rest.
+:func:`merge` adds them, re-expresses them at the merged column scales (the first learner's win)
+and solves for the weights: up to rounding, the learner that saw both streams one after the
+other. That needs states that *are* the ridge solution: ``forgetting`` of 1, no refused update or
+re-opened covariance, no trace bound below the prior (``max_trace`` unset) and no
+:meth:`~predictor.regressors.least_squares.RLS.reset_covariance`; :func:`merge` refuses the rest.
 
 Examples
 --------
@@ -130,7 +124,7 @@ def merge(first: RLS, second: RLS) -> RLS:
         delta=first.delta,
         max_features=max(first.index.max_features, second.index.max_features, size - 1),
         scale_features=first.scale_features,
-        non_negative_contention=first.__dict__.get("non_negative_contention", False),
+        non_negative_contention=first.non_negative_contention,
     )
     merged.index.columns = {name: i for i, name in enumerate(names) if i > 0}
     merged._weights = weights
@@ -141,5 +135,87 @@ def merge(first: RLS, second: RLS) -> RLS:
     merged._all_scaled = bool((scales > 0).all())
     merged.n_updates = a.n_updates + b.n_updates
     if merged.non_negative_contention:  # the projection predictions use, found for the merged state
+        merged.search_pinned()
+    return merged
+
+
+def merge_discounted(first: RLS, second: RLS) -> RLS:
+    """One RLS standing for a learner that saw ``first``'s stream and then ``second``'s, for any
+    ``forgetting``: ``first``'s evidence discounted by ``forgetting ** second.n_updates`` (its records
+    are that many steps older in the union), ``second``'s as it is, ``second``'s prior counted once.
+
+    In raw features, with ``H = P^-1`` each learner's precision and ``S`` its column scales, the
+    union's precision is ``l^n_b S_a H_a S_a + S_b H_b S_b - l^n_b S_b I/delta S_b`` and its moment
+    ``l^n_b S_a H_a w_a + S_b H_b w_b`` (``l`` the forgetting factor, ``n_b`` the second's updates).
+    Exact (up to rounding) where the states are those sums: ``forgetting`` 1 (then it is :func:`merge`),
+    no refused update, no re-opened covariance, no trace bound reached, columns present from the
+    start. Otherwise an approximation: the trace bound (by default ``delta`` per column) rescales an
+    RLS's covariance once its unexcited directions have grown that far, and a column's prior dates
+    from when it first appeared; ``docs/design.md`` (Merging shards) gives the measured difference
+    from a learner that saw both streams. With ``non_negative_contention`` the projection's pinned
+    set is searched anew for the merged state.
+
+    Both must share ``forgetting``, ``delta``, ``max_trace``, ``scale_features`` and
+    ``non_negative_contention`` (``ValueError`` naming the one that differs).
+    """
+    for name in ("forgetting", "delta", "max_trace", "scale_features", "non_negative_contention"):
+        if getattr(first, name) != getattr(second, name):
+            raise ValueError(f"merged learners must share {name}: {getattr(first, name)!r} and "
+                             f"{getattr(second, name)!r}")
+    discount = first.forgetting ** second.n_updates
+    parts = []
+    for rls, weight in ((first, discount), (second, 1.0)):
+        size = rls.index.size
+        names = [INTERCEPT] + [""] * (size - 1)
+        for name, column in rls.index.columns.items():
+            names[column] = name
+        scales = rls._column_scale[:size].copy()
+        s = np.where(scales > 0, scales, 1.0)
+        precision = np.linalg.inv(rls.covariance[:size, :size])
+        precision = (precision + precision.T) / 2
+        moment = s * (precision @ rls._weights[:size])
+        # its prior on each column, in raw features (a column's prior taken as if it dated from the start)
+        prior = weight * rls.forgetting ** rls.n_updates / rls.delta * s * s
+        parts.append((names, scales, weight * precision * np.outer(s, s), weight * moment, prior))
+    names_a, names_b = parts[0][0], parts[1][0]
+    known = set(names_a)
+    names = list(names_a) + [n for n in names_b if n not in known]
+    column = {name: i for i, name in enumerate(names)}
+    size = len(names)
+    gram, moment, scales = np.zeros((size, size)), np.zeros(size), np.zeros(size)
+    priors = np.zeros((2, size))
+    for side in (1, 0):  # the first's scales win where both have one
+        part_names, part_scales, part_gram, part_moment, part_prior = parts[side]
+        at = np.array([column[n] for n in part_names])
+        gram[np.ix_(at, at)] += part_gram
+        moment[at] += part_moment
+        priors[side, at] = part_prior
+        seen = part_scales > 0
+        scales[at[seen]] = part_scales[seen]
+    # a column both have keeps one prior, the one of the side whose scale it took
+    both = np.zeros(size, dtype=bool)
+    both[[column[n] for n in names_b if n in known]] = True
+    scale_a = np.zeros(size)
+    scale_a[[column[n] for n in names_a]] = parts[0][1]
+    second_wins = both & (scale_a <= 0) & (scales > 0)
+    gram[np.diag_indices(size)] -= np.where(both, np.where(second_wins, priors[0], priors[1]), 0.0)
+    # a column only the first had keeps its prior (discounted with it); one only the second had, the second's
+    s = np.where(scales > 0, scales, 1.0)
+    precision = gram / np.outer(s, s)
+    covariance = np.linalg.inv(precision)
+    covariance = (covariance + covariance.T) / 2
+    weights = covariance @ (moment / s)
+    merged = RLS(forgetting=first.forgetting, delta=first.delta, max_trace=first.max_trace,
+                 max_features=max(first.index.max_features, second.index.max_features, size - 1),
+                 scale_features=first.scale_features, non_negative_contention=first.non_negative_contention)
+    merged.index.columns = {name: i for i, name in enumerate(names) if i > 0}
+    merged._weights = weights
+    merged._column_scale = scales
+    merged._s = np.asfortranarray(covariance)
+    merged._scale = 1.0
+    merged._trace_s = float(np.trace(covariance))
+    merged._all_scaled = bool((scales > 0).all())
+    merged.n_updates = first.n_updates + second.n_updates
+    if merged.non_negative_contention:
         merged.search_pinned()
     return merged

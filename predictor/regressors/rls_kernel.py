@@ -1,61 +1,18 @@
 """The RLS step of :class:`~predictor.regressors.least_squares.RLS`, compiled (numba) and run over a block of rows.
 
-:meth:`RLS.learn_vector <predictor.regressors.least_squares.RLS.learn_vector>` costs two
-BLAS calls and a dozen interpreter-level operations per observation; over a
-block of observations that need no new column (the usual case once a stream
-has warmed up) the same arithmetic runs here in one compiled loop:
+Over a block of observations that need no new column (the usual case once a stream has warmed
+up), :func:`learn_block` runs the arithmetic of :meth:`RLS.learn_vector
+<predictor.regressors.least_squares.RLS.learn_vector>` in one compiled loop: the prediction, the
+guards, the rank-1 update of ``S`` and, with ``non_negative_contention``, the projected prediction
+and the pinned set's periodic search (:func:`predictor.regressors.gain_kernel.find_gain`). Rows
+come dense (:func:`learn_rows`) or as plans (:class:`RowPlans`, :class:`PlannedRun`: each row's
+base values and the number of a plan saying at which columns they go and which pairs multiply).
 
-* ``sx = S x`` from the upper triangle of ``S`` (as ``dsymv``), ``quad = c x'sx``,
-  the prediction ``x'w``, the refusal of a non-finite step, the re-opening of a
-  covariance whose ``quad`` came out negative;
-* the rank-1 update of the upper triangle (as ``dsyr``), the trace bookkeeping,
-  the trace bound and the rescaling of ``c`` into ``S``;
-* with ``non_negative_contention``, each prediction from the projected weights
-  ``w - gain @ w[A]`` (``O(nnz |A|)``: only at the row's non-zero positions that are not pinned,
-  each a sum over a contiguous row of the gain, kept row-major, four rows at a time), and every
-  ``PROJECT_EVERY`` updates, or after a row whose prediction clipped one of its weights
-  (``MIN_SEARCH_GAP`` updates at least after the last search), the pinned set ``A`` and its gain
-  searched anew
-  (:func:`predictor.regressors.gain_kernel.find_gain`: a Cholesky factor of ``P[A, A]`` extended
-  as ``A`` grows and reused for the gain).
-
-A block's rows come dense (:func:`learn_rows`) or from plans (:class:`RowPlans`,
-:class:`PlannedRun`): each row the base values of its features and the number of a plan saying
-at which columns they go and which pairs of them are multiplied (the ``interactions`` features'
-products, :func:`predictor.features.extract.interaction_values`, computed here alike), so the caller
-passes a few numbers a row and no products.
-
-Each sum keeps the reference's order of additions; what the kernel skips are additions of exact
-zeros (the terms of a row's zero entries: a default replay row has ~62 non-zero entries of 192).
-From :data:`MIRROR_FROM` columns on, ``S x`` reads each non-zero row's part of the upper
-triangle down the lower triangle, a mirror of the upper one that the kernel writes with the same
-products (multiplication commutes exactly) and that the reference never reads (below, keeping
-the mirror costs more than it saves); every entry's update is an independent store, with
-unsigned indices where a loop starts past 0 (numba's wrap-around test on a signed index kept
-those loops from vectorising). On the default replay (192 columns, ~113 pinned) a record costs
-~16 µs: the step ~8 µs (~18 when every sum ran over all 192 columns; its rank-1 update of ``S``
-and the mirror, ~5 µs, is bound by the two FP ports in strict order: deferring it to update each
-column for several steps a pass, the same numbers, saved nothing), the pinned set's search ~245 µs
-every 32 updates (~7.6 µs a record), the projected prediction ~0.5 µs (~4 µs as a gather down
-the columns of a column-major gain, every non-zero position summed).
-
-The reference class stays the definition: :func:`learn_rows` reads and writes
-its state (weights, ``S``, ``c``, trace, counters) and tests hold the two equal
-within 1e-9 on random streams (``tests/test_rls_kernel.py``; predictions relative to
-the size of their terms, weights normwise), looser where a stream is ill-conditioned
-(a prior of 1e6: 1e-7; the non-negative projection: 1e-8; an absorbed target of
-1e200: 1e-4). Many thousands of random streams still find rarer ones that differ
-more, a guard's refusal at its border included: the two round the same formulas in
-different orders. Rows that would
-grow the model (a new feature name, a column's first non-zero value) go
-through the reference :meth:`~predictor.regressors.least_squares.RLS.learn_vector`
-path one at a time (:func:`learn_block`), so the state is the same whatever
-the block boundaries.
-
-Compiled on first use and cached on disk (``cache=True``), in strict IEEE order: with
-``fastmath={"reassoc"}`` the step is about 2.3 times faster at 190 columns (the reductions
-vectorise) but the trace bookkeeping, which cancels, then drifts from the reference's by
-~1e-9 relative on ill-conditioned streams, beyond the tolerance tests hold it to.
+The reference class stays the definition: the kernel reads and writes its state, keeps every
+sum's order of additions (skipping only exact zeros) and is held equal to it within 1e-9 on
+random streams, looser where ill-conditioned (``tests/regressors/test_rls_kernel.py``). Rows that would grow
+the model go through the reference one at a time, so the state is the same whatever the block
+boundaries. Compiled on first use and cached on disk (``cache=True``), in strict IEEE order.
 
 Examples
 --------
@@ -81,10 +38,9 @@ from predictor.regressors.gain_kernel import find_gain as _find_gain
 from predictor.regressors.least_squares import MIN_SEARCH_GAP, PROJECT_EVERY, RESCALE_ABOVE, RLS
 
 MIRROR_FROM = 64
-"""Columns from which a run keeps the lower triangle as the upper's mirror and walks only a row's
-non-zero columns (below, the plain ``dsymv`` order over every column and the upper triangle only
-cost less: per step at 13 columns 0.26 against 0.36 µs; at 64, 2.2 µs either way on dense rows,
-1.9 against 2.3 on rows a third non-zero; at 192, 11.6 against 19.9)."""
+"""Columns from which a run keeps the lower triangle as the upper's mirror (the same products) and
+walks only a row's non-zero columns; below, the plain ``dsymv`` order over every column and the
+upper triangle only is the cheaper of the two."""
 
 # state vector layout: scale c, trace of S, updates, refused, resets (all absolute), pinned columns of the gain,
 # the update after which the gain was last searched (absolute)
@@ -118,7 +74,7 @@ def _step(s, w, state, x, nz, k, target, lam, delta, bound, rescale_above, sx, a
         for i in range(d):
             acc[i] = 0.0
         for q in range(k):
-            i = np.uint64(nz[q])  # unsigned: no wrap-around test per index, so the loop vectorises (3x)
+            i = np.uint64(nz[q])  # unsigned: no wrap-around test per index, so the loop vectorises
             xi = x[i]
             for r in range(i + np.uint64(1), np.uint64(d)):
                 acc[r] += s[r, i] * xi
@@ -443,13 +399,13 @@ class _Run:
             _mirror(model._s)
         self.weights = np.array(model._weights, dtype=float)  # learn_vector rebinds, never mutates, the weights
         self.state = np.array([model._scale, model._trace_s, model.n_updates, model.n_refused,
-                               model.__dict__.get("n_resets", 0), 0.0, model.searched_at()])
-        self.constrained = bool(model.__dict__.get("non_negative_contention", False))
+                               model.n_resets, 0.0, model.searched_at()])
+        self.constrained = bool(model.non_negative_contention)
         if self.constrained:
             self.mask = model._constrained_columns()
             self.pinned = np.zeros(d, dtype=np.int64)
             self.gain = np.zeros((d, d))  # row-major: each row's sum over the pinned columns is contiguous
-            found = model.__dict__.get("_gain")
+            found = model._gain
             if found is not None and found[0].size:
                 active, matrix = found
                 k = active.size
@@ -477,10 +433,8 @@ class _Run:
             k = int(state[_PINNED])
             model._gain = (self.pinned[:k].astype(np.intp), np.array(self.gain[:, :k]))
             model._searched_at = int(state[_SEARCHED_AT])
-        model.n_updates, model.n_refused = updates, refused
-        if resets != model.__dict__.get("n_resets", 0):
-            model.n_resets = resets
-        model.__dict__.pop("_projected", None)
+        model.n_updates, model.n_refused, model.n_resets = updates, refused, resets
+        model._projected = None
 
 
 def learn_rows(model: RLS, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:

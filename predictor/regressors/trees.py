@@ -2,11 +2,9 @@
 
 :func:`fit_trees` fits a LightGBM regressor (monotone constraints where asked) and exports its
 trees as flat arrays (:class:`TreeArrays`); :meth:`TreeArrays.predict_vector` walks them, packed
-(:class:`PackedTrees`: the internal nodes alone, 32-bit), with a numba-compiled loop. One row
-of 300 trees costs about 10 µs that way (25 µs unpacked), against 50 to 100 µs for
-LightGBM's own single-row ``Booster.predict`` (the Python wrapper's checks dominate); the
-walk gives LightGBM's numbers exactly (tested). ``python -m experiments.bench_tree`` measures
-both.
+(:class:`PackedTrees`: the internal nodes alone, 32-bit), with a numba-compiled loop, which
+spares a single row the checks of LightGBM's Python wrapper; the walk gives LightGBM's numbers
+exactly (tested).
 
 LightGBM and numba load on first use, so importing this module stays cheap.
 

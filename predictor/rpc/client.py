@@ -18,6 +18,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -253,12 +254,14 @@ class InterferenceClient:
         resident_models: Sequence[str] = (),
         where: InputPlace | None = None,
         transfer_ms: float | None = None,
+        client_time: float | None = None,
     ) -> tuple[float, int]:
         """Report a batch started; returns its predicted latency (ms) and the batches running there.
 
-        Optionally with the device's memory (capacity, use), the time spent loading the model for it,
-        the models loaded on the device, and where its input was (``where``) with the measured time to
-        move it (``transfer_ms``).
+        Optionally with how long it has run (``elapsed_ms``), the device's memory (capacity, use), the
+        time spent loading the model for it, the models loaded on the device, where its input was
+        (``where``) with the measured time to move it (``transfer_ms``), and when the report was made
+        (``client_time``, Unix seconds of this machine's wall clock).
         """
         request = self._pb2.ReportBatchStartRequest(
             device=device, device_kind=device_kind, batch_id=batch_id, batch=convert.batch_to_pb(batch),
@@ -270,6 +273,7 @@ class InterferenceClient:
             if value is not None:
                 setattr(request, name, value)
         convert.set_input(request, where)
+        _stamp(request, client_time)
         response = self._call(self.stub.ReportBatchStart, request)
         return response.predicted_latency_ms, response.running
 
@@ -281,27 +285,40 @@ class InterferenceClient:
         peak_memory_mb: float | None = None,
         memory_used_mb: float | None = None,
         resident_models: Sequence[str] = (),
+        client_time: float | None = None,
     ) -> tuple[bool, int]:
         """Report a batch ended (or dropped from its queue); returns whether it was running (or queued)
-        and the batches still running there. Optionally with its peak memory, the device's use after it
-        and the models loaded on the device."""
+        and the batches still running there. Optionally with its peak memory, the device's use after it,
+        the models loaded on the device and when it ended (``client_time``, Unix seconds)."""
         request = self._pb2.ReportBatchEndRequest(device=device, batch_id=batch_id,
                                                   resident_models=list(resident_models))
         if peak_memory_mb is not None:
             request.peak_memory_mb = peak_memory_mb
         if memory_used_mb is not None:
             request.memory_used_mb = memory_used_mb
+        _stamp(request, client_time)
         response = self._call(self.stub.ReportBatchEnd, request)
         return response.found, response.running
 
-    def batch_queued(self, device: str, batch_id: str, batch: BatchSpec, *, device_kind: str = "") -> tuple[int, float]:
-        """Report a batch queued on a device; returns the batches queued there and its expected wait (ms)."""
+    def batch_queued(self, device: str, batch_id: str, batch: BatchSpec, *, device_kind: str = "",
+                     client_time: float | None = None) -> tuple[int, float]:
+        """Report a batch queued on a device (at ``client_time``, Unix seconds; default: when it arrives);
+        returns the batches queued there and its expected wait (ms)."""
         request = self._pb2.ReportBatchQueuedRequest(
             device=device, device_kind=device_kind, batch_id=batch_id, batch=convert.batch_to_pb(batch)
         )
+        _stamp(request, client_time)
         response = self._call(self.stub.ReportBatchQueued, request)
         return response.queued, response.queue_wait_ms
 
     def status(self) -> Status:
         """``GetStatus``: the service's learning, error and coverage summary."""
         return convert.status_from_pb(self._call(self.stub.GetStatus, self._pb2.GetStatusRequest()))
+
+
+def _stamp(request: Any, client_time: float | None) -> None:
+    """Set a report's ``client_time`` from Unix seconds (nothing when ``None``)."""
+    if client_time is not None:
+        seconds = math.floor(client_time)
+        request.client_time.seconds = seconds
+        request.client_time.nanos = min(int(round((client_time - seconds) * 1e9)), 999_999_999)

@@ -59,11 +59,11 @@ def candidate_columns_from_pb(candidates: Any) -> tuple[CandidateColumns, list[A
         devices=list(devices),
         device_kinds=list(kinds),
         sources=[source_of(code, auto) for code in codes],
-        signals=[dict(s) if s else _EMPTY for s in map(_SIGNALS, candidates)],
+        signals=[convert.map_from_pb(s) if s else _EMPTY for s in map(_SIGNALS, candidates)],  # keys sorted
         offsets=offsets,
         models=list(models),
         batch_sizes=list(sizes),
-        attrs=list(map(dict, map(_ATTRS, messages))),
+        attrs=list(map(convert.map_from_pb, map(_ATTRS, messages))),
         overlaps=np.array(overlaps, dtype=float),
         remaining=np.array(remaining, dtype=float),
         has_overlap=np.fromiter(map(_HAS_OVERLAP, messages), dtype=bool, count=r),
@@ -111,6 +111,7 @@ def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns
                     residuals=b.n,
                     predictor=ranking.predictor,
                     observations_learned=ranking.observations_learned,
+                    sequence=ranking.sequence,
                     device_kind=kinds[i],
                     fallback=fallback,
                     query_shape=shape,
@@ -292,6 +293,7 @@ def ranking_packed_to_pb(ranking: RankingColumns) -> Any:
     packed.confidence = ranking.confidence
     packed.predictor = ranking.predictor
     packed.observations_learned = ranking.observations_learned
+    packed.sequence = ranking.sequence
     if ranking.delay is not None:
         response.delay.CopyFrom(convert.delay_to_pb(ranking.delay))
     return response

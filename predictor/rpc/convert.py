@@ -24,6 +24,7 @@ from predictor.rpc.protos import pb2
 from predictor.service.durability.dedup import DedupKey
 from predictor.service.errors import InvalidArgument, ServiceError
 from predictor.service.ingest import MESSAGE_END
+from predictor.service.live.queues import QueueWhatIf
 from predictor.service.pipeline_types import PipelineCost, PipelinePlan, PipelineStage, StagePlan
 from predictor.service.types import (
     Candidate,
@@ -92,9 +93,16 @@ def _wait_field(message: Any, name: str) -> float:
 # --------------------------------------------------------------------- requests -> domain
 
 
+def map_from_pb(field: Any) -> dict[str, float]:
+    """A protobuf map field as a dict, its keys sorted: the order a map's entries come in depends on
+    the process (its string hashing), and the order of a record's names sets the order of the
+    model's sums, so every map from the wire takes one order (``docs/design.md``, One truth)."""
+    return dict(sorted(field.items()))
+
+
 def batch_from_pb(message: Any) -> BatchSpec:
     """A ``Batch`` message as a :class:`BatchSpec`."""
-    return BatchSpec(message.model, message.batch_size, dict(message.attrs))
+    return BatchSpec(message.model, message.batch_size, map_from_pb(message.attrs))
 
 
 def co_runner_from_pb(message: Any) -> PlannedCoRunner:
@@ -102,7 +110,7 @@ def co_runner_from_pb(message: Any) -> PlannedCoRunner:
     return PlannedCoRunner(
         message.model,
         message.batch_size,
-        dict(message.attrs),
+        map_from_pb(message.attrs),
         overlap=_optional(message, "overlap"),
         remaining_ms=_optional(message, "remaining_ms"),
     )
@@ -121,12 +129,19 @@ def query_from_pb(message: Any) -> Query:
         device_kind=message.device_kind,
         co_runners=tuple(co_runner_from_pb(c) for c in message.co_runners),
         co_runner_source=co_runner_source_from_pb(message.co_runner_source),
-        signals=dict(message.signals),
+        signals=map_from_pb(message.signals),
         solo_latency_ms=_optional(message, "solo_latency_ms"),
         batch_id=message.batch_id,
         learned_only=message.learned_only,
         input=input_from_pb(message),
+        what_if=what_if_from_pb(message),
     )
+
+
+def what_if_from_pb(message: Any) -> QueueWhatIf | None:
+    """The what-if fields of a ``BatchQuery`` (``None``: none set)."""
+    values = [_optional(message, name) for name in ("arrival_rate_per_s", "service_mean_ms", "service_sd_ms")]
+    return None if all(v is None for v in values) else QueueWhatIf(*values)
 
 
 def input_from_pb(message: Any) -> InputPlace | None:
@@ -154,7 +169,7 @@ def candidate_from_pb(message: Any) -> Candidate:
         device_kind=message.device_kind,
         co_runners=tuple(co_runner_from_pb(c) for c in message.co_runners),
         co_runner_source=co_runner_source_from_pb(message.co_runner_source),
-        signals=dict(message.signals),
+        signals=map_from_pb(message.signals),
     )
 
 
@@ -194,6 +209,18 @@ def deadline_from_pb(message: Any) -> Deadline:
     return Deadline()
 
 
+def client_time_from_pb(message: Any) -> float | None:
+    """A report's ``client_time`` as Unix seconds (``None`` when unset); ``InvalidArgument`` naming
+    ``client_time.nanos`` or ``client_time.seconds`` when malformed (the skew bound is the service's)."""
+    if not message.HasField("client_time"):
+        return None
+    stamp = message.client_time
+    try:
+        return rules.timestamp(stamp.seconds, stamp.nanos, "client_time", time.time())
+    except RecordError as exc:
+        raise InvalidArgument(exc.field, exc.message) from None
+
+
 def confidence_from_pb(value: float) -> float | None:
     """0 (unset) means the service's default."""
     return None if value == 0 else value
@@ -220,15 +247,15 @@ def _record_as_given(message: Any) -> Record | None:
     if not (rules.name_ok(device) and rules.name_ok(kind, required=False) and rules.name_ok(source, required=False)):
         return None
     batch = message.batch
-    attrs = dict(batch.attrs)
+    attrs = map_from_pb(batch.attrs)
     if not (rules.name_ok(batch.model) and rules.batch_size_ok(batch.batch_size) and rules.numbers_ok(attrs)):
         return None
-    signals = dict(message.signals)
+    signals = map_from_pb(message.signals)
     if not rules.numbers_ok(signals) or not rules.co_runner_count_ok(len(message.co_runners)):
         return None
     runners = []
     for runner in message.co_runners:
-        runner_attrs = dict(runner.attrs)
+        runner_attrs = map_from_pb(runner.attrs)
         if runner.HasField("remaining_ms") or not (
             rules.name_ok(runner.model) and rules.batch_size_ok(runner.batch_size) and rules.numbers_ok(runner_attrs)
         ):
@@ -263,7 +290,7 @@ def record_from_pb(message: Any) -> Record:
             {
                 "model": runner.model,
                 "batch_size": runner.batch_size,
-                "attrs": dict(runner.attrs),
+                "attrs": map_from_pb(runner.attrs),
                 "overlap": _optional(runner, "overlap"),
             }
         )
@@ -274,13 +301,13 @@ def record_from_pb(message: Any) -> Record:
         "batch": {
             "model": message.batch.model,
             "batch_size": message.batch.batch_size,
-            "attrs": dict(message.batch.attrs),
+            "attrs": map_from_pb(message.batch.attrs),
         },
         "start_s": _optional(message, "start_s"),
         "latency_ms": _optional(message, "latency_ms"),
         "solo_latency_ms": _optional(message, "solo_latency_ms"),
         "co_runners": runners,
-        "signals": dict(message.signals),
+        "signals": map_from_pb(message.signals),
         "source": message.source or None,
     }
     return parse_record(obj)
@@ -376,6 +403,7 @@ def prediction_to_pb(prediction: Prediction) -> Any:
         residuals=prediction.residuals,
         predictor=prediction.predictor,
         observations_learned=prediction.observations_learned,
+        sequence=prediction.sequence,
         co_runners=[co_runner_to_pb(c) for c in prediction.co_runners],
         device_kind=prediction.device_kind,
         fallback=prediction.fallback,
@@ -662,6 +690,11 @@ def query_to_pb(query: Query) -> Any:
     if query.solo_latency_ms is not None:
         message.solo_latency_ms = query.solo_latency_ms
     set_input(message, query.input)
+    if query.what_if is not None:
+        for name in ("arrival_rate_per_s", "service_mean_ms", "service_sd_ms"):
+            value = getattr(query.what_if, name)
+            if value is not None:
+                setattr(message, name, value)
     return message
 
 
@@ -736,7 +769,7 @@ def prediction_from_pb(message: Any) -> Prediction:
         predictor=message.predictor,
         observations_learned=message.observations_learned,
         co_runners=tuple(
-            CoRunner(c.model, c.batch_size, dict(c.attrs), c.overlap if c.HasField("overlap") else 1.0)
+            CoRunner(c.model, c.batch_size, map_from_pb(c.attrs), c.overlap if c.HasField("overlap") else 1.0)
             for c in message.co_runners
         ),
         device_kind=message.device_kind,
@@ -752,6 +785,7 @@ def prediction_from_pb(message: Any) -> Prediction:
         transfer_ms=message.transfer_ms,
         transfer_bound_ms=message.transfer_bound_ms,
         transfer_link=_LINKS.get(message.transfer_link, ""),
+        sequence=message.sequence,
     )
 
 

@@ -20,8 +20,8 @@ live in one process.
 The ``/metrics`` endpoint (:meth:`ServerMetrics.serve`) binds to ``127.0.0.1``
 unless told otherwise, and can require a bearer token (``authorization: Bearer
 <token>``, the tokens of the gRPC service, checked by
-:meth:`~predictor.rpc.security.AuthPolicy.match`): without one a scrape gets
-``401``.
+:meth:`~predictor.rpc.security.AuthPolicy.match`) with the ``metrics`` role:
+without a valid one a scrape gets ``401``, with one lacking the role ``403``.
 """
 
 from __future__ import annotations
@@ -40,10 +40,21 @@ from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.registry import Collector
 
 from predictor.rpc.names import method_name
-from predictor.rpc.security import AuthPolicy
+from predictor.rpc.security import METRICS, AuthPolicy
 from predictor.service.core import Service
 
 LATENCY_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.5, 1.0, 5.0)
+PIPELINE_COUNTERS = ("interference_pipeline_plans", "interference_pipeline_searches_cut")
+MIRRORED_COUNTERS = frozenset({
+    "interference_observations_learned", "interference_observations_rejected", "interference_observations_refused",
+    "interference_observations_duplicates", "interference_drift_alarms", "interference_transfers_observed",
+    *PIPELINE_COUNTERS,
+})
+"""The counters of the service collector that ``--workers`` processes copy as gauges of the same name (the
+learners, :class:`~predictor.rpc.model_gauges.ModelGauges`; the pipeline's, the workers,
+:class:`~predictor.rpc.model_gauges.PipelineCounts`), which :class:`MultiProcessMetrics` sums over
+processes into the counters a one-process server exports."""
+PROCESS_LABELS = ("shard", "worker")
 
 
 class _ServiceCollector(Collector):
@@ -143,7 +154,8 @@ class MetricsEndpoint:
         """Serve ``/metrics`` over HTTP on ``host:port`` (0: any free port); returns the port.
 
         With ``auth`` (a policy with tokens), a scrape needs ``authorization: Bearer <token>``
-        with one of its tokens; otherwise it is answered ``401``.
+        with one of its tokens holding the ``metrics`` role; otherwise it is answered ``401`` (no
+        valid token) or ``403`` (a token without the role).
         """
         app = make_wsgi_app(self.registry)
         if auth is not None and auth.token_digests:
@@ -179,8 +191,31 @@ class MultiProcessMetrics(MetricsEndpoint):
         from prometheus_client.multiprocess import MultiProcessCollector
 
         self.registry = CollectorRegistry()
-        MultiProcessCollector(self.registry, path=folder)
+        self.registry.register(_Mirrored(MultiProcessCollector(None, path=folder)))
         self._http = None
+
+
+class _Mirrored(Collector):
+    """The families of ``collector``, the gauges copied from the service's counters
+    (:data:`MIRRORED_COUNTERS`) summed over the processes' labels and exported as those counters."""
+
+    def __init__(self, collector: Collector):
+        self.collector = collector
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self.collector.collect():
+            if family.name not in MIRRORED_COUNTERS:
+                yield family
+                continue
+            sums: dict[tuple[tuple[str, str], ...], float] = {}
+            for sample in family.samples:
+                labels = tuple((k, v) for k, v in sorted(sample.labels.items()) if k not in PROCESS_LABELS)
+                sums[labels] = sums.get(labels, 0.0) + sample.value
+            names = [k for k, _ in next(iter(sums))] if sums else []
+            counter = CounterMetricFamily(family.name, family.documentation, labels=names)
+            for labels, value in sums.items():
+                counter.add_metric([v for _, v in labels], value)
+            yield counter
 
 
 class ServerMetrics(MetricsEndpoint):
@@ -224,12 +259,16 @@ def _token_required(app: Callable, policy: AuthPolicy) -> Callable:
 
     def checked(environ: dict, start_response: Callable) -> Iterable[bytes]:
         scheme, _, token = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
-        if scheme.lower() != "bearer" or policy.match(token.strip()) is None:
+        name = policy.match(token.strip()) if scheme.lower() == "bearer" else None
+        if name is None:
             start_response(
                 "401 Unauthorized",
                 [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="metrics"')],
             )
             return [b"metrics need 'authorization: Bearer <token>'\n"]
+        if not policy.allows(f"token:{name}", METRICS):
+            start_response("403 Forbidden", [("Content-Type", "text/plain")])
+            return [f"token {name!r} is not allowed to scrape the metrics: it needs the '{METRICS}' role\n".encode()]
         return app(environ, start_response)
 
     return checked

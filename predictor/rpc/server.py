@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from predictor.rpc.metrics import ServerMetrics
+from predictor.rpc.overload import QueueClock, Shedder
 from predictor.rpc.processes.options import ServeOptions
 from predictor.rpc.protos import SERVICE_NAME, load
 from predictor.rpc.security import AuthPolicy
@@ -54,6 +55,8 @@ def create_server(
     tracing: grpc.ServerInterceptor | None = None,
     servicer: InterferenceServicer | None = None,
     handler_cpus: Sequence[int] = (),
+    reuse_port: bool = False,
+    shed_wait_ms: float | None = None,
 ) -> tuple[grpc.Server, int]:
     """Build (not start) a server for ``service`` bound to ``address``; returns it and its port.
 
@@ -89,22 +92,38 @@ def create_server(
         The CPUs the handler threads run on, each pinned as it starts
         (:func:`~predictor.runtime.cpu_priority.pin_handler_thread`; ``predictor serve --handler-cpus``);
         none: wherever the threads that start them may run.
+    reuse_port
+        Share the port with other sockets bound with ``SO_REUSEPORT`` (the answering workers of
+        ``predictor serve --workers N``); default: bind it exclusively, so that a port already in use
+        fails with ``OSError`` naming it rather than silently sharing its connections with another server.
+    shed_wait_ms
+        Refuse at once with ``RESOURCE_EXHAUSTED`` a call of the prediction service that would wait longer
+        than this for a handler thread (:mod:`predictor.rpc.overload`; ``predictor serve --shed-wait-ms``);
+        ``None`` or 0: every call is queued (up to ``max_concurrent_rpcs``).
     """
     pb2, pb2_grpc = load()
-    # metrics, auth and decoding in one interceptor, per-method work done once (see predictor.rpc.thin)
-    all_interceptors = [ThinInterceptor(metrics, auth or AuthPolicy()), *interceptors]
+    pool_options: dict[str, Any] = {
+        "max_workers": max_workers,
+        "thread_name_prefix": "rpc",
+        "initializer": functools.partial(pin_handler_thread, tuple(handler_cpus)) if handler_cpus else None,
+    }
+    shedder = None
+    if shed_wait_ms:
+        pool: futures.ThreadPoolExecutor = QueueClock(**pool_options)
+        shedder = Shedder(pool, shed_wait_ms)  # type: ignore[arg-type]
+    else:
+        pool = futures.ThreadPoolExecutor(**pool_options)
+    # metrics, auth, overload and decoding in one interceptor, per-method work done once (see predictor.rpc.thin)
+    all_interceptors = [ThinInterceptor(metrics, auth or AuthPolicy(), shedder), *interceptors]
     if tracing is not None:
         all_interceptors.insert(0, tracing)
     server = grpc.server(
-        futures.ThreadPoolExecutor(
-            max_workers=max_workers,
-            thread_name_prefix="rpc",
-            initializer=functools.partial(pin_handler_thread, tuple(handler_cpus)) if handler_cpus else None,
-        ),
+        pool,
         interceptors=all_interceptors,
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
         maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
@@ -129,12 +148,16 @@ def create_server(
         reflection.SERVICE_NAME,
     )
     reflection.enable_server_reflection(names, server)
-    if credentials is not None:
-        port = server.add_secure_port(address, credentials)
-    else:
-        port = server.add_insecure_port(address)
+    try:
+        if credentials is not None:
+            port = server.add_secure_port(address, credentials)
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError:  # gRPC's "Failed to bind"
+        port = 0
     if port == 0:
-        raise OSError(f"cannot bind the gRPC server to {address}")
+        raise OSError(f"cannot bind the gRPC server to {address}: the port is in use, or the address is not this "
+                      "machine's")
     return server, port
 
 
@@ -149,11 +172,12 @@ def stop_server(server: grpc.Server, service: Service, grace: float = 5.0) -> No
 
 
 def public_server(options: ServeOptions, address: str, service: Service, metrics: Any, credentials: Any, policy: Any,
-                  tracing: Any, servicer: Any = None) -> tuple[Any, int]:
+                  tracing: Any, servicer: Any = None, *, reuse_port: bool = False) -> tuple[Any, int]:
     """The server clients reach (one process's, or an answering worker's): ``create_server`` with
     the RPC options of ``options`` (threads, message size, concurrency limit), its security
     (``credentials``, ``policy``: :func:`security_from_options`) and ``tracing``
-    (:func:`~predictor.rpc.tracing.tracing_from_option`). Built, not started."""
+    (:func:`~predictor.rpc.tracing.tracing_from_option`); ``reuse_port``: an answering worker's, sharing
+    the port with its siblings. Built, not started."""
     return create_server(
         address,
         service,
@@ -166,4 +190,6 @@ def public_server(options: ServeOptions, address: str, service: Service, metrics
         tracing=tracing.interceptor if tracing is not None else None,
         servicer=servicer,
         handler_cpus=options.handler_cpus,
+        reuse_port=reuse_port,
+        shed_wait_ms=options.shed_wait_ms or None,
     )

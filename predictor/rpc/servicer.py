@@ -79,6 +79,7 @@ class InterferenceServicer:
             convert.batch_from_pb(request.batch),
             request.elapsed_ms if request.HasField("elapsed_ms") else None,
             memory=convert.start_memory_from_pb(request),
+            client_time_s=convert.client_time_from_pb(request),
             **dict(zip(("where", "transfer_ms"), convert.start_transfer_from_pb(request), strict=True)),
         )
         return pb2().ReportBatchStartResponse(predicted_latency_ms=predicted, running=running)
@@ -87,7 +88,8 @@ class InterferenceServicer:
     def ReportBatchEnd(self, request: Any, context: grpc.ServicerContext) -> Any:
         """A batch ended on a device (live view); returns whether it was running and the running count."""
         found, running = self.service.batch_end(
-            request.device, request.batch_id, memory=convert.end_memory_from_pb(request)
+            request.device, request.batch_id, memory=convert.end_memory_from_pb(request),
+            client_time_s=convert.client_time_from_pb(request),
         )
         return pb2().ReportBatchEndResponse(found=found, running=running)
 
@@ -95,7 +97,8 @@ class InterferenceServicer:
     def ReportBatchQueued(self, request: Any, context: grpc.ServicerContext) -> Any:
         """A batch joined a device's queue; returns the queue length, its wait and its predicted latency."""
         queued, wait, predicted = self.service.batch_queued(
-            request.device, request.device_kind, request.batch_id, convert.batch_from_pb(request.batch)
+            request.device, request.device_kind, request.batch_id, convert.batch_from_pb(request.batch),
+            client_time_s=convert.client_time_from_pb(request),
         )
         return pb2().ReportBatchQueuedResponse(queued=queued, queue_wait_ms=wait, predicted_latency_ms=predicted)
 

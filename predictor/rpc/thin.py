@@ -13,13 +13,17 @@ runs around decoding, which runs around the servicer) with:
   the call's metadata from its context);
 * per call: a check that the call's deadline has not already passed while
   it waited for a worker: such a call is answered ``DEADLINE_EXCEEDED`` at
-  once, without being computed for a client that has given up.
+  once, without being computed for a client that has given up;
+* per call, with a shedder (:mod:`predictor.rpc.overload`): as the call
+  arrives, whether it would wait longer than the bound for a thread; if so its
+  handler is the method's refusal (``RESOURCE_EXHAUSTED`` on the shedder's own
+  threads), built once.
 
 The semantics are those of :class:`~predictor.rpc.metrics.ServerMetrics`'s
 interceptor, :class:`~predictor.rpc.security.AuthInterceptor` and
 :class:`~predictor.rpc.decoding.DecodeErrorsInterceptor` (which stay, for
-servers composed by hand); ``tests/test_rpc.py``, ``tests/test_security_auth.py``
-and ``tests/test_fuzz_rpc.py`` run against it.
+servers composed by hand); ``tests/rpc/test_rpc.py``, ``tests/rpc/test_security_auth.py``
+and ``tests/rpc/test_fuzz_rpc.py`` run against it.
 """
 
 from __future__ import annotations
@@ -34,27 +38,31 @@ from predictor.rpc.decoding import _decode, _Undecodable
 from predictor.rpc.errors import abort
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.names import METHOD_PREFIX, method_name
-from predictor.rpc.security import _CALLER, WRITE_METHODS, AuthInterceptor, AuthPolicy
+from predictor.rpc.overload import Shedder
+from predictor.rpc.security import _CALLER, READ, AuthInterceptor, AuthPolicy, role_of
 from predictor.runtime.gil_yield import asked
 
 _OK = grpc.StatusCode.OK
 _UNKNOWN = grpc.StatusCode.UNKNOWN
+_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 class _Method:
     """What a method's calls share: computed on its first call."""
 
-    __slots__ = ("name", "label", "ours", "protected", "deserialize", "counters", "latency", "source", "handler")
+    __slots__ = ("name", "label", "ours", "protected", "deserialize", "counters", "latency", "source", "handler",
+                 "refusal")
 
     def __init__(self, path: str, handler: Any, metrics: ServerMetrics | None, policy: AuthPolicy):
         self.name = method_name(path) or path
         self.ours = path.startswith(METHOD_PREFIX)
-        self.protected = policy.enforced and (self.name in WRITE_METHODS or policy.protect_reads)
+        self.protected = policy.protects(self.name)
         self.deserialize = handler.request_deserializer if self.ours else None
         self.counters: dict[grpc.StatusCode, Any] = {}
         self.latency = metrics.latency.labels(self.name) if metrics is not None else None
         self.source = handler  # held: the key's id() stays this handler's
         self.handler: Any = None  # the wrapped method handler, built on the first call
+        self.refusal: Any = None  # the handler refusing a call when overloaded, built on the first refusal
 
     def observe(self, metrics: ServerMetrics, code: grpc.StatusCode, seconds: float) -> None:
         counter = self.counters.get(code)
@@ -73,11 +81,15 @@ class ThinInterceptor(grpc.ServerInterceptor):
         Where RPCs are counted and timed (``None``: not recorded).
     policy
         Who may call what.
+    shedder
+        Refuses the prediction service's calls that would wait too long for a thread
+        (:mod:`predictor.rpc.overload`); ``None``: every call is queued.
     """
 
-    def __init__(self, metrics: ServerMetrics | None, policy: AuthPolicy):
+    def __init__(self, metrics: ServerMetrics | None, policy: AuthPolicy, shedder: Shedder | None = None):
         self.metrics = metrics
         self.auth = AuthInterceptor(policy)
+        self.shedder = shedder
         self._methods: dict[tuple[str, int], _Method] = {}
 
     def _method(self, path: str, handler: Any) -> _Method:
@@ -98,9 +110,29 @@ class ThinInterceptor(grpc.ServerInterceptor):
         if self.metrics is None and not handler_call_details.method.startswith(METHOD_PREFIX):
             return handler
         method = self._method(handler_call_details.method, handler)
+        if self.shedder is not None and method.ours and self.shedder.overloaded() is not None:
+            if method.refusal is None:
+                method.refusal = self._refusal(method, handler, unary)
+            return method.refusal
         if method.handler is None:
             method.handler = self._handler(method, handler, unary)
         return method.handler
+
+    def _refusal(self, method: _Method, handler: Any, unary: bool) -> Any:
+        """The method's handler when overloaded: ``RESOURCE_EXHAUSTED`` at once, on the shedder's own
+        threads (the request is not decoded, nothing is computed)."""
+        metrics, shedder = self.metrics, self.shedder
+        assert shedder is not None
+        details = shedder.message(method.name)
+
+        def refuse(raw: Any, context: grpc.ServicerContext) -> Any:
+            if metrics is not None:
+                method.observe(metrics, _EXHAUSTED, 0.0)
+            context.abort(_EXHAUSTED, details)
+
+        refuse.experimental_thread_pool = shedder.refusals  # type: ignore[attr-defined]  (grpc's hook)
+        factory = grpc.unary_unary_rpc_method_handler if unary else grpc.stream_unary_rpc_method_handler
+        return factory(refuse, request_deserializer=None, response_serializer=handler.response_serializer)
 
     def _handler(self, method: _Method, handler: Any, unary: bool) -> Any:
         """The method's wrapped handler: built once, as every call's is the same (the call's
@@ -183,7 +215,7 @@ def _anonymous_read(policy: AuthPolicy, name: str) -> bool:
     anonymous caller of its peer whatever its metadata (no tokens, no client certificates): its
     caller is then what :func:`~predictor.rpc.security.current_caller` finds from the context,
     and nothing need be computed per call."""
-    return not policy.enforced and name not in WRITE_METHODS
+    return not policy.enforced and role_of(name) == READ
 
 
 def _decoded(raw_iterator: Iterator[bytes], deserialize: Callable[[bytes], Any]) -> Iterator[Any]:

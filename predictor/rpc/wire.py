@@ -1,11 +1,10 @@
 """Packed repeated numeric fields of a message, written from NumPy arrays in protobuf's wire format.
 
-Protobuf's Python API fills a repeated field from Python numbers, one object per value: for a
-ranking's five columns of 1,024 candidates that was about 70 µs. The same fields written here as
-bytes (a tag, a length, then the values: little-endian doubles as they lie in memory, unsigned
-integers as base-128 varints of one width) and given to protobuf's own parser
-(``message.MergeFromString``) cost a few microseconds; the message is protobuf's, and serialises
-to the same bytes as one filled value by value (``tests/test_wire.py``).
+Protobuf's Python API fills a repeated field from Python numbers, one object per value. Here the
+same fields are written as bytes (a tag, a length, then the values: little-endian doubles as they
+lie in memory, unsigned integers as base-128 varints of one width) and given to protobuf's own
+parser (``message.MergeFromString``), with no object per value; the message is protobuf's, and
+serialises to the same bytes as one filled value by value (``tests/rpc/test_wire.py``).
 
 The encoding is protobuf's documented wire format (https://protobuf.dev/programming-guides/encoding/):
 a packed repeated field is one record of wire type 2 (length-delimited).
@@ -34,7 +33,7 @@ def varint(value: int) -> bytes:
 def varints(values: np.ndarray) -> bytes:
     """Non-negative integers (< 2**64) as consecutive varints, all as long as the largest's: a
     value with fewer 7-bit groups is padded with zero groups (continuation bit set), an over-long
-    form protobuf's parsers accept and read as the value (``tests/test_wire.py``). What they parse
+    form protobuf's parsers accept and read as the value (``tests/rpc/test_wire.py``). What they parse
     into is serialised canonically again; these bytes are only ever given to ``MergeFromString``."""
     values = np.asarray(values)
     if values.dtype.kind not in "iu":

@@ -2,30 +2,19 @@
 
 With ``predictor serve --workers N`` the learner processes and the answering workers share the
 machine's cores. When the cores are short, a scheduler's answer should not wait behind learning:
-``--learner-nice N`` raises the learners' niceness, and ``--learner-policy`` puts them in a lower
-scheduling class (Linux, ``sched(7)``):
-
-* ``normal`` (``SCHED_OTHER``): the default, weighted by niceness;
-* ``batch`` (``SCHED_BATCH``): taken as CPU-bound; it never preempts a task that wakes up;
-* ``idle`` (``SCHED_IDLE``): runs only on a core that nothing else wants; an answering worker that
-  wakes up preempts it at once. Under sustained answer load that fills every core, learning (and
-  so the acknowledgement of observations) waits until the load eases.
-
-and ``--learner-cpus`` / ``--worker-cpus`` keep them on separate cores (:func:`pin_to_cpus`,
-``sched_setaffinity``): on a machine of many cores, learning then never runs on a core an answer
-needs (cores that share hardware, as SMT siblings do, still slow each other a little);
-``--pin-workers`` holds each answering worker on one CPU of its own (:func:`worker_cpus`), so that
-its threads and caches stay together.
+``--learner-nice N`` raises the learners' niceness and ``--learner-policy normal|batch|idle`` puts
+them in a lower scheduling class (:func:`lower_priority`); ``--learner-cpus`` / ``--worker-cpus``
+keep them on separate cores (:func:`pin_to_cpus`), so that learning never runs on a core an answer
+needs (SMT siblings still slow each other a little); ``--pin-workers`` holds each answering worker
+on one CPU of its own (:func:`worker_cpus`), its threads and caches together.
 
 In one process, ``--handler-cpus`` splits the process's threads instead (:func:`handler_split`):
 the RPC handler threads, where answers are computed holding the GIL, run on those CPUs
-(:func:`pin_handler_thread`, each as it starts), and every other thread (gRPC's own, its polling
-thread, the learner, the snapshots) on the rest, so that gRPC's work between two answers does not
-evict the answers' code and data from their core's caches.
-
-Linux schedules threads, and a thread inherits its creator's niceness, class and CPUs when it
-starts, so :func:`lower_priority` and :func:`pin_to_cpus` change every thread the process already
-has (by thread id, from ``/proc/self/task``); the threads started afterwards inherit it.
+(:func:`pin_handler_thread`), and every other thread (gRPC's own, the learner, the snapshots) on
+the rest, so that gRPC's work between two answers does not evict the answers' code and data from
+their core's caches. A thread inherits its creator's niceness, class and CPUs, so
+:func:`lower_priority` and :func:`pin_to_cpus` change every thread the process already has (from
+``/proc/self/task``) and the threads started afterwards inherit it.
 
 Examples
 --------
@@ -89,7 +78,12 @@ def lower_priority(nice: int = 0, policy: str = "normal") -> None:
     nice:
         Niceness increment, ``0..19`` (lowering priority needs no privilege).
     policy:
-        A key of :data:`POLICIES`; ``normal`` leaves the class as it is.
+        A key of :data:`POLICIES` (Linux, ``sched(7)``): ``normal`` (``SCHED_OTHER``, weighted by
+        niceness) leaves the class as it is; ``batch`` (``SCHED_BATCH``) is taken as CPU-bound and
+        never preempts a task that wakes up; ``idle`` (``SCHED_IDLE``) runs only on a core that
+        nothing else wants, so an answering worker that wakes up preempts it at once, and under
+        sustained answer load that fills every core, learning (and so the acknowledgement of
+        observations) waits until the load eases.
 
     Raises
     ------
@@ -151,8 +145,8 @@ def worker_cpus(index: int, worker: Sequence[int], learner: Sequence[int], pin_e
     with ``pin_each`` (``--pin-workers``) one of them of its own, round robin, from ``worker`` or
     else from the CPUs this process may use but ``learner`` (all of them if that leaves none).
 
-    One CPU keeps a worker's threads and caches together: a sequential PredictLatency client was
-    answered with 9% less server CPU and an 11% lower p50 by a process held on one CPU (README).
+    One CPU keeps a worker's threads and caches together (the README's "Scaling out" has the
+    figures).
 
     >>> worker_cpus(0, (2, 3), (), False)
     (2, 3)

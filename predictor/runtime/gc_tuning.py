@@ -4,14 +4,11 @@ CPython collects its youngest generation after every 700 net allocations of cont
 and the whole heap after ten collections of the middle one (when enough new objects survived).
 A service that learns allocates many short-lived containers per observation (records, their
 co-runners, the block's lists) over a heap of long-lived ones (the model, the calibrators, the
-live view): with Python's thresholds the learner of one process spent about 5% of its time in
-the collector, ~700 young collections of ~0.4 ms each (up to 2.4 ms) in 8 s of full-speed
-ingest, and every few seconds a full collection of ~200,000 objects held the GIL for 85-90 ms,
-during which no answer moves. Collecting the youngest generation after
-:data:`DEFAULT_YOUNG_THRESHOLD` allocations, and freezing (``gc.freeze``: never traversed
-again) what start-up built, cut that to ~10 ms in 8 s with no pause over 6 ms
-(``experiments/bench_gc.py``; open-loop PredictLatency at 300 calls/s under full-speed
-ingest: p99 49-59 -> 11-15 ms).
+live view): with Python's thresholds the learner collects young objects often, and every few
+seconds a full collection traverses everything start-up built, holding the GIL while no answer
+moves. So a serving process collects the youngest generation after
+:data:`DEFAULT_YOUNG_THRESHOLD` allocations (:func:`set_young_threshold`, ``--gc-young-threshold``)
+and freezes what start-up built (:func:`freeze_startup`; ``gc.freeze``: never traversed again).
 
 Objects frozen are still freed by reference counting; only a reference cycle among them would
 outlive its use (the model's state is replaced, not cycled).

@@ -5,10 +5,9 @@ interval* (``sys.getswitchinterval()``, 5 ms by default). In one process the lea
 (a stream of observations) and the answering threads share the GIL; an answer needs it a dozen
 times on its way through gRPC and the handler, and each time it may wait up to a whole interval
 behind a learner that is busy in Python, or much longer where the learner drops and retakes the
-GIL often, as NumPy does (the learner's pauses for answers: :mod:`predictor.runtime.gil_yield`). Measured on 2 cores (``python -m experiments.bench``'s
-PredictLatency-under-ingest figure, the same ingest rate): p99 38–48 ms with 5 ms, 10–12 ms with
-0.5 ms. So ``predictor serve`` runs with :data:`DEFAULT_SWITCH_INTERVAL_MS` unless told otherwise
-(``--switch-interval-ms``).
+GIL often, as NumPy does (the learner's pauses for answers: :mod:`predictor.runtime.gil_yield`). A
+shorter interval shortens those waits, so ``predictor serve`` runs with
+:data:`DEFAULT_SWITCH_INTERVAL_MS` unless told otherwise (``--switch-interval-ms``).
 
 Examples
 --------

@@ -2,31 +2,18 @@
 
 CPython hands the GIL to a waiting thread when the holder has run a whole switch interval
 (:mod:`predictor.runtime.gil`) *with no release in between*: the waiter's wait starts over each time the
-holder drops the GIL and takes it back. NumPy drops and retakes it inside most array operations
-(fancy indexing, ``bincount``, copies, sorts, whatever their size), and the learner's block
-makes them every few tens of microseconds, so an answer waiting for the GIL is not handed it
-after an interval: it waits until it happens to win the race at one of those brief releases, or
-until the learner stops. Measured in one process learning at full speed (a probe thread that
-sleeps 0.2 ms and needs the GIL to wake): late by more than 1.5 ms 370 times in 8,000, two thirds
-of them in the admission-time replay's predictions and the rest in the calibrator's block, the
-numpy-heavy stages, against 4 in the compiled RLS kernel, which releases the GIL for
-milliseconds at a time. A Python loop that makes one such release every 144 µs kept a probe
-thread waiting 0.7 s at the median, and 1.0 ms once it paused every 1 ms
-(``experiments/gil_starvation.py``). In a one-process server under full-speed ingest
-(``experiments/bench_learner_yield.py``, 3 rounds of 8 s), pausing every 0.5 ms took a
-sequential client's PredictLatency p99 from 8.4-8.5 to 4.5-5.1 ms (p50 1.94-1.98 to 1.64-1.71)
-and an open-loop one's at 300 calls/s from 9.4-11.6 to 5.5-6.3 ms, for 4-10% of the learning
-rate (every 1 ms: 4.3-4.7 and 6.1-15.4 ms, 3-6%).
+holder drops the GIL and takes it back. NumPy drops and retakes it inside most array operations,
+which the learner's numpy-heavy stages (the admission-time replay's predictions, the calibrator's
+block) make every few tens of microseconds: an answer waiting for the GIL then waits until it
+wins the race at one of those brief releases, or until the learner stops.
 
 :func:`point` is called at places in those stages between two small pieces of work. When the
 process is set to yield (:func:`configure`, ``predictor serve --learner-yield-ms``), the service
-was asked something within :data:`ASKED_WITHIN_S` (:func:`asked`, called by the RPC layer as
-each unary call begins and ends) and the period has passed since the last pause, it sleeps
-:data:`PAUSE_S`: long enough for a waiting thread to wake and take the GIL, which it then keeps
-until it drops it. A server that only learns never pauses: each pause costs the learner ~0.13 ms
-(the sleep and the timer's slack), 10-12% of its rate at 0.5 ms when nothing waits. Off (the
-default in every process but a one-process server), a point costs a global read and a
-comparison.
+was asked something within :data:`ASKED_WITHIN_S` (:func:`asked`, called by the RPC layer as each
+unary call begins and ends) and the period has passed since the last pause, it sleeps
+:data:`PAUSE_S`, long enough for a waiting thread to take the GIL. Pauses change when the learner
+works, never what it computes; a server that only learns never pauses. Off (the default in every
+process but a one-process server), a point costs a global read and a comparison.
 
 Examples
 --------
@@ -47,7 +34,7 @@ import time
 from collections.abc import Iterator
 
 PAUSE_S = 50e-6
-"""How long a pause sleeps (a thread waiting for the GIL wakes in ~10-50 µs on this machine)."""
+"""How long a pause sleeps: long enough for a thread waiting for the GIL to wake and take it."""
 
 ASKED_WITHIN_S = 1.0
 """How recently the service must have been asked something for the learner to pause: an answer's

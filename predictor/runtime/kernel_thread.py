@@ -8,11 +8,10 @@ Handing a call to another Python thread is the delicate part: that thread needs 
 (to unbox the arguments), and a caller that goes on in Python keeps the GIL. CPython asks a
 running thread to drop the GIL only after the waiting one has waited a whole switch interval
 (5 ms by default) *with no release in between*, and a caller that reads a gzip file releases and
-retakes it at every chunk it inflates, which restarts that wait each time: the worker then began
-only when the caller itself blocked, one block later (measured: 3.7 ms after the hand-off, for a
-call of 0.6 ms). So :meth:`KernelThread.start` returns only once the worker has begun: the caller
-blocks on a lock, releasing the GIL, which the worker takes, releases the lock, and holds until
-the compiled code drops it. The result is collected by :meth:`KernelThread.wait`.
+retakes it at every chunk it inflates, which restarts that wait each time: a worker left to itself
+would begin only when the caller itself blocked, one block later. So :meth:`KernelThread.start`
+returns only once the worker has begun: the caller blocks on a lock, releasing the GIL, which the
+worker takes, releases the lock, and holds until the compiled code drops it. The result is collected by :meth:`KernelThread.wait`.
 
 Examples
 --------

@@ -2,11 +2,10 @@
 
 The service's learners make many small BLAS calls (an RLS update of the default
 model is a rank-1 update of a 192 × 192 matrix). With OpenBLAS's default of one
-thread per core, each call wakes a second thread that then spins: on a busy
-2-core machine that made one update 3× slower, and learning collapsed from
-~27,000 to ~190 records/s when another process competed for the cores. Every
-entry point (the command line, the server, the demo, the benchmarks) therefore
-limits BLAS to :data:`DEFAULT_THREADS` thread, through ``threadpoolctl``.
+thread per core, each call wakes a second thread that then spins, which slows
+every update and starves learning when another process competes for the cores.
+Every entry point (the command line, the server, the demo, the benchmarks)
+therefore limits BLAS to :data:`DEFAULT_THREADS` thread, through ``threadpoolctl``.
 
 The limit comes from, in order: the argument, the ``PREDICTOR_BLAS_THREADS``
 environment variable, then :data:`DEFAULT_THREADS`. ``0`` leaves BLAS as it is.

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from predictor.calibration import cell_kernel
-from predictor.calibration.conformal import Bound, BoundSource, check_confidence
+from predictor.calibration.conformal import Bound, BoundSource
 from predictor.calibration.shape import log_ratios, normal_quantile
 from predictor.calibration.shapes import MAX_COUNT, QueryShape
 from predictor.features.window import at_window
@@ -57,6 +57,7 @@ from predictor.service.errors import (
 )
 from predictor.service.estimates import fixed_point_kernel, monotone
 from predictor.service.estimates.delay import decide
+from predictor.service.estimates.filling import Filling
 from predictor.service.estimates.placements import (
     CandidateColumns,
     EstimatedPaths,
@@ -68,6 +69,7 @@ from predictor.service.estimates.placements import (
 )
 from predictor.service.estimates.terms import terms_of
 from predictor.service.live.liveview import RunningBatch
+from predictor.service.live.queues import QueueWhatIf
 from predictor.service.live.transfers import NOWHERE
 from predictor.service.published import ModelVersion
 from predictor.service.state import ServiceState
@@ -217,7 +219,8 @@ class Answering:
         planned = self.plan_query(query, prefix)
         if query.learned_only:
             self.check_learned(query, planned, prefix)
-        answer = self.answer(planned, confidence, where=self.input_place(query.input, prefix))
+        answer = self.answer(planned, confidence, where=self.input_place(query.input, prefix),
+                             what_if=self.what_if(query.what_if))
         self.remember(query.batch_id, answer)
         return answer.prediction(0)
 
@@ -229,7 +232,8 @@ class Answering:
         planned = self.plan_query(query, "query.")
         if query.learned_only:
             self.check_learned(query, planned)
-        answer = self.answer(planned, confidence, deadline_ms, where=self.input_place(query.input, "query."))
+        answer = self.answer(planned, confidence, deadline_ms, where=self.input_place(query.input, "query."),
+                             what_if=self.what_if(query.what_if))
         self.remember(query.batch_id, answer)
         slack = float(answer.slack_ms[0])
         return DeadlineAnswer(answer.feasible(0), slack, float(answer.probability[0]), deadline_ms, answer.prediction(0))
@@ -294,6 +298,12 @@ class Answering:
         ranking.delay = self.delay_decision(ranking)
         return ranking
 
+    def what_if(self, what_if: QueueWhatIf | None) -> QueueWhatIf | None:
+        """A query's what-if on its device's queue, validated (``None``: none asked)."""
+        if what_if is not None:
+            what_if.validate(self.state.config.max_value)
+        return what_if
+
     def input_place(self, where: InputPlace | None, prefix: str) -> InputPlace | None:
         """The input's place and size of a query, validated (fields named with ``prefix``)."""
         if where is None or where == NOWHERE:
@@ -316,16 +326,18 @@ class Answering:
         if confidence is None or confidence == 0:
             return self.state.config.default_confidence
         try:
-            return check_confidence(confidence)
+            return rules.check_confidence(confidence)
         except ValueError as exc:
             raise InvalidArgument("confidence", str(exc).removeprefix("confidence ")) from None
 
     # ------------------------------------------------------------------ planning
-    def plan_query(self, query: Query, prefix: str, *, batch_prefix: str | None = None) -> Planned:
+    def plan_query(self, query: Query, prefix: str, *, batch_prefix: str | None = None,
+                   filling: Filling | None = None) -> Planned:
         """Validate a query and resolve its co-runners (explicit or from the live view).
 
         Fields are named with ``prefix`` (``query.``, ``candidates[3].``), the batch's and the
-        solo latency's with ``batch_prefix`` (default: ``prefix``).
+        solo latency's with ``batch_prefix`` (default: ``prefix``). ``filling``: what fills in
+        what the query leaves out (default: the service's, as it stands).
         """
         batch_prefix = prefix if batch_prefix is None else batch_prefix
         remaining: list[float | None] = []
@@ -375,7 +387,7 @@ class Answering:
             record = dataclasses.replace(record, device_kind=kind)
         estimated = [f"co_runners[{i}].overlap" for i, ms in enumerate(remaining) if ms is not None]
         if self.state.config.fill_missing:
-            filling = self.state.filling
+            filling = filling or self.state.filling
             signals, filled = filling.fill_signals(record.device, kind, record.signals)
             missing = [
                 i for i, (runner, ms) in enumerate(zip(query.co_runners, remaining, strict=False))
@@ -575,7 +587,8 @@ class Answering:
         return plan.at_window(window), window
 
     def answer(self, plan: Plan | Planned, confidence: float, deadline_ms: float | None = None,
-               where: InputPlace | None = None, model: ModelVersion | None = None) -> RankingColumns:
+               where: InputPlace | None = None, model: ModelVersion | None = None,
+               what_if: QueueWhatIf | None = None) -> RankingColumns:
         """Predictions, bounds (and, for a deadline, slack and probability) of every row, ranked.
 
         Latencies are monotone in crowding (:meth:`_latencies`); co-runners given by remaining
@@ -583,7 +596,8 @@ class Answering:
         fixed point. Ties of slack go to the less crowded device (:func:`rank_order`).
 
         A single query (a :class:`Planned`) is the one-row case; it gives the numbers its
-        one-row :class:`Plan` would. ``where``: the input's place and size (its transfer is a term).
+        one-row :class:`Plan` would. ``where``: the input's place and size (its transfer is a term);
+        ``what_if``: the queue waits at its rates rather than the learned ones.
         ``model``: the version to answer from (default: the latest
         published, :meth:`ServiceState.model <predictor.service.state.ServiceState.model>`).
         """
@@ -597,7 +611,7 @@ class Answering:
                 _record_shape(rows.record(i)) for i in range(n)]
         terms = terms_of(state.queues, state.memory, state.live, rows, confidence,
                          functools.partial(model.calibrator.bound_factors, rows.device_kinds, confidence),
-                         state.transfers, where)
+                         state.transfers, where, what_if)
         uppers, probabilities, row_bounds, fallback, corrections = self._bounds(
             plan, rows, latencies, shapes, confidence, deadline_ms,
             None if terms is None else terms.extra_mean_ms, model,
@@ -629,6 +643,7 @@ class Answering:
             confidence=confidence,
             predictor=state.config.predictor,
             observations_learned=learned,
+            sequence=model.sequence,
             deadline_ms=deadline_ms,
             row_bounds=row_bounds,
             shapes=_keys_of(shapes),

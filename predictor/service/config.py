@@ -13,8 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from predictor.calibration.conformal import check_confidence
-from predictor.records.rules import MAX_MAGNITUDE
+from predictor.records.rules import MAX_MAGNITUDE, check_confidence
 from predictor.service.live.topology import Topology
 
 
@@ -88,6 +87,11 @@ class ServiceConfig:
         At ingest, also answer the admission-time questions about each observed batch
         (co-runners without overlaps, no signals) and calibrate each query shape on them
         (:mod:`predictor.service.admission`).
+    replay_every_records
+        The admission-time questions about the record at sequence position ``n`` (records that
+        reached the learner, counted from the first) are answered by the model as it stood after
+        record ``K * floor(n / K)``, ``K`` this value: the boundaries come from the sequence,
+        never from messages or time (``docs/design.md``, One truth).
     shape_window, shape_min_residuals
         Residuals kept per calibration cell (query shape, device kind, co-runner count), and
         the fewest a cell needs to answer on its own (:mod:`predictor.calibration.shape`).
@@ -132,6 +136,11 @@ class ServiceConfig:
         EWMA weight of the newest observed transfer in its link class's correction, in (0, 1].
     delay_quantile
         Quantile of the observed queue waits that sets the delay limit of delay scheduling, in (0, 1).
+    max_clock_skew_ms
+        Largest distance, ms, between a report's ``client_time`` (the client's wall clock when the
+        event happened) and the service's wall clock when the report arrives; beyond it the report is
+        refused (``INVALID_ARGUMENT`` naming ``client_time``): the two clocks disagree too much for the
+        time to be trusted.
     publish_every_records, publish_every_s
         Answers are computed from a published copy of the model and calibrators
         (:mod:`predictor.service.published`); while it learns, the learner publishes a new
@@ -174,6 +183,7 @@ class ServiceConfig:
     max_device_kinds: int = 256
     max_value: float = MAX_MAGNITUDE
     admission_replay: bool = True
+    replay_every_records: int = 256
     shape_window: int = 1000
     shape_min_residuals: int = 30
     shape_gamma: float = 0.005
@@ -196,6 +206,7 @@ class ServiceConfig:
     delay_quantile: float = 0.9
     publish_every_records: int = 256
     publish_every_s: float = 0.005
+    max_clock_skew_ms: float = 2000.0
 
     def __post_init__(self) -> None:
         check_confidence(self.default_confidence)
@@ -219,6 +230,7 @@ class ServiceConfig:
             "dedup_max_producers",
             "dedup_max_record_ids",
             "publish_every_records",
+            "replay_every_records",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -251,7 +263,7 @@ class ServiceConfig:
             raise ValueError(f"outlier_warmup must be >= 0, got {self.outlier_warmup!r}")
         if not (math.isfinite(self.max_value) and self.max_value > 1):
             raise ValueError(f"max_value must be finite and > 1, got {self.max_value!r}")
-        for name in ("answer_ttl_s", "unseen_sigma", "publish_every_s"):
+        for name in ("answer_ttl_s", "unseen_sigma", "publish_every_s", "max_clock_skew_ms"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be > 0, got {value!r}")

@@ -76,6 +76,8 @@ class Service:
         An already built predictor (default: built from ``config.predictor``).
     clock
         Monotonic clock of the live view, in seconds.
+    wall
+        Wall clock, Unix seconds: what a report's ``client_time`` is compared with.
     state
         The state to answer from, built already (an answering worker's
         :class:`~predictor.service.replicas.workers.WorkerState`; default: a new one of ``config``).
@@ -88,8 +90,10 @@ class Service:
         predictor: LatencyPredictor | None = None,
         clock: Callable[[], float] = time.monotonic,
         state: ServiceState | None = None,
+        wall: Callable[[], float] = time.time,
     ):
         self.config = config = config or ServiceConfig()
+        self.wall = wall
         self.state = state if state is not None else ServiceState(config, predictor, clock)
         self.ingest = Ingest(self.state)
         self.answers = Answering(self.state)
@@ -212,16 +216,22 @@ class Service:
         memory: DeviceMemory | None = None,
         where: InputPlace | None = None,
         transfer_ms: float | None = None,
+        client_time_s: float | None = None,
     ) -> tuple[float, int]:
         """A batch started on ``device``; returns its predicted latency and how many run there now.
 
-        ``memory``: the device's memory and the model's load time as the collector read them;
-        ``where`` and ``transfer_ms``: where the batch's input was, how large, and the time it took to
-        move it to the device (learned by its link class's correction).
+        ``elapsed_ms``: how long it had already run when reported (its start, for the live view and
+        the queue's wait and service times, is that long before the report); ``client_time_s``: when
+        the client made the report, its wall clock (:meth:`event_age_ms`; the start is then
+        ``elapsed_ms`` before that). ``memory``: the device's memory and the model's load time as the
+        collector read them; ``where`` and ``transfer_ms``: where the batch's input was, how large, and
+        the time it took to move it to the device (learned by its link class's correction).
         """
         self.state.require_ready()
         if elapsed_ms is not None:
-            invalid_argument(rules.non_negative, elapsed_ms, "elapsed_ms")
+            invalid_argument(lambda v, p: rules.non_negative_within(v, p, self.config.max_value), elapsed_ms,
+                             "elapsed_ms")
+        age_ms = self.event_age_ms(client_time_s)
         memory = memory or DeviceMemory()
         memory.validate(self.config.max_value)
         if where is not None:
@@ -245,8 +255,9 @@ class Service:
             # overlapping fully, the cautious assumption), and 0 is answered: no prediction.
             predicted = 0.0
         window = predicted or self.config.stale_after_s * 1000.0
-        running = self.live.start(device, device_kind, batch_id, batch, window, elapsed_ms or 0.0)
-        self.state.queues.started(device, batch_id)
+        since_start_ms = (elapsed_ms or 0.0) + age_ms
+        running = self.live.start(device, device_kind, batch_id, batch, window, since_start_ms)
+        self.state.queues.started(device, batch_id, since_start_ms)
         book = self.state.memory
         if memory.resident_models:
             book.set_resident(device, memory.resident_models)
@@ -259,11 +270,13 @@ class Service:
             self.state.transfers.observe(device, where, transfer_ms)
         return predicted, running
 
-    def batch_end(self, device: str, batch_id: str, *, memory: DeviceMemory | None = None) -> tuple[bool, int]:
+    def batch_end(self, device: str, batch_id: str, *, memory: DeviceMemory | None = None,
+                  client_time_s: float | None = None) -> tuple[bool, int]:
         """A batch ended on ``device`` (or left its queue); returns whether it was running (or
         queued) and how many still run.
 
-        ``memory``: the batch's peak memory and the device's memory in use after it.
+        ``memory``: the batch's peak memory and the device's memory in use after it; ``client_time_s``:
+        when it ended, the client's wall clock (:meth:`event_age_ms`; default: when the report arrives).
         """
         self.state.require_ready()
         if not device:
@@ -272,8 +285,9 @@ class Service:
             raise InvalidArgument("batch_id", "must be a non-empty string")
         memory = memory or DeviceMemory()
         memory.validate(self.config.max_value)
+        age_ms = self.event_age_ms(client_time_s)
         spec = next((r.batch for r, _ in self.live.running(device) if r.batch_id == batch_id), None)
-        was_queued, _ = self.state.queues.ended(device, batch_id)
+        was_queued, _ = self.state.queues.ended(device, batch_id, age_ms)
         found, running = self.live.end(device, batch_id, required=not was_queued)
         if memory.used_mb is not None:
             self.state.memory.device_memory(device, used_mb=memory.used_mb)
@@ -283,10 +297,15 @@ class Service:
             self.state.memory.footprint(spec.model, spec.batch_size, memory.peak_mb)
         return found or was_queued, running
 
-    def batch_queued(self, device: str, device_kind: str, batch_id: str, batch: BatchSpec) -> tuple[int, float, float]:
+    def batch_queued(self, device: str, device_kind: str, batch_id: str, batch: BatchSpec, *,
+                     client_time_s: float | None = None) -> tuple[int, float, float]:
         """A batch joined ``device``'s queue; returns how many are queued there, its expected wait
-        (the predicted latencies queued ahead) and its predicted latency on the device as it runs now."""
+        (the predicted latencies queued ahead) and its predicted latency on the device as it runs now.
+
+        ``client_time_s``: when it joined, the client's wall clock (:meth:`event_age_ms`; default: when
+        the report arrives)."""
         self.state.require_ready()
+        age_ms = self.event_age_ms(client_time_s)
         if not device:
             raise InvalidArgument("device", "must be a non-empty string")
         if not rules.name_ok(device):
@@ -299,8 +318,28 @@ class Service:
         query = Query(device, batch, device_kind=device_kind, co_runner_source=source)
         prediction = self.answers.predict(query, prefix="")
         self.live.touch(device, device_kind)
-        queued, wait = self.state.queues.queued(device, batch_id, batch, prediction.latency_ms)
+        queued, wait = self.state.queues.queued(device, batch_id, batch, prediction.latency_ms, age_ms)
         return queued, wait, prediction.latency_ms
+
+    def event_age_ms(self, client_time_s: float | None) -> float:
+        """How long ago, ms, an event the client stamped ``client_time_s`` happened (0: unstamped).
+
+        Clock semantics: ``client_time_s`` is the client's wall clock (Unix seconds, UTC, e.g.
+        NTP-disciplined) when the event happened; its age is the service's wall clock now less it,
+        and the event is placed that long before now on the service's monotonic clock. A time up to
+        ``max_clock_skew_ms`` ahead of the service's clock is taken as now; one further ahead or
+        further behind is refused with :class:`InvalidArgument` naming ``client_time``.
+        """
+        if client_time_s is None:
+            return 0.0
+        age_ms = (self.wall() - client_time_s) * 1000.0
+        bound = self.config.max_clock_skew_ms
+        if not abs(age_ms) <= bound:  # NaN too
+            way = "ahead of" if age_ms < 0 else "behind"
+            raise InvalidArgument("client_time", f"is {abs(age_ms):.0f} ms {way} the service's clock (UTC), beyond "
+                                  f"the {bound:g} ms allowed (max_clock_skew_ms): synchronise the client's "
+                                  "clock, or leave client_time unset")
+        return max(age_ms, 0.0)
 
     # ------------------------------------------------------------------ answering
     def predict(self, query: Query, confidence: float | None = None, *, prefix: str = "query.") -> Prediction:

@@ -5,8 +5,9 @@ a decoded ``coloc/v1`` object, or the :class:`~predictor.records.rules.RecordErr
 that could not be converted, which is reported at its place in the stream); the
 transport layer converts its messages before they get here, marking each message's end
 (:data:`MESSAGE_END`). Each record is checked and logged as it comes; a block of them (a
-message, at most ``publish_every_records``) is then replayed against the model at the
-block's start (its admission-time questions) and scored prequentially (predict, bound, then
+message, at most ``publish_every_records``) is then replayed against the replay base (its
+admission-time questions, answered by the model at the last multiple of
+``replay_every_records`` of the sequence) and scored prequentially (predict, bound, then
 learn) in stream order under the state's lock, and published once; answers read published
 copies (:mod:`predictor.service.published`), so they never see a half-updated model nor wait
 for learning. A record is refused when it breaks the magnitude limits, comes faster than its
@@ -43,7 +44,9 @@ from predictor.service.errors import (
     ServiceError,
     Unavailable,
 )
+from predictor.service.estimates.filling import Filling
 from predictor.service.guards.ratelimit import RateLimiter
+from predictor.service.published import ModelVersion, Publisher
 from predictor.service.state import ServiceState
 from predictor.service.types import ObservationReport, Rejection
 
@@ -75,8 +78,8 @@ class Ingest:
 
     Records are learned by blocks: each record is validated, rate-limited, logged and marked
     taken in stream order as it arrives; a block (a message, at most
-    ``config.publish_every_records`` records) is then replayed at once against the model as it
-    stood at the block's start (the admission-time questions, :attr:`replay`) and learned
+    ``config.publish_every_records`` records) is then replayed at once against the replay base
+    (the admission-time questions, :attr:`replay`) and learned
     record by record (prediction, outlier gate, model, calibrators, monitors, in stream order),
     and published once. A block of one record is the per-record path.
     """
@@ -85,9 +88,11 @@ class Ingest:
         self.state = state
         config = state.config
         self.rate_limiter = RateLimiter(config.rate_limit, config.rate_burst) if config.rate_limit > 0 else None
-        self.replay: Callable[[Sequence[Record]], list[list[tuple[QueryShape, float]]]] | None = None
+        self.replay: Callable[[Sequence[Record], ModelVersion, Filling],
+                              list[list[tuple[QueryShape, float]]]] | None = None
         """Degraded replay: the admission-time answers about each observed batch of a block, asked
-        before the block is learned (:func:`~predictor.service.replay_block.replay_block`)."""
+        of a model version and filling (the replay base) before the block is learned
+        (:func:`~predictor.service.replay_block.replay_block`)."""
 
     def observe(self, record: Record, batch_id: str = "", *, client: str = "", key: DedupKey | None = None) -> float:
         """Learn from one observed record: score it (prequentially), then update the model.
@@ -170,22 +175,33 @@ class Ingest:
         """Learn a block of records already logged: each one's prediction before learning, or the
         :class:`OutlierRejected` that refused it, in block order.
 
-        The admission-time questions of every record are replayed first, against the model as it
-        stands at the block's start; each record is then learned in order (its own prediction
-        is prequential) and calibrated on with its replayed answers. Published once, at the end.
+        The block is cut where the sequence crosses a replay boundary (every
+        ``config.replay_every_records`` records that reached the learner); per part, the
+        admission-time questions of every record are replayed against the replay base
+        (:meth:`ServiceState.replay_base <predictor.service.state.ServiceState.replay_base>`), then
+        each record is learned in order (its own prediction is prequential) and calibrated on with
+        its replayed answers. Published once, at the end. What is learned is the same however the
+        records are cut into blocks (``docs/design.md``, One truth).
         """
         state = self.state
         out: list[float | ServiceError] = []
         try:
-            # a block of many: GetStatus answers from its start meanwhile (a status costs ~0.2 ms: not per record)
+            # a block of many: GetStatus answers from its start meanwhile (a status is too dear to take per record)
             with state.learning_block() if len(block) > 1 else state.lock:
                 self._write_block(block)
-                replays = self.replay([t.record for t in block]) if self.replay is not None else [[] for _ in block]
-                out = self._learn_records(block)
-                state.admission.observe_block([
-                    (taken.record, taken.kind, outcome, replayed, taken.batch_id)
-                    for taken, replayed, outcome in zip(block, replays, out, strict=True)
-                    if not isinstance(outcome, ServiceError)])
+                every = state.config.replay_every_records
+                start = 0
+                while start < len(block):
+                    part = block[start:start + every - state.sequence % every]
+                    start += len(part)
+                    replays = self._replays(part)
+                    outcomes = self._learn_records(part)
+                    state.sequence += len(part)
+                    out += outcomes
+                    state.admission.observe_block([
+                        (taken.record, taken.kind, outcome, replayed, taken.batch_id)
+                        for taken, replayed, outcome in zip(part, replays, outcomes, strict=True)
+                        if not isinstance(outcome, ServiceError)])
                 learned = sum(not isinstance(outcome, ServiceError) for outcome in out)
                 if learned:
                     state.changed(learned)
@@ -197,6 +213,17 @@ class Ingest:
                 if taken.batch_id:
                     state.live.end(taken.record.device, taken.batch_id, required=False)
         return out
+
+    def _replays(self, part: list[_Taken]) -> list[list[tuple[QueryShape, float]]]:
+        """The admission-time answers about each record of ``part`` (records between two replay
+        boundaries), from the replay base (under the lock)."""
+        if self.replay is None:
+            return [[] for _ in part]
+        state = self.state
+        base = state.replay_base()
+        version = Publisher.live(state.generation, base.predictor, state.calibrator, state.admission.calibrator,
+                                 base.sequence)
+        return self.replay([t.record for t in part], version, base.filling)
 
     def _check_taken(self, client: str, key: DedupKey) -> None:
         """Raise when ``key`` names a record already taken in, or one too old to tell (under the lock)."""
@@ -280,11 +307,12 @@ class Ingest:
             block = block[len(learned) + 1:]
         return out
 
-    def _learn_compiled(self, block: list[_Taken], fewest: int = 2) -> list[float] | None:
+    def _learn_compiled(self, block: list[_Taken], fewest: int = 1) -> list[float] | None:
         """The prequential steps of the longest prefix of ``block`` the outlier gate admits, by the
         compiled RLS or SGD kernel (:func:`~predictor.prequential.blocks.prequential_blocks`: the same steps as
         :meth:`_learn`, equal within rounding): their predictions. ``None`` where it does not apply
-        (not such an ``rls`` or ``sgd``, fewer than ``fewest`` records: a block of one is the per-record path).
+        (not such an ``rls`` or ``sgd``, or fewer than ``fewest`` records). A single record goes this
+        way too, so that every record is learned by the same arithmetic whatever block it is in.
 
         The kernel learns the whole block, then the gate checks its predictions in order; where it
         refuses a record, model and gates are restored and only the records before it are learned

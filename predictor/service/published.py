@@ -5,19 +5,9 @@ reads them. Rather than both holding the state's lock, the learner *publishes* a
 immutable :class:`ModelVersion` (independent copies, made under the lock) and
 answers read the latest one through a plain attribute, holding no lock while they
 compute. A burst of ingest then never stalls an answer for longer than it takes to
-read one reference.
-
-When a version is published (:class:`Publisher`):
-
-* by the learner, every ``every_records`` records or ``every_s`` seconds while it
-  learns (whichever comes first; never more often than a few times the time one copy
-  takes, so that copying stays a small share of learning), and at the end of every
-  ``ReportObservations`` stream, before it is acknowledged: an acknowledged record is
-  in the answers that follow the acknowledgement;
-* by a reader that finds the version stale while nothing is being learned (the
-  learner's state is then still, so a fresh copy costs one copy per change): a
-  query asked after learning ends sees everything learned, as if it had read the
-  live model.
+read one reference. An acknowledged record is in the answers that follow the
+acknowledgement, and a query asked after learning ends sees everything learned
+(:class:`Publisher` says when versions are made).
 
 Across processes (``predictor serve --workers N``), a learner process also writes its versions
 to a file replaced atomically, with a memory-mapped generation counter that answering processes
@@ -62,6 +52,10 @@ class ModelVersion:
         The conditional (per query shape) calibrator of the answers.
     observations_learned
         Observations the predictor had learned.
+    sequence
+        The records the learner had taken in (learned, or refused by its gates) when the version
+        was copied: the version's number in the record sequence. Answers computed from versions of
+        the same sequence are the same, whichever process computes them.
     """
 
     generation: int
@@ -69,10 +63,22 @@ class ModelVersion:
     calibrator: ConformalCalibrator
     shapes: ShapeCalibrator
     observations_learned: int
+    sequence: int = 0
 
 
 class Publisher:
     """When to publish, and how to copy (see the module documentation).
+
+    A version is published:
+
+    * by the learner, every ``every_records`` records or ``every_s`` seconds while it learns
+      (whichever comes first; never more often than a few times the time one copy takes, so that
+      copying stays a small share of learning), and at the end of every ``ReportObservations``
+      stream, before it is acknowledged: an acknowledged record is in the answers that follow the
+      acknowledgement;
+    * by a reader that finds the version stale while nothing is being learned (the learner's
+      state is then still, so a fresh copy costs one copy per change): a query asked after
+      learning ends sees everything learned, as if it had read the live model.
 
     Parameters
     ----------
@@ -109,7 +115,7 @@ class Publisher:
         return self.clock() - self._last >= max(self.every_s, COPY_SHARE * self.copy_s)
 
     def copy(self, generation: int, predictor: LatencyPredictor, calibrator: ConformalCalibrator,
-             shapes: ShapeCalibrator) -> ModelVersion:
+             shapes: ShapeCalibrator, sequence: int = 0) -> ModelVersion:
         """A new version of the live objects (call under the state's lock: nothing may learn meanwhile)."""
         start = self.clock()
         version = ModelVersion(
@@ -118,6 +124,7 @@ class Publisher:
             calibrator.frozen(self._copies),
             shapes.frozen(self._copies),
             predictor.n_learned,
+            sequence,
         )
         self._copies.done()
         end = self.clock()
@@ -129,7 +136,7 @@ class Publisher:
 
     @staticmethod
     def live(generation: int, predictor: LatencyPredictor, calibrator: ConformalCalibrator,
-             shapes: ShapeCalibrator) -> ModelVersion:
+             shapes: ShapeCalibrator, sequence: int = 0) -> ModelVersion:
         """The live objects seen as a version, without copies: only for the learner, under the lock
         (the admission-time answers it replays before learning a record)."""
-        return ModelVersion(generation, predictor, calibrator, shapes, predictor.n_learned)
+        return ModelVersion(generation, predictor, calibrator, shapes, predictor.n_learned, sequence)

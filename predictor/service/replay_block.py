@@ -2,33 +2,25 @@
 
 For every record of a block the service asks itself the admission-time questions a scheduler
 could have asked about its batch (:func:`~predictor.service.admission.admission_shapes`: its
-co-runners without overlaps, with overlaps; never signals), against the model at the block's
-start. Planning each question as a query (:meth:`Answering.plan_query
-<predictor.service.answering.Answering.plan_query>`: a :class:`~predictor.service.types.Query`
-built, validated, typed into a record, filled, copied) is most of that replay's cost, yet the
-questions of a record differ only in their co-runners' overlaps and all come from a record
-already typed. :func:`replay_block` plans a record's questions once:
+co-runners without overlaps, with overlaps; never signals), against the replay base (the model
+and filling at the last replay boundary of the sequence, :meth:`ServiceState.replay_base
+<predictor.service.state.ServiceState.replay_base>`). A record's questions differ only in their co-runners' overlaps, so rather than planning
+each as a query (:meth:`Answering.plan_query <predictor.service.answering.Answering.plan_query>`),
+:func:`replay_block` plans them once per record:
 
-* **validation once per record**: :func:`vouched` applies the predicates
-  :func:`~predictor.service.typed_query.typed_record` and
-  :func:`~predictor.records.record.record_within_limits` apply to each question, to the record's own
-  fields (a question takes its device, kind, batch, solo latency and co-runners; no signals, no
-  latency). Where it vouches, every question of the record passes ``plan_query``'s validation
-  and plans to the record the fields below give; where it does not (a field not typed as the
-  parser leaves it, or invalid), the record's questions go through ``plan_query`` each, so the
-  refusals are exactly ``plan_query``'s;
-* **filling once per record**: the device kind (the record's, else the live view's), the signals
-  filled in for it and the overlap assumed for its co-runners (the same calls ``plan_query``
-  makes; they do not change during a replay);
-* **no per-question objects**: a question is a tuple of columns; the questions sharing a batch
-  and solo latency become the rows of one :class:`~predictor.service.answering.Plan` built from
-  those columns directly (the rows :meth:`Plan.of <predictor.service.answering.Plan.of>` builds
-  from planned records), and a :class:`~predictor.service.answering.Planned` is built only for a
-  question predicted alone.
+* **validation once per record**: :func:`vouched` applies ``plan_query``'s predicates to the
+  record's own fields; where it does not vouch, the record's questions go through ``plan_query``
+  each, so the refusals are exactly ``plan_query``'s;
+* **filling once per record**: the device kind, the signals filled in for it and the overlap
+  assumed for its co-runners (the calls ``plan_query`` makes; they do not change during a replay);
+* **no per-question objects**: a record's questions become the rows of one
+  :class:`~predictor.service.answering.Plan` built from columns directly. The rows of a plan are
+  one record's, never several records': a row's rounding depends on the rows beside it (the
+  columns they present), and the answers must not depend on which records share a block.
 
 The groups, their order and the predictor calls are those of :func:`replay_block_per_question`
-(the replay as every question planned by ``plan_query``, kept as the reference), so the answers
-are the same, bit for bit.
+(every question planned by ``plan_query``: the reference), so the answers are the same, bit for
+bit.
 """
 
 from __future__ import annotations
@@ -49,6 +41,7 @@ from predictor.service.answering import Answering, Plan, Planned
 from predictor.service.errors import ServiceError
 
 if TYPE_CHECKING:
+    from predictor.service.estimates.filling import Filling
     from predictor.service.published import ModelVersion
 
 Question = tuple[int, QueryShape, str, str, Mapping[str, float], Sequence[CoRunner], list[float], "Planned | None"]
@@ -100,13 +93,16 @@ def vouched(record: Record, limit: float) -> bool:
     return True
 
 
-def plan_block(answering: Answering, records: Sequence[Record]) -> dict[tuple, list[Question]]:
+def plan_block(answering: Answering, records: Sequence[Record],
+               filling: Filling | None = None) -> dict[tuple, list[Question]]:
     """The admission-time questions of a block's records, planned, in groups that share one batch
-    and solo latency (keyed as :func:`replay_block_per_question` keys them, in the same order)."""
+    and solo latency (keyed as :func:`replay_block_per_question` keys them, in the same order);
+    ``filling`` fills in signals and overlaps (default: the service's, as it stands)."""
     state = answering.state
     limit = state.config.max_value
     live = state.live
-    filling = state.filling if state.config.fill_missing else None
+    given = filling
+    filling = (filling or state.filling) if state.config.fill_missing else None
     groups: dict[tuple, list[Question]] = {}
     filled_signals: dict[tuple[str, str], Mapping[str, float]] = {}  # the filling does not change in a replay
     assumed_overlaps: dict[tuple[str, int], float] = {}
@@ -116,10 +112,10 @@ def plan_block(answering: Answering, records: Sequence[Record]) -> dict[tuple, l
         if not wanted:
             continue
         if not vouched(record, limit):
-            for shape, planned in _planned_each(answering, record):
+            for shape, planned in _planned_each(answering, record, given):
                 p = planned.record
                 batch = p.batch
-                key = _group_key(batch, p.solo_latency_ms)
+                key = _group_key(at, batch, p.solo_latency_ms)
                 groups.setdefault(key, []).append(
                     (at, shape, p.device, p.device_kind, p.signals, p.co_runners, [c.overlap for c in p.co_runners],
                      planned))
@@ -141,19 +137,20 @@ def plan_block(answering: Answering, records: Sequence[Record]) -> dict[tuple, l
                     overlap = assumed_overlaps[count] = filling.overlap(kind, len(runners))
                 assumed = overlap
         batch = record.batch
-        group = groups.setdefault(_group_key(batch, record.solo_latency_ms), [])
+        group = groups.setdefault(_group_key(at, batch, record.solo_latency_ms), [])
         for shape, with_overlaps in wanted:
             overlaps = [r.overlap for r in runners] if with_overlaps else [assumed] * len(runners)
             group.append((at, shape, record.device, kind, signals, runners, overlaps, None))
     return groups
 
 
-def _planned_each(answering: Answering, record: Record) -> list[tuple[QueryShape, Planned]]:
+def _planned_each(answering: Answering, record: Record,
+                  filling: Filling | None = None) -> list[tuple[QueryShape, Planned]]:
     """The record's questions each planned by ``plan_query`` (those it refuses left out)."""
     out = []
     for shape, query in admission_queries(record):
         try:
-            out.append((shape, answering.plan_query(query, "record.")))
+            out.append((shape, answering.plan_query(query, "record.", filling=filling)))
         except ServiceError:
             continue
     return out
@@ -222,13 +219,15 @@ def replay_record(answering: Answering, record: Record) -> list[tuple[QueryShape
     return replay_block(answering, [record])[0]
 
 
-def replay_block(answering: Answering, records: Sequence[Record]) -> Replayed:
-    """:func:`replay_record` of every record of a block, all against the model as it stands (the
-    version at the block's start: what a scheduler was answered from while the block ran): each
-    record's questions planned once (:func:`plan_block`), each group predicted as one plan."""
-    model = answering.state.live_model()
+def replay_block(answering: Answering, records: Sequence[Record], model: ModelVersion | None = None,
+                 filling: Filling | None = None) -> Replayed:
+    """:func:`replay_record` of every record of a block, all against ``model`` and ``filling`` (default:
+    the model and filling as they stand): each record's questions planned once (:func:`plan_block`),
+    each group predicted as one plan. Ingest passes the version of the last replay boundary
+    (:meth:`ServiceState.replay_base <predictor.service.state.ServiceState.replay_base>`)."""
+    model = model or answering.state.live_model()
     out: Replayed = [[] for _ in records]
-    for group in plan_block(answering, records).values():  # a record's questions share its batch: one group
+    for group in plan_block(answering, records, filling).values():  # a record's questions share its batch: one group
         gil_point()
         for question, latency in zip(group, _latencies(answering, records, group, model), strict=True):
             if latency is not None:
@@ -246,7 +245,7 @@ def replay_block_per_question(answering: Answering, records: Sequence[Record]) -
     for at, record in enumerate(records):
         for shape, planned in _planned_each(answering, record):
             batch = planned.record.batch
-            key = _group_key(batch, planned.record.solo_latency_ms)
+            key = _group_key(at, batch, planned.record.solo_latency_ms)
             groups.setdefault(key, []).append((at, shape, planned))
     for group in groups.values():
         latencies: list[float | None] | None = None
@@ -268,6 +267,7 @@ def replay_block_per_question(answering: Answering, records: Sequence[Record]) -
     return out
 
 
-def _group_key(batch: BatchSpec, solo_latency_ms: float | None) -> tuple:
-    """The questions predicted together: one batch (model, size, attributes) and one solo latency."""
-    return (batch.model, batch.batch_size, tuple(batch.attrs.items()), solo_latency_ms)
+def _group_key(at: int, batch: BatchSpec, solo_latency_ms: float | None) -> tuple:
+    """The questions predicted together: one record's (at ``at`` in the block), of one batch (model,
+    size, attributes) and one solo latency."""
+    return (at, batch.model, batch.batch_size, tuple(batch.attrs.items()), solo_latency_ms)

@@ -50,6 +50,17 @@ SNAPSHOT_FILE = "service.snapshot"
 """The snapshot's file name in the service's state folder."""
 
 
+@dataclasses.dataclass(frozen=True)
+class ReplayBase:
+    """What the admission-time replay answers from, between two replay boundaries: the predictor
+    (a frozen copy) and the filling (a copy) as they stood when :attr:`sequence` records had
+    reached the learner, a multiple of ``config.replay_every_records`` (:meth:`ServiceState.replay_base`)."""
+
+    sequence: int
+    predictor: LatencyPredictor
+    filling: Filling
+
+
 class Learner(Protocol):
     """What :meth:`ServiceState.open` learns through (the ingest path)."""
 
@@ -132,6 +143,10 @@ class ServiceState:
         self._learning = 0  # observation streams in progress
         self._learning_lock = threading.Lock()
         self.version: ModelVersion = self.publisher.copy(0, self.predictor, self.calibrator, self.admission.calibrator)
+        # the records that reached the learner (learned, or refused by the outlier gate), in stream
+        # order: the sequence position the replay boundaries are counted on (see replay_base)
+        self.sequence = 0
+        self._replay_base: ReplayBase | None = None
 
     # ------------------------------------------------------------------ published versions
     def changed(self, records: int = 1) -> None:
@@ -142,7 +157,8 @@ class ServiceState:
             self._publish()
 
     def _publish(self) -> ModelVersion:
-        self.version = self.publisher.copy(self.generation, self.predictor, self.calibrator, self.admission.calibrator)
+        self.version = self.publisher.copy(self.generation, self.predictor, self.calibrator, self.admission.calibrator,
+                                           self.sequence)
         return self.version
 
     def publish(self) -> ModelVersion:
@@ -174,9 +190,20 @@ class ServiceState:
                 self.lock.release()
         return version
 
+    def replay_base(self) -> ReplayBase:
+        """The predictor and filling the admission-time questions about the record at position
+        :attr:`sequence` are answered from: as they stood at the last multiple of
+        ``config.replay_every_records`` (taken here, before the record at a boundary is learned;
+        call under the lock). A function of the record sequence alone, whatever the messages."""
+        base = self._replay_base
+        if base is None or (self.sequence % self.config.replay_every_records == 0 and base.sequence != self.sequence):
+            base = self._replay_base = ReplayBase(self.sequence, self.predictor.frozen(), self.filling.copy())
+        return base
+
     def live_model(self) -> ModelVersion:
         """What the learner holds now, as a version without copies (for the learner, under the lock)."""
-        return Publisher.live(self.generation, self.predictor, self.calibrator, self.admission.calibrator)
+        return Publisher.live(self.generation, self.predictor, self.calibrator, self.admission.calibrator,
+                              self.sequence)
 
     @contextlib.contextmanager
     def learning(self) -> Iterator[None]:
@@ -409,6 +436,8 @@ class ServiceState:
                 "gates": self.gates,
                 "filling": self.filling,
                 "dedup": self.dedup,
+                "sequence": self.sequence,
+                "replay_base": self._replay_base,
             }
             return snapshot.dump_state(state)
 
@@ -443,6 +472,10 @@ class ServiceState:
         dedup = state.get("dedup") or self.new_dedup()
         if not isinstance(dedup, Deduplicator):
             raise snapshot.SnapshotError(f"{path}: payload holds no table of records taken in")
+        sequence = state.get("sequence", predictor.n_learned)
+        replay_base = state.get("replay_base")
+        if not isinstance(sequence, int) or (replay_base is not None and not isinstance(replay_base, ReplayBase)):
+            raise snapshot.SnapshotError(f"{path}: payload holds no sequence position or replay base")
         with self.lock:
             self.filling = filling
             self.predictor = predictor
@@ -451,6 +484,8 @@ class ServiceState:
             self.monitor = monitor
             self.gates = gates
             self.dedup = dedup
+            self.sequence = sequence
+            self._replay_base = replay_base  # None (an older snapshot): taken afresh where it is needed
             self.changes = 0
             self.snapshot_sequence = int(header.get("log_sequence", 0))
             self.generation += 1

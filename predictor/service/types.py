@@ -16,6 +16,7 @@ from predictor.calibration.conformal import BoundSource
 from predictor.records import rules
 from predictor.records.record import BatchSpec, CoRunner
 from predictor.service.errors import InvalidArgument
+from predictor.service.live.queues import QueueWhatIf
 
 
 class CoRunnerSource(enum.Enum):
@@ -90,6 +91,8 @@ class Query:
     """Refuse (``FailedPrecondition``) rather than answer from a fallback for an unseen model or kind."""
     input: InputPlace | None = None
     """Where the batch's input is and how large it is: the answer adds its transfer to the device."""
+    what_if: QueueWhatIf | None = None
+    """The device's queue wait at these rates rather than the learned ones."""
 
     @classmethod
     def for_candidate(cls, batch: BatchSpec, candidate: Candidate, solo_latency_ms: float | None) -> Query:
@@ -174,6 +177,9 @@ class Prediction:
     """The transfer at the confidence."""
     transfer_link: str = ""
     """Link class of the transfer: ``device``, ``host``, ``rack``, ``remote`` ("": no input given)."""
+    sequence: int = 0
+    """The version the answer was computed from: the records the learner had taken in when it was
+    published (:attr:`~predictor.service.published.ModelVersion.sequence`)."""
 
     @property
     def completion_ms(self) -> float:

@@ -23,7 +23,6 @@ from typing import Any
 
 import grpc
 
-from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.model_gauges import ModelGauges
 from predictor.rpc.processes.forwarding import adopt_forwarded_caller
 from predictor.rpc.server import create_server, stop_server
@@ -113,7 +112,7 @@ def run_learner(config: ServiceConfig, options: Any, shard: int, shards: ShardMa
         service,
         max_workers=options.max_workers,
         max_message_bytes=options.max_message_bytes,
-        metrics=ServerMetrics(service),
+        metrics=None,  # its calls are the workers' forwards, counted once, where they arrived
         servicer=LearnerServicer(service, publisher),
     )
     server.start()

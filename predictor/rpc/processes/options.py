@@ -22,7 +22,8 @@ class ServeOptions:
     port: int = 50051
     metrics_port: int = 9464  # 0: no metrics endpoint
     metrics_host: str = "127.0.0.1"  # the metrics endpoint's address (not the service's)
-    metrics_token: bool = False  # scrapes need a bearer token of auth_token_file
+    metrics_token: bool = False  # scrapes need a bearer token of auth_token_file (the default with tokens)
+    open_metrics: bool = False  # scrapes need no token even with auth_token_file
     trace: str = "off"  # OpenTelemetry exporter of RPC spans: off, console, otlp (predictor.rpc.tracing)
     trace_endpoint: str | None = None  # where otlp sends spans
     state_dir: str | None = None
@@ -31,6 +32,7 @@ class ServeOptions:
     max_workers: int = 8
     max_message_bytes: int = 4 * 1024 * 1024
     max_concurrent_rpcs: int | None = 64  # DEFAULT_MAX_CONCURRENT_RPCS; 0 or None: no limit
+    shed_wait_ms: float = 0.0  # refuse a call expected to wait longer for a thread (predictor.rpc.overload); 0: never
     port_file: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -38,6 +40,7 @@ class ServeOptions:
     auth_token_file: str | None = None
     allowed_clients: tuple[str, ...] = ()
     protect_reads: bool = False
+    allow_unauthenticated_writes: bool = False  # no credential configured: writes from any address, not loopback only
     workers: int = 1  # answering processes; > 1: learner processes and workers (predictor.rpc.processes.supervisor)
     shards: tuple[str, ...] = ()  # --shard: device kinds per learner (predictor.service.replicas.shards)
     learner_nice: int = 0  # the learner processes' niceness increment (--workers > 1)

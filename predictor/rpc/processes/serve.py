@@ -13,6 +13,10 @@ Security (``--tls-cert``/``--tls-key``, ``--tls-client-ca`` for mutual TLS,
 in :mod:`predictor.rpc.security`; durability (``--fsync``) in
 :mod:`predictor.service.durability.wal`.
 
+The ports are checked first (:mod:`predictor.rpc.processes.ports`): a port in use ends the command at
+once with status 2 and a message naming it; the gRPC port is then bound exclusively (shared only among
+the answering workers of ``--workers N``).
+
 ``--workers N`` (N > 1) runs learner processes and N answering processes on the port instead
 (:mod:`predictor.rpc.processes.supervisor`); ``--workers 1``, the default, is the single process below.
 """
@@ -20,6 +24,7 @@ in :mod:`predictor.rpc.security`; durability (``--fsync``) in
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import sys
 import threading
@@ -27,8 +32,9 @@ from typing import Any
 
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.processes.options import ServeOptions, write_port_file
+from predictor.rpc.processes.ports import check_port_free
 from predictor.rpc.processes.supervisor import serve_workers
-from predictor.rpc.security import security_from_options
+from predictor.rpc.security import metrics_policy, security_from_options, start_warnings
 from predictor.rpc.server import public_server, stop_server
 from predictor.rpc.tracing import tracing_from_option
 from predictor.runtime.cpu_priority import (
@@ -56,6 +62,13 @@ log = logging.getLogger("predictor.serve")
 def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | None = None) -> int:
     """Run the service until ``stop`` is set (or a signal arrives); returns the exit status."""
     stop = stop or threading.Event()
+    try:  # before anything else: a port in use is named at once, not after the model has loaded
+        check_port_free(options.host, options.port, "gRPC")
+        if options.metrics_port:
+            check_port_free(options.metrics_host, options.metrics_port, "metrics")
+    except OSError as exc:
+        print(f"predictor serve: error: {exc}", file=sys.stderr)
+        return 2
     try:
         credentials, policy = security_from_options(options)
         tracing = tracing_from_option(options.trace, options.trace_endpoint)
@@ -69,6 +82,10 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         other_cpus = handler_split(options.handler_cpus) if options.handler_cpus else ()
     except ValueError as exc:
         print(f"predictor serve: error: {exc}", file=sys.stderr)
+        return 2
+    if not (math.isfinite(options.shed_wait_ms) and options.shed_wait_ms >= 0):
+        print(f"predictor serve: error: --shed-wait-ms must be >= 0 (0: never shed), got {options.shed_wait_ms}",
+              file=sys.stderr)
         return 2
     if options.workers < 1:
         print(f"predictor serve: error: --workers must be >= 1, got {options.workers}", file=sys.stderr)
@@ -101,8 +118,12 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
     fixed_point_kernel.warm()  # before the first ranking or moving query, not during it
     service = Service(config)
     metrics = ServerMetrics(service)
-    server, port = public_server(options, f"{options.host}:{options.port}", service, metrics,
-                                 credentials, policy, tracing)
+    try:
+        server, port = public_server(options, f"{options.host}:{options.port}", service, metrics,
+                                     credentials, policy, tracing)
+    except OSError as exc:  # taken since the check above
+        print(f"predictor serve: error: {exc}", file=sys.stderr)
+        return 2
     server.start()
     transport = "mutual TLS" if options.tls_client_ca else "TLS" if credentials is not None else "plaintext"
     print(
@@ -112,22 +133,18 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
     print(f"predictor serve: {policy.describe()}", flush=True)
     if tracing is not None:
         print(f"predictor serve: OpenTelemetry traces of every RPC to {options.trace}", flush=True)
-    if policy.token_digests and credentials is None:
-        log.warning(
-            "bearer tokens over a plaintext port can be read off the network: use --tls-cert/--tls-key"
-        )
+    for warning in start_warnings(options, policy, credentials):
+        log.warning("%s", warning)
     if options.port_file:
         write_port_file(options.port_file, port)
     if options.metrics_port:
         try:
-            metrics_port = metrics.serve(
-                options.metrics_port, options.metrics_host, policy if options.metrics_token else None
-            )
+            metrics_port = metrics.serve(options.metrics_port, options.metrics_host, metrics_policy(options, policy))
         except OSError as exc:
             print(f"predictor serve: error: cannot serve metrics: {exc}", file=sys.stderr)
             server.stop(0).wait()
             return 2
-        guarded = " (bearer token required)" if options.metrics_token else ""
+        guarded = " (bearer token required)" if metrics_policy(options, policy) is not None else ""
         print(
             f"predictor serve: Prometheus metrics on http://{options.metrics_host}:{metrics_port}/metrics{guarded}",
             flush=True,

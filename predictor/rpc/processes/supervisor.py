@@ -7,8 +7,8 @@ The supervisor (the process started by the command) starts, with ``multiprocessi
   shard, ``--state/shard-<i>`` with several), reachable through a Unix socket in a private run
   folder, where it also writes its published versions;
 * N answering workers (:func:`~predictor.rpc.processes.worker.run_worker`) listening on the same port
-  (``SO_REUSEPORT``; for ``--port 0`` the supervisor reserves a free port with a bound socket that
-  never listens, so that the kernel spreads connections over the workers only).
+  (``SO_REUSEPORT``; the supervisor first reserves the port, refusing one in use, with a bound socket
+  that never listens, so that the kernel spreads connections over its workers only).
 
 It serves the Prometheus endpoint itself, summing every process's RPC metrics (prometheus-client's
 multiprocess mode, :class:`~predictor.rpc.metrics.MultiProcessMetrics`), starts again any child
@@ -35,8 +35,9 @@ from typing import Any
 from predictor.records.logio import read_records, write_records
 from predictor.rpc.metrics import MultiProcessMetrics
 from predictor.rpc.processes.learner import run_learner
+from predictor.rpc.processes.ports import check_port_free
 from predictor.rpc.processes.worker import run_worker
-from predictor.rpc.security import security_from_options
+from predictor.rpc.security import metrics_policy, security_from_options, start_warnings
 from predictor.service.config import ServiceConfig
 from predictor.service.replicas.shards import ShardMap
 
@@ -45,7 +46,13 @@ RESTART_DELAY_S = 0.5
 
 
 def reserve_port(host: str, port: int) -> socket.socket:
-    """A socket bound (not listening) to ``host:port`` with ``SO_REUSEPORT``: the workers bind beside it."""
+    """A socket bound (not listening) to ``host:port`` with ``SO_REUSEPORT``: the workers bind beside it.
+
+    A port that another socket already holds (a server, or another supervisor's reservation) is refused
+    first with :class:`~predictor.rpc.processes.ports.PortInUse` naming it: the port is shared among
+    this supervisor's workers only.
+    """
+    check_port_free(host, port)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
@@ -140,7 +147,7 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
 
     try:
         shards = ShardMap.parse(options.shards)
-        _, policy = security_from_options(options)
+        credentials, policy = security_from_options(options)
         reserved = reserve_port(options.host, options.port)
     except (ValueError, OSError) as exc:
         print(f"predictor serve: error: {exc}", file=sys.stderr)
@@ -180,10 +187,14 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
         return start
 
     def worker(index: int) -> Callable[[], Any]:
+        starts = [0]
+
         def start() -> Any:
+            # the first start listens at once (NOT_SERVING until ready); one started again binds once ready
             process = ctx.Process(target=run_worker, name=f"worker-{index}",
                                   args=(config, options, index, shards, str(folder), port, listening, serving,
-                                        answers))
+                                        answers, starts[0] == 0))
+            starts[0] += 1
             process.start()
             return process
         return start
@@ -204,11 +215,14 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
         if not stop.is_set():
             print(f"predictor serve: {options.workers} workers listening on {options.host}:{port}, "
                   f"{len(shards)} learner(s) (run folder {folder}); NOT_SERVING until ready", flush=True)
+            print(f"predictor serve: {policy.describe()}", flush=True)
+            for warning in start_warnings(options, policy, credentials):
+                print(f"predictor serve: warning: {warning}", flush=True)
             if options.port_file:
                 write_port(options.port_file, port)
             if options.metrics_port:
                 metrics_port = metrics.serve(options.metrics_port, options.metrics_host,
-                                             policy if options.metrics_token else None)
+                                             metrics_policy(options, policy))
                 print(f"predictor serve: Prometheus metrics of all processes on "
                       f"http://{options.metrics_host}:{metrics_port}/metrics", flush=True)
         starting: set[int] | None = set(range(options.workers))  # None: all have served

@@ -26,6 +26,7 @@ from typing import Any
 import grpc
 
 from predictor.rpc.metrics import ServerMetrics
+from predictor.rpc.model_gauges import PipelineCounts
 from predictor.rpc.processes.forwarding import caller_metadata
 from predictor.rpc.processes.learner import learner_socket, start_child
 from predictor.rpc.protos import load
@@ -217,9 +218,16 @@ def _split(pb2: Any, message: Any) -> Iterator[Any]:
 
 
 def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap, folder: str, port: int,
-               listening: Any, serving: Any, answers: Sequence[Any] | None = None) -> int:
+               listening: Any, serving: Any, answers: Sequence[Any] | None = None, bind_at_once: bool = True) -> int:
     """Entry of an answering worker: serve on ``options.host:port`` (shared) until SIGTERM; its index is
-    put on ``listening`` once it listens, and on ``serving`` once it has started up (health SERVING)."""
+    put on ``listening`` once it listens, and on ``serving`` once it has started up (health SERVING).
+
+    ``bind_at_once``: listen from the start, health ``NOT_SERVING`` until started up (the first start of
+    the workers: the port answers health checks while the service starts); ``False`` (a worker started
+    again while its siblings answer): bind the port only once started up, so that the kernel hands it no
+    connection before it can answer (a socket in the port's ``SO_REUSEPORT`` group gets its share of the
+    new connections from the moment it is bound).
+    """
 
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s worker-{index} %(levelname)s %(message)s")
     stop = threading.Event()
@@ -232,10 +240,16 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
     tracing = tracing_from_option(options.trace, options.trace_endpoint)
     service = worker_service(config, folder, shards, answers)  # answers: the learners' queues (admission linking)
     servicer = WorkerServicer(service, folder, options.max_message_bytes)
-    server, bound = public_server(options, f"{options.host}:{port}", service, ServerMetrics(service),
-                                  credentials, policy, tracing, servicer)
-    server.start()
-    listening.put(index)
+
+    def listen() -> tuple[Any, int]:
+        server, bound = public_server(options, f"{options.host}:{port}", service, ServerMetrics(service),
+                                      credentials, policy, tracing, servicer, reuse_port=True)
+        server.start()
+        listening.put(index)
+        return server, bound
+
+    server, bound = listen() if bind_at_once else (None, port)
+    counts = PipelineCounts(service, index)  # its PlanPipeline counts, for the supervisor's /metrics
     state = service.state
     assert isinstance(state, WorkerState)
     memory = state.admission.memory
@@ -247,10 +261,16 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
         set_young_threshold(options.gc_young_threshold)  # for the process's life (predictor.runtime.gc_tuning)
         freeze_startup(options.gc_young_threshold, log)  # what it loaded to answer
         service.mark_ready()
+        if server is None:
+            server, bound = listen()  # health SERVING from its first connection
+        counts.start()
         print(f"predictor serve: worker {index} (pid {os.getpid()}) answering on port {bound}", flush=True)
         serving.put(index)
     stop.wait()
-    stop_server(server, service, options.grace_s)
+    if server is not None:
+        stop_server(server, service, options.grace_s)
+    else:
+        service.close()
     for reader in state.models:
         reader.close()
     log.info("model versions loaded: %d (%d in the background), residual windows read: %d",
@@ -258,6 +278,7 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
              sum(r.parts.unpickled for r in state.models))
     if isinstance(memory, ForwardedMemory):
         memory.stop()
+    counts.stop()
     servicer.close()
     if tracing is not None:
         tracing.shutdown()

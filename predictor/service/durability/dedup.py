@@ -3,23 +3,18 @@
 A collector that resends an interrupted ``ReportObservations`` stream sends some
 records twice. It can name each record, two ways (either or both):
 
-* a **producer id and a sequence number** (as idempotent producers in log
-  systems do): the producer numbers its records 1, 2, 3, ... and resends with
-  the same numbers. Per producer the service keeps the highest number taken and
-  the *holes* below it (numbers skipped, or refused as invalid or rate-limited,
-  which may still come); a number at or below the highest, not a hole, is a
-  duplicate. Numbers more than ``window`` below the highest are outside the
-  window: the service cannot tell and refuses them with a reason (never learns
-  them silently twice, never drops them silently);
-* a **record id**: any string unique per producer; the last ``max_record_ids``
-  ids are kept.
+* a **producer id and a sequence number** (as idempotent producers in log systems do), the same
+  numbers on a resend. Per producer the service keeps the highest number taken and the *holes*
+  below it (numbers skipped or refused, which may still come); a number at or below the highest,
+  not a hole, is a duplicate. Numbers more than ``window`` below the highest are refused with a
+  reason: never learned twice, never dropped silently;
+* a **record id**: any string unique per producer; the last ``max_record_ids`` are kept.
 
-Keys are namespaced by the caller's authenticated identity, so one client can
-neither suppress nor replay another's records. A record is *taken* once it is in
-the observation log (learned, or refused by the outlier gate, which is
-deterministic); records refused before the log (invalid, rate-limited) are not
-taken and may be sent again. The table lives in the snapshot and is rebuilt
-from the log entries after it (they carry the keys), so it survives restarts.
+Keys are namespaced by the caller's authenticated identity, so one client can neither suppress
+nor replay another's records. A record is *taken* once it is in the observation log (learned, or
+refused by the deterministic outlier gate); records refused before the log (invalid,
+rate-limited) may be sent again. The table lives in the snapshot and is rebuilt from the log
+entries after it, so it survives restarts.
 
 Examples
 --------

@@ -7,16 +7,10 @@ is appended to ``<state>/live/batches.log`` (one ``write`` syscall each, the
 same ``<CRC-32> <JSON>`` lines as the observation log; no fsync: it survives a
 kill of the process, not a machine crash). A start records when the batch
 started on the *wall clock* (the view's own clock is monotonic and does not
-survive a restart).
-
-At start-up :meth:`LiveLog.restore` folds the log (a start, unless an end
-follows it), drops the batches that started more than ``horizon_s`` ago (they
-have long ended; a wall clock stepped backwards makes a batch look younger, and
-the view's own staleness limit still drops it), enters the rest with the
-elapsed time they have run (the devices of the dropped ones stay known, idle), and rewrites the log with just them. The log is
-rewritten the same way (compacted) whenever it has grown by ``compact_after``
-lines, and after a write fails (a full disk): a write failure is counted and
-logged, never passed to the caller.
+survive a restart). At start-up :meth:`LiveLog.restore` enters the batches still
+running into the view; the log is compacted to them then, whenever it has grown
+by ``compact_after`` lines, and after a write fails (a full disk): a write
+failure is counted and logged, never passed to the caller.
 
 Examples
 --------
@@ -134,7 +128,14 @@ class LiveLog:
 
     # ------------------------------------------------------------------ start-up
     def restore(self, view: Any, horizon_s: float) -> LiveRestoreReport:
-        """Enter the batches the log says still run into ``view`` (a LiveView, not yet attached)."""
+        """Enter the batches the log says still run into ``view`` (a LiveView, not yet attached).
+
+        Folds the log (a start, unless an end follows it), drops the batches that started more
+        than ``horizon_s`` ago (they have long ended; a wall clock stepped backwards makes a batch
+        look younger, and the view's own staleness limit still drops it), enters the rest with the
+        elapsed time they have run (the devices of the dropped ones stay known, idle), and
+        rewrites the log with just them.
+        """
         self.horizon_s = horizon_s
         report = LiveRestoreReport()
         running: dict[tuple[str, str], dict] = {}

@@ -5,13 +5,11 @@ each co-runner will overlap the batch. Answering as if the signals were 0 and ev
 co-runner overlapped fully predicts from inputs unlike any the model learned from. So:
 
 * **signals** (:class:`SignalView`): each signal the query leaves out comes from the device's
-  recent observations, smoothed by an EWMA per device (for a device never observed, per
-  device kind);
-* **overlaps** (:class:`OverlapStats`): a co-runner given without an overlap (and without a
-  remaining time, from which the answering path derives one) gets the mean overlap observed
-  with as many co-runners on that device kind (else on any kind; else 1, as before), made
-  non-decreasing in the number of co-runners, so that adding a co-runner never lowers the
-  overlap filled in for the others (the answer stays monotone in crowding).
+  recent observations, smoothed by an EWMA per device (per device kind for a device never seen);
+* **overlaps** (:class:`OverlapStats`): a co-runner given with neither an overlap nor a remaining
+  time gets the mean overlap observed with as many co-runners on that device kind (else on any
+  kind; else 1), made non-decreasing in the number of co-runners, so that adding a co-runner
+  never lowers the overlap filled in for the others (the answer stays monotone in crowding).
 
 The answer names the fields it estimated (``Prediction.estimated``): ``signals.K`` and
 ``co_runners[i].overlap``.
@@ -35,6 +33,7 @@ Examples
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Mapping
 
@@ -157,6 +156,15 @@ class Filling:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+    def copy(self) -> Filling:
+        """An independent copy: what this one fills in now, whatever it learns afterwards."""
+        with self._lock:
+            twin = Filling.__new__(Filling)
+            twin.signals = copy.deepcopy(self.signals)
+            twin.overlaps = copy.deepcopy(self.overlaps)
+        twin._lock = threading.Lock()
+        return twin
 
     def observe(self, record: Record, kind: str | None = None) -> None:
         """Learn from an observed record: its device signals (not those measured on the batch itself,

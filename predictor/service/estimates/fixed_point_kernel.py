@@ -5,20 +5,19 @@ A linear predictor's answer on a ranking's rows is, per row, a quadratic of the 
 co-runners given by remaining time (:class:`~predictor.features.extract.OverlapQuadratic`), mapped to a
 latency by :class:`~predictor.predictors.base.QuadraticLatencies`. :func:`fixed_points` runs, row by row in one compiled
 loop, the search of :func:`~predictor.service.estimates.monotone.fixed_point_one` (the secant estimate, the
-galloping search, the bisection: the same grid points asked in the same order), where the
-column-wise search (:func:`~predictor.service.estimates.monotone.fixed_point_rows`) pays a dozen rounds of
-array operations. The grid points' windows are computed by NumPy from the indices found, so a
-window is the very number the other searches give for the same point (tested).
+galloping search, the bisection: the same grid points asked in the same order), as the
+column-wise search (:func:`~predictor.service.estimates.monotone.fixed_point_rows`) does over
+arrays. The grid points' windows are computed by NumPy from the indices found, so a window is the
+very number the other searches give for the same point (tested).
 
 A single query with co-runners given by remaining time runs the same search
 (:func:`window_of`): its ``rls`` answer is made a quadratic of its moving overlaps in the same
 compiled call (:func:`_window_coefficients`, from the record's
-:class:`~predictor.features.window.FineProgram` and the model's weight per feature), where the
-per-window Python path predicted the window's features some six times.
+:class:`~predictor.features.window.FineProgram` and the model's weight per feature).
 
 Compiled on first use and cached on disk (``cache=True``), in strict IEEE order; a server
 compiles it (or loads it from the cache) before it answers (:func:`warm`), so that its first
-ranking does not pay for it (0.3 s from the cache, ~3 s without).
+ranking does not pay for it.
 """
 
 from __future__ import annotations

@@ -11,12 +11,8 @@ learner:
   (contention cannot speed a batch up) and a batch with a negative attribute of its own is
   answered by the construction below;
 * any other predictor (a tree ensemble, a learner added later) answers through a **monotone
-  construction** over its own answers (:func:`additive`):
-  ``latency = base * (1 + sum_i overlap_i * h_i)``, where ``base`` is its answer for the batch
-  alone on the device and ``h_i >= 0`` the extra slowdown it predicts for co-runner ``i``
-  alone at full overlap, made non-decreasing in the co-runner's batch size (the running maximum
-  over batch sizes 1, 2, 4, ..., interpolated in ``log2``). Adding a co-runner adds a
-  non-negative term, raising an overlap or a batch size raises one: monotone by construction.
+  construction** over its own answers (:func:`additive`): its answer for the batch alone, times
+  one plus a non-negative term per co-runner, so monotone by construction.
 
 Co-runners given by remaining time get their overlap ``min(1, remaining / window)`` from the
 batch's own predicted window, a fixed point (:func:`fixed_point`): the answer is the smallest
@@ -91,11 +87,6 @@ def clipped(rows: CoLocations) -> CoLocations:
     return base if base.overlaps is rows.overlaps else base.with_overlaps(rows.overlaps)
 
 
-def as_rows(record: Record) -> CoLocations:
-    """A planned record as one row."""
-    return CoLocations.from_records([record])
-
-
 def latencies(predictor: LatencyPredictor, rows: CoLocations) -> np.ndarray:
     """Monotone predicted latencies (ms) of the rows (see the module's docstring)."""
     if direct(predictor, dict(rows.batch.attrs)):
@@ -146,6 +137,12 @@ def _high(predictor: LatencyPredictor) -> float:
 
 def additive(predictor: LatencyPredictor, rows: CoLocations) -> np.ndarray:
     """``base * (1 + sum_i overlap_i * h_i)``, at most the predictor's largest slowdown.
+
+    ``base`` is the predictor's answer for the batch alone on the device and ``h_i >= 0`` the
+    extra slowdown it predicts for co-runner ``i`` alone at full overlap, made non-decreasing in
+    the co-runner's batch size (the running maximum over batch sizes 1, 2, 4, ..., interpolated in
+    ``log2``). Adding a co-runner adds a non-negative term, raising an overlap or a batch size
+    raises one: monotone in crowding by construction.
 
     The terms ``h_i`` depend on everything but the overlaps and are kept in ``rows.cache``
     (shared by :meth:`~predictor.records.colocations.CoLocations.with_overlaps`), so a fixed point

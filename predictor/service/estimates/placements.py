@@ -321,6 +321,8 @@ class RankingColumns:
     """Queue wait, load time, memory and transfer of every row (``None``: none known, the latency alone)."""
     delay: DelayDecision | None = None
     """Delay scheduling: wait for a device holding the input, or go remote now (``None``: not asked)."""
+    sequence: int = 0
+    """The version the answers were computed from (:attr:`~predictor.service.published.ModelVersion.sequence`)."""
 
     def prediction(self, i: int) -> Prediction:
         """Candidate ``i``'s answer as a :class:`~predictor.service.types.Prediction`."""
@@ -342,6 +344,7 @@ class RankingColumns:
             fallback=bool(self.fallback[i]) if self.fallback is not None else False,
             query_shape=self.shapes[i] if self.shapes is not None else "",
             estimated=self.estimated[i] if self.estimated is not None else (),
+            sequence=self.sequence,
             **self.term_fields(i),
         )
 

@@ -29,7 +29,7 @@ from predictor.calibration.conformal import Bound
 from predictor.records.colocations import CoLocations
 from predictor.service.live.liveview import LiveView
 from predictor.service.live.memory import MemoryBook, MemoryNeed
-from predictor.service.live.queues import QueueBook, WaitEstimate, WaitSource
+from predictor.service.live.queues import QueueBook, QueueWhatIf, WaitEstimate, WaitSource
 from predictor.service.live.transfers import NO_TRANSFER, TransferBook, TransferEstimate
 from predictor.service.types import InputPlace
 
@@ -99,14 +99,16 @@ def terms_of(
     bounds: Callable[[], dict[str, Bound]],
     transfers: TransferBook | None = None,
     where: InputPlace | None = None,
+    what_if: QueueWhatIf | None = None,
 ) -> Terms | None:
-    """The terms of every row (``None`` when no device has a queue, rates or memory known, and no
-    input is given). ``bounds()``: the bound of a 1 ms prediction per device kind, asked only
-    when there are terms (most single queries have none)."""
+    """The terms of every row (``None`` when no device has a queue, rates or memory known, no input
+    is given and no what-if asked). ``bounds()``: the bound of a 1 ms prediction per device kind, asked
+    only when there are terms (most single queries have none); ``what_if``: the queue waits at its
+    rates (:meth:`QueueBook.wait <predictor.service.live.queues.QueueBook.wait>`)."""
     batch = rows.batch
     devices = rows.devices
     moving = transfers is not None and where is not None and where.given
-    if not (moving or queues.active_among(devices) or memory.relevant(batch.model, devices)):
+    if not (moving or what_if is not None or queues.active_among(devices) or memory.relevant(batch.model, devices)):
         return None
     n = len(rows)
     waits: list[WaitEstimate] = []
@@ -121,7 +123,7 @@ def terms_of(
         key = (device, kind)
         if key not in cache:
             factor = factors[kind].upper_ms if kind in factors else 1.0
-            cache[key] = (queues.wait(device, partial(_remaining, live, device), confidence, factor),
+            cache[key] = (queues.wait(device, partial(_remaining, live, device), confidence, factor, what_if),
                           memory.need(device, kind, batch.model, batch.batch_size))
         wait, need = cache[key]
         waits.append(wait)

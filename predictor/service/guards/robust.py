@@ -67,6 +67,7 @@ class OutlierGate:
         self.escape_fraction = escape_fraction
         self.escape_sources = escape_sources
         self._residuals: deque[float] = deque(maxlen=window)
+        self._sorted: list[float] = []  # the window, sorted (see _ordered)
         self._recent: deque[tuple[bool, str]] = deque(maxlen=escape_window)
         self._threshold = math.inf
         self._since_refresh = 0
@@ -116,9 +117,9 @@ class OutlierGate:
         return ordered[middle] if n % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
     def _ordered(self) -> list[float]:
-        """The window, sorted; kept in step with it (rebuilt when out of step, e.g. after unpickling)."""
-        ordered = self.__dict__.get("_sorted")
-        if ordered is None or len(ordered) != len(self._residuals):
+        """The window, sorted; kept in step with it (rebuilt when out of step: after an escape cleared the window)."""
+        ordered = self._sorted
+        if len(ordered) != len(self._residuals):
             ordered = self._sorted = sorted(self._residuals)
         return ordered
 

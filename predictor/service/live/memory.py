@@ -1,23 +1,20 @@
 """Device memory, model footprints, load times and residency, learned from the batch reports.
 
-* **Device memory**: the capacity and use the collectors read (NVML memory info on a GPU,
-  system memory on the CPU backend: :mod:`collectors.memory`), sent with
-  ``ReportBatchStart`` (capacity, use) and ``ReportBatchEnd`` (use); the latest reading counts.
+* **Device memory**: the latest capacity and use the collectors read (:mod:`collectors.memory`),
+  sent with ``ReportBatchStart`` (capacity, use) and ``ReportBatchEnd`` (use).
 * **Footprint** of a model at a batch size: the largest peak memory reported at
-  ``ReportBatchEnd`` for it (a peak is what must fit). A batch size never seen is taken
-  from the nearest larger one seen, else scaled linearly up from the largest smaller one
-  (both err on the large side).
+  ``ReportBatchEnd`` for it. A batch size never seen is taken from the nearest larger one seen,
+  else scaled linearly up from the largest smaller one (both err on the large side).
 * **Weights** of a model (what stays when it is resident): the intercept of a line through
-  its footprints over batch sizes, once two sizes are seen (none before).
-* **Load time** of a model: the mean of the ``load_ms`` reported at ``ReportBatchStart``
-  for it on that device kind (else on any kind).
+  its footprints over batch sizes, once two sizes are seen.
+* **Load time** of a model: the mean ``load_ms`` reported at ``ReportBatchStart`` for it on that
+  device kind (else on any kind).
 * **Residency**: a model is resident on a device it started a batch on within
   ``resident_ttl_s``, unless the device's collector reported the models loaded there since
-  (``resident_models``, at a start or end), without it.
+  (``resident_models``) without it.
 
-:meth:`MemoryBook.need` gives, for a batch on a device, the memory it needs (its footprint,
-less its weights when the model is resident), the memory free, and the load time to add
-(when the model is not resident).
+:meth:`MemoryBook.need` gives, for a batch on a device, the memory it needs (its footprint, less
+its weights when the model is resident), the memory free, and the load time to add.
 
 Examples
 --------

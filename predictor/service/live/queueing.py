@@ -6,24 +6,15 @@ average (Pollaczek-Khinchine)::
 
     W = lambda * E[S^2] / (2 * (1 - rho)),    rho = lambda * E[S]
 
-which holds only for ``rho < 1``; at ``rho >= 1`` the queue grows without bound and
-:func:`mg1_wait` says *saturated* instead of giving a number.
-
-The bound at a confidence ``q`` is a quantile of the wait. A batch waits at all with
-probability ``rho`` (an arrival finds the device busy); given that it waits, the wait
-is taken as exponential with mean ``W / rho``, so that::
+for ``rho < 1``; at ``rho >= 1`` the queue grows without bound and :func:`mg1_wait` says
+*saturated* instead of giving a number. The bound at a confidence ``q`` is a quantile of the wait:
+a batch waits at all with probability ``rho``, and given that it waits, the wait is taken as
+exponential with mean ``W / rho`` (exact for M/M/1, Kingman's heavy-traffic approximation
+otherwise)::
 
     P(wait > t) = rho * exp(-rho * t / W),    t_q = (W / rho) * ln(rho / (1 - q))  (0 when rho <= 1 - q)
 
-which is exact for exponential service (M/M/1) and the usual heavy-traffic
-approximation otherwise (Kingman: the wait of a G/G/1 queue near saturation is
-exponential).
-
-A device that runs up to ``c`` batches at once is an M/G/c queue (:func:`mgc_wait`): the
-Allen-Cunneen approximation scales the exact M/M/c wait (Erlang C) by ``(1 + C_s^2) / 2``
-(``C_s`` the coefficient of variation of the service time), with ``rho = lambda E[S] / c``;
-the probability of waiting at all is the Erlang C probability instead of ``rho``. With
-``c = 1`` it is the Pollaczek-Khinchine formula exactly.
+A device that runs up to ``c`` batches at once is an M/G/c queue (:func:`mgc_wait`).
 
 Examples
 --------
@@ -91,6 +82,10 @@ def erlang_c(servers: int, offered: float) -> float:
 
 def mgc_wait(arrival_rate: float, mean_service: float, second_moment: float, servers: int = 1) -> Wait:
     """The wait of an M/G/c queue (Allen-Cunneen; exactly Pollaczek-Khinchine for ``servers = 1``).
+
+    The Allen-Cunneen approximation scales the exact M/M/c wait (Erlang C) by ``(1 + C_s^2) / 2``
+    (``C_s`` the coefficient of variation of the service time), with ``rho = lambda E[S] / c``; the
+    probability of waiting at all is the Erlang C probability (:func:`erlang_c`) instead of ``rho``.
 
     >>> round(mgc_wait(0.05, 10.0, 200.0, servers=1).mean_ms, 9) == round(mg1_wait(0.05, 10.0, 200.0).mean_ms, 9)
     True

@@ -6,26 +6,15 @@ The queue book learns, per device, from the batch reports:
   predicted for it then); ``ReportBatchStart`` with the same id takes it out (it left the
   queue), ``ReportBatchEnd`` with that id too (it was dropped);
 * an **arrival** is a batch reported queued, or one reported started without having been
-  queued (it found the device free); the arrival rate is the number of arrivals over the
-  span of the last ``window`` of them;
-* a **service time** is the time from a batch's start report to its end report; the first
-  two moments are those of the last ``window`` of them;
-* the device's **concurrency** ``c`` is the most batches it was seen running at once (started,
-  not yet ended) over the last ``window`` starts: a device that co-locates is an M/G/c queue.
+  queued; the arrival rate is the number of arrivals over the span of the last ``window``;
+* a **service time** is the time from a batch's start report to its end report (the first
+  two moments of the last ``window``);
+* the device's **concurrency** ``c`` is the most batches it was seen running at once over the
+  last ``window`` starts: a device that co-locates is an M/G/c queue.
 
-The wait of a batch placed on a device now (:meth:`QueueBook.wait`):
-
-* **queue known** (the device reported a queue within ``stale_after_s``): the predicted
-  latencies of the batches queued ahead, behind the running batch that ends first (the
-  device starts the head of its queue when a running batch ends); its bound scales that
-  by the device kind's calibration factor;
-* **rates known** (at least ``min_samples`` arrivals and service times, no queue reported):
-  the M/G/1 Pollaczek-Khinchine mean wait (M/G/c, Allen-Cunneen, for a device seen running
-  ``c > 1`` batches at once), with its tail quantile at the confidence as the bound
-  (:mod:`predictor.service.live.queueing`); at utilisation >= 1 the device is *saturated*;
-* otherwise no wait.
-
-Its state is its own (the live view says what runs; this book what waits and how fast the
+From these :meth:`QueueBook.wait` estimates the wait of a batch placed on a device now: from the
+queue reported, else from the rates (:mod:`predictor.service.live.queueing`), else none. The
+book's state is its own (the live view says what runs; this book what waits and how fast the
 device serves), bounded like the live view.
 
 Examples
@@ -84,6 +73,66 @@ class WaitEstimate:
 
 
 NO_WAIT = WaitEstimate.none()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueWhatIf:
+    """A query's what-if: the device's wait at these rates instead of the learned ones.
+
+    Each field left ``None`` is the learned value (the service time's standard deviation, with the mean
+    given: the learned coefficient of variation, else that of an exponential service, 1). ``prefix`` is
+    the path of the fields in the request, for the errors naming them.
+
+    Examples
+    --------
+    >>> QueueWhatIf(arrival_rate_per_s=50.0, service_mean_ms=10.0, service_sd_ms=10.0).rates(None)
+    (0.05, 10.0, 200.0, 1)
+    """
+
+    arrival_rate_per_s: float | None = None
+    service_mean_ms: float | None = None
+    service_sd_ms: float | None = None
+    prefix: str = "query."
+
+    def validate(self, limit: float) -> None:
+        """Raise :class:`InvalidArgument` naming the first field that is not finite, is negative (the
+        rate, the deviation) or not positive (the mean), or lies beyond ``limit``."""
+        for name, value, positive in (("arrival_rate_per_s", self.arrival_rate_per_s, False),
+                                      ("service_mean_ms", self.service_mean_ms, True),
+                                      ("service_sd_ms", self.service_sd_ms, False)):
+            if value is None:
+                continue
+            if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+                raise InvalidArgument(f"{self.prefix}{name}",
+                                      f"must be a finite number {'>' if positive else '>='} 0, got {value!r}")
+            if value > limit:
+                raise InvalidArgument(f"{self.prefix}{name}", f"magnitude {value:g} is beyond the limit of {limit:g}")
+
+    def rates(self, learned: tuple[float, float, float, int] | None) -> tuple[float, float, float, int]:
+        """``(arrival rate per ms, E[S] ms, E[S^2] ms^2, concurrency)`` with the what-if's values in place
+        of ``learned`` (:meth:`QueueBook.rates`, ``None``: none learned); :class:`InvalidArgument` naming
+        a field that is needed because nothing is learned in its place."""
+        if self.arrival_rate_per_s is not None:
+            rate = self.arrival_rate_per_s / 1000.0
+        elif learned is not None:
+            rate = learned[0]
+        else:
+            raise InvalidArgument(f"{self.prefix}arrival_rate_per_s", "is needed: no arrival rate is learned for "
+                                  "the device (too few batches reported)")
+        if self.service_mean_ms is not None:
+            mean = self.service_mean_ms
+            if self.service_sd_ms is not None:
+                cv2 = (self.service_sd_ms / mean) ** 2
+            else:
+                cv2 = max(learned[2] / learned[1] ** 2 - 1.0, 0.0) if learned is not None else 1.0
+            second = (1.0 + cv2) * mean * mean
+        elif learned is not None:
+            mean = learned[1]
+            second = learned[2] if self.service_sd_ms is None else self.service_sd_ms ** 2 + mean * mean
+        else:
+            raise InvalidArgument(f"{self.prefix}service_mean_ms", "is needed: no service time is learned for the "
+                                  "device (too few batches reported)")
+        return rate, mean, second, learned[3] if learned is not None else 1
 
 
 @dataclass(slots=True)
@@ -167,12 +216,14 @@ class QueueBook:
             for key in [k for k, t in state.started.items() if t < horizon]:
                 del state.started[key]
 
-    def queued(self, device: str, batch_id: str, batch: BatchSpec, predicted_ms: float) -> tuple[int, float]:
-        """A batch joined ``device``'s queue; returns how many are queued and its expected wait (ms)."""
+    def queued(self, device: str, batch_id: str, batch: BatchSpec, predicted_ms: float,
+               ago_ms: float = 0.0) -> tuple[int, float]:
+        """A batch joined ``device``'s queue ``ago_ms`` before now (the report's own delay, when the
+        client said when it happened); returns how many are queued and its expected wait (ms)."""
         if not batch_id:
             raise InvalidArgument("batch_id", "must be a non-empty string")
         with self._lock:
-            now = self.clock()
+            now = self.clock() - ago_ms / 1000.0
             state = self._device(device)
             self._expire(state, now)
             if batch_id not in state.queue and len(state.queue) >= self.max_queued_per_device:
@@ -185,25 +236,26 @@ class QueueBook:
             self._active.add(device)
             return len(state.queue), ahead
 
-    def started(self, device: str, batch_id: str) -> None:
-        """A batch started on ``device``: it leaves the queue (or arrives, when it was never queued)."""
+    def started(self, device: str, batch_id: str, elapsed_ms: float = 0.0) -> None:
+        """A batch started on ``device`` ``elapsed_ms`` before now: it leaves the queue (or arrives, when
+        it was never queued); its wait ends, and its service time starts, at that instant."""
         with self._lock:
-            now = self.clock()
+            now = self.clock() - elapsed_ms / 1000.0
             state = self._device(device)
             self._expire(state, now)
             queued = state.queue.pop(batch_id, None)
             if queued is None:
                 state.arrivals.append(now)
             else:
-                waited = (now - queued.queued_at) * 1000.0
+                waited = max(now - queued.queued_at, 0.0) * 1000.0
                 state.waits.append(waited)
                 self._waits.append(waited)
             if len(state.started) < self.max_queued_per_device or batch_id in state.started:
                 state.started[batch_id] = now
             state.in_flight.append(len(state.started))
 
-    def ended(self, device: str, batch_id: str) -> tuple[bool, float | None]:
-        """A batch ended (or was dropped) on ``device``.
+    def ended(self, device: str, batch_id: str, ago_ms: float = 0.0) -> tuple[bool, float | None]:
+        """A batch ended (or was dropped) on ``device`` ``ago_ms`` before now.
 
         Returns whether it was queued (dropped before starting) and its service time in ms
         (``None`` when it was not seen starting).
@@ -217,7 +269,7 @@ class QueueBook:
             started = state.started.pop(batch_id, None)
             if started is None:
                 return False, None
-            service_ms = (self.clock() - started) * 1000.0
+            service_ms = max(self.clock() - ago_ms / 1000.0 - started, 0.0) * 1000.0
             state.services.append(service_ms)
             if min(len(state.services), len(state.arrivals)) >= self.min_samples:
                 self._active.add(device)
@@ -289,13 +341,31 @@ class QueueBook:
         running_remaining: Sequence[float] | Callable[[], Sequence[float]],
         confidence: float,
         bound_factor: float,
+        what_if: QueueWhatIf | None = None,
     ) -> WaitEstimate:
-        """The wait of a batch placed on ``device`` now (see the module docstring).
+        """The wait of a batch placed on ``device`` now.
+
+        * **queue known** (the device reported a queue within ``stale_after_s``): the predicted
+          latencies of the batches queued ahead, behind the running batch that ends first (the
+          device starts the head of its queue when a running batch ends); its bound scales that
+          by the device kind's calibration factor;
+        * **rates known** (at least ``min_samples`` arrivals and service times, no queue
+          reported): the M/G/1 Pollaczek-Khinchine mean wait (M/G/c, Allen-Cunneen, for a device
+          seen running ``c > 1`` batches at once), with its tail quantile at the confidence as the
+          bound (:mod:`predictor.service.live.queueing`); at utilisation >= 1 the device is
+          *saturated*;
+        * otherwise no wait.
 
         ``running_remaining``: the remaining times (ms) of the batches running there (the live
         view), or a function giving them (called only when a queue is waiting); ``bound_factor``:
-        the calibration factor of the device kind (bound / prediction).
+        the calibration factor of the device kind (bound / prediction); ``what_if``: the wait from
+        rates, with its values in place of the learned ones (a reported queue is then not used).
         """
+        if what_if is not None:
+            with self._lock:
+                state = self._devices.get(device)
+                learned = self._rates(state) if state is not None else None
+            return _from_rates(what_if.rates(learned), confidence)
         with self._lock:
             state = self._devices.get(device)
             if state is None:
@@ -314,8 +384,13 @@ class QueueBook:
             rates = self._rates(state)
         if rates is None:
             return NO_WAIT
-        rate, m1, m2, servers = rates
-        wait = mgc_wait(rate, m1, m2, servers)
-        if wait.saturated:
-            return WaitEstimate(WaitSource.RATES, math.inf, math.inf, saturated=True)
-        return WaitEstimate(WaitSource.RATES, wait.mean_ms, wait.quantile(confidence), utilisation=wait.utilisation)
+        return _from_rates(rates, confidence)
+
+
+def _from_rates(rates: tuple[float, float, float, int], confidence: float) -> WaitEstimate:
+    """The M/G/c wait of ``(arrival rate per ms, E[S], E[S^2], servers)``; saturated at utilisation >= 1."""
+    rate, m1, m2, servers = rates
+    wait = mgc_wait(rate, m1, m2, servers)
+    if wait.saturated:
+        return WaitEstimate(WaitSource.RATES, math.inf, math.inf, saturated=True)
+    return WaitEstimate(WaitSource.RATES, wait.mean_ms, wait.quantile(confidence), utilisation=wait.utilisation)

@@ -1,22 +1,18 @@
 """The time to move a batch's input to a device: the topology's links, corrected online.
 
-A query may say where its input is (a host, or a device) and how large it is (bytes); the
-transfer to a candidate device goes over the link class between the two
-(:meth:`~predictor.service.live.topology.Topology.link_class`: ``device``, ``host``, ``rack``,
-``remote``), whose nominal time is ``latency + bytes / bandwidth`` from the topology.
+A query may say where its input is (a host, or a device) and how large it is; the transfer to a
+candidate device goes over the link class between the two
+(:meth:`~predictor.service.live.topology.Topology.link_class`), whose nominal time is
+``latency + bytes / bandwidth``. Each class is corrected online from the transfers observed
+(``ReportBatchStart`` with ``transfer_ms``):
 
-Each link class has its own online correction, learned from the transfers observed
-(``ReportBatchStart`` with ``transfer_ms``, the measured time to move that batch's input):
-
-* **mean**: the nominal time times ``exp`` of an EWMA of ``log(observed / nominal)``
-  (a link slower than configured, or congested, is learned within a few transfers);
+* **mean**: the nominal time times ``exp`` of an EWMA of ``log(observed / nominal)``;
 * **bound** at a confidence: the mean times the conformal quantile of the recent ratios
-  ``observed / mean`` (as the latency bounds are calibrated); before ``min_samples``
-  transfers, ``fallback_factor`` (or the largest ratio seen, if larger).
+  ``observed / mean``; before ``min_samples`` transfers, ``fallback_factor`` (or the largest
+  ratio seen, if larger).
 
-A farther link never predicts less: the mean and the bound of a class are the largest of
-those of the classes up to it, so a correction cannot make a rack link beat a host link;
-and both grow with the bytes.
+A farther link never predicts less (a class's mean and bound are the largest of the classes up
+to it), and both grow with the bytes.
 
 Examples
 --------

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,18 @@ class Books:
     memory: Any
     transfers: Any
     filling: Any
+
+
+@contextlib.contextmanager
+def books_held(state: ServiceState) -> Iterator[Books]:
+    """The learner's books, held under the state's lock and each book's own while the block runs:
+    copy them within it (a pickle of them is a consistent copy; the copies get fresh locks)."""
+    with contextlib.ExitStack() as held:
+        held.enter_context(state.lock)
+        books = Books(state.live, state.queues, state.memory, state.transfers, state.filling)
+        for book in (books.live, books.queues, books.memory, books.transfers, books.filling):
+            held.enter_context(book._lock)
+        yield books
 
 
 class FilePublisher:
@@ -107,12 +120,7 @@ class FilePublisher:
         self._written = version.generation
 
     def _books_payload(self) -> bytes:
-        state = self.state
-        with contextlib.ExitStack() as held:
-            held.enter_context(state.lock)
-            books = Books(state.live, state.queues, state.memory, state.transfers, state.filling)
-            for book in (books.live, books.queues, books.memory, books.transfers, books.filling):
-                held.enter_context(book._lock)  # a consistent copy of each; fresh locks in the copy
+        with books_held(self.state) as books:
             return dumps(books)
 
     def _loop(self) -> None:

@@ -4,9 +4,8 @@ A :class:`~predictor.service.published.ModelVersion` is mostly residual windows 
 :class:`~predictor.calibration.conformal.ResidualWindow`: two lists of up to a few thousand floats each),
 and most of them are unchanged from one version to the next: the learner copies a window only when
 it changed (:class:`~predictor.calibration.conformal.WindowCopies`), so consecutive versions hold the *same*
-copy of every other one. Measured on the version of a service warm-started from
-``cpu-default``: the windows are 94% of the time ``pickle.loads`` takes (2.9 of 3.1 ms for the
-shape calibrator, whose windows are re-sorted on load; the RLS predictor, mostly arrays, 0.1 ms).
+copy of every other one. The windows are also most of what unpickling a version costs (the shape
+calibrator's are re-sorted on load).
 
 So a version is written as a *main* pickle in which each window is a reference to a *part*, a
 window pickled on its own, with its sorted order (read back without sorting, and only when an
@@ -67,6 +66,7 @@ class PackedWindow(ResidualWindow):
         self._packed = residuals
         self._array = None
         self._adds = adds
+        self._block_ring = None
 
     def __getattr__(self, name: str) -> Any:
         if name not in ("_order", "_sorted") or "_packed" not in self.__dict__:

@@ -1,0 +1,137 @@
+"""Ingest throughput: records learned per CPU second by a real service, by blocks and record by record.
+
+Feeds the first ``max_records`` records of a log, in messages of ``message`` records, to
+a fresh :class:`~predictor.service.core.Service` (``rls``, observation log on in a
+temporary state directory, fsync as configured) through
+:meth:`~predictor.service.core.Service.report_observations`, and measures the CPU
+seconds of the ingest (``time.process_time``). Variants, run interleaved ``repeats``
+times so that they share the machine's load:
+
+* ``service, per record``: every record ends a block (the path before blocks: each record's
+  admission-time questions replayed against the model just before it, learned one by one);
+* ``service``: the default configuration: by blocks of a message (``docs/design.md``);
+* ``service, no replay``: ``admission_replay=False`` (the admission-time questions about
+  each record are not replayed): the share of the replay;
+* ``service, no replay, no gate``: also ``outlier_gate=False``;
+* ``learning, per record``: the ``rls`` predictor alone, ``predict_learn_one`` per record
+  (:func:`~predictor.prequential.evaluation.run_prequential`);
+* ``learning, blockwise``: the same steps by the compiled kernel over blocks of 256
+  (:func:`~predictor.prequential.blocks.prequential_blocks`).
+
+Reports medians of records per CPU second, and each variant's ratio to ``service, per record``.
+The compiled kernel is loaded once before timing, as in a running server.
+
+Measured on the shared 2-core machine (4096 records, BLAS pinned to one thread), before blocks:
+service 633, no replay 1296, no replay and no gate 1486, learning per record 3665, learning
+blockwise 5278. By blocks (run 1): per record 822, service 1507 (1.83x), no replay 3253, no
+replay and no gate 3454, learning per record 4985, learning blockwise 7230 records per CPU
+second; run 2 (busier): per record 557, service 1296 (2.33x), no replay 2782. Half of a block's time was
+then the per-shape calibrator scoring each replayed answer, a sequential walk over cells.
+With that walk compiled over the block (:mod:`predictor.calibration.shape_block`; load average 3.9-4.3):
+per record 805, service 2218 (2.75x), no replay 4105, no replay and no gate 4345, learning per
+record 5037, learning blockwise 8096; interleaved against the code before it, service
+1609 -> 2263 (1.41x). Most of a block was then the admission-time replay's planning; with the
+block replay planned per record (:mod:`predictor.service.replay_block`; load 3.4-4.1): per record
+838, service 3110 (3.71x), no replay 4314, no replay and no gate 4570, learning per record 4974,
+learning blockwise 8019; interleaved against the code before it (load 2.7-3.5), service
+2385 -> 3326 (1.39x).
+
+Run: ``PYTHONPATH=$PWD .venv/bin/python -m experiments.bench.bench_ingest --max-records 4096``
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+from experiments.common import DEFAULT_DATASET, finish, start
+from predictor.predictors import create
+from predictor.prequential.blocks import prequential_blocks, supports
+from predictor.prequential.evaluation import run_prequential
+from predictor.records.logio import read_records
+from predictor.records.record import Record
+from predictor.service.config import ServiceConfig
+from predictor.service.core import Service
+from predictor.service.ingest import MESSAGE_END
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The study's settings; each field is also a ``--field`` option."""
+
+    log: str = str(DEFAULT_DATASET)
+    max_records: int = 4096
+    message: int = 256
+    repeats: int = 3
+    predictor: str = "rls"
+
+
+def ingest_seconds(records: list[Record], message: int, config: ServiceConfig, per_record: bool = False) -> float:
+    """CPU seconds a fresh service (observation log on) spends taking in ``records`` in messages of ``message``.
+
+    ``per_record``: each record ends a block (:data:`~predictor.service.ingest.MESSAGE_END` after
+    it): the per-record path, each replayed against the model just before it; one sync per message
+    as in the block path."""
+    with tempfile.TemporaryDirectory() as state_dir:
+        service = Service(config)
+        service.open(state_dir)
+        service.mark_ready()
+        learned = 0
+        begin = time.process_time()
+        for at in range(0, len(records), message):
+            chunk = records[at:at + message]
+            items = [x for r in chunk for x in ((r, ""), MESSAGE_END)] if per_record else [(r, "") for r in chunk]
+            learned += service.report_observations(items).accepted
+        seconds = time.process_time() - begin
+        service.close()
+    if learned == 0:
+        raise RuntimeError("the service learned none of the records")
+    return seconds
+
+
+def learning_seconds(records: list[Record], spec: str, blockwise: bool) -> float:
+    """CPU seconds of a prequential pass of a fresh ``spec`` predictor over ``records``."""
+    predictor = create(spec)
+    begin = time.process_time()
+    if blockwise and supports(predictor):
+        prequential_blocks(predictor, records)  # type: ignore[arg-type]
+    else:
+        run_prequential(predictor, records)
+    return time.process_time() - begin
+
+
+def main() -> None:
+    """Measure the variants interleaved and print records per CPU second."""
+    config, out = start("bench_ingest", Config(), __doc__.splitlines()[0])
+    records = read_records(config.log)[0][: config.max_records]
+    base = ServiceConfig(predictor=config.predictor)
+    learning_seconds(records[:300], config.predictor, True)  # load the compiled kernels once, as a running server has
+    ingest_seconds(records[:2 * config.message], config.message, base)  # (the calibrator's too)
+    variants: dict[str, Callable[[], float]] = {
+        "service, per record": lambda: ingest_seconds(records, config.message, base, per_record=True),
+        "service": lambda: ingest_seconds(records, config.message, base),
+        "service, no replay": lambda: ingest_seconds(
+            records, config.message, dataclasses.replace(base, admission_replay=False)),
+        "service, no replay, no gate": lambda: ingest_seconds(
+            records, config.message, dataclasses.replace(base, admission_replay=False, outlier_gate=False)),
+        "learning, per record": lambda: learning_seconds(records, config.predictor, False),
+        "learning, blockwise": lambda: learning_seconds(records, config.predictor, True),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(config.repeats):
+        for name, run in variants.items():
+            seconds[name].append(run())
+    rates = {name: len(records) / statistics.median(values) for name, values in seconds.items()}
+    print(f"{len(records)} records of {config.log}, messages of {config.message}, median of {config.repeats}")
+    print(f"{'variant':<30} {'rec/CPU-s':>10} {'x per rec':>10}")
+    for name, rate in rates.items():
+        print(f"{name:<30} {rate:>10.0f} {rate / rates['service, per record']:>10.2f}")
+    finish(out, {"config": dataclasses.asdict(config), "records": len(records), "cpu_seconds": seconds,
+                 "records_per_cpu_second": rates})
+
+
+if __name__ == "__main__":
+    main()

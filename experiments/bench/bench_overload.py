@@ -1,0 +1,128 @@
+"""Overload shed by time: PredictLatency offered a steady rate beyond the service's capacity.
+
+Three servers in processes of their own, as ``predictor serve`` builds them (8 handler threads, at
+most 64 calls in flight), driven in the same run by the same ``grpc.aio`` open-loop client (each call
+sent at its scheduled time whatever became of the earlier ones, with a client deadline of
+``--deadline-s``):
+
+* the service shedding by time (``--shed-wait-ms``, 5 ms unless given);
+* the same service queueing every call (bounded by length only: 64 in flight);
+* the echo floor (:mod:`experiments.bench.echo_server`) answering canned responses of the same size.
+
+The service's capacity is the rate the queueing one answers when offered ``--saturating-rate`` calls/s
+(the excess beyond 64 in flight refused by gRPC); the service is then
+offered ``--factor`` times that, as is the echo. Per server the figures are: calls answered, refused
+(``RESOURCE_EXHAUSTED``), ended otherwise (``CANCELLED``, ``DEADLINE_EXCEEDED``: a client that gave up),
+the refusals' p99 and the answered calls' p50 and p99, each from the call's scheduled send.
+
+Run: ``.venv/bin/python -m experiments.bench.bench_overload`` (``--seconds``, ``--factor``, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+import grpc
+import numpy as np
+
+from experiments.bench import bench_rpc
+from experiments.bench.echo_server import method_path
+from experiments.bench.rpc_load import ClientPool
+from experiments.bench.rpc_servers import ServerProcess, echo_main, service_main
+from predictor.rpc.names import METHOD_PREFIX
+from predictor.rpc.overload import DEFAULT_SHED_WAIT_MS
+
+PATH = METHOD_PREFIX + "PredictLatency"
+
+
+def offer(pool: ClientPool, target: str, path: str, payloads: list[bytes], rate: float, seconds: float,
+          deadline_s: float, clients: int) -> dict[str, Any]:
+    """``payloads`` sent to ``target`` at ``rate`` calls/s for ``seconds`` (open loop, ``clients`` processes);
+    the outcome counts and latencies (ms, from each call's scheduled send)."""
+    task = {"kind": "open_async", "path": path, "requests": payloads, "rate": rate / clients,
+            "duration_s": seconds, "target": target, "timeout_s": deadline_s}
+    results = pool.run([task] * clients)
+    codes = np.concatenate([r["codes"] for r in results])
+    latency = np.concatenate([r["corrected"] for r in results])
+    answered = codes == 0
+    refused = codes == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    cancelled = codes == grpc.StatusCode.CANCELLED.value[0]
+
+    def percentile(values: np.ndarray, q: float) -> float:
+        return 1e3 * float(np.percentile(values, q)) if values.size else math.nan
+
+    return {"calls": int(codes.size), "answered": int(answered.sum()), "refused": int(refused.sum()),
+            "cancelled": int(cancelled.sum()), "other": int((~answered & ~refused & ~cancelled).sum()),
+            "answered_per_s": answered.sum() / max(r["elapsed"] for r in results),
+            "refused_p99_ms": percentile(latency[refused], 99), "refused_max_ms": percentile(latency[refused], 100),
+            "answered_p50_ms": percentile(latency[answered], 50),
+            "answered_p99_ms": percentile(latency[answered], 99)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark and print its table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=8.0, help="length of each offered load (default 8)")
+    parser.add_argument("--factor", type=float, default=1.7, help="offered load / capacity (default 1.7)")
+    parser.add_argument("--saturating-rate", type=float, default=2000.0,
+                        help="the offer that measures the capacity, calls/s (default 2000)")
+    parser.add_argument("--capacity", type=float, default=0.0,
+                        help="the service's capacity, calls/s, when known (default 0: measured as above)")
+    parser.add_argument("--shed-wait-ms", type=float, default=DEFAULT_SHED_WAIT_MS,
+                        help=f"the shedding bound (default {DEFAULT_SHED_WAIT_MS:g})")
+    parser.add_argument("--deadline-s", type=float, default=1.0, help="each call's client deadline (default 1)")
+    parser.add_argument("--clients", type=int, default=1, help="client processes (default 1)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    requests = bench_rpc.build_requests(bench_rpc.Config(seed=args.seed, ingest_records=100))
+    payloads = requests["PredictLatency"]
+    spec = {"predictor": "rls", "warm_records": 2000, "seed": args.seed, "devices": bench_rpc.DEVICES,
+            "metrics": True, "max_workers": 8, "max_concurrent_rpcs": 64, "max_candidates": 1024}
+    pool = ClientPool(args.clients)
+    servers: list[ServerProcess] = []
+    try:
+        shedding = ServerProcess(service_main, {**spec, "shed_wait_ms": args.shed_wait_ms})
+        servers.append(shedding)
+        queueing = ServerProcess(service_main, spec)
+        servers.append(queueing)
+        canned = {"PredictLatency": bench_rpc.canned_responses(shedding.target, requests)["PredictLatency"]}
+        echo = ServerProcess(echo_main, {"max_workers": 8, "server": "thread", "unary": canned, "streams": {}})
+        servers.append(echo)
+        capacity = args.capacity or offer(pool, queueing.target, PATH, payloads, args.saturating_rate, args.seconds,
+                                          args.deadline_s, args.clients)["answered_per_s"]
+        rate = args.factor * capacity
+        rows = [
+            (f"service, shedding beyond {args.shed_wait_ms:g} ms",
+             offer(pool, shedding.target, PATH, payloads, rate, args.seconds, args.deadline_s, args.clients)),
+            ("service, queueing (64 in flight)",
+             offer(pool, queueing.target, PATH, payloads, rate, args.seconds, args.deadline_s, args.clients)),
+            ("echo floor", offer(pool, echo.target, method_path("PredictLatency"), payloads, rate, args.seconds,
+                                 args.deadline_s, args.clients)),
+        ]
+    finally:
+        for server in servers:
+            server.stop()
+        pool.close()
+    measured = "given" if args.capacity else f"answered when offered {args.saturating_rate:,.0f}/s"
+    print(f"capacity ({measured}): {capacity:,.0f} calls/s; offered "
+          f"{args.factor:g}x = {rate:,.0f} calls/s for {args.seconds:g} s, client deadline {args.deadline_s:g} s")
+    header = ("server", "calls", "answered", "refused", "cancelled", "other", "refused p99 ms", "refused max ms",
+              "answered p50 ms", "answered p99 ms")
+    print(" | ".join(header))
+    print(" | ".join("---" for _ in header))
+    for name, r in rows:
+        print(" | ".join([name, f"{r['calls']:,}", f"{r['answered']:,}", f"{r['refused']:,}", f"{r['cancelled']:,}",
+                          f"{r['other']:,}", f"{r['refused_p99_ms']:.1f}", f"{r['refused_max_ms']:.1f}",
+                          f"{r['answered_p50_ms']:.1f}", f"{r['answered_p99_ms']:.1f}"]))
+    echo_p99 = rows[2][1]["answered_p99_ms"]
+    shed = rows[0][1]
+    print(f"shedding: answered p99 / echo p99 = {shed['answered_p99_ms'] / echo_p99:.2f}x; "
+          f"targets: 0 cancelled ({shed['cancelled']}), refusals within 5 ms (p99 {shed['refused_p99_ms']:.1f} ms), "
+          f"answered p99 <= 50 ms and <= 3x the echo's")
+
+
+if __name__ == "__main__":
+    main()

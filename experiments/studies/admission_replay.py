@@ -1,0 +1,97 @@
+"""Study: coverage of the answers a scheduler gets before dispatch (admission-time replay).
+
+For each dataset (the embedded CPU data, iGniter, Ampere/GPUlet when ``$INTERFERENCE_DATA``
+or ``--data`` holds them, skipped cleanly otherwise, and a synthetic log with partial
+overlaps and 0 to 3 co-runners), the records are streamed in order through a fresh service
+(the default ``rls`` predictor); before each record is learned the service is asked the
+admission-time question (co-runners without overlaps, no signals; the solo latency when the
+record has one) and the answer is scored after (:mod:`predictor.analysis.admission_replay`).
+
+Printed per dataset and per co-runner count (with counts): coverage of the 0.95 and 0.99
+bounds, median width (upper bound / actual latency), MAPE of the predicted latency, and the
+MAPE of the solo latency alone (interference ignored) for reference, and, for a deadline of
+twice the solo latency, the share of batches whose 0.95 bound admits them and the share of
+those that met it (a sharper bound admits more at the same coverage). ``--scaling false``
+calibrates one multiplier per cell instead (no learned spread), for comparison.
+
+Run: ``.venv/bin/python -m experiments.studies.admission_replay`` (about a minute); ``--monotone false``
+lets each co-runner count use its own centre and width (exact conditional coverage, no
+monotonicity guarantee).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from experiments.common import finish, start
+from experiments.datasets import load
+from predictor.analysis.admission_replay import SLO, partial_overlap_records, replay
+from predictor.service.config import ServiceConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The study's settings; each field is also a ``--field`` option."""
+
+    datasets: tuple[str, ...] = ("cpu-default", "igniter", "gpulet")
+    data: str = ""  # folder holding igniter-v100/ and gpulet-ampere/ (empty: $INTERFERENCE_DATA)
+    synthetic: int = 4000  # records of the synthetic log (0: none)
+    predictor: str = "rls"
+    monotone: bool = True  # the service's monotone_bounds (False: each count its own centre and width)
+    scaling: bool = True  # the service's shape_scaling (False: one multiplier per cell, for comparison)
+    seed: int = 0
+    block: int = 1  # records per ReportObservations message (1: each learned before the next question; see replay)
+
+
+def table(results: dict) -> str:
+    """The results as a Markdown table."""
+    lines = [
+        "| dataset | slice | n | cov@0.95 | cov@0.99 | width@0.95 | width@0.99 | MAPE % | solo MAPE % "
+        f"| admitted @{SLO:g}x solo | met |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in results.items():
+        for row in r["rows"]:
+            lines.append(
+                f"| {name} | {row['slice']} | {row['n']} | {row['cov95']:.4f} | {row['cov99']:.4f} | "
+                f"{row['width95']:.3f} | {row['width99']:.3f} | {row['mape']:.1f} | {row['solo_mape']:.1f} | "
+                f"{row['admitted']:.1%} | {row['met']:.1%} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Run the study and print its table."""
+    config, out = start("admission_replay", Config(), __doc__.splitlines()[0])
+    datasets = load(config.datasets, config.data or None)
+    if config.synthetic:
+        datasets["synthetic-partial"] = partial_overlap_records(config.synthetic, seed=config.seed)
+    service_config = ServiceConfig(predictor=config.predictor, snapshot_every_s=0, observation_log=False,
+                                   outlier_gate=False, monotone_bounds=config.monotone,
+                                   shape_scaling=config.scaling)
+    results: dict = {}
+    for name, records in datasets.items():
+        began = time.perf_counter()
+        r = replay(records, name, service_config, block=config.block)
+        results[name] = {
+            "records": r.records,
+            "answered": r.answered,
+            "refused": r.refused,
+            "fallback": r.fallback,
+            "seconds": time.perf_counter() - began,
+            "rows": [
+                {"slice": label, "n": s.n, "cov95": s.coverage(0.95), "cov99": s.coverage(0.99),
+                 "width95": s.width(0.95), "width99": s.width(0.99), "mape": s.mape, "solo_mape": s.solo_mape,
+                 "admitted": s.admission_rate, "met": s.met_rate}
+                for label, s in r.rows()
+            ],
+        }
+        print(f"{name}: {r.records} records, {r.answered} answered, {r.refused} refused (nothing learned yet), "
+              f"{r.fallback} from the fallback, {results[name]['seconds']:.1f} s")
+    print(table(results))
+    finish(out, {"config": dataclasses.asdict(config), "datasets": results})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""Overload shedding by time: a call that would wait longer than a bound for a thread is refused at once.
+
+A server offered more calls than it can answer queues them in its thread pool; bounded by length
+(``maximum_concurrent_rpcs``), the queue still holds calls that wait far longer than their answer is
+worth, and a client's deadline ends them ``CANCELLED`` after it has waited. Bounded by time, the
+excess is refused ``RESOURCE_EXHAUSTED`` as it arrives, while the calls taken wait at most about the
+bound:
+
+* :class:`QueueClock` is the server's thread pool. It counts the calls waiting for a thread and
+  measures, while calls wait, the interval between two calls finishing (the pool's service
+  interval, an exponentially weighted mean); the wait of a call submitted now is the calls ahead
+  of it times that interval (none when a thread is free): :meth:`QueueClock.expected_wait_s`.
+* :class:`~predictor.rpc.thin.ThinInterceptor` asks it, as each call of the prediction service
+  arrives (on gRPC's polling thread, before the call is queued): beyond the bound, the call is
+  handled by a refusal, on a small pool of its own (:data:`REFUSAL_THREADS` threads, gRPC's
+  ``experimental_thread_pool``), so that refusing never waits behind the queue it protects.
+
+Health checks and reflection are never refused. ``predictor serve --shed-wait-ms`` sets the bound
+(each answering worker of ``--workers N`` bounds its own queue).
+
+Examples
+--------
+>>> pool = QueueClock(max_workers=2)
+>>> pool.expected_wait_s()  # a thread is free
+0.0
+>>> pool.submit(sum, [1, 2]).result()
+3
+>>> pool.shutdown()
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any
+
+DEFAULT_SHED_WAIT_MS = 5.0
+"""A bound on the expected wait of a call for a thread to try with ``predictor serve --shed-wait-ms`` (off by default)."""
+REFUSAL_THREADS = 2
+"""Threads answering the refused calls."""
+INITIAL_INTERVAL_S = 0.001
+"""The service interval assumed before any is measured."""
+ALPHA = 0.05
+"""Weight of the newest interval in the mean (about the last 20 completions)."""
+MAX_INTERVAL_S = 0.05
+"""Longest interval taken in (a pause of the whole process, a collection, is not the pool's pace)."""
+
+
+class QueueClock(futures.ThreadPoolExecutor):
+    """A thread pool that knows how long a call submitted now would wait for a thread.
+
+    Parameters
+    ----------
+    max_workers
+        Threads.
+    **kwargs
+        The rest of :class:`concurrent.futures.ThreadPoolExecutor`'s arguments.
+    """
+
+    def __init__(self, max_workers: int, **kwargs: Any):
+        super().__init__(max_workers=max_workers, **kwargs)
+        self.threads = max_workers
+        self.interval_s = INITIAL_INTERVAL_S
+        self._waiting = 0  # submitted, not started
+        self._running = 0
+        self._last_completion: float | None = None  # the last completion that left calls waiting
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future:
+        """Queue ``fn(*args, **kwargs)`` for a thread (counted as waiting until it starts)."""
+        with self._lock:
+            self._waiting += 1
+        return super().submit(self._run, fn, args, kwargs)
+
+    def _run(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        with self._lock:
+            self._waiting -= 1
+            self._running += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            now = time.perf_counter()
+            with self._lock:
+                self._running -= 1
+                if self._waiting > 0:  # calls wait: this thread takes the next at once
+                    if self._last_completion is not None:
+                        gap = min(now - self._last_completion, MAX_INTERVAL_S)
+                        self.interval_s += ALPHA * (gap - self.interval_s)
+                    self._last_completion = now
+                else:
+                    self._last_completion = None
+
+    @property
+    def waiting(self) -> int:
+        """Calls queued for a thread now."""
+        return self._waiting
+
+    def expected_wait_s(self) -> float:
+        """How long a call submitted now would wait for a thread, seconds: none while a thread is free
+        and nothing waits; else one service interval for itself and each call ahead of it."""
+        waiting = self._waiting
+        if waiting == 0 and self._running < self.threads:
+            return 0.0
+        return (waiting + 1) * self.interval_s
+
+
+class Shedder:
+    """Refuses the calls that would wait longer than ``bound_ms`` in ``pool`` (see the module).
+
+    Parameters
+    ----------
+    pool
+        The server's thread pool.
+    bound_ms
+        The longest expected wait a call is taken with, ms (> 0).
+    """
+
+    def __init__(self, pool: QueueClock, bound_ms: float):
+        if not bound_ms > 0:
+            raise ValueError(f"the shedding bound must be > 0 ms, got {bound_ms!r}")
+        self.pool = pool
+        self.bound_s = bound_ms / 1000.0
+        self.refusals = futures.ThreadPoolExecutor(max_workers=REFUSAL_THREADS, thread_name_prefix="shed")
+
+    def overloaded(self) -> float | None:
+        """The expected wait of a call arriving now, seconds, when beyond the bound; else ``None``."""
+        wait = self.pool.expected_wait_s()
+        return wait if wait > self.bound_s else None
+
+    def message(self, method: str) -> str:
+        """The refusal's details."""
+        return (f"overloaded: {method} would wait more than {self.bound_s * 1e3:g} ms for a thread; "
+                "retry later or elsewhere")
+
+    def close(self) -> None:
+        """Stop the refusal threads."""
+        self.refusals.shutdown(wait=False)

@@ -1,0 +1,43 @@
+"""The no-solo-latency study on a small instance: records without solo latency, the tree learner
+against rls and an offline LightGBM fit, under the split and leave-one-configuration-out."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from experiments.studies.no_solo import Config, config_key, markdown, no_solo_records, run
+
+
+def test_records_carry_no_solo_latency_and_depend_on_attributes():
+    records = no_solo_records(400, seed=1)
+    assert all(r.solo_latency_ms is None and r.latency_ms > 0 for r in records)
+    alone = {}
+    for r in records:
+        if not r.co_runners:
+            alone.setdefault((r.batch.model, r.batch.batch_size), []).append(r)
+    # the same (model, batch size) spans very different latencies: its attributes decide
+    spreads = [max(x.latency_ms for x in rs) / min(x.latency_ms for x in rs) for rs in alone.values() if len(rs) > 3]
+    assert spreads and max(spreads) > 3
+    assert len({config_key(r) for r in records}) > 100
+
+
+def test_study_on_a_small_instance():
+    config = dataclasses.replace(Config(), records=700, loco_configs=1, predictors=("rls", "tree"),
+                                 loco_predictors=("rls", "tree"))
+    results = run(config)
+    split = results["split"]
+    assert set(split) == {"rls", "tree", "offline-lightgbm"}
+    assert split["tree"]["mape"] < split["rls"]["mape"] / 1.5
+    assert results["tree_over_offline"] < 1.6
+    loco = results["loco"]
+    assert len(loco["configurations"]) == 1 and set(loco["mean_mape"]) == {"rls", "tree", "offline-lightgbm"}
+    assert "Leave one configuration out" in markdown(results)
+
+
+def test_same_seed_same_stream():
+    assert no_solo_records(50, seed=3) == no_solo_records(50, seed=3)
+    assert no_solo_records(50, seed=3) != no_solo_records(50, seed=4)
+    with pytest.raises(ValueError):
+        no_solo_records(-1)

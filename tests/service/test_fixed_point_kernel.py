@@ -1,0 +1,65 @@
+"""The compiled fixed point of many rows (:mod:`predictor.service.estimates.fixed_point_kernel`) finds, for
+every row, the grid point the single-row search finds (:func:`monotone.fixed_point_one`) on the
+same latencies (:meth:`QuadraticLatencies.latencies`), to the last bit; and a ranking whose
+candidates have co-runners given by remaining time goes through it with each candidate's answer
+that of its query alone (also held by ``tests/service/test_rank_vectorised.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from predictor.features.extract import OverlapQuadratic
+from predictor.predictors.base import QuadraticLatencies
+from predictor.service.estimates import monotone
+from predictor.service.estimates.fixed_point_kernel import fixed_points
+
+
+@st.composite
+def quadratic_rows(draw) -> tuple[QuadraticLatencies, np.ndarray, float, float, float]:
+    """Rows whose latency does not fall with crowding: non-negative coefficients on the overlaps."""
+    n = draw(st.integers(1, 12))
+    k = draw(st.integers(1, 3))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    constant = rng.normal(0.0, 0.3, n)
+    linear = rng.uniform(0.0, 1.5, (k, n)) * (rng.random((k, n)) < 0.8)
+    quadratic = rng.uniform(0.0, 0.8, (k, k, n)) * (rng.random((k, k, n)) < 0.5)
+    remaining = rng.uniform(0.0, 60.0, (k, n)) * (rng.random((k, n)) < 0.7)  # 0: an overlap that does not move
+    solo = draw(st.floats(0.05, 200.0))
+    low = draw(st.floats(0.05, 0.9))
+    high = draw(st.floats(1.5, 40.0))
+    log_target = draw(st.booleans())
+    if not log_target:  # a raw slowdown: around 1
+        constant = 1.0 + constant
+    gather = np.arange(k * n).reshape(k, n)
+    rows = QuadraticLatencies(OverlapQuadratic.of(gather, constant, linear, quadratic), solo, low, high, log_target)
+    return rows, remaining, solo, high, low
+
+
+@settings(max_examples=300, deadline=None)
+@given(problem=quadratic_rows())
+def test_each_row_finds_the_single_row_searchs_point(problem):
+    rows, remaining, solo, high, low = problem
+    found = fixed_points(rows, remaining, solo, high, low)
+    for i in range(remaining.shape[1]):
+
+        def latency(window: float, i: int = i) -> float:
+            overlaps = np.minimum(remaining[:, i:i + 1] / window, 1.0) if window > 0 else np.ones((remaining.shape[0], 1))
+            return float(rows.latencies(overlaps, np.array([i]))[0])
+
+        assert float(found[i]) == monotone.fixed_point_one(latency, solo, high, low)
+
+
+def test_the_compiled_latency_is_the_definitions():
+    """The raw answers the kernel maps are those of :meth:`OverlapQuadratic.raw`, NaN and overflow included."""
+    gather = np.arange(2).reshape(1, 2)
+    q = OverlapQuadratic.of(gather, np.array([np.nan, 50.0]), np.zeros((1, 2)), np.zeros((1, 1, 2)))
+    rows = QuadraticLatencies(q, 10.0, 0.5, 12.0, True)
+    # NaN: slowdown 1; exp(min(50, 10)) clipped at 12
+    assert rows.latencies(np.zeros((1, 2))).tolist() == [10.0, 120.0]
+    found = fixed_points(rows, np.zeros((1, 2)), 10.0, 12.0, 0.5)
+    for i, latency in enumerate((10.0, 120.0)):
+        assert float(found[i]) == monotone.fixed_point_one(lambda w, v=latency: v, 10.0, 12.0, 0.5)
