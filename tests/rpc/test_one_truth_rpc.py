@@ -56,17 +56,23 @@ def run(server: ServeProcess, size: int) -> list[float]:
         return answers(client)
 
 
+def run_all(folder: Path, cases: list[tuple]) -> list[list[float]]:
+    """Start a server per case ``(message size, name, hash seed, *serve arguments)`` at once, feed
+    each the records in messages of its size, and return each one's answers."""
+    with ThreadPoolExecutor(len(cases)) as pool:
+        servers = list(pool.map(lambda case: serve(folder, case[1], case[2], *case[3:]), cases))
+        try:
+            return list(pool.map(run, servers, [case[0] for case in cases]))
+        finally:
+            for server in servers:
+                server.stop()
+
+
 @pytest.mark.slow
 def test_message_sizes_and_processes_answer_the_same(tmp_path):
     """Sizes 1, 7, 50 and 500 into four servers (four hash seeds), and 50 again into a fifth."""
     cases = [(1, 11), (7, 22), (50, 33), (500, 44), (50, 55)]
-    with ThreadPoolExecutor(len(cases)) as pool:
-        servers = list(pool.map(lambda c: serve(tmp_path, f"s{c[0]}-{c[1]}", c[1]), cases))
-        try:
-            got = list(pool.map(run, servers, [size for size, _ in cases]))
-        finally:
-            for server in servers:
-                server.stop()
+    got = run_all(tmp_path, [(size, f"s{size}-{seed}", seed) for size, seed in cases])
     worst = max(max_relative(got[0], other) for other in got[1:])
     print(f"max relative difference across message sizes and hash seeds: {worst:.3g}")
     assert worst <= 1e-12
@@ -75,13 +81,7 @@ def test_message_sizes_and_processes_answer_the_same(tmp_path):
 def test_two_hash_seeds_answer_the_same(tmp_path):
     """Two fresh servers fed the same messages: the same answers (the maps of a message come in an
     order that depends on the process; they are sorted where they are read)."""
-    with ThreadPoolExecutor(2) as pool:
-        servers = list(pool.map(lambda seed: serve(tmp_path, f"seed{seed}", seed), (1, 2)))
-        try:
-            a, b = pool.map(run, servers, (50, 50))
-        finally:
-            for server in servers:
-                server.stop()
+    a, b = run_all(tmp_path, [(50, f"seed{seed}", seed) for seed in (1, 2)])
     assert max_relative(a, b) <= 1e-12
 
 
@@ -89,12 +89,5 @@ def test_two_hash_seeds_answer_the_same(tmp_path):
 def test_a_worker_answers_what_the_one_process_server_answers(tmp_path):
     """``--workers 2``: the answers come from a worker process reading the learner's published
     versions; they equal those of a one-process server fed the same messages."""
-    with ThreadPoolExecutor(2) as pool:
-        servers = list(pool.map(lambda args: serve(tmp_path, *args),
-                                (("one", 3), ("workers", 4, "--workers", "2"))))
-        try:
-            one, workers = pool.map(run, servers, (50, 50))
-        finally:
-            for server in servers:
-                server.stop()
+    one, workers = run_all(tmp_path, [(50, "one", 3), (50, "workers", 4, "--workers", "2")])
     assert max_relative(one, workers) <= 1e-12
