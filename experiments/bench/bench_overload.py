@@ -5,7 +5,7 @@ most 64 calls in flight), driven in the same run by the same ``grpc.aio`` open-l
 sent at its scheduled time whatever became of the earlier ones, with a client deadline of
 ``--deadline-s``):
 
-* the service shedding by time (``--shed-wait-ms``, 5 ms unless given);
+* the service shedding by time (``--shed-wait-ms``, ``predictor serve``'s default 5 ms);
 * the same service queueing every call (bounded by length only: 64 in flight);
 * the echo floor (:mod:`experiments.bench.echo_server`) answering canned responses of the same size.
 

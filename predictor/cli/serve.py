@@ -103,11 +103,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--shed-wait-ms",
         type=float,
-        default=0.0,
+        default=5.0,
         metavar="MS",
         help="overload: a call expected to wait longer than MS for a handler thread is refused at once with "
-        "RESOURCE_EXHAUSTED (each worker of --workers N alike; e.g. 5; default 0: off, calls queue up to "
-        "--max-concurrent-rpcs)",
+        "RESOURCE_EXHAUSTED, so that the calls answered stay fast (each worker of --workers N alike; "
+        "default 5; 0: off, calls queue up to --max-concurrent-rpcs)",
     )
     parser.add_argument(
         "--port-file", metavar="FILE", help="write the bound gRPC port to FILE once listening"

@@ -37,7 +37,7 @@ from concurrent import futures
 from typing import Any
 
 DEFAULT_SHED_WAIT_MS = 5.0
-"""A bound on the expected wait of a call for a thread to try with ``predictor serve --shed-wait-ms`` (off by default)."""
+"""``predictor serve``'s bound on the expected wait of a call for a thread (``--shed-wait-ms``)."""
 REFUSAL_THREADS = 2
 """Threads answering the refused calls."""
 INITIAL_INTERVAL_S = 0.001

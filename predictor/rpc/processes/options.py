@@ -32,7 +32,7 @@ class ServeOptions:
     max_workers: int = 8
     max_message_bytes: int = 4 * 1024 * 1024
     max_concurrent_rpcs: int | None = 64  # DEFAULT_MAX_CONCURRENT_RPCS; 0 or None: no limit
-    shed_wait_ms: float = 0.0  # refuse a call expected to wait longer for a thread (predictor.rpc.overload); 0: never
+    shed_wait_ms: float = 5.0  # refuse a call expected to wait longer for a thread (predictor.rpc.overload); 0: never
     port_file: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
