@@ -49,7 +49,6 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
@@ -57,13 +56,12 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from predictor.cli.datasets import resolve_log
+from predictor.cli.datasets import EMBEDDED_DATASET, resolve_log
 from predictor.cli.extras import missing_workload
 from predictor.records.logio import RecordWriter, iter_records
 from predictor.records.record import BatchSpec, Record
 from predictor.service import CoRunnerSource, PlannedCoRunner, Query, Service, ServiceConfig
 
-DEFAULT_DATASET = Path(__file__).resolve().parents[1] / "data" / "cpu-default.jsonl.gz"
 SHORT_MODELS = ("mlp", "mobilenet")
 # The demo's service answers and calibrates per cell of (query shape, device kind, co-runner
 # count); a shorter window than the service's default lets residuals measured on this machine,
@@ -695,7 +693,7 @@ def run_demo(options: DemoOptions, console: Any = None) -> int:
     if options.neighbour and not 0.0 < options.neighbour <= 1.0:
         console.print(f"[red]demo: --neighbour must lie in (0, 1], got {options.neighbour:g}")
         return 2
-    warm = options.warm_start or (str(DEFAULT_DATASET) if DEFAULT_DATASET.exists() else None)
+    warm = options.warm_start or (str(EMBEDDED_DATASET) if EMBEDDED_DATASET.exists() else None)
     kind = _host_kind()
     kinds = _warm_kinds(warm)
     console.print(

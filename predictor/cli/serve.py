@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from predictor.cli.datasets import resolve_log
+from predictor.rpc.overload import DEFAULT_SHED_WAIT_MS
 from predictor.rpc.processes.options import ServeOptions
 from predictor.runtime.cpu_priority import POLICIES, parse_cpus
 from predictor.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD
@@ -103,7 +104,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--shed-wait-ms",
         type=float,
-        default=5.0,
+        default=DEFAULT_SHED_WAIT_MS,
         metavar="MS",
         help="overload: a call expected to wait longer than MS for a handler thread is refused at once with "
         "RESOURCE_EXHAUSTED, so that the calls answered stay fast (each worker of --workers N alike; "

@@ -76,9 +76,9 @@ def check_mergeable(rls: RLS) -> None:
         raise ValueError("max_trace is set: a bounded trace rescales the prior")
 
 
-def information_form(rls: RLS) -> InformationForm:
-    """The additive sums behind ``rls`` (see :func:`check_mergeable` for when they are exact)."""
-    check_mergeable(rls)
+def _precision_form(rls: RLS) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """``rls``'s column names (intercept first), column scales, the scales with 1 where a column has
+    none, and its precision (the inverse covariance, symmetrised), over its columns in use."""
     size = rls.index.size
     names = [INTERCEPT] + [""] * (size - 1)
     for name, column in rls.index.columns.items():
@@ -86,7 +86,41 @@ def information_form(rls: RLS) -> InformationForm:
     scales = rls._column_scale[:size].copy()
     s = np.where(scales > 0, scales, 1.0)
     precision = np.linalg.inv(rls.covariance[:size, :size])
-    precision = (precision + precision.T) / 2
+    return names, scales, s, (precision + precision.T) / 2
+
+
+def _merged(first: RLS, second: RLS, names: list[str], scales: np.ndarray, precision: np.ndarray,
+            moment: np.ndarray, n_updates: int, **settings: object) -> RLS:
+    """The RLS with ``precision`` and ``moment`` (in scaled features) over columns ``names``, the
+    settings of ``first`` but those given, and its projection searched where it has one."""
+    covariance = np.linalg.inv(precision)
+    covariance = (covariance + covariance.T) / 2
+    s = np.where(scales > 0, scales, 1.0)
+    merged = RLS(
+        delta=first.delta,
+        max_features=max(first.index.max_features, second.index.max_features, len(names) - 1),
+        scale_features=first.scale_features,
+        non_negative_contention=first.non_negative_contention,
+        **settings,
+    )
+    merged.index.columns = {name: i for i, name in enumerate(names) if i > 0}
+    merged._weights = covariance @ (moment / s)
+    merged._column_scale = scales
+    merged._s = np.asfortranarray(covariance)
+    merged._scale = 1.0
+    merged._trace_s = float(np.trace(covariance))
+    merged._all_scaled = bool((scales > 0).all())
+    merged.n_updates = n_updates
+    if merged.non_negative_contention:  # the projection predictions use, found for the merged state
+        merged.search_pinned()
+    return merged
+
+
+def information_form(rls: RLS) -> InformationForm:
+    """The additive sums behind ``rls`` (see :func:`check_mergeable` for when they are exact)."""
+    check_mergeable(rls)
+    names, scales, s, precision = _precision_form(rls)
+    size = len(names)
     data = precision - np.eye(size) / rls.delta
     gram = data * np.outer(s, s)
     moment = s * (precision @ rls._weights[:size])
@@ -115,28 +149,7 @@ def merge(first: RLS, second: RLS) -> RLS:
         scales[at[seen]] = part.scales[seen]
     s = np.where(scales > 0, scales, 1.0)
     precision = np.eye(size) / a.delta + gram / np.outer(s, s)
-    covariance = np.linalg.inv(precision)
-    covariance = (covariance + covariance.T) / 2
-    weights = covariance @ (moment / s)
-
-    merged = RLS(
-        forgetting=1.0,
-        delta=first.delta,
-        max_features=max(first.index.max_features, second.index.max_features, size - 1),
-        scale_features=first.scale_features,
-        non_negative_contention=first.non_negative_contention,
-    )
-    merged.index.columns = {name: i for i, name in enumerate(names) if i > 0}
-    merged._weights = weights
-    merged._column_scale = scales
-    merged._s = np.asfortranarray(covariance)
-    merged._scale = 1.0
-    merged._trace_s = float(np.trace(covariance))
-    merged._all_scaled = bool((scales > 0).all())
-    merged.n_updates = a.n_updates + b.n_updates
-    if merged.non_negative_contention:  # the projection predictions use, found for the merged state
-        merged.search_pinned()
-    return merged
+    return _merged(first, second, names, scales, precision, moment, a.n_updates + b.n_updates, forgetting=1.0)
 
 
 def merge_discounted(first: RLS, second: RLS) -> RLS:
@@ -165,15 +178,8 @@ def merge_discounted(first: RLS, second: RLS) -> RLS:
     discount = first.forgetting ** second.n_updates
     parts = []
     for rls, weight in ((first, discount), (second, 1.0)):
-        size = rls.index.size
-        names = [INTERCEPT] + [""] * (size - 1)
-        for name, column in rls.index.columns.items():
-            names[column] = name
-        scales = rls._column_scale[:size].copy()
-        s = np.where(scales > 0, scales, 1.0)
-        precision = np.linalg.inv(rls.covariance[:size, :size])
-        precision = (precision + precision.T) / 2
-        moment = s * (precision @ rls._weights[:size])
+        names, scales, s, precision = _precision_form(rls)
+        moment = s * (precision @ rls._weights[:len(names)])
         # its prior on each column, in raw features (a column's prior taken as if it dated from the start)
         prior = weight * rls.forgetting ** rls.n_updates / rls.delta * s * s
         parts.append((names, scales, weight * precision * np.outer(s, s), weight * moment, prior))
@@ -201,21 +207,5 @@ def merge_discounted(first: RLS, second: RLS) -> RLS:
     gram[np.diag_indices(size)] -= np.where(both, np.where(second_wins, priors[0], priors[1]), 0.0)
     # a column only the first had keeps its prior (discounted with it); one only the second had, the second's
     s = np.where(scales > 0, scales, 1.0)
-    precision = gram / np.outer(s, s)
-    covariance = np.linalg.inv(precision)
-    covariance = (covariance + covariance.T) / 2
-    weights = covariance @ (moment / s)
-    merged = RLS(forgetting=first.forgetting, delta=first.delta, max_trace=first.max_trace,
-                 max_features=max(first.index.max_features, second.index.max_features, size - 1),
-                 scale_features=first.scale_features, non_negative_contention=first.non_negative_contention)
-    merged.index.columns = {name: i for i, name in enumerate(names) if i > 0}
-    merged._weights = weights
-    merged._column_scale = scales
-    merged._s = np.asfortranarray(covariance)
-    merged._scale = 1.0
-    merged._trace_s = float(np.trace(covariance))
-    merged._all_scaled = bool((scales > 0).all())
-    merged.n_updates = first.n_updates + second.n_updates
-    if merged.non_negative_contention:
-        merged.search_pinned()
-    return merged
+    return _merged(first, second, names, scales, gram / np.outer(s, s), moment, first.n_updates + second.n_updates,
+                   forgetting=first.forgetting, max_trace=first.max_trace)

@@ -29,7 +29,40 @@ SHARD_LABEL = "shard"
 WORKER_LABEL = "worker"
 
 
-class ModelGauges:
+class PeriodicCopy:
+    """Calls :meth:`export` now, every ``every_s`` seconds on a thread of its own, and once more when
+    stopped: the copying loop of :class:`ModelGauges` and :class:`PipelineCounts`."""
+
+    thread_name = "periodic-copy"
+
+    def __init__(self, every_s: float):
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def export(self) -> None:
+        """Copy now (subclasses say what)."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Copy now, then every ``every_s`` seconds in a background thread."""
+        self.export()
+        self._thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread after a last copy."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.export()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.export()
+
+
+class ModelGauges(PeriodicCopy):
     """Copies ``service``'s gauges into multiprocess gauges labelled with ``shard``, periodically.
 
     Parameters
@@ -42,13 +75,13 @@ class ModelGauges:
         Seconds between two copies.
     """
 
+    thread_name = "model-gauges"
+
     def __init__(self, service: Service, shard: int, every_s: float = 0.5):
+        super().__init__(every_s)
         self.collector = service_collector(service)
         self.shard = str(shard)
-        self.every_s = every_s
         self._gauges: dict[str, Gauge] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def export(self) -> None:
         """Copy every gauge and counter of the service's collector now (the pipeline's counters are the
@@ -72,26 +105,8 @@ class ModelGauges:
             self._gauges[name] = gauge
         return gauge
 
-    def start(self) -> None:
-        """Copy now, then every ``every_s`` seconds in a background thread."""
-        self.export()
-        self._thread = threading.Thread(target=self._loop, name="model-gauges", daemon=True)
-        self._thread.start()
 
-    def stop(self) -> None:
-        """Stop the thread after a last copy."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self.export()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.every_s):
-            self.export()
-
-
-
-class PipelineCounts:
+class PipelineCounts(PeriodicCopy):
     """Copies a worker's PlanPipeline counts (``service.pipelines.counts``) into ``livemax`` gauges named
     as the one-process counters (:data:`PIPELINE_COUNTERS`), labelled with ``worker``, every ``every_s``
     seconds and once more when it stops (see the module).
@@ -106,17 +121,17 @@ class PipelineCounts:
         Seconds between two copies.
     """
 
+    thread_name = "pipeline-counts"
+
     def __init__(self, service: Service, worker: int, every_s: float = 0.5):
+        super().__init__(every_s)
         self.service = service
         self.worker = str(worker)
-        self.every_s = every_s
         plans, cut = PIPELINE_COUNTERS
         self._plans = Gauge(plans, "PlanPipeline answers, by outcome (feasible, infeasible).",
                             ["outcome", WORKER_LABEL], registry=None, multiprocess_mode="livemax")
         self._cut = Gauge(cut, "PlanPipeline searches stopped at their limit (best plan found answered).",
                           [WORKER_LABEL], registry=None, multiprocess_mode="livemax")
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def export(self) -> None:
         """Copy the counts now."""
@@ -125,19 +140,3 @@ class PipelineCounts:
             self._plans.labels(outcome, self.worker).set(counts[outcome])
         self._cut.labels(self.worker).set(counts["searches_cut"])
 
-    def start(self) -> None:
-        """Copy now, then every ``every_s`` seconds in a background thread."""
-        self.export()
-        self._thread = threading.Thread(target=self._loop, name="pipeline-counts", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the thread after a last copy."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self.export()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.every_s):
-            self.export()

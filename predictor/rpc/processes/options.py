@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from predictor.rpc.overload import DEFAULT_SHED_WAIT_MS
 from predictor.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD
 from predictor.runtime.gil import DEFAULT_SWITCH_INTERVAL_MS
 from predictor.runtime.gil_yield import DEFAULT_LEARNER_YIELD_MS
@@ -32,7 +33,7 @@ class ServeOptions:
     max_workers: int = 8
     max_message_bytes: int = 4 * 1024 * 1024
     max_concurrent_rpcs: int | None = 64  # DEFAULT_MAX_CONCURRENT_RPCS; 0 or None: no limit
-    shed_wait_ms: float = 5.0  # refuse a call expected to wait longer for a thread (predictor.rpc.overload); 0: never
+    shed_wait_ms: float = DEFAULT_SHED_WAIT_MS  # refuse a call expected to wait longer for a thread (predictor.rpc.overload); 0: never
     port_file: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
