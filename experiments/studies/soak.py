@@ -6,7 +6,11 @@ processes, each with its own channel, send a mix of ``PredictLatency``, ``CheckD
 ``RankPlacements`` (8 candidates), ``ReportBatchStart``/``End`` pairs and ``ReportObservations``
 streams for ``duration_s``. The main process samples the server's resident memory every second.
 
-Results (``experiments/results/soak/results.json``): calls and errors per RPC, latency p50/p90/p99
+A call the server sheds (``RESOURCE_EXHAUSTED``, overloaded: see ``predictor.rpc.overload``) is
+not an error: it is counted apart and the client goes on after :data:`SHED_BACKOFF_S`, as a
+scheduler would.
+
+Results (``experiments/results/soak/results.json``): calls, errors and shed calls per RPC, latency p50/p90/p99
 per RPC and overall, throughput (calls/s and observations/s), the server's RSS over time with its
 start, end, peak and slope over the second half, and the server's status at the end.
 
@@ -34,8 +38,11 @@ from experiments.common import ROOT, finish, start
 from predictor.records.record import BatchSpec
 from predictor.rpc.client import InterferenceClient
 from predictor.service import Candidate, CoRunnerSource, PlannedCoRunner, Query
+from predictor.service.errors import ResourceExhausted
 from predictor.service.synthetic import synthetic_records
 
+SHED_BACKOFF_S = 0.005
+"""How long a client waits before its next call after the server shed one (overloaded)."""
 OPS = ("predict", "deadline", "rank", "observe", "start_end")
 
 
@@ -100,6 +107,7 @@ def _client_thread(target: str, index: int, config: SoakConfig, stop_at: float, 
     runner = PlannedCoRunner("mlp", 4, {"l2_util": 0.1, "dram_util": 0.6}, overlap=0.8)
     latencies: dict[str, list[float]] = defaultdict(list)
     errors: dict[str, int] = defaultdict(int)
+    shed: dict[str, int] = defaultdict(int)
     samples: list[str] = []
     observed = 0
     position = 0
@@ -137,8 +145,12 @@ def _client_thread(target: str, index: int, config: SoakConfig, stop_at: float, 
                     position += 1
                     client.batch_start(device, batch_id, batch, device_kind="SimGPU")
                     client.batch_end(device, batch_id)
-            except Exception as exc:  # every failure is counted and sampled
-                errors[op] += 1
+            except Exception as exc:
+                if isinstance(exc, ResourceExhausted) and "overloaded" in str(exc):
+                    shed[op] += 1  # refused at once by an overloaded server: retry later, as it asks
+                    time.sleep(SHED_BACKOFF_S)
+                    continue
+                errors[op] += 1  # every failure is counted and sampled
                 if len(samples) < 5:
                     samples.append(f"{op}: {type(exc).__name__}: {exc}")
                 continue
@@ -146,6 +158,7 @@ def _client_thread(target: str, index: int, config: SoakConfig, stop_at: float, 
     out[str(index)] = {
         "latencies": dict(latencies),
         "errors": dict(errors),
+        "shed": dict(shed),
         "samples": samples,
         "observed": observed,
     }
@@ -228,12 +241,15 @@ def summarize(
     clients = [c for part in parts for c in part.values()]
     by_op: dict[str, list[float]] = defaultdict(list)
     errors: dict[str, int] = defaultdict(int)
+    shed: dict[str, int] = defaultdict(int)
     samples: list[str] = []
     for client in clients:
         for op, values in client["latencies"].items():
             by_op[op] += values
         for op, count in client["errors"].items():
             errors[op] += count
+        for op, count in client["shed"].items():
+            shed[op] += count
         samples += client["samples"]
     calls = sum(len(v) for v in by_op.values())
     observed = sum(c["observed"] for c in clients)
@@ -251,6 +267,8 @@ def summarize(
         "errors": int(sum(errors.values())),
         "errors_by_rpc": dict(errors),
         "error_samples": samples[:10],
+        "shed": int(sum(shed.values())),
+        "shed_by_rpc": dict(shed),
         "throughput_calls_per_s": calls / elapsed,
         "observations_per_s": observed / elapsed,
         "observations_acknowledged": observed,
@@ -282,7 +300,7 @@ def main() -> None:
     memory = results["rss_mb"]
     print(
         f"{results['calls']} calls in {results['duration_s']:.0f} s by {results['clients']} clients: "
-        f"{results['errors']} errors; {results['throughput_calls_per_s']:.0f} calls/s, "
+        f"{results['errors']} errors, {results['shed']} shed (retried); {results['throughput_calls_per_s']:.0f} calls/s, "
         f"{results['observations_per_s']:.0f} observations/s; p50 {latency['p50_ms']:.2f} ms, "
         f"p99 {latency['p99_ms']:.2f} ms; server RSS {memory['start']:.0f} -> {memory['end']:.0f} MiB "
         f"(peak {memory['peak']:.0f}, {memory['slope_mb_per_min_second_half']:+.1f} MiB/min in the second half)"

@@ -13,7 +13,7 @@ from experiments.studies.soak import SoakConfig, run_soak
 @pytest.mark.slow
 def test_ten_clients_for_ten_seconds(tmp_path):
     results = run_soak(SoakConfig(duration_s=10.0, clients=10, snapshot_every_s=2.0), tmp_path)
-    assert results["errors"] == 0, results["error_samples"]
+    assert results["errors"] == 0, results["error_samples"]  # shed calls (overloaded) are retried, not errors
     assert results["clients"] == 10 and results["calls"] > 200
     assert set(results["latency_by_rpc"]) == {"predict", "deadline", "rank", "observe", "start_end"}
     assert results["latency_all"]["p99_ms"] < 2000
