@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] && PY=.venv/bin/python
 OUT=${OUT:-results/gpu-check}
-DURATION=${GPU_CHECK_DURATION:-40}
+DURATION=${GPU_CHECK_DURATION:-120}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 status=0
