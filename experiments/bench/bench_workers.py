@@ -62,6 +62,7 @@ from predictor.records.logio import write_records
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.names import METHOD_PREFIX
 from predictor.rpc.protos import pb2
+from predictor.rpc.security import open_channel
 from predictor.service.synthetic import synthetic_records
 
 
@@ -81,6 +82,7 @@ class Config:
     client: str = "python"  # python: grpcio client processes; h2load: nghttp2's h2load in C (experiments.bench.h2load_clients)
     open_rate: float = 0.0  # > 0: also a steady open loop at this many calls/s in all, against an echo too
     server_args: tuple[str, ...] = ("",)  # each --workers N server once per set of more arguments ("--handler-cpus 0")
+    balanced: bool = True  # clients call the balanced target (--targets-file: every worker's own port, round robin)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,15 +107,19 @@ class CpuAccount:
         return cls(*(statistics.median(getattr(a, f.name) for a in accounts) for f in dataclasses.fields(cls)))
 
 
-def start_server(folder: Path, label: str, args: list[str], root: Path = ROOT) -> tuple[subprocess.Popen, str]:
+def start_server(folder: Path, label: str, args: list[str], root: Path = ROOT,
+                 balanced: bool = False) -> tuple[subprocess.Popen, str]:
     """``predictor serve ARGS`` of the checkout at ``root`` on a free port; returns the process and its
-    target once it answers (every worker of ``--workers N``)."""
+    target once it answers (every worker of ``--workers N``): with ``balanced``, the balanced target
+    (``--targets-file``: every worker's own port)."""
     name = re.sub(r"\W+", "-", label).strip("-")
     port_file, log_path = folder / f"{name}.port", folder / f"{name}.log"
+    targets_file = folder / f"{name}.targets"
     log = open(log_path, "wb")  # noqa: SIM115 - kept open for the process's life
     proc = subprocess.Popen(
         [sys.executable, "-m", "predictor.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
-         "--port-file", str(port_file), "--grace", "0.5", *args],
+         "--port-file", str(port_file), "--grace", "0.5", *(["--targets-file", str(targets_file)] if balanced else []),
+         *args],
         stdout=log, stderr=subprocess.STDOUT, cwd=root, env=dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(root)),
     )
     deadline = time.monotonic() + 600
@@ -129,7 +135,7 @@ def start_server(folder: Path, label: str, args: list[str], root: Path = ROOT) -
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"{label} did not start:\n{log_path.read_text()}")
         time.sleep(0.1)
-    return proc, target
+    return proc, targets_file.read_text().strip() if balanced else target
 
 
 def differing_answers(targets: dict[str, str], requests: list[bytes]) -> tuple[dict[str, list[str]], list[int]]:
@@ -138,7 +144,7 @@ def differing_answers(targets: dict[str, str], requests: list[bytes]) -> tuple[d
     answers, sizes = {}, []
     decode = pb2().PredictLatencyResponse.FromString
     for label, target in targets.items():
-        with grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
+        with open_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
             call = channel.unary_unary(METHOD_PREFIX + "PredictLatency")
             raw = [call(r, timeout=30) for r in requests]
         sizes = sizes or [len(answer) for answer in raw]
@@ -162,7 +168,8 @@ def main() -> None:
     servers = {}
     for w, more in itertools.product(config.workers, config.server_args):
         label = " ".join(["--workers", str(w), *more.split()])
-        servers[label] = start_server(folder, label, ["--workers", str(w), "--warm-start", str(warm), *more.split()])
+        servers[label] = start_server(folder, label, ["--workers", str(w), "--warm-start", str(warm), *more.split()],
+                                        balanced=config.balanced)
     if config.baseline:  # the servers of another checkout (before a change)
         servers |= {f"baseline --workers {w}": start_server(folder, f"baseline workers {w}",
                                                             ["--workers", str(w), "--warm-start", str(warm)],
@@ -189,7 +196,8 @@ def main() -> None:
                         t, METHOD_PREFIX + "PredictLatency", requests, config.clients, config.duration_s,
                         answer_sizes))
                 if sum(r["errors"] for r in results):
-                    raise RuntimeError(f"{label}: {sum(r['errors'] for r in results)} calls failed")
+                    raise RuntimeError(f"{label}: {sum(r['errors'] for r in results)} calls failed, e.g. "
+                                   f"{next(r['first_error'] for r in results if r.get('first_error'))}")
                 rates[label].append(sum(r["calls"] / r["elapsed"] for r in results))
                 accounts[label].append(CpuAccount.of(results, window.tree_s, window.busy_cores))
         open_runs = open_loop_runs(config, requests, targets) if config.open_rate > 0 else {}

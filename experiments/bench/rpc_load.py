@@ -29,13 +29,15 @@ from typing import Any
 import grpc
 import numpy as np
 
+from predictor.rpc.security import open_channel
+
 WARMUP_CALLS = 50
 
 
 def _channel(channels: dict[str, Any], target: str) -> Any:
     channel = channels.get(target)
     if channel is None:
-        channel = channels[target] = grpc.insecure_channel(target)
+        channel = channels[target] = open_channel(target)  # a target of several addresses: round robin
         grpc.channel_ready_future(channel).result(timeout=30)
     return channel
 
@@ -139,20 +141,22 @@ def _closed(call: Any, task: dict) -> dict:
     end = start + task["duration_s"]
     latencies = []
     errors = 0
+    first_error = None
     i = 0
     now = start
     cpu0 = time.process_time()  # this client process's CPU (every thread: gRPC's own included)
     while now < end:
         try:
             call(requests[i % len(requests)])
-        except Exception:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001
             errors += 1
+            first_error = first_error or f"{type(exc).__name__}: {exc}"
         t1 = time.perf_counter()
         latencies.append(t1 - now)
         now = t1
         i += 1
     return {"latency": np.array(latencies), "elapsed": now - start, "calls": i, "errors": errors,
-            "cpu_s": time.process_time() - cpu0}
+            "first_error": first_error, "cpu_s": time.process_time() - cpu0}
 
 
 def _stream(channel: Any, task: dict) -> dict:

@@ -114,6 +114,12 @@ def register(subparsers: Any) -> None:
         "--port-file", metavar="FILE", help="write the bound gRPC port to FILE once listening"
     )
     parser.add_argument(
+        "--targets-file", metavar="FILE",
+        help="write the balanced target to FILE once listening (ipv4:HOST:P1,HOST:P2: with --workers N, every "
+        "worker's own port; a client channel opened on it sends its calls round robin over the workers, "
+        "however few its connections)",
+    )
+    parser.add_argument(
         "--topology",
         metavar="FILE",
         help="devices' hosts and racks and the link bandwidths (TOML, or JSON for a .json name): a query "
@@ -348,6 +354,7 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         max_concurrent_rpcs=args.max_concurrent_rpcs,
         shed_wait_ms=args.shed_wait_ms,
         port_file=args.port_file,
+        targets_file=args.targets_file,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,

@@ -687,9 +687,13 @@ def open_channel(
 ) -> grpc.Channel:
     """A channel to ``target``: TLS when ``credentials`` are given, with a bearer token when ``token`` is.
 
-    ``server_name`` overrides the name checked against the server's certificate.
+    ``server_name`` overrides the name checked against the server's certificate. A target of several
+    addresses (``ipv4:HOST:P1,HOST:P2``: ``predictor serve --workers N --targets-file``) is balanced:
+    the channel connects to each and sends its calls round robin (unless ``options`` name a policy).
     """
     opts = list(options)
+    if "," in target and not any(name == "grpc.lb_policy_name" for name, _ in opts):
+        opts.append(("grpc.lb_policy_name", "round_robin"))
     if server_name:
         opts.append(("grpc.ssl_target_name_override", server_name))
     if credentials is not None:

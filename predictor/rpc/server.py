@@ -148,6 +148,12 @@ def create_server(
         reflection.SERVICE_NAME,
     )
     reflection.enable_server_reflection(names, server)
+    return server, bind(server, address, credentials)
+
+
+def bind(server: grpc.Server, address: str, credentials: grpc.ServerCredentials | None = None) -> int:
+    """Add ``address`` (``host:port``) to the server's ports, with TLS when ``credentials`` are given;
+    returns the port bound (``OSError`` naming the address when it cannot be)."""
     try:
         if credentials is not None:
             port = server.add_secure_port(address, credentials)
@@ -158,7 +164,7 @@ def create_server(
     if port == 0:
         raise OSError(f"cannot bind the gRPC server to {address}: the port is in use, or the address is not this "
                       "machine's")
-    return server, port
+    return port
 
 
 def stop_server(server: grpc.Server, service: Service, grace: float = 5.0) -> None:

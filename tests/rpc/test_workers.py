@@ -6,6 +6,9 @@
 * the supervisor says SERVING once, when every worker has started up;
 * killing the workers, or the learner, loses no acknowledged observation (the supervisor starts
   them again);
+* one channel on the balanced target (``--targets-file``: every worker's own port) holds a connection to
+  every worker, before and after a worker is started again, and its calls are answered as one
+  process answers them;
 * observations are routed to the learner of their device kind's shard;
 * the Prometheus endpoint sums a counter over the worker processes (multiprocess mode), and shows
   each learner's model-state gauges (log positions, MAPE, coverage) labelled by shard.
@@ -13,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -161,6 +165,54 @@ def test_workers_answer_as_one_process_and_learn_what_any_worker_acknowledged(tm
         assert answers(client) == reference
     finally:
         again.stop()
+
+
+def established_local_ports(pid: int) -> set[int]:
+    """The local ports of ``pid``'s established TCP connections (``/proc``: its socket inodes in ``net/tcp``)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            link = os.readlink(fd)
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "01" and fields[9] in inodes:  # 01: ESTABLISHED
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_one_channel_on_the_balanced_target_reaches_every_worker(tmp_path, warm_log):
+    targets = tmp_path / "targets"
+    multi = start_server(tmp_path / "multi", "--workers", "2", "--warm-start", str(warm_log),
+                         "--targets-file", str(targets), name="multi", timeout=240)
+    single = start_server(tmp_path / "single", "--warm-start", str(warm_log), name="single")
+    try:
+        target = targets.read_text().strip()
+        own = [int(address.rsplit(":", 1)[1]) for address in target.removeprefix("ipv4:").split(",")]
+        assert target.startswith("ipv4:127.0.0.1:") and len(set(own)) == 2 and multi.port not in own
+        with InterferenceClient(target) as balanced, InterferenceClient(single.target) as reference:
+            balanced.wait_ready(120)
+            reference.wait_ready(120)
+            multi.wait_for("; SERVING", timeout=60)
+            assert [answers(balanced) for _ in range(3)] == [answers(reference)] * 3
+            workers = pids(multi, "worker")
+            assert {i: established_local_ports(pid) & set(own) for i, pid in workers.items()} == {
+                0: {own[0]}, 1: {own[1]}}  # one connection of the one channel on each worker's own port
+
+            os.kill(workers[0], signal.SIGKILL)  # started again on the same own port: the channel reconnects
+            wait_for(lambda: pids(multi, "worker")[0] != workers[0], what="worker 0 started again")
+
+            def reconnected() -> bool:
+                assert answers(balanced) == answers(reference)  # answered meanwhile, by the other worker
+                return own[0] in established_local_ports(pids(multi, "worker")[0])
+
+            wait_for(reconnected, what="the channel connected to the worker started again")
+    finally:
+        assert multi.stop(timeout=60) == 0
+        single.stop()
 
 
 def free_port() -> int:

@@ -35,6 +35,7 @@ class ServeOptions:
     max_concurrent_rpcs: int | None = 64  # DEFAULT_MAX_CONCURRENT_RPCS; 0 or None: no limit
     shed_wait_ms: float = DEFAULT_SHED_WAIT_MS  # refuse a call expected to wait longer for a thread (predictor.rpc.overload); 0: never
     port_file: str | None = None
+    targets_file: str | None = None  # the balanced target of every worker's own port (balanced_target)
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_client_ca: str | None = None
@@ -55,9 +56,28 @@ class ServeOptions:
     learner_yield_ms: float = DEFAULT_LEARNER_YIELD_MS  # one process: the learner's pauses for answers (gil_yield)
 
 
-def write_port_file(path: str, port: int) -> None:
-    """Write ``port`` to the file ``path`` atomically (a reader never sees it half written)."""
+def write_port_file(path: str, port: int | str) -> None:
+    """Write ``port`` (or a target) and a newline to the file ``path`` atomically (a reader never sees
+    it half written)."""
     target = Path(path)
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(f"{port}\n")
     os.replace(tmp, target)
+
+
+def balanced_target(host: str, ports: list[int]) -> str:
+    """The gRPC target a client spreads its calls over ``ports`` of ``host`` with: ``ipv4:HOST:P1,HOST:P2``
+    (a wildcard ``host`` becomes the loopback address); a client channel opened on it
+    (:func:`~predictor.rpc.security.open_channel`) connects to every port and sends its calls round robin.
+
+    >>> balanced_target("0.0.0.0", [5001, 5002])
+    'ipv4:127.0.0.1:5001,127.0.0.1:5002'
+    >>> balanced_target("::", [5001])
+    'ipv6:[::1]:5001'
+    """
+    host = host.strip("[]")
+    if ":" in host:
+        address = "::1" if host == "::" else host
+        return "ipv6:" + ",".join(f"[{address}]:{port}" for port in ports)
+    address = "127.0.0.1" if host in ("", "0.0.0.0") else host
+    return "ipv4:" + ",".join(f"{address}:{port}" for port in ports)

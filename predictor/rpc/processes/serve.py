@@ -31,7 +31,7 @@ import threading
 from typing import Any
 
 from predictor.rpc.metrics import ServerMetrics
-from predictor.rpc.processes.options import ServeOptions, write_port_file
+from predictor.rpc.processes.options import ServeOptions, balanced_target, write_port_file
 from predictor.rpc.processes.ports import check_port_free
 from predictor.rpc.processes.supervisor import serve_workers
 from predictor.rpc.security import metrics_policy, security_from_options, start_warnings
@@ -137,6 +137,8 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
         log.warning("%s", warning)
     if options.port_file:
         write_port_file(options.port_file, port)
+    if options.targets_file:
+        write_port_file(options.targets_file, balanced_target(options.host, [port]))
     if options.metrics_port:
         try:
             metrics_port = metrics.serve(options.metrics_port, options.metrics_host, metrics_policy(options, policy))

@@ -8,7 +8,12 @@ The supervisor (the process started by the command) starts, with ``multiprocessi
   folder, where it also writes its published versions;
 * N answering workers (:func:`~predictor.rpc.processes.worker.run_worker`) listening on the same port
   (``SO_REUSEPORT``; the supervisor first reserves the port, refusing one in use, with a bound socket
-  that never listens, so that the kernel spreads connections over its workers only).
+  that never listens, so that the kernel spreads connections over its workers only), and each on a
+  port of its own (reserved the same way, kept across the worker's restarts). The kernel spreads
+  *connections* over the shared port at random: a client of few long-lived channels may find all of
+  them on one worker. A client that opens its channel on the workers' own ports, the *balanced
+  target* (``ipv4:HOST:P1,HOST:P2``: printed at start, written by ``--targets-file``), sends its
+  calls round robin over every worker (:func:`~predictor.rpc.security.open_channel`).
 
 It serves the Prometheus endpoint itself, summing every process's RPC metrics (prometheus-client's
 multiprocess mode, :class:`~predictor.rpc.metrics.MultiProcessMetrics`), starts again any child
@@ -35,6 +40,7 @@ from typing import Any
 from predictor.records.logio import read_records, write_records
 from predictor.rpc.metrics import MultiProcessMetrics
 from predictor.rpc.processes.learner import run_learner
+from predictor.rpc.processes.options import balanced_target
 from predictor.rpc.processes.ports import check_port_free
 from predictor.rpc.processes.worker import run_worker
 from predictor.rpc.security import metrics_policy, security_from_options, start_warnings
@@ -149,10 +155,13 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
         shards = ShardMap.parse(options.shards)
         credentials, policy = security_from_options(options)
         reserved = reserve_port(options.host, options.port)
+        own = [reserve_port(options.host, 0) for _ in range(options.workers)]  # each worker's own port
     except (ValueError, OSError) as exc:
         print(f"predictor serve: error: {exc}", file=sys.stderr)
         return 2
     port = reserved.getsockname()[1]
+    own_ports = [sock.getsockname()[1] for sock in own]
+    target = balanced_target(options.host, own_ports)
     folder = run_folder()
     metrics_dir = folder / "metrics"
     metrics_dir.mkdir()
@@ -172,7 +181,8 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
         warm = split_warm_start(options.warm_start, shards, folder)
     except (OSError, ValueError) as exc:
         print(f"predictor serve: error: --warm-start {options.warm_start}: {exc}", file=sys.stderr)
-        reserved.close()
+        for sock in (reserved, *own):
+            sock.close()
         shutil.rmtree(folder, ignore_errors=True)
         return 2
 
@@ -193,7 +203,7 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
             # the first start listens at once (NOT_SERVING until ready); one started again binds once ready
             process = ctx.Process(target=run_worker, name=f"worker-{index}",
                                   args=(config, options, index, shards, str(folder), port, listening, serving,
-                                        answers, starts[0] == 0))
+                                        answers, starts[0] == 0, own_ports[index]))
             starts[0] += 1
             process.start()
             return process
@@ -218,6 +228,9 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
             print(f"predictor serve: {policy.describe()}", flush=True)
             for warning in start_warnings(options, policy, credentials):
                 print(f"predictor serve: warning: {warning}", flush=True)
+            print(f"predictor serve: balanced target (every worker's own port): {target}", flush=True)
+            if options.targets_file:
+                write_port(options.targets_file, target)
             if options.port_file:
                 write_port(options.port_file, port)
             if options.metrics_port:
@@ -248,7 +261,8 @@ def serve_workers(config: ServiceConfig, options: Any, stop: threading.Event,
         for child in learners:
             child.stop(options.grace_s + 60)
         metrics.stop()
-        reserved.close()
+        for sock in (reserved, *own):
+            sock.close()
         shutil.rmtree(folder, ignore_errors=True)
         if options.state_dir is not None:
             print(f"predictor serve: state saved in {options.state_dir}", flush=True)

@@ -31,7 +31,7 @@ from predictor.rpc.processes.forwarding import caller_metadata
 from predictor.rpc.processes.learner import learner_socket, start_child
 from predictor.rpc.protos import load
 from predictor.rpc.security import security_from_options
-from predictor.rpc.server import public_server, stop_server
+from predictor.rpc.server import bind, public_server, stop_server
 from predictor.rpc.servicer import InterferenceServicer
 from predictor.rpc.tracing import tracing_from_option
 from predictor.runtime.cpu_priority import pin_to_cpus, worker_cpus
@@ -218,9 +218,11 @@ def _split(pb2: Any, message: Any) -> Iterator[Any]:
 
 
 def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap, folder: str, port: int,
-               listening: Any, serving: Any, answers: Sequence[Any] | None = None, bind_at_once: bool = True) -> int:
-    """Entry of an answering worker: serve on ``options.host:port`` (shared) until SIGTERM; its index is
-    put on ``listening`` once it listens, and on ``serving`` once it has started up (health SERVING).
+               listening: Any, serving: Any, answers: Sequence[Any] | None = None, bind_at_once: bool = True,
+               own_port: int | None = None) -> int:
+    """Entry of an answering worker: serve on ``options.host:port`` (shared), and on ``own_port`` (its own,
+    for balanced clients) when given, until SIGTERM; its index is put on ``listening`` once it listens,
+    and on ``serving`` once it has started up (health SERVING).
 
     ``bind_at_once``: listen from the start, health ``NOT_SERVING`` until started up (the first start of
     the workers: the port answers health checks while the service starts); ``False`` (a worker started
@@ -244,6 +246,8 @@ def run_worker(config: ServiceConfig, options: Any, index: int, shards: ShardMap
     def listen() -> tuple[Any, int]:
         server, bound = public_server(options, f"{options.host}:{port}", service, ServerMetrics(service),
                                       credentials, policy, tracing, servicer, reuse_port=True)
+        if own_port is not None:
+            bind(server, f"{options.host}:{own_port}", credentials)
         server.start()
         listening.put(index)
         return server, bound
