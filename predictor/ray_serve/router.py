@@ -18,7 +18,10 @@ in the router's process, kept at the learner actor's latest model version (asked
 request that is not an :class:`~predictor.ray_serve.requests.InferenceRequest`, every
 candidate is one rank and Serve's queue-length choice decides.
 
-Use it through the deployment's request router configuration::
+It is an opt-in experiment, not a default: Serve's power-of-two-choices router has matched or beaten
+it on the project's benchmark (``docs/scale-out.md``, "Default vs interference-aware router"); it
+can help where replicas run batches side by side on a shared device. Use it through the
+deployment's request router configuration::
 
     RequestRouterConfig(request_router_class=InterferenceAwareRouter,
                         request_router_kwargs={"learner": "interference-learner"},
