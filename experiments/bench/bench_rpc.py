@@ -17,6 +17,11 @@ drive both, interleaved, ``repeats`` times:
     (from the scheduled send);
   - a closed loop from ``clients`` processes: the maximum throughput;
 * ``RankPlacements`` with ``candidates`` candidates per call: candidate evaluations/s;
+* the ``curve`` phase: ``RankPlacements`` of each size in ``curve`` (16 to 8,192 candidates), in
+  the classic form (one ``PlacementCandidate`` message per candidate, one ``Placement`` back) and
+  the packed form with ``omit_detail``, one sequential client each, beside one sequential
+  ``PredictLatency`` client: server CPU per call and per candidate, the marginal CPU per
+  candidate between sizes, and each beside the echo's floor for the same bytes;
 * ``ReportObservations``: ``ingest_records`` records in one client stream, one
   record per message and ``ingest_batch`` records per message: records/s;
 * with ``aio_floor``, the echo on ``grpc.aio`` against the echo on the thread
@@ -26,7 +31,8 @@ Also the server's CPU time per call (from ``/proc``), which a shared machine
 disturbs less than wall-clock latency. Figures are medians over the repeats;
 ratios are taken within each repeat, then the median.
 
-Run: ``.venv/bin/python -m experiments.bench.bench_rpc`` (``--repeats 3``, ``--phases unary,rank,ingest``)
+Run: ``.venv/bin/python -m experiments.bench.bench_rpc`` (``--repeats 3``, ``--phases unary,rank,ingest``;
+the candidate curve alone: ``--phases curve --aio-floor false``)
 """
 
 from __future__ import annotations
@@ -45,14 +51,17 @@ from experiments.bench.rpc_load import ClientPool
 from experiments.bench.rpc_servers import ServerProcess, echo_main, service_main
 from experiments.common import finish, start
 from predictor.records.record import BatchSpec
-from predictor.rpc import convert
+from predictor.rpc import columns, convert
 from predictor.rpc.names import METHOD_PREFIX
 from predictor.rpc.protos import pb2
 from predictor.service.synthetic import MODELS, synthetic_records
 from predictor.service.types import Candidate, CoRunnerSource, PlannedCoRunner, Query
 
-TARGETS = {"p99_ms": 1.0, "overhead_ratio": 1.5, "rank_evals_per_s": 200_000, "ingest_records_per_s": 20_000}
+TARGETS = {"p99_ms": 1.0, "overhead_ratio": 1.5, "rank_evals_per_s": 200_000, "ingest_records_per_s": 20_000,
+           "classic_cpu_us_per_candidate": 3.0, "classic_echo_ratio": 3.0, "packed_candidates_per_s": 500_000,
+           "small_rank_vs_predict_cpu": 1.5, "marginal_flatness": 1.2}
 UNARY = ("PredictLatency", "CheckDeadline")
+CURVE_FORMS = ("", "Packed")  # classic (repeated candidates, detailed answer); packed with omit_detail
 STREAMS = ("ReportObservations", "ReportObservations (batched)")
 
 
@@ -78,6 +87,8 @@ class Config:
     metrics: bool = True
     aio_floor: bool = True
     phases: tuple[str, ...] = ("unary", "rank", "ingest")
+    curve: tuple[int, ...] = (16, 128, 1024, 8192)
+    curve_s: float = 2.0
     seed: int = 0
 
 
@@ -144,6 +155,11 @@ def build_requests(config: Config) -> dict[str, list[bytes]]:
             ).SerializeToString()
         )
     requests["RankPlacements"] = ranks
+    for size in config.curve if "curve" in config.phases else ():
+        classic = [_rank_request(rng, size) for _ in range(2)]
+        requests[f"RankPlacements_{size}"] = [r.SerializeToString() for r in classic]
+        requests[f"RankPlacementsPacked_{size}"] = [
+            columns.pack_rank_request(r, omit_detail=True).SerializeToString() for r in classic]
     records = [convert.record_to_pb(r) for r in synthetic_records(config.ingest_records, seed=config.seed + 1,
                                                                    devices=DEVICES)]
     requests["ReportObservations"] = [
@@ -153,6 +169,15 @@ def build_requests(config: Config) -> dict[str, list[bytes]]:
     if batched is not None:
         requests["ReportObservations (batched)"] = batched
     return requests
+
+
+def _rank_request(rng: np.random.Generator, size: int) -> Any:
+    """A classic ``RankPlacementsRequest`` of ``size`` candidates with 0-2 explicit co-runners each."""
+    candidates = [Candidate(DEVICES[i % len(DEVICES)], "SimGPU", _runners(rng), CoRunnerSource.EXPLICIT)
+                  for i in range(size)]
+    return pb2().RankPlacementsRequest(batch=convert.batch_to_pb(_batch(rng)),
+                                       candidates=[convert.candidate_to_pb(c) for c in candidates],
+                                       deadline_ms=30.0, confidence=0.99)
 
 
 def _batched_requests(records: list[Any], size: int) -> list[bytes] | None:
@@ -178,9 +203,11 @@ def canned_responses(target: str, requests: dict[str, list[bytes]]) -> dict[str,
     """One real answer of each method, checked, to be replayed by the echo."""
     messages = pb2()
     canned = {}
-    with grpc.insecure_channel(target) as channel:
-        for name, (request, response) in RESPONSE_TYPES.items():
-            path = METHOD_PREFIX + name
+    curve = {key: RESPONSE_TYPES["RankPlacements"] for key in requests if key.startswith("RankPlacements")}
+    options = [("grpc.max_receive_message_length", 64 << 20)]
+    with grpc.insecure_channel(target, options=options) as channel:
+        for name, (request, response) in {**RESPONSE_TYPES, **curve}.items():
+            path = METHOD_PREFIX + name.partition("_")[0].removesuffix("Packed")
             if name == "ReportObservations":
                 payload = channel.stream_unary(path)(iter(requests[name][:10]))
                 assert getattr(messages, response).FromString(payload).accepted == 10
@@ -254,6 +281,8 @@ def run_repeat(config: Config, pool: ClientPool, service: ServerProcess, echo: S
                                                   "requests": requests["RankPlacements"], "duration_s": config.rank_s}])
             rank[label]["evals_per_s"] = rank[label]["per_s"] * config.candidates
         out["RankPlacements"] = rank
+    if "curve" in config.phases:
+        out["curve"] = curve_phase(config, pool, service, echo, requests)
     for stream in STREAMS:
         if stream not in requests or "ingest" not in config.phases:
             continue
@@ -266,6 +295,49 @@ def run_repeat(config: Config, pool: ClientPool, service: ServerProcess, echo: S
         out[stream] = ingest
     if echo_aio is not None:
         out["aio floor"] = aio_floor(config, pool, echo, echo_aio, requests)
+    return out
+
+
+def curve_phase(config: Config, pool: ClientPool, service: ServerProcess, echo: ServerProcess,
+                requests: dict[str, list[bytes]]) -> dict:
+    """One sequential client per ranking size and form, and one ``PredictLatency`` client, each on the
+    echo then on the service: server CPU per call (and per candidate)."""
+    out: dict[str, Any] = {}
+    keys = ["PredictLatency"] + [f"RankPlacements{form}_{size}" for size in config.curve for form in CURVE_FORMS]
+    for key in keys:
+        out[key] = {}
+        for label, server, path in ((("echo", echo, method_path(key)), ("service", service, METHOD_PREFIX + key))
+                                    if key == "PredictLatency" else
+                                    (("echo", echo, method_path(key)),
+                                     ("service", service, METHOD_PREFIX + "RankPlacements"))):
+            result = measure(pool, server, [{"kind": "closed", "path": path, "requests": requests[key],
+                                             "duration_s": config.curve_s}])
+            size = int(key.rpartition("_")[2]) if "_" in key else 1
+            result["server_cpu_us_per_candidate"] = result["server_cpu_us_per_call"] / size
+            result["candidates_per_s"] = result["per_s"] * size
+            out[key][label] = result
+    return out
+
+
+def curve_ratios(curve: dict) -> dict[str, float]:
+    """Within one repeat: each ranking's CPU and time over the echo's, its CPU over one
+    PredictLatency call's, and the marginal CPU per candidate between consecutive sizes."""
+    out = {}
+    predict = curve["PredictLatency"]["service"]["server_cpu_us_per_call"]
+    sizes = sorted({int(k.rpartition("_")[2]) for k in curve if "_" in k})
+    for form in CURVE_FORMS:
+        cpu = {n: curve[f"RankPlacements{form}_{n}"]["service"]["server_cpu_us_per_call"] for n in sizes}
+        for n in sizes:
+            svc, echo = curve[f"RankPlacements{form}_{n}"]["service"], curve[f"RankPlacements{form}_{n}"]["echo"]
+            out[f"rank{form} {n} cpu/echo"] = svc["server_cpu_us_per_call"] / echo["server_cpu_us_per_call"]
+            out[f"rank{form} {n} time/echo"] = svc["mean_ms"] / echo["mean_ms"]
+            out[f"rank{form} {n} cpu/predict"] = cpu[n] / predict
+        pairs = list(zip(sizes, sizes[1:], strict=False))
+        marginal = [(cpu[b] - cpu[a]) / (b - a) for a, b in pairs]
+        for (a, b), m in zip(pairs, marginal, strict=True):
+            out[f"rank{form} marginal {a}-{b}"] = m
+        if marginal and min(marginal) > 0:
+            out[f"rank{form} marginal max/min"] = max(marginal) / min(marginal)
     return out
 
 
@@ -313,6 +385,8 @@ def ratios(repeat: dict) -> dict[str, float]:
         if stream in repeat:
             out[f"{stream} throughput"] = (repeat[stream]["service"]["records_per_s"]
                                            / repeat[stream]["echo"]["records_per_s"])
+    if "curve" in repeat:
+        out |= curve_ratios(repeat["curve"])
     if "aio floor" in repeat:
         aio, thread = repeat["aio floor"]["aio"], repeat["aio floor"]["thread"]
         out["aio/thread single p50"] = aio["single"]["p50_ms"] / thread["single"]["p50_ms"]
@@ -328,7 +402,8 @@ def main() -> None:
     sizes = {k: int(np.mean([len(b) for b in v])) for k, v in requests.items()}
     spec = {"predictor": config.predictor, "outlier_gate": config.outlier_gate, "warm_records": config.warm_records,
             "seed": config.seed, "devices": DEVICES, "server": "thread", "max_workers": config.max_workers,
-            "metrics": config.metrics, "max_candidates": config.candidates}
+            "metrics": config.metrics,
+            "max_candidates": max(config.candidates, *(config.curve if "curve" in config.phases else ()))}
     servers: list[ServerProcess] = []
     pool = ClientPool(config.clients)
     try:
@@ -433,8 +508,37 @@ def print_tables(config: Config, results: dict) -> None:
         aio_table.add_row("aio / thread", f"{r['aio/thread single p50']:.2f}", "", "",
                           f"{r['aio/thread closed throughput']:.2f}", f"{r['aio/thread stream']:.2f}")
         console.print(aio_table)
+    if "curve" in m:
+        print_curve(config, m["curve"], r)
     console.print("CO: p99 corrected for coordinated omission (from the scheduled send). "
                   f"Request sizes (bytes): {results['request_bytes']}")
+
+
+def print_curve(config: Config, curve: dict, r: dict) -> None:
+    """The candidate curve: server CPU per call and per candidate beside the echo's (medians), and
+    the ratios taken within each run (medians)."""
+    console = Console(width=max(Console().width, 200))
+    predict = curve["PredictLatency"]
+    table = Table(title="RankPlacements by size, one sequential client: server CPU per call and per candidate "
+                        f"(median of {config.repeats}); PredictLatency: {predict['service']['server_cpu_us_per_call']:.0f} "
+                        f"µs/call (echo {predict['echo']['server_cpu_us_per_call']:.0f})")
+    for column in ("form", "candidates", "µs CPU/call", "µs CPU/candidate", "candidates/s", "echo µs CPU/call",
+                   "CPU/echo", "time/echo", "CPU/PredictLatency", "marginal µs/candidate (from the size before)"):
+        table.add_column(column, justify="left" if column == "form" else "right")
+    sizes = sorted(config.curve)
+    for form in CURVE_FORMS:
+        for k, n in enumerate(sizes):
+            svc, echo = curve[f"RankPlacements{form}_{n}"]["service"], curve[f"RankPlacements{form}_{n}"]["echo"]
+            marginal = r.get(f"rank{form} marginal {sizes[k - 1]}-{n}") if k else None
+            table.add_row("packed, omit_detail" if form else "classic", f"{n:,}", f"{svc['server_cpu_us_per_call']:.0f}",
+                          f"{svc['server_cpu_us_per_candidate']:.2f}", f"{svc['candidates_per_s']:,.0f}",
+                          f"{echo['server_cpu_us_per_call']:.0f}", f"{r[f'rank{form} {n} cpu/echo']:.2f}",
+                          f"{r[f'rank{form} {n} time/echo']:.2f}", f"{r[f'rank{form} {n} cpu/predict']:.2f}",
+                          "" if marginal is None else f"{marginal:.2f}")
+        flat = r.get(f"rank{form} marginal max/min")
+        if flat is not None:
+            table.add_row("", "", "", "", "", "", "", "", "marginal max/min", f"{flat:.2f}")
+    console.print(table)
 
 
 if __name__ == "__main__":

@@ -27,10 +27,11 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from predictor.records.record import BatchSpec, Record
-from predictor.rpc import convert
+from predictor.rpc import columns, convert
 from predictor.rpc.errors import from_rpc_error
 from predictor.rpc.protos import SERVICE_NAME, load
 from predictor.rpc.security import open_channel
+from predictor.service.estimates.placements import CandidateColumns
 from predictor.service.pipeline_types import PipelineCost, PipelinePlan, PipelineStage
 from predictor.service.types import (
     Candidate,
@@ -158,20 +159,28 @@ class InterferenceClient:
         batch_id: str = "",
         learned_only: bool = False,
         where: InputPlace | None = None,
+        packed: bool = True,
     ) -> Ranking:
         """One batch on many candidate devices (names use the live view), most slack first.
 
         ``batch_id`` names the batch, so that its observation calibrates the answer given;
         ``learned_only`` refuses (``FailedPrecondition``) rather than answer from a fallback;
-        ``where`` says where the batch's input is and how large (transfer term, delay decision)."""
+        ``where`` says where the batch's input is and how large (transfer term, delay decision).
+        The candidates travel in the packed form (``PackedCandidates``: columns, which the
+        service reads without a message per candidate); ``packed=False`` sends one
+        ``PlacementCandidate`` message each. The answer is the same either way."""
         cands = [Candidate(c) if isinstance(c, str) else c for c in candidates]
         request = self._pb2.RankPlacementsRequest(
             batch=convert.batch_to_pb(batch),
-            candidates=[convert.candidate_to_pb(c) for c in cands],
             confidence=confidence or 0.0,
             batch_id=batch_id,
             learned_only=learned_only,
         )
+        packed_form = columns.packed_candidates_pb(CandidateColumns.from_candidates(cands)) if packed else None
+        if packed_form is not None:
+            request.packed_candidates.CopyFrom(packed_form)
+        else:
+            request.candidates.extend(convert.candidate_to_pb(c) for c in cands)
         if solo_latency_ms is not None:
             request.solo_latency_ms = solo_latency_ms
         convert.set_input(request, where)

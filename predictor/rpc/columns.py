@@ -22,10 +22,11 @@ import numpy as np
 
 from predictor.records.keyed import KeyedMaps
 from predictor.records.record import RecordError
-from predictor.rpc import convert, wire
+from predictor.rpc import candidate_wire, convert, placement_wire, wire
 from predictor.rpc.convert import _BOUNDS_PB, _SOURCES, _SOURCES_PB, require_finite, require_finite_arrays
+from predictor.rpc.decoding import raw_bytes
 from predictor.rpc.protos import pb2
-from predictor.service.estimates.placements import CandidateColumns, RankingColumns
+from predictor.service.estimates.placements import CandidateColumns, EstimatedPaths, RankingColumns
 from predictor.service.types import CoRunnerSource
 
 _CANDIDATE = operator.attrgetter("device", "device_kind", "co_runner_source")
@@ -73,6 +74,18 @@ def candidate_columns_from_pb(candidates: Any) -> tuple[CandidateColumns, list[A
     return columns, messages
 
 
+def request_columns_from_pb(request: Any) -> CandidateColumns:
+    """The classic ``candidates`` of a ``RankPlacementsRequest``, column-wise: read from the
+    request's wire bytes (those it was parsed from, else serialised again) in one compiled pass (:mod:`predictor.rpc.candidate_wire`), else (a
+    field that reader declines) message by message (:func:`candidate_columns_from_pb`)."""
+    raw = raw_bytes(request)
+    fields = candidate_wire.read(request.SerializeToString() if raw is None else raw)
+    if fields is None:
+        return candidate_columns_from_pb(request.candidates)[0]
+    codes = fields.pop("source_codes")
+    return CandidateColumns(**fields, sources=_sources(codes, len(codes)), typed=True)
+
+
 def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns, list[Any]] | None = None) -> Any:
     """The ``RankPlacementsResponse`` of a column-wise ranking.
 
@@ -87,6 +100,11 @@ def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns
     )
     messages = pb2()
     response = messages.RankPlacementsResponse(deadline_ms=ranking.deadline_ms)
+    if ranking.terms is None and (ranking.estimated is None or isinstance(ranking.estimated, EstimatedPaths)):
+        response.MergeFromString(_placements_wire(ranking))
+        if ranking.delay is not None:
+            response.delay.CopyFrom(convert.delay_to_pb(ranking.delay))
+        return response
     rows = ranking.rows
     devices, kinds, models, sizes, attrs = rows.devices, rows.device_kinds, rows.models, rows.batch_sizes, rows.attrs
     offsets = rows.offsets.tolist()
@@ -160,6 +178,64 @@ def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns
     if ranking.delay is not None:
         response.delay.CopyFrom(convert.delay_to_pb(ranking.delay))
     return response
+
+
+def _placements_wire(ranking: RankingColumns) -> bytes:
+    """The placements of a ranking without terms, as wire bytes (:mod:`predictor.rpc.placement_wire`):
+    one serialised ``Prediction`` per calibration cell for the fields its rows share."""
+    messages = pb2()
+    rows = ranking.rows
+    n = len(rows.devices)
+    kinds = list(rows.device_kinds)
+    bounds = (list(ranking.row_bounds) if ranking.row_bounds is not None
+              else list(map(ranking.bounds.__getitem__, kinds)))
+    shapes = list(ranking.shapes) if ranking.shapes is not None else [""] * n  # strings (shape keys)
+    fallback = ranking.fallback.tolist() if ranking.fallback is not None else [False] * n
+    keys = list(zip(kinds, map(id, bounds), shapes, fallback, strict=True))  # a row's calibration cell
+    first = dict(zip(keys, range(n), strict=True))  # a row of each cell
+    cell = {key: j for j, key in enumerate(first)}
+    row_template = np.fromiter(map(cell.__getitem__, keys), dtype=np.int64, count=n)
+    solo = ranking.solo_latency_ms
+    solo_per_row = bool(solo.size) and not (solo == solo[0]).all()
+    templates = [
+        messages.Prediction(
+            solo_latency_ms=0.0 if solo_per_row else float(solo[0]),
+            confidence=ranking.confidence,
+            bound_source=_BOUNDS_PB[bounds[i].source],
+            residuals=bounds[i].n,
+            predictor=ranking.predictor,
+            observations_learned=ranking.observations_learned,
+            sequence=ranking.sequence,
+            device_kind=kinds[i],
+            fallback=bool(fallback[i]),
+            query_shape=shapes[i],
+        ).SerializeToString()
+        for i in first.values()
+    ]
+    estimated = ranking.estimated
+    r = len(rows.models)
+    extra = [b""] * n
+    if estimated is None:
+        paths_off, moving = np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=bool)
+        filled = moving
+    else:
+        paths_off, moving, filled = estimated.offsets, estimated.moving, estimated.filled
+        for i, paths in estimated.extra.items():
+            extra[i] = messages.Prediction(estimated=paths).SerializeToString()
+    keys, attrs = _attr_matrix(rows.attrs, r)
+    return placement_wire.placements(
+        ranking.order, row_template, templates, rows.devices, ranking.slack_ms, ranking.probability,
+        ranking.latency_ms, solo, solo_per_row, ranking.upper_bound_ms, rows.offsets, rows.models, rows.batch_sizes,
+        keys, attrs, rows.overlaps, paths_off, moving, filled, extra,
+    )
+
+
+def _attr_matrix(attrs: Sequence[Mapping[str, float]], rows: int) -> tuple[tuple[str, ...], np.ndarray]:
+    """The co-runners' attributes as keys and a ``rows x keys`` matrix (NaN: absent)."""
+    if isinstance(attrs, KeyedMaps):
+        return attrs.keys, attrs.matrix
+    keys, values = _matrix(list(attrs))
+    return tuple(keys), np.array(values, dtype=float).reshape(rows, len(keys))
 
 
 def _set_terms(placement: Any, ranking: RankingColumns, i: int) -> None:
@@ -248,13 +324,20 @@ def _matrix(maps: list[Mapping[str, float]]) -> tuple[list[str], list[float]]:
     return keys, [m.get(k, float("nan")) for m in maps for k in keys]
 
 
-def pack_rank_request(request: Any, *, omit_detail: bool = False) -> Any:
-    """The same ``RankPlacementsRequest`` with its candidates in the packed form (clients, tests)."""
-    columns, _ = candidate_columns_from_pb(request.candidates)
+def packed_candidates_pb(columns: CandidateColumns) -> Any | None:
+    """Candidate columns as a ``PackedCandidates`` message (the client side); ``None`` where the
+    packed form cannot say them (a NaN number, which it reads as "not given": the classic form
+    then carries them, and the service's error names the field)."""
+    values = [columns.overlaps[columns.has_overlap], columns.remaining[columns.has_remaining]]
+    attr_keys, attr_values = _matrix(list(columns.attrs))
+    signal_keys, signal_values = _matrix(list(columns.signals))
+    given = [v for m in (*columns.attrs, *columns.signals) for v in m.values()]
+    if any(np.isnan(v).any() for v in values) or any(v != v for v in given):
+        return None
     messages = pb2()
     packed = messages.PackedCandidates(
         device=columns.devices,
-        device_kind=columns.device_kinds,
+        device_kind=columns.device_kinds if any(columns.device_kinds) else (),
         co_runner_source=[_SOURCES_PB[s] for s in columns.sources],
         co_runner_count=np.diff(columns.offsets).tolist(),
         co_runner_model=columns.models,
@@ -262,9 +345,18 @@ def pack_rank_request(request: Any, *, omit_detail: bool = False) -> Any:
         co_runner_overlap=np.where(columns.has_overlap, columns.overlaps, np.nan).tolist(),
         co_runner_remaining_ms=np.where(columns.has_remaining, columns.remaining, np.nan).tolist(),
     )
-    packed.attr_keys[:], packed.attr_values[:] = _matrix(list(columns.attrs))
-    packed.signal_keys[:], packed.signal_values[:] = _matrix(list(columns.signals))
-    out = messages.RankPlacementsRequest()
+    packed.attr_keys[:], packed.attr_values[:] = attr_keys, attr_values
+    packed.signal_keys[:], packed.signal_values[:] = signal_keys, signal_values
+    return packed
+
+
+def pack_rank_request(request: Any, *, omit_detail: bool = False) -> Any:
+    """The same ``RankPlacementsRequest`` with its candidates in the packed form (clients, tests)."""
+    columns, _ = candidate_columns_from_pb(request.candidates)
+    packed = packed_candidates_pb(columns)
+    if packed is None:
+        raise ValueError("the packed form cannot carry a NaN (it means 'not given' there)")
+    out = pb2().RankPlacementsRequest()
     out.CopyFrom(request)
     out.ClearField("candidates")
     out.packed_candidates.CopyFrom(packed)

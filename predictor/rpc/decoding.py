@@ -11,6 +11,7 @@ were handled as usual, the stream is not acknowledged).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +22,19 @@ from predictor.rpc.names import METHOD_PREFIX
 from predictor.service.errors import InvalidArgument
 
 PREFIX = METHOD_PREFIX
+
+
+_LAST = threading.local()
+
+
+def raw_bytes(request: Any) -> bytes | None:
+    """The bytes ``request`` was parsed from, where it is the unary request this thread decoded
+    last (its handler may read them again column-wise), handed over once; ``None`` otherwise."""
+    if getattr(_LAST, "request", None) is not request:
+        return None
+    raw = _LAST.raw
+    _LAST.request = _LAST.raw = None
+    return raw
 
 
 class _Undecodable(InvalidArgument):
@@ -35,12 +49,15 @@ def _type_name(deserialize: Callable[[bytes], Any]) -> str:
 
 def _decode(deserialize: Callable[[bytes], Any], raw: bytes, field: str) -> Any:
     try:
-        return deserialize(raw)
+        request = deserialize(raw)
     except Exception as exc:  # protobuf raises DecodeError, but a custom deserializer may raise anything
         reason = str(exc) or type(exc).__name__
         raise _Undecodable(
             field, f"not a valid {_type_name(deserialize)} message ({len(raw)} bytes: {reason})"
         ) from None
+    if field == "request":  # a unary request: its handler may ask for the bytes (:func:`raw_bytes`)
+        _LAST.request, _LAST.raw = request, raw
+    return request
 
 
 class DecodeErrorsInterceptor(grpc.ServerInterceptor):

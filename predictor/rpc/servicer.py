@@ -48,7 +48,7 @@ class InterferenceServicer:
         candidates = _ranking_candidates(request)
         ranking = self.service.rank_columns(
             convert.batch_from_pb(request.batch),
-            candidates[0],
+            candidates,
             convert.deadline_from_pb(request),
             convert.confidence_from_pb(request.confidence),
             request.solo_latency_ms if request.HasField("solo_latency_ms") else None,
@@ -58,7 +58,7 @@ class InterferenceServicer:
         )
         if request.omit_detail:
             return columns.ranking_packed_to_pb(ranking)
-        return columns.ranking_columns_to_pb(ranking, candidates)
+        return columns.ranking_columns_to_pb(ranking)
 
     @grpc_errors
     def ReportObservations(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
@@ -122,10 +122,10 @@ class InterferenceServicer:
         return convert.status_to_pb(self.service.status())
 
 
-def _ranking_candidates(request: Any) -> tuple[Any, list[Any] | None]:
+def _ranking_candidates(request: Any) -> Any:
     """The candidates of a ``RankPlacementsRequest``, column-wise, from either form (not both)."""
     if not request.HasField("packed_candidates"):
-        return columns.candidate_columns_from_pb(request.candidates)
+        return columns.request_columns_from_pb(request)
     if len(request.candidates):
         raise RecordError("packed_candidates", "give candidates or packed_candidates, not both")
-    return columns.packed_columns_from_pb(request.packed_candidates), None
+    return columns.packed_columns_from_pb(request.packed_candidates)

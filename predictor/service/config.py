@@ -161,7 +161,7 @@ class ServiceConfig:
     adapt: float = 0.002
     error_window: int = 500
     coverage_window: int = 2000
-    max_candidates: int = 1024
+    max_candidates: int = 8192
     max_stream_records: int = 1_000_000
     max_rejections_reported: int = 100
     max_devices: int = 10_000
