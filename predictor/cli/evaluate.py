@@ -17,8 +17,10 @@ from predictor.analysis.plots import error_cdf, rolling_error
 from predictor.cli.progress import progress_bar
 from predictor.predictors import create
 from predictor.prequential.blocks import prequential_blocks, supports
-from predictor.prequential.evaluation import Scored, run_prequential, run_split, summarize
+from predictor.prequential.evaluation import Scored, run_prequential, run_split, split_records, summarize
 from predictor.records.logio import read_records
+from predictor.records.record import Record
+from predictor.records.typed_decoding import ColocRow, record_of
 from predictor.service.config import ServiceConfig
 
 DEFAULT_PREDICTORS = "solo,static,ewma,sgd,rls"
@@ -65,17 +67,39 @@ def protocol_label(args: argparse.Namespace) -> str:
 
 
 def score(spec: str, records: list, args: argparse.Namespace, advance) -> Scored:
-    """Score the predictor ``spec`` on ``records`` under the protocol of ``args``."""
+    """Score the predictor ``spec`` on ``records`` (records, or rows read like them:
+    :func:`~predictor.records.logio.iter_rows`) under the protocol of ``args``.
+
+    Where the blockwise replay applies (:func:`~predictor.prequential.blocks.supports`: rls or sgd at
+    their defaults), the prequential mode, and the split mode's training part, are learned in compiled
+    blocks: the same state within 1e-9 as learning record by record (a prediction changes no state)."""
     predictor = create(spec, seed=args.seed)
+    blockwise = supports(predictor)
     if args.prequential:
-        if supports(predictor):  # rls or sgd with their defaults: learned in compiled blocks, the same results within 1e-9
+        if blockwise:
             scored = prequential_blocks(predictor, records, overlap=not args.serial)  # type: ignore[arg-type]
             advance(len(records))
             return scored
-        return run_prequential(predictor, records, progress=advance)
-    return run_split(
-        predictor, records, split=args.split, seed=args.seed, keep_learning=args.keep_learning, progress=advance
-    )
+        return run_prequential(predictor, map(as_record, records), progress=advance)
+    if blockwise:
+        train, test = split_records(records, args.split, args.seed)
+        prequential_blocks(predictor, train, overlap=not args.serial)  # type: ignore[arg-type]
+        advance(len(train))
+        scored = Scored()
+        for row in test:
+            record = as_record(row)
+            scored.add(predictor.predict_one(record), record.latency_ms)  # type: ignore[arg-type]
+            if args.keep_learning:
+                predictor.learn_one(record)
+        advance(len(test))
+        return scored
+    return run_split(predictor, list(map(as_record, records)), split=args.split, seed=args.seed,
+                     keep_learning=args.keep_learning, progress=advance)
+
+
+def as_record(row: ColocRow | Record) -> Record:
+    """``row`` as a record (a decoded row converted; a record as it is)."""
+    return record_of(row) if isinstance(row, ColocRow) else row
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

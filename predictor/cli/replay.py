@@ -14,7 +14,7 @@ from predictor.cli.progress import progress_bar
 from predictor.predictors import create
 from predictor.prequential.blocks import fast_prequential
 from predictor.prequential.evaluation import run_prequential, summarize
-from predictor.records.logio import ReadReport, iter_records, read_records
+from predictor.records.logio import ReadReport, iter_records, iter_rows
 
 REPLAY_EPILOG = """\
 Examples:
@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
                                       report=report, overlap=not args.serial)
         loaded = started
     else:
-        records, report = read_records(args.log, tolerant=args.tolerant, inflate_ahead=not args.serial)
+        # rows read like records (the replay's fast reader); a record is built only where one is needed
+        records = list(iter_rows(args.log, tolerant=args.tolerant, report=report, inflate_ahead=not args.serial))
         loaded = time.perf_counter()
         with progress_bar(args.predictor, total=len(records)) as advance:
             scored = score(args.predictor, records, args, advance)

@@ -124,12 +124,19 @@ def fine_features(record: Record) -> Features:
     ``co:K``; ``sig:S`` device signals. A co-runner of overlap 0 counts in
     ``co:count`` only.
     """
+    return _fine_parts(record, None)
+
+
+def _fine_parts(record: Record, identity: Features | None) -> Features:
+    """:func:`fine_features`, the :data:`MODEL_SUMS` put in ``identity`` where given (else among the others)."""
     batch = record.batch
     features = _batch_features(batch)
     runners = record.co_runners
     if runners:
         # The sums of _add, inlined: this is every answer's and every observation's hot path.
         get = features.get
+        sums = features if identity is None else identity
+        sums_get = sums.get
         model_sums = _model_sums(batch.model)
         for runner in runners:
             weight = runner.overlap
@@ -140,7 +147,7 @@ def fine_features(record: Record) -> Features:
                 features[name] = get(name, 0.0) + (weight if value_of is None else weight * value_of(runner.batch_size))
             for prefix in model_sums:
                 name = prefix + runner.model
-                features[name] = get(name, 0.0) + weight
+                sums[name] = sums_get(name, 0.0) + weight
             for key, value in runner.attrs.items():
                 name = CO + key
                 features[name] = get(name, 0.0) + weight * value
@@ -262,6 +269,28 @@ def planned_row(record: Record, features: str) -> tuple[RowLayout, Features]:
     else:
         computed = FEATURE_SETS[features](record)
     return _plain_layout(tuple(computed)), computed
+
+
+def planned_parts(record: Record, features: str) -> tuple[RowLayout, Features, Features]:
+    """:func:`planned_row` of ``record`` with its model-identity features (the :data:`MODEL_SUMS`: one
+    name per co-runner model, and per pair of models) kept apart: ``layout, base, identity``.
+
+    The row's features are ``layout``'s (as :func:`planned_row` makes them from ``base``) and
+    ``identity``'s (no two alike: the identity names are never crossed nor copied), the same numbers as
+    :func:`feature_row`'s. ``layout`` depends on the batch's model and the names of ``base``, not on
+    which models the co-runners are, so a fleet of many models shares few layouts. For the ``coarse``
+    set, or an ``interactions`` row whose names would repeat, ``identity`` is empty.
+    """
+    if features == "coarse":
+        return (*planned_row(record, features), {})
+    identity: Features = {}
+    base = _fine_parts(record, identity)
+    if features == "fine":
+        return _plain_layout(tuple(base)), base, identity
+    layout = row_layout(tuple(base), record.batch.model)
+    if layout is None:
+        return (*planned_row(record, features), {})
+    return layout, base, identity
 
 
 def feature_row(record: Record, features: str) -> tuple[tuple[str, ...], np.ndarray]:

@@ -8,13 +8,16 @@ not of arithmetic. ``predictor replay --prequential`` and ``predictor evaluate -
 it for such a predictor (``--reference``: record by record):
 
 1. per record, in stream order, what depends only on the stream: the features before their
-   products (:func:`~predictor.features.extract.planned_row`), the solo latency and plausible
+   products, the model-identity ones apart (:func:`~predictor.features.extract.planned_parts`, so that
+   a fleet of many models shares few plans), the solo latency and plausible
    slowdown range, and per distinct row layout the features' columns;
 2. per block of records that fit the model, every step in one compiled call
    (:class:`~predictor.regressors.rls_kernel.PlannedRun`, :class:`~predictor.predictors.sgd_kernel.SgdRun`),
    giving each record's prediction before its own step;
-3. under ``rls``, a record that grows the model (a new feature name, a column's first non-zero
-   value), and the first record, through the reference once the block before it is learned
+3. under ``rls``, a record that grows the model (a new feature name while the feature index has
+   room, a column's first non-zero value), and the first record, through the reference once the
+   block before it is learned (a name the full index has no room for is dropped, in a block as by
+   the reference)
    (under ``sgd`` every record fits: a new name is a new column).
 
 The predictions and the learned state equal the reference's within rounding
@@ -36,7 +39,7 @@ from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
-from predictor.features.extract import RowLayout, planned_row
+from predictor.features.extract import RowLayout, planned_parts
 from predictor.predictors import create
 from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
 from predictor.predictors.rls import RlsPredictor
@@ -110,9 +113,12 @@ class _RlsRows:
         self.plans = RowPlans()
         self.plan_of_row: list[int] = []
         self.bases: list[float] = []
-        # per row layout (by identity: shared by the rows of the same names): its plan, and the terms of
-        # its values that have no scale yet (_unscaled_terms)
-        self.layouts: dict[RowLayout, tuple[int, tuple[int, ...], tuple[tuple[int, int], ...]]] = {}
+        self.extra_offsets: list[int] = [0]  # the rows' model-identity values, apart from their plans
+        self.extra_columns: list[int] = []
+        self.extra_values: list[float] = []
+        # per row layout (by identity: shared by the rows of the same names): its plan, the terms of
+        # its values that have no scale yet (_unscaled_terms), and how many of its names the full index drops
+        self.layouts: dict[RowLayout, tuple[int, tuple[int, ...], tuple[tuple[int, int], ...], int]] = {}
         self.run: PlannedRun | None = None  # the model's state, held by the compiled kernel from block to block
 
     def add(self, record: Record | ColocRow, flush: Callable[[], None]) -> bool:
@@ -123,17 +129,22 @@ class _RlsRows:
         model = predictor._models.get("")
         if model is None:
             return False
-        row, base = planned_row(record, predictor.features)  # the predictor's own row, before products
+        row, base, identity = planned_parts(record, predictor.features)  # the predictor's own row, before products
         layout = self.layouts.get(row)
         if layout is None:
-            positions, partly = model.index.positions(row.names)  # None: every name known (no growth)
-            if partly is None and model.index.size == model._weights.size:
+            index = model.index
+            positions, partly = index.positions(row.names)  # None: every name known (no growth)
+            # an unknown name grows the model, unless the index is full: then the reference drops it
+            # (and counts it in ``index.dropped``), as the plan does (position -1)
+            full = len(index.columns) >= index.max_features
+            if (partly is None or full) and index.size == model._weights.size:
                 if len(self.plans) >= MAX_PLANS:  # layouts are keyed by identity: bounded however many
                     flush()  # (the pending rows' block takes the plans it was made with)
                     self.restart()
-                unscaled = np.flatnonzero(model._column_scale[positions] <= 0)
+                known = positions >= 0
+                unscaled = np.flatnonzero(known & (model._column_scale[positions] <= 0))
                 layout = self.layouts[row] = (self.plans.add(positions, row.left, row.right, row.keys),
-                                              *_unscaled_terms(row, unscaled))
+                                              *_unscaled_terms(row, unscaled), int(known.size - known.sum()))
         if layout is None:
             return False
         values = list(base.values())
@@ -141,8 +152,25 @@ class _RlsRows:
         # in the stream, e.g. a signal, never gets its scale: most rows have one)
         if any(map(values.__getitem__, layout[1])) or any(values[a] * values[b] for a, b in layout[2]):
             return False  # (a NaN counts as non-zero)
+        dropped = layout[3]
+        if identity:
+            index = model.index
+            columns = list(map(index.columns.get, identity))
+            if None in columns:
+                if len(index.columns) < index.max_features:
+                    return False  # a new name, which the reference step gives a column
+                dropped += columns.count(None)
+            scale = model._column_scale
+            for column, value in zip(columns, identity.values(), strict=True):
+                if column is not None:
+                    if value and not scale[column] > 0:
+                        return False
+                    self.extra_columns.append(column)
+                    self.extra_values.append(value)
+        self.extra_offsets.append(len(self.extra_columns))
         self.plan_of_row.append(layout[0])
         self.bases.extend(values)
+        model.index.dropped += dropped
         return True
 
     def block(self, targets: np.ndarray) -> PlannedBlock:
@@ -150,9 +178,14 @@ class _RlsRows:
 
         if self.run is None:
             self.run = PlannedRun(self.predictor._models[""])
-        block = self.run.block(self.plans, np.array(self.plan_of_row), np.array(self.bases), targets)
+        block = self.run.block(self.plans, np.array(self.plan_of_row), np.array(self.bases), targets,
+                               (np.array(self.extra_offsets), np.array(self.extra_columns, dtype=np.int64),
+                                np.array(self.extra_values, dtype=float)))
         self.plan_of_row.clear()
         self.bases.clear()
+        self.extra_offsets[1:] = []
+        self.extra_columns.clear()
+        self.extra_values.clear()
         return block
 
     def learned(self, block: PlannedBlock, targets: np.ndarray) -> None:

@@ -274,14 +274,17 @@ def _rls_rows(s, w, state, rows, targets, lam, delta, bound, rescale_above, mask
 
 
 @njit(cache=True, nogil=True)
-def _rls_planned(s, w, state, scale, plan_of_row, bases, positions, position_offsets, left, right,
-                 product_offsets, keys, copy_offsets, targets, lam, delta, bound, rescale_above, mask, pinned,
+def _rls_planned(s, w, state, scale, plan_of_row, bases, extra_offsets, extra_columns, extra_values, positions,
+                 position_offsets, left, right, product_offsets, keys, copy_offsets, targets, lam, delta, bound, rescale_above, mask, pinned,
                  gain, project_every, min_gap, mirrored, predictions, fits):  # pragma: no cover
     """:func:`_learn` of every row given by a plan (:class:`RowPlans`), scaled as ``RLS.vectorize``
     scales it: row ``t`` follows plan ``plan_of_row[t]`` from its base values, the next ones of
     ``bases``; its values are the base values, their products by pairs and copies of some of them
     (:func:`predictor.features.extract.interaction_values`: the same products), at the plan's column
-    positions in that order (column 0 implied)."""
+    positions in that order (column 0 implied; a position of -1: a value the model has no column for,
+    dropped as :meth:`FeatureIndex.vector_of <predictor.regressors.feature_index.FeatureIndex.vector_of>`
+    drops it); then its extra values ``extra_values[extra_offsets[t]:extra_offsets[t + 1]]`` at their
+    columns ``extra_columns`` (each column at most once in a row, none of the plan's)."""
     d = w.size
     sx, acc, new_w, projected, nz, free, flag, pinned_weights = _scratch(d)
     x = np.zeros(d)
@@ -298,17 +301,23 @@ def _rls_planned(s, w, state, scale, plan_of_row, bases, positions, position_off
         for j in range(count):
             p = positions[at]
             at += 1
-            x[p] = bases[base + j] / scale[p] if scale[p] > 0 else 0.0
+            if p > 0:
+                x[p] = bases[base + j] / scale[p] if scale[p] > 0 else 0.0
         for m in range(first, last):
             p = positions[at]
             at += 1
-            value = bases[base + left[m]] * bases[base + right[m]]
-            x[p] = value / scale[p] if scale[p] > 0 else 0.0
+            if p > 0:
+                value = bases[base + left[m]] * bases[base + right[m]]
+                x[p] = value / scale[p] if scale[p] > 0 else 0.0
         for m in range(copied, stop):
             p = positions[at]
             at += 1
-            x[p] = bases[base + keys[m]] / scale[p] if scale[p] > 0 else 0.0
+            if p > 0:
+                x[p] = bases[base + keys[m]] / scale[p] if scale[p] > 0 else 0.0
         base += count
+        for e in range(extra_offsets[t], extra_offsets[t + 1]):
+            p = extra_columns[e]
+            x[p] = extra_values[e] / scale[p] if scale[p] > 0 else 0.0
         predictions[t], fits[t] = _learn(s, w, state, x, targets[t], lam, delta, bound, rescale_above, sx, acc,
                                          nz, new_w, mask, pinned, gain, project_every, min_gap, projected,
                                          flag, pinned_weights, free, mirrored)
@@ -335,9 +344,9 @@ class RowPlans:
         return self._size
 
     def add(self, positions: np.ndarray, left: np.ndarray, right: np.ndarray, keys: np.ndarray) -> int:
-        """A plan: a row's values go to columns ``positions`` (1 on: column 0 is the intercept's): its
-        base values, then the products of the base values at ``left`` and ``right``, then the base
-        values at ``keys``; returns its number."""
+        """A plan: a row's values go to columns ``positions`` (1 on: column 0 is the intercept's; -1 for a
+        value without a column, which is dropped): its base values, then the products of the base values
+        at ``left`` and ``right``, then the base values at ``keys``; returns its number."""
         count = positions.size - left.size - keys.size
         if left.size != right.size or count < 0:
             raise ValueError(f"a plan of {positions.size} positions cannot hold {left.size} products "
@@ -345,8 +354,8 @@ class RowPlans:
         for name, indices in (("left", left), ("right", right), ("keys", keys)):
             if indices.size and not (0 <= indices.min() and indices.max() < count):
                 raise ValueError(f"{name} must index the plan's {count} base values")
-        if positions.size and positions.min() < 1:
-            raise ValueError("a plan's positions are columns from 1 on")
+        if positions.size and ((positions < 1) & (positions != -1)).any():
+            raise ValueError("a plan's positions are columns from 1 on, or -1 (no column)")
         plan = self._size
         if plan + 1 >= self._counts.size:
             self._counts, self._highest = (np.resize(a, 2 * a.size) for a in (self._counts, self._highest))
@@ -487,28 +496,49 @@ class PlannedRun:
         self._run: _Run | None = _Run(model)
 
     def block(self, plans: RowPlans, plan_of_row: np.ndarray, bases: np.ndarray,
-              targets: np.ndarray) -> PlannedBlock:
+              targets: np.ndarray, extras: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> PlannedBlock:
         """The next block: row ``t`` follows plan ``plan_of_row[t]`` from its base values, the next ones
         of ``bases``; every row must fit the model as it is (no new column, a non-zero value only
-        where the column has its scale: see :func:`scaled_row`)."""
+        where the column has its scale: see :func:`scaled_row`).
+
+        ``extras``: ``offsets, columns, values``: row ``t`` also has ``values[offsets[t]:offsets[t + 1]]``
+        at ``columns[offsets[t]:offsets[t + 1]]`` (distinct, and none among its plan's positions): the
+        values a plan does not hold, such as the model-identity features
+        (:func:`~predictor.features.extract.planned_parts`)."""
         if self._run is None:
             raise RuntimeError("the run is finished")
         plan_of_row, bases = np.asarray(plan_of_row, dtype=np.int64), np.asarray(bases, dtype=float)
         targets = np.asarray(targets, dtype=float)
         if plan_of_row.shape != targets.shape:
             raise ValueError(f"{plan_of_row.size} rows' plans for {targets.size} targets")
-        taken = plans.base_values(plan_of_row, self.model._weights.size)
+        d = self.model._weights.size
+        taken = plans.base_values(plan_of_row, d)
         if bases.size != taken:
             raise ValueError(f"the rows' plans take {taken} base values, got {bases.size}")
+        offsets, columns, values = _extras(extras, targets.size, d)
         run, model = self._run, self.model
-        return PlannedBlock((model._s, run.weights, run.state, model._column_scale, plan_of_row, bases,
-                             *plans.arrays(), targets, *run.arguments()), targets.size)
+        return PlannedBlock((model._s, run.weights, run.state, model._column_scale, plan_of_row, bases, offsets,
+                             columns, values, *plans.arrays(), targets, *run.arguments()), targets.size)
 
     def finish(self) -> None:
         """Write the learned state back into the model (after the last block's :meth:`~PlannedBlock.compute`)."""
         if self._run is not None:
             self._run.finish()
             self._run = None
+
+
+def _extras(extras: tuple[np.ndarray, np.ndarray, np.ndarray] | None, rows: int,
+            columns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:meth:`PlannedRun.block`'s ``extras`` as the kernel takes them, checked (``None``: none)."""
+    if extras is None:
+        return np.zeros(rows + 1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
+    offsets, at, values = (np.asarray(extras[0], dtype=np.int64), np.asarray(extras[1], dtype=np.int64),
+                           np.asarray(extras[2], dtype=float))
+    if offsets.shape != (rows + 1,) or offsets[0] != 0 or (np.diff(offsets) < 0).any() or offsets[-1] != at.size:
+        raise ValueError(f"extras' offsets must rise from 0 to their {at.size} columns, one per row and one more")
+    if at.shape != values.shape or (at.size and not (1 <= at.min() and at.max() < columns)):
+        raise ValueError(f"extras' columns must be columns 1 to {columns - 1}, one per value")
+    return offsets, at, values
 
 
 class PlannedBlock:

@@ -60,3 +60,60 @@ def synthetic_records(
             )
         )
     return out
+
+
+def fleet_records(
+    n: int,
+    *,
+    models: int = 6,
+    device_kinds: int = 1,
+    devices_per_kind: int = 2,
+    max_co_runners: int = 3,
+    noise: float = 0.03,
+    seed: int = 0,
+) -> list[Record]:
+    """``n`` records of a fleet of ``models`` models on ``device_kinds`` kinds of device.
+
+    Each model ``m<i>`` has its own profiled ``l2_util``, ``dram_util`` and solo latency per item,
+    each kind ``k<j>`` its speed; a batch has 0 to ``max_co_runners`` co-runners (uniform) and a
+    slowdown linear in their overlap-weighted pressure (the :func:`synthetic_records` law) with
+    log-normal noise ``noise``. Records go round robin over the devices, time-ordered.
+
+    >>> records = fleet_records(4, models=12, device_kinds=3, seed=1)
+    >>> sorted({r.device_kind for r in records}) <= ['k0', 'k1', 'k2'], len(records)
+    (True, 4)
+    """
+    if models < 1 or device_kinds < 1 or devices_per_kind < 1 or max_co_runners < 0:
+        raise ValueError("models, device_kinds and devices_per_kind must be >= 1, max_co_runners >= 0")
+    rng = np.random.default_rng(seed)
+    profile = [(f"m{i}", round(float(rng.uniform(0.05, 0.6)), 4), round(float(rng.uniform(0.05, 0.7)), 4),
+                float(rng.uniform(2.0, 15.0))) for i in range(models)]
+    speed = [float(rng.uniform(0.5, 2.0)) for _ in range(device_kinds)]
+    devices = [(f"gpu{j}-{d}", j) for j in range(device_kinds) for d in range(devices_per_kind)]
+    out = []
+    for i in range(n):
+        model, l2, dram, per_item = profile[rng.integers(models)]
+        device, kind = devices[i % len(devices)]
+        batch_size = int(rng.integers(1, 9))
+        solo = per_item * speed[kind] * (0.5 + 0.5 * batch_size)
+        runners = []
+        slowdown = 1.0
+        for _ in range(int(rng.integers(0, max_co_runners + 1))):
+            other, o_l2, o_dram, _ = profile[rng.integers(models)]
+            overlap = float(rng.uniform(0.1, 1.0))
+            runners.append(CoRunner(other, int(rng.integers(1, 9)), {"l2_util": o_l2, "dram_util": o_dram}, overlap))
+            slowdown += overlap * (1.5 * l2 * o_l2 + 0.8 * o_dram)
+        latency = solo * slowdown * float(np.exp(rng.normal(0.0, noise)))
+        out.append(
+            Record(
+                device=device,
+                device_kind=f"k{kind}",
+                batch=BatchSpec(model, batch_size, {"l2_util": l2, "dram_util": dram}),
+                latency_ms=latency,
+                solo_latency_ms=solo,
+                co_runners=tuple(runners),
+                start_s=float(i) * 0.01,
+                source="synthetic",
+            )
+        )
+    return out

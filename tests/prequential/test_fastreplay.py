@@ -10,9 +10,9 @@ import pytest
 from experiments.common import DEFAULT_DATASET as DEFAULT_LOG
 from predictor.predictors import create
 from predictor.prequential.blocks import fast_prequential, prequential_blocks, supports
-from predictor.prequential.evaluation import run_prequential
+from predictor.prequential.evaluation import run_prequential, run_split, summarize
 from predictor.records.logio import read_records, write_records
-from predictor.service.synthetic import synthetic_records
+from predictor.service.synthetic import fleet_records, synthetic_records
 
 
 def _records():
@@ -199,3 +199,44 @@ def test_plans_started_afresh_past_their_bound_give_the_same_bits(monkeypatch):
     a, b = bounded._models[""], kept._models[""]
     np.testing.assert_array_equal(a._weights, b._weights)
     np.testing.assert_array_equal(a._s, b._s)
+
+
+@pytest.mark.parametrize("spec", ["rls", "rls:features='fine'"])
+def test_a_fleet_past_the_feature_cap_replays_blockwise_as_the_reference(spec):
+    """Many models (a column per model and per pair of models, past the feature index's cap): the names
+    the full index has no room for are dropped in a block as by the reference, and counted alike; the
+    rows are learned in blocks (the reference takes only the rows that grow the model)."""
+    records = fleet_records(1500, models=40, device_kinds=4, seed=5)
+    fast, slow = create(spec), create(spec)
+    taken = []
+    reference_step = fast.predict_learn_one
+
+    def counted(record):
+        taken.append(record)
+        return reference_step(record)
+
+    fast.predict_learn_one = counted
+    got = prequential_blocks(fast, records, block=64)
+    expected = run_prequential(slow, records)
+    np.testing.assert_allclose(got.predicted, expected.predicted, rtol=1e-9)
+    a, b = fast._models[""], slow._models[""]
+    assert a.index.dropped == b.index.dropped > 0
+    assert a.index.columns == b.index.columns and a.n_updates == b.n_updates
+    np.testing.assert_allclose(a._weights, b._weights, rtol=1e-9, atol=1e-9)
+    assert len(taken) < a._weights.size  # at most one reference step per column grown
+
+
+def test_split_replay_learns_its_training_part_in_blocks_as_run_split(tmp_path):
+    import json
+
+    from predictor.cli import main
+
+    path = tmp_path / "log.jsonl.gz"
+    records = _records()[:400]
+    write_records(path, records)
+    out = tmp_path / "split.json"
+    assert main(["replay", str(path), "--json", str(out)]) == 0
+    got = json.loads(out.read_text())["summary"]
+    expected = summarize(run_split(create("rls"), records))
+    assert got["n"] == expected["n"] == 100
+    assert got["mape"] == pytest.approx(expected["mape"], rel=1e-9)
