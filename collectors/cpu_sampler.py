@@ -13,7 +13,16 @@ Signals, each over the interval since the previous read:
 ``pgfault_kps``  page faults, thousands per second (``/proc/vmstat``): memory traffic proxy
 ``cpu_pressure`` fraction of time some task waited for a CPU (``/proc/pressure/cpu``)
 ``mem_pressure`` fraction of time some task stalled on memory (``/proc/pressure/memory``)
+``other_cpu``    cores busy with processes *not* of the workload, over the last
+                 ``foreign_span_s`` (with ``own_pids`` only; see below)
 =============== ===============================================================
+
+``other_cpu`` is the load nobody reported: all cores' busy time (``/proc/stat``) less the CPU
+time of the workload's own processes (``/proc/<pid>/stat``, every thread), in cores. Give the
+workload's processes as ``own_pids`` (a callable, asked at each read, so that workers started
+later count); a process that exits leaves the sum without a jump (only processes present at
+both ends of the span count). The span is longer than one read (half a second by default),
+because a 20 ms interval of 2 cores holds 4 jiffies and would read in steps of half a core.
 
 Utilisations come from jiffies (1/100 s): over a 20 ms interval they are
 coarse, and averaging over a batch window smooths them; a core whose counters
@@ -27,6 +36,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +57,7 @@ class _Counters:
     pgfault: int | None = None
     psi_cpu: int | None = None
     psi_mem: int | None = None
+    own: dict[int, int] | None = None  # jiffies of each own process (with ``own_pids`` only)
 
 
 class _ProcFile:
@@ -103,6 +115,14 @@ def _pgfault(text: str) -> int | None:
     return int(text[at + 9 : end if end > 0 else None])
 
 
+def _process_jiffies(text: str) -> int | None:
+    """User plus system jiffies of a process, from its ``/proc/<pid>/stat`` line."""
+    fields = text[text.rfind(")") + 2 :].split()
+    if len(fields) < 13:
+        return None
+    return int(fields[11]) + int(fields[12])
+
+
 def _psi_some_total_us(text: str) -> int | None:
     for line in text.splitlines():
         if line.startswith("some"):
@@ -123,6 +143,10 @@ class CpuSampler(Sampler):
         History kept, in seconds.
     proc
         Root of the proc file system (for a container's bind mount).
+    own_pids
+        The workload's processes (called at each read); with it, ``other_cpu`` is recorded.
+    foreign_span_s
+        Seconds over which ``other_cpu`` is averaged.
 
     Examples
     --------
@@ -133,9 +157,17 @@ class CpuSampler(Sampler):
     (True, True)
     """
 
-    def __init__(self, hz: float = DEFAULT_HZ, *, seconds: float = 60.0, proc: str | Path = "/proc") -> None:
+    def __init__(self, hz: float = DEFAULT_HZ, *, seconds: float = 60.0, proc: str | Path = "/proc",
+                 own_pids: Callable[[], Iterable[int]] | None = None, foreign_span_s: float = 0.5) -> None:
         super().__init__(hz, seconds=seconds, name="cpu-sampler")
+        if not foreign_span_s >= 0:
+            raise ValueError(f"foreign_span_s must be >= 0, got {foreign_span_s!r}")
         proc = Path(proc)
+        self._proc = proc
+        self.own_pids = own_pids
+        self.foreign_span_s = foreign_span_s
+        self._pid_files: dict[int, _ProcFile] = {}
+        self._span: deque[_Counters] = deque()
         self._stat = _ProcFile(proc / "stat")
         self._vmstat = _ProcFile(proc / "vmstat")
         self._psi_cpu = _ProcFile(proc / "pressure" / "cpu")
@@ -154,7 +186,41 @@ class CpuSampler(Sampler):
         counters.psi_cpu = _psi_some_total_us(text) if text is not None else None
         text = self._psi_mem.read()
         counters.psi_mem = _psi_some_total_us(text) if text is not None else None
+        if self.own_pids is not None:
+            counters.own = self._own_jiffies(set(self.own_pids()))
         return counters
+
+    def _own_jiffies(self, pids: set[int]) -> dict[int, int]:
+        """Jiffies of each of ``pids`` still alive (their ``/proc`` files kept open)."""
+        for gone in set(self._pid_files) - pids:
+            self._pid_files.pop(gone).close()
+        out: dict[int, int] = {}
+        for pid in pids:
+            f = self._pid_files.get(pid)
+            if f is None:
+                f = self._pid_files[pid] = _ProcFile(self._proc / str(pid) / "stat")
+            text = f.read()
+            jiffies = _process_jiffies(text) if text else None
+            if jiffies is not None:
+                out[pid] = jiffies
+        return out
+
+    def _other_cpu(self, cur: _Counters) -> float | None:
+        """Cores busy with processes other than ``own_pids`` since the oldest read of the span."""
+        span = self._span
+        span.append(cur)
+        while len(span) > 2 and cur.t - span[1].t >= self.foreign_span_s:
+            span.popleft()
+        then = span[0]
+        if then is cur or cur.own is None or then.own is None or "cpu" not in cur.cpus or "cpu" not in then.cpus:
+            return None
+        busy = cur.cpus["cpu"][0] - then.cpus["cpu"][0]
+        total = cur.cpus["cpu"][1] - then.cpus["cpu"][1]
+        if total <= 0:
+            return None
+        own = sum(j - then.own[pid] for pid, j in cur.own.items() if pid in then.own)
+        cores = sum(1 for name in cur.cpus if name != "cpu") or 1
+        return max(0.0, (busy - own) / total * cores)
 
     def read(self) -> dict[str, float]:
         """One reading: run queue and blocked tasks now, and rates since the previous read.
@@ -174,6 +240,10 @@ class CpuSampler(Sampler):
         # A core whose jiffies did not advance (a read within one tick) keeps its last value.
         self._last_cpu = {**self._last_cpu, **self._cpu_signals(prev.cpus, cur.cpus)}
         out.update(self._last_cpu)
+        if self.own_pids is not None:
+            other = self._other_cpu(cur)
+            if other is not None:
+                out["other_cpu"] = other
         if "ctxt" in cur.scalars and "ctxt" in prev.scalars:
             out["ctxt_kps"] = (cur.scalars["ctxt"] - prev.scalars["ctxt"]) / dt / 1e3
         if cur.pgfault is not None and prev.pgfault is not None:
@@ -188,8 +258,9 @@ class CpuSampler(Sampler):
 
     def close(self) -> None:
         """Close the open ``/proc`` files."""
-        for f in (self._stat, self._vmstat, self._psi_cpu, self._psi_mem):
+        for f in (self._stat, self._vmstat, self._psi_cpu, self._psi_mem, *self._pid_files.values()):
             f.close()
+        self._pid_files.clear()
 
     @staticmethod
     def _cpu_signals(

@@ -18,7 +18,15 @@ Fields of :meth:`Nvml.read`, per device:
 ``pcie_rx_mbps``   PCIe receive throughput, MB/s
 ``sm_occupancy``   GPM: active warps over the theoretical maximum, fraction (Hopper and newer)
 ``dram_bw_util``   GPM: DRAM bandwidth used over the peak, fraction (Hopper and newer)
+``other_gpu_util`` SM utilisation of processes not of the workload, fraction: the sum over
+                   the other processes of their mean ``smUtil`` since the previous read
+                   (``nvmlDeviceGetProcessUtilization``; only when ``read`` is given the
+                   workload's process ids; 0 when no process ran a kernel since then)
 ================= ============================================================
+
+Process ids are those of the driver's PID namespace: in a container that does not share the
+host's, ``other_gpu_util`` counts the workload's own processes as others (set the container's PID
+namespace to the host's, or leave ``own_pids`` out).
 
 Tests pass a fake module object with the same names as ``pynvml``; NVML is
 never faked outside tests.
@@ -27,7 +35,7 @@ never faked outside tests.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from types import ModuleType
 from typing import Any
 
@@ -41,6 +49,7 @@ FIELDS = (
     "pcie_rx_mbps",
     "sm_occupancy",
     "dram_bw_util",
+    "other_gpu_util",
 )
 GPM_FIELDS = ("sm_occupancy", "dram_bw_util")
 
@@ -77,6 +86,7 @@ class Nvml:
         self._names: dict[int, str] = {}
         self._unsupported: dict[int, set[str]] = {}
         self._gpm_prev: dict[int, Any] = {}
+        self._seen_us: dict[int, int] = {}  # per device: newest process-utilisation sample read
         self.lost: set[int] = set()
 
     # ---------------------------------------------------------------- session
@@ -155,8 +165,10 @@ class Nvml:
         except Exception:
             return None
 
-    def read(self, index: int) -> dict[str, float]:
-        """The supported fields of device ``index`` now; ``{}`` once the device is lost."""
+    def read(self, index: int, own_pids: Collection[int] | None = None) -> dict[str, float]:
+        """The supported fields of device ``index`` now; ``{}`` once the device is lost.
+
+        With ``own_pids`` (the workload's processes), ``other_gpu_util`` too."""
         if not self.available() or index not in self._handles or index in self.lost:
             return {}
         handle = self._handles[index]
@@ -189,6 +201,8 @@ class Nvml:
             ),
             (GPM_FIELDS, lambda: self._gpm(index, handle)),
         ]
+        if own_pids is not None:
+            readers.append((("other_gpu_util",), lambda: self._foreign(index, handle, own_pids)))
         for fields, reader in readers:
             if set(fields) <= self._unsupported[index]:
                 continue
@@ -217,6 +231,23 @@ class Nvml:
         if info is None:
             return None
         return info.total / 1e6, info.used / 1e6
+
+    def _foreign(self, index: int, handle: Any, own_pids: Collection[int]) -> dict[str, float]:
+        """SM utilisation of the processes not in ``own_pids`` since the previous read."""
+        nv = self._nv
+        try:
+            samples = nv.nvmlDeviceGetProcessUtilization(handle, self._seen_us.get(index, 0))
+        except Exception as exc:
+            if getattr(exc, "value", None) == self._code("NVML_ERROR_NOT_FOUND"):
+                return {"other_gpu_util": 0.0}  # no process ran a kernel since the previous read
+            raise
+        per_pid: dict[int, list[float]] = {}
+        for sample in samples:
+            self._seen_us[index] = max(self._seen_us.get(index, 0), int(sample.timeStamp))
+            if sample.pid not in own_pids:
+                per_pid.setdefault(int(sample.pid), []).append(float(sample.smUtil))
+        busy = sum(sum(values) / len(values) for values in per_pid.values()) / 100.0
+        return {"other_gpu_util": min(1.0, max(0.0, busy))}
 
     def _gpm(self, index: int, handle: Any) -> dict[str, float]:
         """GPM metrics between the previous GPM sample and a new one (empty on the first call)."""

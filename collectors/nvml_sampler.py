@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from collectors.nvml import Nvml
@@ -32,17 +33,23 @@ class NvmlSampler(Sampler):
         History kept, in seconds.
     nvml
         An :class:`~collectors.nvml.Nvml` session, or a ``pynvml``-like module object to build one from.
+    own_pids
+        The workload's processes (called at each read); with it, ``other_gpu_util`` (kernels of
+        processes the workload does not own) is recorded.
     """
 
-    def __init__(self, hz: float = DEFAULT_HZ, *, seconds: float = 60.0, nvml: Any = None) -> None:
+    def __init__(self, hz: float = DEFAULT_HZ, *, seconds: float = 60.0, nvml: Any = None,
+                 own_pids: Callable[[], Iterable[int]] | None = None) -> None:
         super().__init__(hz, seconds=seconds, name="nvml-sampler")
         self.nvml = nvml if isinstance(nvml, Nvml) else Nvml(nvml)
+        self.own_pids = own_pids
 
     def read(self) -> dict[str, float]:
         """The NVML fields of every visible device, keyed ``"gpu<index>.<field>"``."""
         out: dict[str, float] = {}
+        own = set(self.own_pids()) if self.own_pids is not None else None
         for index in self.nvml.devices():
-            for key, value in self.nvml.read(index).items():
+            for key, value in self.nvml.read(index, own).items():
                 out[f"gpu{index}.{key}"] = value
         return out
 

@@ -27,6 +27,7 @@ queue.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -173,10 +174,13 @@ def _attrs(model: str, figures: dict[str, float]) -> dict[str, float]:
     return attrs
 
 
-def _samplers(config: CollectionConfig, devices: set[str]) -> list[Sampler]:
-    samplers: list[Sampler] = [CpuSampler(config.sample_hz)]
+def _samplers(config: CollectionConfig, devices: set[str], workers: WorkerPool) -> list[Sampler]:
+    def own_pids() -> list[int]:  # the workload: this process (and the service in it) and its workers
+        return [os.getpid(), *(p.pid for p in workers.procs if p.pid is not None)]
+
+    samplers: list[Sampler] = [CpuSampler(config.sample_hz, own_pids=own_pids)]
     if any(d.startswith("gpu") for d in devices):
-        samplers.append(NvmlSampler(config.sample_hz))
+        samplers.append(NvmlSampler(config.sample_hz, own_pids=own_pids))
     return samplers
 
 
@@ -224,7 +228,7 @@ def run_collection(
         notify(CollectionStatus("profiling", duration_s=config.duration_s))
         workers.jobs.put(("profile", tuple(range(1, config.max_batch + 1)), config.profile_repeats))
         profile = workers.wait_for("profile", 1, START_TIMEOUT_S)[0][2]
-        samplers = [s.start() for s in _samplers(config, {d for d, _ in devices.values()})]
+        samplers = [s.start() for s in _samplers(config, {d for d, _ in devices.values()}, workers)]
         time.sleep(max(3.0 / config.sample_hz, 0.1))  # a first interval before the first batch
         source = "gpu" if any(d.startswith("gpu") for d, _ in devices.values()) else "cpu"
         tracker = Tracker(sink, signals=_window(samplers), source=source, lag_s=config.lag_s)

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+PROCESS_SAMPLES = ((100, 1_000, 30), (200, 1_000, 20), (200, 2_000, 40))
+"""``(pid, timestamp in µs, SM %)`` of GPU 0's processes in the basic scenario."""
+
 
 class FakeNVMLError(Exception):
     def __init__(self, value: int) -> None:
@@ -21,7 +24,8 @@ class FakeNvml:
     Scenarios
     ---------
     basic
-        Two GPUs; every field supported; GPM on both (Hopper).
+        Two GPUs; every field supported; GPM on both (Hopper); on GPU 0 two processes run kernels
+        (:data:`PROCESS_SAMPLES`), on GPU 1 none.
     gpu_lost
         GPU 1 falls off the bus after ``lose_after`` utilisation reads.
     not_supported
@@ -35,6 +39,7 @@ class FakeNvml:
     NVML_SUCCESS = 0
     NVML_ERROR_NOT_SUPPORTED = 3
     NVML_ERROR_NO_PERMISSION = 4
+    NVML_ERROR_NOT_FOUND = 6
     NVML_ERROR_DRIVER_NOT_LOADED = 9
     NVML_ERROR_FUNCTION_NOT_FOUND = 13
     NVML_ERROR_GPU_IS_LOST = 15
@@ -110,6 +115,17 @@ class FakeNvml:
         if self.scenario == "not_supported":
             raise FakeNVMLError(self.NVML_ERROR_NOT_SUPPORTED)
         return 2_000 if counter == self.NVML_PCIE_UTIL_TX_BYTES else 4_000
+
+    def nvmlDeviceGetProcessUtilization(self, handle: int, last_seen_us: int) -> list[SimpleNamespace]:
+        self._count("process_util")
+        self._check(handle)
+        if self.scenario == "not_supported":
+            raise FakeNVMLError(self.NVML_ERROR_NOT_SUPPORTED)
+        samples = [SimpleNamespace(pid=pid, timeStamp=t, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
+                   for pid, t, sm in PROCESS_SAMPLES if handle == 0 and t > last_seen_us]
+        if not samples:
+            raise FakeNVMLError(self.NVML_ERROR_NOT_FOUND)  # what NVML says when no process ran since then
+        return samples
 
     # GPM
     def nvmlGpmQueryDeviceSupport(self, handle: int) -> SimpleNamespace:

@@ -11,8 +11,12 @@ warm-up flag and, once the batch ran, its latency) and writes into a folder
   co-runners the query named;
 - ``decisions.csv``: every decision, one row each (time, batch, co-runners, answer, deadline,
   warm-up / dispatched / refused / refused but run, actual latency when it ran);
-- ``report.md``: the machine's conditions, the summary with its targets, the plots and the
+- ``report.md``: the machine's conditions, the summary with its targets, the plots, what other
+  admission thresholds would have decided on the same run (:func:`threshold_rows`) and the
   command that reproduces the run.
+
+``python -m predictor.cli.demo_report DIR...`` prints the threshold table of reports already
+written (from their ``decisions.csv``).
 
 matplotlib draws off-screen (``Agg``); it is imported only here, so the demo without a report
 never loads it.
@@ -21,13 +25,17 @@ never loads it.
 from __future__ import annotations
 
 import csv
+import math
 import shlex
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 WINDOW = 50  # decisions per point of the sliding-window curves
+THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95)
+"""Admission thresholds (on the probability of meeting the deadline) the report compares."""
 
 
 def _rolling(flags: Sequence[float], window: int) -> list[float]:
@@ -79,7 +87,7 @@ def _coverage_plot(plt: Any, path: Path, decisions: Sequence[Any], targets: Sequ
     if scored:
         ax.plot([d.t_s for d in scored], [100 * v for v in _rolling([float(d.feasible) for d in scored], WINDOW)],
                 color="tab:green", label=f"admitted (last {WINDOW} decided)")
-    for key, colour in (("bound held", "tab:orange"), ("admitted by", "tab:green")):
+    for key, colour in (("bound held", "tab:orange"), ("admitted (", "tab:green")):
         target = next((t for t in targets if key in t.name), None)
         if target is not None and target.low is not None:
             ax.axhline(target.low, color=colour, linestyle="--", linewidth=0.8)
@@ -108,6 +116,56 @@ def error_by_co_runners(decisions: Sequence[Any]) -> list[tuple[int, int, float,
         mape = 100 * sum(abs(d.actual_ms - d.predicted_ms) / d.actual_ms for d in ds) / len(ds)
         rows.append((count, len(ds), mape, 100 * sum(d.covered for d in ds) / len(ds)))
     return rows
+
+
+def threshold_rows(decisions: Sequence[Any], thresholds: Sequence[float] = THRESHOLDS
+                   ) -> list[tuple[float, int, int, int, int]]:
+    """What each admission threshold would have decided on the batches that ran after the warm-up:
+    ``(threshold, ran at or above it, of which met, ran below it, of which met)``.
+
+    A decision needs ``probability``, ``actual_ms``, ``deadline_ms`` and ``warmup``; batches that
+    did not run are left out (their outcome is unknown), so a threshold below the one the run used
+    is read on the explored refusals only.
+    """
+    ran = [d for d in decisions if not d.warmup and d.actual_ms == d.actual_ms]
+    rows = []
+    for threshold in thresholds:
+        above = [d.actual_ms <= d.deadline_ms for d in ran if d.probability >= threshold]
+        below = [d.actual_ms <= d.deadline_ms for d in ran if d.probability < threshold]
+        rows.append((threshold, len(above), sum(above), len(below), sum(below)))
+    return rows
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+def threshold_table(decisions: Sequence[Any]) -> list[str]:
+    """:func:`threshold_rows` as a Markdown table."""
+    lines = ["| dispatch when P(meet) >= | batches that ran above | met | ran below | would have met |",
+             "|---:|---:|---:|---:|---:|"]
+    for threshold, n_above, met_above, n_below, met_below in threshold_rows(decisions):
+        lines.append(f"| {threshold:g} | {n_above} | {_pct(met_above, n_above)} | {n_below} "
+                     f"| {_pct(met_below, n_below)} |")
+    return lines
+
+
+@dataclass(frozen=True)
+class _Row:
+    """A decision read back from ``decisions.csv``."""
+
+    probability: float
+    deadline_ms: float
+    actual_ms: float
+    warmup: bool
+
+
+def read_decisions(path: str | Path) -> list[_Row]:
+    """The decisions of a ``decisions.csv`` written by :func:`write_report`."""
+    with Path(path).open(newline="") as f:
+        return [_Row(float(r["probability"]), float(r["deadline_ms"]),
+                     float(r["actual_ms"]) if r["actual_ms"] else math.nan, r["decision"] == "warm-up")
+                for r in csv.DictReader(f)]
 
 
 def _co_runner_plot(plt: Any, path: Path, rows: Sequence[tuple[int, int, float, float]]) -> None:
@@ -152,6 +210,8 @@ def _command(options: Any) -> str:
         words += ["--slo", f"{options.slo:g}"]
     if options.confidence != 0.95:
         words += ["--confidence", f"{options.confidence:g}"]
+    if options.admit_probability != 0.5:
+        words += ["--admit-probability", f"{options.admit_probability:g}"]
     if options.explore != 0.05:
         words += ["--explore", f"{options.explore:g}"]
     if options.warm_start:
@@ -185,7 +245,8 @@ def write_report(folder: str | Path, options: Any, decisions: Sequence[Any], con
         f"Machine: {conditions.line()}.",
         "",
         f"Deadline {options.slo:g} × solo latency; a batch is dispatched when the service's "
-        f"`CheckDeadline` finds it feasible at confidence {options.confidence:g}; the first "
+        f"`CheckDeadline` gives it a probability of at least {options.admit_probability:g} of meeting "
+        f"it (the upper bound, at confidence {options.confidence:g}, is scored for coverage); the first "
         f"{options.warmup:g} s dispatch everything (warm-up, not scored); {options.explore:g} of the "
         "refused batches run anyway, to tell whether they would have met their deadline.",
         "",
@@ -214,6 +275,26 @@ def write_report(folder: str | Path, options: Any, decisions: Sequence[Any], con
     lines += ["", "![error by co-runner count](error_by_co_runners.png)", ""]
     if not rows:
         lines.insert(-2, "(no dispatched batch ran after the warm-up)")
+    lines += ["## Other admission thresholds on this run", "",
+              "What dispatching at other thresholds of the probability of meeting the deadline would have "
+              "decided on the batches that ran after the warm-up (refused batches that did not run are left "
+              "out: their outcome is unknown).", "", *threshold_table(decisions), ""]
     page = out / "report.md"
     page.write_text("\n".join(lines))
     return page
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the threshold table of each report folder named."""
+    folders = list(sys.argv[1:] if argv is None else argv)
+    if not folders:
+        print("usage: python -m predictor.cli.demo_report DIR...", file=sys.stderr)
+        return 2
+    for folder in folders:
+        print(f"{folder}:")
+        print("\n".join(threshold_table(read_decisions(Path(folder) / "decisions.csv"))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from predictor.cli.demo import Conditions, DemoOptions, SchedulerStats, summary_lines, targets
+from predictor.cli.demo import Conditions, Decision, DemoOptions, SchedulerStats, summary_lines, targets
+from predictor.cli.demo_report import _decisions_csv, read_decisions, threshold_rows, threshold_table
 from predictor.records.logio import write_records
 from predictor.service.synthetic import synthetic_records
 
@@ -45,8 +46,8 @@ def test_short_demo_runs_end_to_end_and_writes_its_report(tmp_path):
     assert decided, out
     total, warm, dispatched, refused, explored = map(int, decided.groups())
     assert total == dispatched + refused and explored <= refused and total + warm > 20
-    for name in ("admission-time MAPE", "bound held", "deadlines met", "admitted by the bound", "would have met"):
-        assert re.search(rf"^  (ok    |MISSED|-     ) .*{name}", out, re.M), name
+    for name in ("admission-time MAPE", "bound held", "deadlines met", "admitted (P(meet) >= 0.5)", "would have met"):
+        assert re.search(rf"^  (ok    |MISSED|-     ) .*{re.escape(name)}", out, re.M), name
     assert "report: " + str(report / "report.md") in out
     page = (report / "report.md").read_text()
     for png in ("prediction_vs_actual.png", "coverage_admission.png", "error_by_co_runners.png"):
@@ -65,7 +66,7 @@ def test_the_summary_marks_each_missed_target_with_its_reason():
     assert "MISSED admission-time MAPE" in text and "20.0%" in text and "(target <= 12%)" in text
     assert "MISSED 0.95 bound held" in text and "90.0%" in text  # 135 / 150 below 94%
     assert "MISSED deadlines met" in text and "140/150" in text  # 93.3% below 95%
-    assert "MISSED admitted by the bound" in text and "75.0%" in text
+    assert "MISSED admitted (P(meet) >= 0.5)" in text and "75.0%" in text
     assert "-      refused that would have met" in text  # no target on a quiet machine
     assert "report: /tmp/r/report.md" in text
     # With a neighbour: admission and MAPE have no target; at most 1 in 4 refused may have met.
@@ -73,10 +74,24 @@ def test_the_summary_marks_each_missed_target_with_its_reason():
     by_name = {t.name: t for t in targets(DemoOptions(neighbour=0.5), stats, busy)}
     assert by_name["refused that would have met (explored)"].met is False
     assert "neighbour 0.5" in by_name["0.95 bound held (dispatched)"].why
-    assert by_name["admitted by the bound"].met is None
+    assert by_name["admitted (P(meet) >= 0.5)"].met is None
     assert by_name["0.95 bound held (dispatched)"].high is None
 
 
 def test_a_summary_with_nothing_measured_marks_nothing():
     lines = summary_lines(DemoOptions(), SchedulerStats(), Conditions("cpu", 1, math.nan), None, None, None)
     assert not any("MISSED" in line or line.startswith("  ok") for line in lines)
+
+
+def test_threshold_rows_read_what_other_thresholds_would_have_decided(tmp_path):
+    def decision(p, actual, warmup=False, feasible=True):
+        return Decision("mlp", 1, 5.0, 9.0, 10.0, feasible, actual_ms=actual, probability=p, warmup=warmup)
+
+    decisions = [decision(0.99, 4.0), decision(0.9, 11.0), decision(0.6, 8.0), decision(0.3, 12.0, feasible=False),
+                 decision(0.2, math.nan, feasible=False),  # refused, never ran: left out
+                 decision(0.1, 20.0, warmup=True)]  # warm-up: left out
+    rows = threshold_rows(decisions, (0.5, 0.95))
+    assert rows == [(0.5, 3, 2, 1, 0), (0.95, 1, 1, 3, 1)]
+    assert "| 0.95 | 1 | 100.0% | 3 | 33.3% |" in threshold_table(decisions)
+    _decisions_csv(tmp_path / "decisions.csv", decisions)
+    assert threshold_rows(read_decisions(tmp_path / "decisions.csv"), (0.5, 0.95)) == rows

@@ -22,7 +22,7 @@ def test_basic_reads_every_field_of_every_gpu() -> None:
     first = nvml.read(0)
     assert "sm_occupancy" not in first  # GPM needs two samples
     second = nvml.read(0)
-    assert set(second) == set(FIELDS)
+    assert set(second) == set(FIELDS) - {"other_gpu_util"}  # asked only with the workload's processes
     assert second["gpu_util"] == 0.5 and second["mem_util"] == 0.2
     assert second["mem_used_mb"] == 8000.0 and second["sm_clock_mhz"] == 1755.0
     assert second["power_w"] == 350.0
@@ -44,6 +44,33 @@ def test_basic_sampler_window_per_device() -> None:
     assert gpu0["gpu_util"] == pytest.approx(0.5) and gpu1["gpu_util"] == pytest.approx(0.6)
     assert gpu0["sm_occupancy"] == pytest.approx(0.4)
     assert sampler.window("gpu7", t1 - 1.0, t1) == {}
+
+
+def test_other_processes_gpu_utilisation_leaves_the_workload_out() -> None:
+    fake = FakeNvml("basic")
+    nvml = Nvml(fake)
+    # GPU 0: pid 100 at 30% (the workload's), pid 200 at 20% then 40% (another job): 0.3 foreign
+    assert nvml.read(0, own_pids={100})["other_gpu_util"] == pytest.approx(0.3)
+    assert nvml.read(0, own_pids={100})["other_gpu_util"] == 0.0  # nothing new since that read
+    assert nvml.read(1, own_pids={100})["other_gpu_util"] == 0.0  # no process on GPU 1
+    # owning nothing, every process is foreign: 0.3 + 0.3
+    assert Nvml(FakeNvml("basic")).read(0, own_pids=set())["other_gpu_util"] == pytest.approx(0.6)
+
+
+def test_the_sampler_asks_for_the_workloads_processes_at_each_read() -> None:
+    asked = []
+    sampler = NvmlSampler(nvml=FakeNvml("basic"), own_pids=lambda: asked.append(1) or [200])
+    sampler.sample_once()
+    sampler.sample_once()
+    t1 = time.monotonic()
+    assert len(asked) == 2
+    assert sampler.window("gpu0", t1 - 10, t1)["other_gpu_util"] == 0.0  # the first read only opens the interval; nothing ran since
+    fake = FakeNvml("not_supported")
+    quiet = NvmlSampler(nvml=fake, own_pids=lambda: [1])
+    for _ in range(3):
+        quiet.sample_once()
+    assert "other_gpu_util" not in quiet.window("gpu0", 0.0, time.monotonic())
+    assert fake.calls["process_util"] == 2  # once per GPU, then remembered as unsupported
 
 
 def test_gpu_lost_mid_run_does_not_stop_the_others() -> None:

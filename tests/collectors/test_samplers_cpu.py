@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
+import os
 import time
 
 import pytest
@@ -105,3 +106,80 @@ def test_invalid_rates_are_rejected() -> None:
         CpuSampler(hz=0)
     with pytest.raises(ValueError):
         CpuSampler(hz=math.nan)
+
+
+def _write_proc(root, busy: int, total: int, own: dict[int, int]) -> None:
+    idle = total - busy
+    per = f"{busy // 2} 0 0 {idle // 2} 0 0 0 0 0 0"
+    (root / "stat").write_text(f"cpu  {busy} 0 0 {idle} 0 0 0 0 0 0\ncpu0 {per}\ncpu1 {per}\nprocs_running 1\n")
+    for pid, jiffies in own.items():
+        (root / str(pid)).mkdir(exist_ok=True)
+        # utime and stime are the 14th and 15th fields; a name with spaces and parentheses must not shift them
+        (root / str(pid) / "stat").write_text(
+            f"{pid} (a (b) c) S 1 1 1 0 -1 0 0 0 0 0 {jiffies - 3} 3 0 0 20 0 1 0 0 0 0\n")
+
+
+def _read_fresh(sampler: CpuSampler) -> dict[str, float]:
+    sampler.close()  # reopen: the test rewrote the files
+    time.sleep(0.002)
+    return sampler.read()
+
+
+def test_other_cpu_is_busy_time_not_owned_by_the_workload(tmp_path) -> None:
+    pids = [11, 12]
+    sampler = CpuSampler(proc=tmp_path, own_pids=lambda: pids, foreign_span_s=0.0)
+    _write_proc(tmp_path, busy=100, total=400, own={11: 50, 12: 10})
+    assert "other_cpu" not in sampler.read()
+    _write_proc(tmp_path, busy=200, total=600, own={11: 90, 12: 30})
+    assert "other_cpu" not in _read_fresh(sampler)  # the span needs two reads with rates
+    # 200 jiffies of 2 cores: 100 busy, of which the workload's 60: 40 foreign = 0.4 of a core
+    _write_proc(tmp_path, busy=300, total=800, own={11: 130, 12: 50})
+    assert _read_fresh(sampler)["other_cpu"] == pytest.approx(0.4)
+    # worker 12 exits: only the process present at both ends counts, nothing jumps
+    pids.remove(12)
+    _write_proc(tmp_path, busy=400, total=1000, own={11: 230})
+    assert _read_fresh(sampler)["other_cpu"] == pytest.approx(0.0)
+    # all busy time foreign: one full core of two
+    _write_proc(tmp_path, busy=500, total=1200, own={11: 230})
+    assert _read_fresh(sampler)["other_cpu"] == pytest.approx(1.0)
+
+
+def test_without_own_pids_no_foreign_load_is_guessed(tmp_path) -> None:
+    sampler = CpuSampler(proc=tmp_path)
+    for busy, total in ((100, 400), (200, 600), (300, 800)):
+        _write_proc(tmp_path, busy, total, {})
+        assert "other_cpu" not in _read_fresh(sampler)
+    with pytest.raises(ValueError, match="foreign_span_s"):
+        CpuSampler(foreign_span_s=-1.0)
+
+
+def test_a_spinning_own_process_is_not_foreign_load() -> None:
+    # Two samplers read the same machine at once; one owns a spinning child, the other owns nothing:
+    # what other work the shared machine does shows in both, the child only in the second.
+    ctx = mp.get_context("fork")
+    child = ctx.Process(target=_spin, args=(2.5,))
+    child.start()
+    try:
+        owner = CpuSampler(hz=50, own_pids=lambda: [child.pid]).start()
+        stranger = CpuSampler(hz=50, own_pids=lambda: []).start()
+        time.sleep(0.3)
+        t0, child0 = time.monotonic(), _jiffies(child.pid)
+        time.sleep(1.8)
+        t1, child1 = time.monotonic(), _jiffies(child.pid)
+        owner.stop()
+        stranger.stop()
+    finally:
+        child.join()
+    seen_by_owner = owner.window("cpu0", t0, t1)["other_cpu"]
+    seen_by_stranger = stranger.window("cpu0", t0, t1)["other_cpu"]
+    # the difference is the child's share of a core: all of one on an idle machine, what the
+    # scheduler gave it on a shared one (a few hundredths of a core at a load average of 12)
+    child_cores = (child1 - child0) / os.sysconf("SC_CLK_TCK") / (t1 - t0)
+    assert child_cores > 0.0
+    assert seen_by_stranger - seen_by_owner == pytest.approx(child_cores, abs=0.3)
+    assert seen_by_owner >= 0.0
+
+
+def _jiffies(pid: int) -> int:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
