@@ -27,6 +27,7 @@ from experiments.bench.cpu_accounting import process_cpu_seconds
 from experiments.bench.echo_server import create_echo_aio_server, create_echo_server
 from predictor.rpc.errors import grpc_errors
 from predictor.rpc.metrics import ServerMetrics
+from predictor.rpc.overload import DEFAULT_ANSWER_THREADS
 from predictor.rpc.protos import pb2
 from predictor.rpc.server import create_server, stop_server
 from predictor.rpc.servicer import InterferenceServicer
@@ -78,7 +79,8 @@ def service_main(conn: Any, spec: dict) -> None:
     servicer = _canned_servicer(service, spec["canned"]) if spec.get("canned") else None
     server, port = create_server("127.0.0.1:0", service, metrics=metrics, max_workers=spec["max_workers"],
                                  max_concurrent_rpcs=spec.get("max_concurrent_rpcs"), servicer=servicer,
-                                 handler_cpus=handler_cpus, shed_wait_ms=spec.get("shed_wait_ms"))
+                                 handler_cpus=handler_cpus, shed_wait_ms=spec.get("shed_wait_ms"),
+                                 answer_threads=spec.get("answer_threads", DEFAULT_ANSWER_THREADS))
     server.start()
     conn.send(port)
     conn.recv()

@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from predictor.cli.datasets import resolve_log
-from predictor.rpc.overload import DEFAULT_SHED_WAIT_MS
+from predictor.rpc.overload import DEFAULT_ANSWER_THREADS, DEFAULT_SHED_WAIT_MS
 from predictor.rpc.processes.options import ServeOptions
 from predictor.runtime.cpu_priority import POLICIES, parse_cpus
 from predictor.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD
@@ -81,9 +81,10 @@ def register(subparsers: Any) -> None:
         "--grace", type=float, default=5.0, help="seconds for in-flight calls at stop (default 5)"
     )
     parser.add_argument("--confidence", type=float, default=0.99, help="default confidence (default 0.99)")
-    parser.add_argument("--max-workers", type=int, default=8, help="RPC threads (default 8)")
+    parser.add_argument("--max-workers", type=int, default=8,
+                        help="RPC threads (default 8; with shedding, answers run on --answer-threads apart)")
     parser.add_argument(
-        "--max-candidates", type=int, default=1024, help="candidates per RankPlacements (default 1024)"
+        "--max-candidates", type=int, default=8192, help="candidates per RankPlacements (default 8192)"
     )
     parser.add_argument(
         "--max-message-bytes", type=int, default=4 * 1024 * 1024, help="largest gRPC message (default 4 MiB)"
@@ -109,6 +110,14 @@ def register(subparsers: Any) -> None:
         help="overload: a call expected to wait longer than MS for a handler thread is refused at once with "
         "RESOURCE_EXHAUSTED, so that the calls answered stay fast (each worker of --workers N alike; "
         "default 5; 0: off, calls queue up to --max-concurrent-rpcs)",
+    )
+    parser.add_argument(
+        "--answer-threads",
+        type=int,
+        default=DEFAULT_ANSWER_THREADS,
+        metavar="N",
+        help="with shedding: the threads computing answers (the read calls), apart from the --max-workers "
+        f"others, so that streams never hold them; few, as they share the GIL with gRPC (default {DEFAULT_ANSWER_THREADS})",
     )
     parser.add_argument(
         "--port-file", metavar="FILE", help="write the bound gRPC port to FILE once listening"
@@ -353,6 +362,7 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         max_message_bytes=args.max_message_bytes,
         max_concurrent_rpcs=args.max_concurrent_rpcs,
         shed_wait_ms=args.shed_wait_ms,
+        answer_threads=args.answer_threads,
         port_file=args.port_file,
         targets_file=args.targets_file,
         tls_cert=args.tls_cert,

@@ -24,7 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from predictor.rpc.metrics import ServerMetrics
-from predictor.rpc.overload import QueueClock, Shedder
+from predictor.rpc.overload import DEFAULT_ANSWER_THREADS, QueueClock, Shedder, check_answer_threads
 from predictor.rpc.processes.options import ServeOptions
 from predictor.rpc.protos import SERVICE_NAME, load
 from predictor.rpc.security import AuthPolicy
@@ -39,6 +39,7 @@ DEFAULT_MAX_CONCURRENT_RPCS = 64
 at once with ``RESOURCE_EXHAUSTED`` rather than queued until its client gives up."""
 log = logging.getLogger("predictor.rpc")
 _HEALTH: weakref.WeakKeyDictionary[grpc.Server, health.HealthServicer] = weakref.WeakKeyDictionary()
+_SHEDDERS: weakref.WeakKeyDictionary[grpc.Server, Shedder] = weakref.WeakKeyDictionary()
 
 
 def create_server(
@@ -57,6 +58,7 @@ def create_server(
     handler_cpus: Sequence[int] = (),
     reuse_port: bool = False,
     shed_wait_ms: float | None = None,
+    answer_threads: int = DEFAULT_ANSWER_THREADS,
 ) -> tuple[grpc.Server, int]:
     """Build (not start) a server for ``service`` bound to ``address``; returns it and its port.
 
@@ -67,7 +69,7 @@ def create_server(
     service
         The service; health reports ``NOT_SERVING`` until it is ready, then ``SERVING``.
     max_workers
-        Threads handling RPCs.
+        Threads handling RPCs (with ``shed_wait_ms``: all but the answers).
     max_message_bytes
         Largest message received or sent; larger ones fail with ``RESOURCE_EXHAUSTED``.
     max_concurrent_rpcs
@@ -97,9 +99,12 @@ def create_server(
         ``predictor serve --workers N``); default: bind it exclusively, so that a port already in use
         fails with ``OSError`` naming it rather than silently sharing its connections with another server.
     shed_wait_ms
-        Refuse at once with ``RESOURCE_EXHAUSTED`` a call of the prediction service that would wait longer
-        than this for a handler thread (:mod:`predictor.rpc.overload`; ``predictor serve --shed-wait-ms``);
+        Refuse at once with ``RESOURCE_EXHAUSTED`` an answer (a unary ``read`` call) that would wait longer
+        than this for a thread of its own (:mod:`predictor.rpc.overload`; ``predictor serve --shed-wait-ms``);
         ``None`` or 0: every call is queued (up to ``max_concurrent_rpcs``).
+    answer_threads
+        With ``shed_wait_ms``: the threads computing answers (the unary ``read`` methods), apart from
+        the ``max_workers`` others (``predictor serve --answer-threads``).
     """
     pb2, pb2_grpc = load()
     pool_options: dict[str, Any] = {
@@ -109,14 +114,14 @@ def create_server(
     }
     shedder = None
     if shed_wait_ms:
-        pool: futures.ThreadPoolExecutor = QueueClock(**pool_options)
-        shedder = Shedder(pool, shed_wait_ms)  # type: ignore[arg-type]
-    else:
-        pool = futures.ThreadPoolExecutor(**pool_options)
+        check_answer_threads(answer_threads)
+        shedder = Shedder(QueueClock(**{**pool_options, "max_workers": answer_threads,
+                                        "thread_name_prefix": "answer"}), shed_wait_ms)
+    pool = futures.ThreadPoolExecutor(**pool_options)
     # metrics, auth, overload and decoding in one interceptor, per-method work done once (see predictor.rpc.thin)
     all_interceptors = [ThinInterceptor(metrics, auth or AuthPolicy(), shedder), *interceptors]
     if tracing is not None:
-        all_interceptors.insert(0, tracing)
+        all_interceptors.insert(0, _KeepsThreadPool(tracing) if shedder is not None else tracing)
     server = grpc.server(
         pool,
         interceptors=all_interceptors,
@@ -141,6 +146,8 @@ def create_server(
 
     service.add_ready_listener(on_ready)
     _HEALTH[server] = health_servicer
+    if shedder is not None:
+        _SHEDDERS[server] = shedder
 
     names = (
         pb2.DESCRIPTOR.services_by_name["InterferenceService"].full_name,
@@ -167,20 +174,53 @@ def bind(server: grpc.Server, address: str, credentials: grpc.ServerCredentials 
     return port
 
 
+_BEHAVIOURS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+
+
+class _KeepsThreadPool(grpc.ServerInterceptor):
+    """``interceptor`` (tracing's), with the thread pool that the handler it wraps asked for
+    (``experimental_thread_pool``: the answers' threads, the refusals' polling thread) kept on the
+    handler it returns, which would otherwise run on the server's pool."""
+
+    def __init__(self, interceptor: grpc.ServerInterceptor):
+        self.interceptor = interceptor
+
+    def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+        """The wrapped interceptor's handler, running on the inner handler's thread pool."""
+        inner: list[Any] = []
+
+        def inner_handler(details: Any) -> Any:
+            inner.append(continuation(details))
+            return inner[-1]
+
+        handler = self.interceptor.intercept_service(inner_handler, handler_call_details)
+        if handler is not None and inner and inner[-1] is not None and handler is not inner[-1]:
+            for name in _BEHAVIOURS:
+                pool = getattr(getattr(inner[-1], name), "experimental_thread_pool", None)
+                behaviour = getattr(handler, name)
+                if pool is not None and behaviour is not None:
+                    behaviour.experimental_thread_pool = pool
+        return handler
+
+
 def stop_server(server: grpc.Server, service: Service, grace: float = 5.0) -> None:
     """Graceful stop: health goes ``NOT_SERVING`` (so balancers drain), in-flight RPCs get
-    ``grace`` seconds, then the service closes (final snapshot when it has a state folder)."""
+    ``grace`` seconds, then the answers' threads stop and the service closes (final snapshot when it has
+    a state folder)."""
     health_servicer = _HEALTH.pop(server, None)
     if health_servicer is not None:
         health_servicer.enter_graceful_shutdown()
     server.stop(grace).wait()
+    shedder = _SHEDDERS.pop(server, None)
+    if shedder is not None:
+        shedder.close()  # the answers' threads
     service.close()
 
 
 def public_server(options: ServeOptions, address: str, service: Service, metrics: Any, credentials: Any, policy: Any,
                   tracing: Any, servicer: Any = None, *, reuse_port: bool = False) -> tuple[Any, int]:
     """The server clients reach (one process's, or an answering worker's): ``create_server`` with
-    the RPC options of ``options`` (threads, message size, concurrency limit), its security
+    the RPC options of ``options`` (threads, message size, concurrency limit, shedding), its security
     (``credentials``, ``policy``: :func:`security_from_options`) and ``tracing``
     (:func:`~predictor.rpc.tracing.tracing_from_option`); ``reuse_port``: an answering worker's, sharing
     the port with its siblings. Built, not started."""
@@ -198,4 +238,5 @@ def public_server(options: ServeOptions, address: str, service: Service, metrics
         handler_cpus=options.handler_cpus,
         reuse_port=reuse_port,
         shed_wait_ms=options.shed_wait_ms or None,
+        answer_threads=options.answer_threads,
     )

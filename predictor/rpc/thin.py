@@ -14,10 +14,11 @@ runs around decoding, which runs around the servicer) with:
 * per call: a check that the call's deadline has not already passed while
   it waited for a worker: such a call is answered ``DEADLINE_EXCEEDED`` at
   once, without being computed for a client that has given up;
-* per call, with a shedder (:mod:`predictor.rpc.overload`): as the call
-  arrives, whether it would wait longer than the bound for a thread; if so its
-  handler is the method's refusal (``RESOURCE_EXHAUSTED`` on the shedder's own
-  threads), built once.
+* with a shedder (:mod:`predictor.rpc.overload`), per answer (a unary ``read``
+  method of the prediction service): it runs on the answers' own threads, and as
+  the call arrives, whether it would wait longer than the bound for one; if so its
+  handler is the method's refusal (``RESOURCE_EXHAUSTED`` sent by gRPC's polling
+  thread itself), built once.
 
 The semantics are those of :class:`~predictor.rpc.metrics.ServerMetrics`'s
 interceptor, :class:`~predictor.rpc.security.AuthInterceptor` and
@@ -50,12 +51,13 @@ _EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 class _Method:
     """What a method's calls share: computed on its first call."""
 
-    __slots__ = ("name", "label", "ours", "protected", "deserialize", "counters", "latency", "source", "handler",
-                 "refusal")
+    __slots__ = ("name", "label", "ours", "answer", "protected", "deserialize", "counters", "latency", "source",
+                 "handler", "refusal")
 
     def __init__(self, path: str, handler: Any, metrics: ServerMetrics | None, policy: AuthPolicy):
         self.name = method_name(path) or path
         self.ours = path.startswith(METHOD_PREFIX)
+        self.answer = self.ours and handler.unary_unary is not None and role_of(self.name) == READ
         self.protected = policy.protects(self.name)
         self.deserialize = handler.request_deserializer if self.ours else None
         self.counters: dict[grpc.StatusCode, Any] = {}
@@ -82,8 +84,8 @@ class ThinInterceptor(grpc.ServerInterceptor):
     policy
         Who may call what.
     shedder
-        Refuses the prediction service's calls that would wait too long for a thread
-        (:mod:`predictor.rpc.overload`); ``None``: every call is queued.
+        Runs the answers on its threads and refuses those that would wait too long for one
+        (:mod:`predictor.rpc.overload`); ``None``: every call is queued on the server's pool.
     """
 
     def __init__(self, metrics: ServerMetrics | None, policy: AuthPolicy, shedder: Shedder | None = None):
@@ -110,29 +112,30 @@ class ThinInterceptor(grpc.ServerInterceptor):
         if self.metrics is None and not handler_call_details.method.startswith(METHOD_PREFIX):
             return handler
         method = self._method(handler_call_details.method, handler)
-        if self.shedder is not None and method.ours and self.shedder.overloaded() is not None:
+        if self.shedder is not None and method.answer and self.shedder.overloaded() is not None:
             if method.refusal is None:
-                method.refusal = self._refusal(method, handler, unary)
+                method.refusal = self._refusal(method, handler)
             return method.refusal
         if method.handler is None:
             method.handler = self._handler(method, handler, unary)
         return method.handler
 
-    def _refusal(self, method: _Method, handler: Any, unary: bool) -> Any:
-        """The method's handler when overloaded: ``RESOURCE_EXHAUSTED`` at once, on the shedder's own
-        threads (the request is not decoded, nothing is computed)."""
+    def _refusal(self, method: _Method, handler: Any) -> Any:
+        """The method's handler when overloaded: ``RESOURCE_EXHAUSTED`` at once, on gRPC's polling thread
+        (:class:`~predictor.rpc.overload.AtOnce`). It is a request-streaming handler whatever the method,
+        so that nothing waits for the request: its message is never read, nothing is computed."""
         metrics, shedder = self.metrics, self.shedder
         assert shedder is not None
         details = shedder.message(method.name)
 
-        def refuse(raw: Any, context: grpc.ServicerContext) -> Any:
+        def refuse(requests: Any, context: grpc.ServicerContext) -> Any:
             if metrics is not None:
                 method.observe(metrics, _EXHAUSTED, 0.0)
             context.abort(_EXHAUSTED, details)
 
         refuse.experimental_thread_pool = shedder.refusals  # type: ignore[attr-defined]  (grpc's hook)
-        factory = grpc.unary_unary_rpc_method_handler if unary else grpc.stream_unary_rpc_method_handler
-        return factory(refuse, request_deserializer=None, response_serializer=handler.response_serializer)
+        return grpc.stream_unary_rpc_method_handler(refuse, request_deserializer=None,
+                                                    response_serializer=handler.response_serializer)
 
     def _handler(self, method: _Method, handler: Any, unary: bool) -> Any:
         """The method's wrapped handler: built once, as every call's is the same (the call's
@@ -141,6 +144,8 @@ class ThinInterceptor(grpc.ServerInterceptor):
         deserialize = method.deserialize
         if method.ours:
             behaviour = self._wrap(behaviour, method, unary)
+            if method.answer and self.shedder is not None:
+                behaviour.experimental_thread_pool = self.shedder.pool  # type: ignore[attr-defined]  (grpc's hook)
         elif self.metrics is not None:
             behaviour = self._timed(behaviour, method)
         if deserialize is None:

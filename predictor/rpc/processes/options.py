@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from predictor.rpc.overload import DEFAULT_SHED_WAIT_MS
+from predictor.rpc.overload import DEFAULT_ANSWER_THREADS, DEFAULT_SHED_WAIT_MS
 from predictor.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD
 from predictor.runtime.gil import DEFAULT_SWITCH_INTERVAL_MS
 from predictor.runtime.gil_yield import DEFAULT_LEARNER_YIELD_MS
@@ -34,6 +34,7 @@ class ServeOptions:
     max_message_bytes: int = 4 * 1024 * 1024
     max_concurrent_rpcs: int | None = 64  # DEFAULT_MAX_CONCURRENT_RPCS; 0 or None: no limit
     shed_wait_ms: float = DEFAULT_SHED_WAIT_MS  # refuse a call expected to wait longer for a thread (predictor.rpc.overload); 0: never
+    answer_threads: int = DEFAULT_ANSWER_THREADS  # with shedding: the threads computing answers, apart from max_workers
     port_file: str | None = None
     targets_file: str | None = None  # the balanced target of every worker's own port (balanced_target)
     tls_cert: str | None = None

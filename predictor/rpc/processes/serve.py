@@ -31,6 +31,7 @@ import threading
 from typing import Any
 
 from predictor.rpc.metrics import ServerMetrics
+from predictor.rpc.overload import check_answer_threads
 from predictor.rpc.processes.options import ServeOptions, balanced_target, write_port_file
 from predictor.rpc.processes.ports import check_port_free
 from predictor.rpc.processes.supervisor import serve_workers
@@ -73,6 +74,7 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         credentials, policy = security_from_options(options)
         tracing = tracing_from_option(options.trace, options.trace_endpoint)
         check_switch_interval_ms(options.switch_interval_ms)
+        check_answer_threads(options.answer_threads)
         check_young_threshold(options.gc_young_threshold)
         check_period_ms(options.learner_yield_ms)
         check_nice(options.learner_nice)
