@@ -44,12 +44,18 @@ warm-starts the services; the rest is the replay pool.
   (``RankPlacementsResponse.delay``): ``local_now`` and ``remote_now`` place the batch on the
   device named, ``wait_local`` queues it on the local device for at most ``T`` ms
   (``delay_limit_ms``), after which a batch that has not started moves to the remote device
-  named; where the named device would miss the deadline, the most slack wins as before.
+  named; where the named device would miss the deadline, the most slack wins as before;
+* ``oracle``: the anchor: no service, but each batch's true latency beside any co-runners is known
+  (a batch's replayed latency is a function of the batch and its co-runners at its start), so the
+  policy plays each device's queue forward (running batches' true ends, FIFO starts, memory, loads
+  and transfers) and knows exactly when the batch would end there; the most slack wins, as for the
+  service's policies. It isolates what the predictions cost from what the placement rule costs.
 
-Every policy pays the transfer; only the last is told about it.
+Every policy pays the transfer; only the last two are told about it.
 
 **Reported** per policy and load: SLO attainment (batches finished within their deadline
-over all arrivals), goodput (those per simulated second), p99 latency (arrival to end),
+over all arrivals), goodput (those per simulated second), both also as a ratio of the
+oracle's at the same load when the oracle is run, p99 latency (arrival to end),
 device utilisation (fraction of time running anything), the mean ``RankPlacements`` wall
 time, and a plot of the first three and utilisation against load.
 
@@ -85,7 +91,7 @@ from predictor.service.live.topology import Link, Topology
 from predictor.service.types import Candidate, CoRunnerSource, InputPlace, PlannedCoRunner
 
 POLICIES = ("blind", "static", "ours", "ours+queue", "ours+queue+memory", "ours+queue+memory+network",
-            "ours+queue+memory+network+delay")
+            "ours+queue+memory+network+delay", "oracle")
 MODEL_MEMORY = {  # model: (weights MB, activations MB per item)
     "mlp": (300.0, 10.0), "mobilenet": (600.0, 40.0), "resnet": (1200.0, 80.0),
     "bert": (1800.0, 120.0), "vgg": (2500.0, 200.0), "gpt2": (3500.0, 250.0),
@@ -160,6 +166,7 @@ class Job:
     input_host: int
     device: int = -1
     predicted_ms: float = 0.0
+    actual_ms: float = math.nan  # the replayed latency, once started
     start_ms: float = math.nan  # execution start (after transfer and load)
     end_ms: float = math.nan
     queued: bool = False
@@ -239,6 +246,7 @@ class Cluster:
         self.kind = kind
         self.env = simpy.Environment()
         self.devices = [Device(i, config) for i in range(config.devices)]
+        self.seed = seed
         self.rng = random.Random(seed)
         self.ties = random.Random(seed + 1)
         self.done: list[Job] = []
@@ -271,12 +279,15 @@ class Cluster:
         return InputPlace(host=f"h{job.input_host}", n_bytes=self.config.input_mb * 1e6)
 
     # ---------------------------------------------------------------- placement
-    def choose(self, job: Job) -> int:
-        """The device the policy places ``job`` on."""
+    def choose(self, job: Job, delay: bool = True) -> int:
+        """The device the policy places ``job`` on (``delay``: follow the ranking's delay decision, with the
+        ``delay`` policy)."""
         if self.policy == "blind":
             loads = [len(d.running) + len(d.queue) for d in self.devices]
             least = min(loads)
             return self.ties.choice([i for i, n in enumerate(loads) if n == least])
+        if self.policy == "oracle":
+            return self.choose_knowing(job)
         assert self.client is not None
         now = self.env.now
         candidates = []
@@ -299,17 +310,54 @@ class Cluster:
                 if p.slack_ms >= best.slack_ms - 1e-9 * max(1.0, abs(best.slack_ms))
                 and p.infeasible_reason == best.infeasible_reason]
         chosen = self.ties.choice(ties) if math.isfinite(best.slack_ms) else best
-        delay = ranking.delay
-        if self.delay and delay is not None:
+        decision = ranking.delay
+        if self.delay and delay and decision is not None:
             by_device = {p.device: p for p in ranking.placements}
-            named = by_device.get(delay.remote_device if delay.choice == "remote_now" else delay.local_device)
+            named = by_device.get(decision.remote_device if decision.choice == "remote_now" else decision.local_device)
             if named is not None and named.feasible:
                 chosen = named
-                remote = by_device.get(delay.remote_device)
-                if delay.choice == "wait_local" and remote is not None:
-                    self.moves.append((job, remote.candidate_index, delay.delay_limit_ms))
+                remote = by_device.get(decision.remote_device)
+                if decision.choice == "wait_local" and remote is not None:
+                    self.moves.append((job, remote.candidate_index, decision.delay_limit_ms))
         job.predicted_ms = chosen.prediction.latency_ms
         return chosen.candidate_index
+
+    def choose_knowing(self, job: Job) -> int:
+        """The oracle's placement: the device where ``job`` would end with the most slack, known exactly."""
+        slack = [job.arrival_ms + job.deadline_ms - self.forecast_end_ms(job, d) for d in self.devices]
+        best = max(slack)
+        chosen = self.ties.choice([i for i, s in enumerate(slack) if s >= best - 1e-9 * max(1.0, abs(best))])
+        job.predicted_ms = job.deadline_ms - slack[chosen] - (self.env.now - job.arrival_ms)
+        return chosen
+
+    def forecast_end_ms(self, job: Job, device: Device) -> float:
+        """When ``job`` would end if queued on ``device`` now: the device played forward with true latencies."""
+        clone = Device(device.index, self.config)
+        clone.loaded = OrderedDict(device.loaded)
+        clone.running = list(device.running)
+        ends = {j.ident: j.start_ms + j.actual_ms for j in device.running}
+        queue = [*device.queue, job]
+        t = self.env.now
+        while True:
+            while queue and clone.can_start(queue[0]):
+                head = queue.pop(0)
+                load_ms = clone.load(head.model)
+                actual = self.actual_latency_ms(head, tuple(j.model for j in clone.running))
+                end = t + self.transfer_ms(head, device) + load_ms + actual
+                if head is job:
+                    return end
+                clone.running.append(head)
+                ends[head.ident] = end
+            if not clone.running:
+                return math.inf  # the head can never start here
+            t = min(ends[j.ident] for j in clone.running)
+            clone.running = [j for j in clone.running if ends[j.ident] > t]
+
+    def actual_latency_ms(self, job: Job, running_models: tuple[str, ...]) -> float:
+        """The latency ``job`` really takes beside ``running_models``: a recorded one, drawn by a generator keyed
+        by the seed, the batch and its co-runners' models (so the same placement always replays the same)."""
+        key = f"{self.seed}:{job.ident}:{','.join(sorted(running_models))}"
+        return self.pool.draw(job.model, job.template.batch.batch_size, running_models, random.Random(key))
 
     def arrive(self, job: Job) -> None:
         """Place a job and enqueue it on its device."""
@@ -328,13 +376,22 @@ class Cluster:
         self.moves = []
 
     def give_up_after(self, job: Job, remote: int, limit_ms: float):
-        """Delay scheduling: a batch still queued on its local device after ``limit_ms`` moves to ``remote``."""
+        """Delay scheduling: a batch still queued on its local device after ``limit_ms`` is placed again, as
+        the service ranks the devices now (the remote device named at its arrival is only the fallback
+        of an answer that is ``limit_ms`` old); it stays where it is when its own device still ranks first."""
         yield self.env.timeout(max(limit_ms, 0.0))
         local = self.devices[job.device]
         if job not in local.queue:
             return  # it started
+        at = local.queue.index(job)
         local.queue.remove(job)
         self.client.batch_end(local.name, str(job.ident))  # dropped from the local queue
+        remote = self.choose(job, delay=False)
+        if remote == job.device:
+            local.queue.insert(at, job)
+            self.client.batch_queued(local.name, str(job.ident), job.template.batch, device_kind=self.kind)
+            self.try_start(local)
+            return
         self.moved += 1
         job.device = remote
         device = self.devices[remote]
@@ -355,7 +412,8 @@ class Cluster:
             running_models = tuple(j.model for j in device.running)
             used_before = device.pinned_mb()
             device.running.append(job)
-            actual = self.pool.draw(job.model, job.template.batch.batch_size, running_models, self.rng)
+            actual = self.actual_latency_ms(job, running_models)
+            job.actual_ms = actual
             job.start_ms = now + transfer + load_ms
             span = _Span(job.ident, job.template, job.start_ms, job.start_ms + actual)
             device.history.append(span)
@@ -503,7 +561,7 @@ def run(config: Config, records: list[Record]) -> dict:
             for policy in config.policies:
                 clock = SimClock()
                 started = None
-                if policy != "blind":
+                if policy not in ("blind", "oracle"):
                     started = start_service(policy, config, warm, warm_path, clock)
                 try:
                     cluster = Cluster(config, policy, started[2] if started else None, pool, kind,
@@ -522,20 +580,35 @@ def run(config: Config, records: list[Record]) -> dict:
                 print(f"load {load_factor:g} ({rate:.0f}/s) {policy}: SLO {r['slo_attainment']:.1%}, goodput "
                       f"{r['goodput_per_s']:.0f}/s, p99 {r['p99_ms']:.1f} ms, utilisation {r['utilisation']:.0%} "
                       f"({r['wall_s']:.1f} s)", flush=True)
+            against_oracle(row["policies"])
             results["loads"][f"{load_factor:g}"] = row
     return results
 
 
+def against_oracle(policies: dict[str, dict]) -> None:
+    """Add each policy's SLO attainment and goodput as a ratio of the oracle's (when the oracle was run)."""
+    oracle = policies.get("oracle")
+    if oracle is None:
+        return
+    for r in policies.values():
+        r["slo_vs_oracle"] = r["slo_attainment"] / oracle["slo_attainment"] if oracle["slo_attainment"] else math.nan
+        r["goodput_vs_oracle"] = r["goodput_per_s"] / oracle["goodput_per_s"] if oracle["goodput_per_s"] else math.nan
+
+
 def markdown(results: dict) -> str:
-    """One row per load and policy, with goodput relative to the blind policy."""
-    lines = ["| load | policy | SLO attainment | goodput (/s) | x blind | p99 (ms) | utilisation | rank RPC (ms) |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    """One row per load and policy, with goodput relative to the blind policy and both SLO attainment and goodput
+    relative to the oracle's."""
+    lines = ["| load | policy | SLO attainment | x oracle | goodput (/s) | x oracle | x blind | p99 (ms) | utilisation "
+             "| rank RPC (ms) |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for key, row in results["loads"].items():
         base = row["policies"].get("blind", {}).get("goodput_per_s")
         for policy, r in row["policies"].items():
             ratio = f"{r['goodput_per_s'] / base:.2f}" if base else "-"
-            lines.append(f"| {key} | {policy} | {r['slo_attainment']:.1%} | {r['goodput_per_s']:.0f} | {ratio} | "
-                         f"{r['p99_ms']:.1f} | {r['utilisation']:.0%} | {r['rank_rpc_ms']:.2f} |")
+            slo_x = f"{r['slo_vs_oracle']:.3f}" if "slo_vs_oracle" in r else "-"
+            good_x = f"{r['goodput_vs_oracle']:.3f}" if "goodput_vs_oracle" in r else "-"
+            lines.append(f"| {key} | {policy} | {r['slo_attainment']:.1%} | {slo_x} | {r['goodput_per_s']:.0f} | "
+                         f"{good_x} | {ratio} | {r['p99_ms']:.1f} | {r['utilisation']:.0%} | {r['rank_rpc_ms']:.2f} |")
     return "\n".join(lines)
 
 

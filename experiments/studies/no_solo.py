@@ -27,7 +27,12 @@ Two protocols, every predictor fed the same records:
    (seeded), each of ``loco_predictors`` and the offline fit learn all records but that
    configuration's and are scored on it.
 
-Run: ``.venv/bin/python -m experiments.studies.no_solo`` (about 4 minutes on 2 shared cores); writes
+The split protocol is also run on the third-party GPU datasets with their solo latencies removed
+(``datasets``: ``gpulet``, ``igniter``; found under ``--data`` or ``$INTERFERENCE_DATA`` and
+skipped when absent, see :mod:`experiments.datasets`), each predictor beside the offline LightGBM
+fit on the same split, with the ratio of the two.
+
+Run: ``.venv/bin/python -m experiments.studies.no_solo`` (about 10 minutes on 2 shared cores); writes
 ``experiments/results/no_solo/{config.json,results.json,results.md}``.
 """
 
@@ -39,6 +44,7 @@ import time
 
 import numpy as np
 
+from experiments.datasets import load
 from predictor.predictors import create
 from predictor.predictors.tree import TreePredictor
 from predictor.prequential.evaluation import run_split, split_records, summarize
@@ -69,6 +75,9 @@ class Config:
     loco_configs: int = 6
     predictors: tuple[str, ...] = ("solo", "rls", "sgd", "tree", "tree:work=False", PREVIOUS_TREE, "ensemble")
     loco_predictors: tuple[str, ...] = ("rls", "tree")
+    datasets: tuple[str, ...] = ("gpulet", "igniter")
+    dataset_predictors: tuple[str, ...] = ("rls", "tree", "ensemble")
+    data: str = ""
     seed: int = 0
 
 
@@ -141,27 +150,38 @@ def config_key(record: Record) -> tuple:
 
 
 # ---------------------------------------------------------------------------------- offline reference
-def _matrix(records: list[Record], names: list[str] | None = None) -> tuple[np.ndarray, list[str]]:
-    """The ``tree`` predictor's features as a matrix (categories as codes in sorted order)."""
+def _matrix(records: list[Record], names: list[str] | None = None,
+            codes: dict[str, list[str]] | None = None) -> tuple[np.ndarray, list[str], dict[str, list[str]]]:
+    """The ``tree`` predictor's features as a matrix, its column names and the category codes (the
+    model and the device kind as their index among the training part's values in sorted order; -1
+    for a value not seen there)."""
+    if codes is None:
+        codes = {"model": sorted({r.batch.model for r in records}), "kind": sorted({r.device_kind for r in records})}
     rows = []
     for r in records:
         x = TreePredictor.features(r)
-        x["model"] = float(sorted(set(LANGUAGE) | set(VISION)).index(r.batch.model))
-        x["kind"] = 0.0
+        for key, value in (("model", r.batch.model), ("kind", r.device_kind)):
+            x[key] = float(codes[key].index(value)) if value in codes[key] else -1.0
         rows.append(x)
     if names is None:
         names = sorted({k for row in rows for k in row})
-    return np.array([[float(row.get(k, 0.0)) for k in names] for row in rows]), names  # type: ignore[arg-type]
+    values = np.array([[float(row.get(k, 0.0)) for k in names] for row in rows])  # type: ignore[arg-type]
+    return values, names, codes
 
 
 def offline_lightgbm(train: list[Record], test: list[Record], seed: int = 0) -> list[float]:
     """LightGBM with default settings fitted offline on the training part's log latency."""
     import lightgbm
 
-    X, names = _matrix(train)
+    X, names, codes = _matrix(train)
     model = lightgbm.LGBMRegressor(random_state=seed, verbose=-1, n_jobs=1)
     model.fit(X, np.log([r.latency_ms for r in train]))
-    return np.exp(model.predict(_matrix(test, names)[0])).tolist()
+    return np.exp(model.predict(_matrix(test, names, codes)[0])).tolist()
+
+
+def without_solo(records: list[Record]) -> list[Record]:
+    """``records`` with their solo latencies removed."""
+    return [dataclasses.replace(r, solo_latency_ms=None) for r in records]
 
 
 def mape(predicted: list[float], records: list[Record]) -> float:
@@ -171,11 +191,12 @@ def mape(predicted: list[float], records: list[Record]) -> float:
 
 
 # ---------------------------------------------------------------------------------- protocols
-def evaluate_split(records: list[Record], config: Config) -> dict[str, dict[str, float]]:
-    """Every predictor and the offline reference under the 75/25 split."""
+def evaluate_split(records: list[Record], config: Config,
+                   predictors: tuple[str, ...] | None = None) -> dict[str, dict[str, float]]:
+    """Every predictor (``config.predictors`` unless given) and the offline reference under the 75/25 split."""
     train, test = split_records(records, config.split, config.seed)
     out: dict[str, dict[str, float]] = {}
-    for spec in config.predictors:
+    for spec in config.predictors if predictors is None else predictors:
         started = time.perf_counter()
         scored = run_split(create(spec, seed=config.seed), records, split=config.split, seed=config.seed)
         out[spec] = {**summarize(scored), "seconds": time.perf_counter() - started}
@@ -213,15 +234,22 @@ def evaluate_loco(records: list[Record], config: Config) -> dict[str, object]:
     return {"configurations": per_config, "mean_mape": mean}
 
 
-def markdown(results: dict) -> str:
-    """The result tables."""
-    split = results["split"]
+def split_table(title: str, split: dict[str, dict[str, float]]) -> list[str]:
+    """One split's table: each predictor's errors and its MAPE over the offline LightGBM fit's."""
     ref = split["offline-lightgbm"]["mape"]
-    lines = ["**75/25 split** (no solo latency in any record)", "",
-             "| predictor | MAPE | p50 | p95 | x offline LightGBM | seconds |", "|---|---:|---:|---:|---:|---:|"]
+    lines = [title, "", "| predictor | MAPE | p50 | p95 | x offline LightGBM | seconds |", "|---|---:|---:|---:|---:|---:|"]
     for name, s in split.items():
         lines.append(f"| {name} | {100 * s['mape']:.2f}% | {100 * s['p50']:.2f}% | {100 * s['p95']:.2f}% "
                      f"| {s['mape'] / ref:.2f} | {s['seconds']:.1f} |")
+    return lines
+
+
+def markdown(results: dict) -> str:
+    """The result tables."""
+    lines = split_table("**75/25 split** (synthetic, no solo latency in any record)", results["split"])
+    for name, split in results.get("datasets", {}).items():
+        lines += ["", *split_table(f"**75/25 split, {name} with its solo latencies removed** "
+                                   f"({split['offline-lightgbm']['n']} records scored)", split)]
     loco = results["loco"]["mean_mape"]
     lines += ["", f"**Leave one configuration out** (mean MAPE over {len(results['loco']['configurations'])} "
               "held-out configurations)", "", "| predictor | MAPE |", "|---|---:|"]
@@ -238,6 +266,14 @@ def run(config: Config) -> dict:
     results["tree_over_offline"] = split["tree"]["mape"] / split["offline-lightgbm"]["mape"]
     if "rls" in split:
         results["rls_over_tree"] = split["rls"]["mape"] / split["tree"]["mape"]
+    results["datasets"] = {}
+    if config.datasets:
+        for name, loaded in load(list(config.datasets), config.data or None).items():
+            split = evaluate_split(without_solo(loaded), config, config.dataset_predictors)
+            results["datasets"][name] = split
+            ref = split["offline-lightgbm"]["mape"]
+            print(f"{name} (no solo): " + ", ".join(f"{k} {100 * v['mape']:.2f}% ({v['mape'] / ref:.2f}x)"
+                                                 for k, v in split.items()), flush=True)
     return results
 
 

@@ -7,7 +7,16 @@ import dataclasses
 
 import pytest
 
-from experiments.studies.no_solo import Config, config_key, markdown, no_solo_records, run
+from experiments.studies.no_solo import (
+    Config,
+    config_key,
+    markdown,
+    no_solo_records,
+    offline_lightgbm,
+    run,
+    without_solo,
+)
+from predictor.records.importers.igniter import import_igniter
 
 
 def test_records_carry_no_solo_latency_and_depend_on_attributes():
@@ -25,7 +34,7 @@ def test_records_carry_no_solo_latency_and_depend_on_attributes():
 
 def test_study_on_a_small_instance():
     config = dataclasses.replace(Config(), records=700, loco_configs=1, predictors=("rls", "tree"),
-                                 loco_predictors=("rls", "tree"))
+                                 loco_predictors=("rls", "tree"), datasets=())
     results = run(config)
     split = results["split"]
     assert set(split) == {"rls", "tree", "offline-lightgbm"}
@@ -41,3 +50,25 @@ def test_same_seed_same_stream():
     assert no_solo_records(50, seed=3) != no_solo_records(50, seed=4)
     with pytest.raises(ValueError):
         no_solo_records(-1)
+
+
+def test_offline_fit_codes_categories_it_never_saw_apart():
+    records = no_solo_records(600, seed=2)
+    train = [r for r in records if r.batch.model != "vit"]
+    test = [r for r in records if r.batch.model == "vit"][:20]
+    predicted = offline_lightgbm(train, test)
+    assert len(predicted) == len(test) and all(p > 0 for p in predicted)
+
+
+@pytest.mark.slow
+def test_real_data_without_solo_beside_the_offline_fit(igniter_config):
+    records = list(import_igniter(igniter_config))
+    stripped = without_solo(records)
+    assert all(r.solo_latency_ms is None for r in stripped) and all(r.solo_latency_ms for r in records)
+    config = dataclasses.replace(Config(), records=300, loco_configs=0, predictors=("tree",), datasets=("igniter",),
+                                 dataset_predictors=("rls", "tree"), data=str(igniter_config.parent.parent))
+    results = run(config)
+    split = results["datasets"]["igniter"]
+    assert set(split) == {"rls", "tree", "offline-lightgbm"}
+    assert split["tree"]["mape"] < split["rls"]["mape"]  # without solo, the attributes decide
+    assert "igniter with its solo latencies removed" in markdown(results)

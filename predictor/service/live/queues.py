@@ -34,6 +34,7 @@ Examples
 from __future__ import annotations
 
 import enum
+import heapq
 import math
 import threading
 import time
@@ -345,10 +346,11 @@ class QueueBook:
     ) -> WaitEstimate:
         """The wait of a batch placed on ``device`` now.
 
-        * **queue known** (the device reported a queue within ``stale_after_s``): the predicted
-          latencies of the batches queued ahead, behind the running batch that ends first (the
-          device starts the head of its queue when a running batch ends); its bound scales that
-          by the device kind's calibration factor;
+        * **queue known** (the device reported a queue within ``stale_after_s``): the batches
+          queued ahead played forward at their predicted latencies on the device's concurrency
+          (each starts in the first slot a running or earlier batch frees; with one slot, the
+          running batch that ends first and then the batches ahead one after another); its
+          bound scales that by the device kind's calibration factor;
         * **rates known** (at least ``min_samples`` arrivals and service times, no queue
           reported): the M/G/1 Pollaczek-Khinchine mean wait (M/G/c, Allen-Cunneen, for a device
           seen running ``c > 1`` batches at once), with its tail quantile at the confidence as the
@@ -375,16 +377,32 @@ class QueueBook:
             if now - state.queue_reported_at <= self.stale_after_s:
                 if not state.queue:
                     return WaitEstimate(WaitSource.QUEUE, 0.0, 0.0)
-                ahead = math.fsum(q.predicted_ms for q in state.queue.values())
+                ahead = [q.predicted_ms for q in state.queue.values()]
                 if callable(running_remaining):
                     running_remaining = running_remaining()
-                first_end = min(running_remaining) if len(running_remaining) else 0.0
-                mean = first_end + ahead
+                mean = _play_forward(running_remaining, ahead, max(state.in_flight, default=1))
                 return WaitEstimate(WaitSource.QUEUE, mean, mean * max(bound_factor, 1.0))
             rates = self._rates(state)
         if rates is None:
             return NO_WAIT
         return _from_rates(rates, confidence)
+
+
+def _play_forward(running_remaining: Sequence[float], ahead: Sequence[float], concurrency: int) -> float:
+    """When a batch queued behind ``ahead`` (predicted latencies, in queue order) starts on a device
+    that runs up to ``concurrency`` batches at once and now runs batches ending in ``running_remaining``
+    ms: each batch ahead takes the first slot to free. A slot free while a queue waits is blocked by
+    something else (memory): it is taken as freeing when the first running batch ends.
+
+    >>> _play_forward([5.0], [20.0, 20.0], 1), _play_forward([5.0, 8.0, 30.0, 40.0], [20.0, 20.0], 4)
+    (45.0, 25.0)
+    """
+    first_end = min(running_remaining) if len(running_remaining) else 0.0
+    slots = [*running_remaining, *[first_end] * max(concurrency - len(running_remaining), 0)] or [0.0]
+    heapq.heapify(slots)
+    for latency in ahead:
+        heapq.heappush(slots, heapq.heappop(slots) + latency)
+    return slots[0]
 
 
 def _from_rates(rates: tuple[float, float, float, int], confidence: float) -> WaitEstimate:
