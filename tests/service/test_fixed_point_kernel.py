@@ -7,14 +7,17 @@ that of its query alone (also held by ``tests/service/test_rank_vectorised.py``)
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from predictor.features.extract import OverlapQuadratic
+from predictor.features.window import FineProgram, WindowForm
 from predictor.predictors.base import QuadraticLatencies
 from predictor.service.estimates import monotone
-from predictor.service.estimates.fixed_point_kernel import fixed_points
+from predictor.service.estimates.fixed_point_kernel import fixed_points, window_of
 
 
 @st.composite
@@ -63,3 +66,40 @@ def test_the_compiled_latency_is_the_definitions():
     found = fixed_points(rows, np.zeros((1, 2)), 10.0, 12.0, 0.5)
     for i, latency in enumerate((10.0, 120.0)):
         assert float(found[i]) == monotone.fixed_point_one(lambda w, v=latency: v, 10.0, 12.0, 0.5)
+
+
+def _every_search(latency: float, solo: float, high: float, low: float) -> list[float]:
+    """The window each search finds for a row whose slowdown is ``latency / solo`` whatever its window:
+    the compiled one on rows and on a single query's form, the column-wise one and the single-row one."""
+    rows = QuadraticLatencies(OverlapQuadratic.of(np.zeros((1, 1), dtype=np.intp), np.array([latency / solo]),
+                                                  np.zeros((1, 1)), np.zeros((1, 1, 1))), solo, low, high, False)
+    program = FineProgram(("own", "co"), (0.0, 0.0), ((1, 0, 1.0),), (), (False,))
+    form = WindowForm(program, None, latency / solo, np.zeros(2), (0.0,), (0,), (0.0,), solo, low, high, False)
+    latency = float(rows.latencies(np.zeros((1, 1)))[0])  # clamped to solo * [low, high]
+    return [float(fixed_points(rows, np.zeros((1, 1)), solo, high, low)[0]),
+            window_of(form),
+            float(monotone.fixed_point(lambda w: np.full(w.shape, latency), np.ones(1, dtype=bool), solo, high,
+                                       low)[0]),
+            monotone.fixed_point_one(lambda w: latency, solo, high, low)]
+
+
+def test_a_latency_clamped_at_the_grids_bottom_is_answered_alike_by_every_search():
+    """A constant latency clamped at ``solo * low`` ties with the grid's lowest point, which NumPy's
+    ``exp`` rounds an ulp below it here (``math.exp`` does not): every search moves one point up."""
+    solo, low, high = 79.0, 0.5, 2.0
+    windows = monotone.grid_windows(solo, high, low)
+    assert windows[0] < solo * low < windows[1]  # the tie this guards
+    assert _every_search(solo * low, solo, high, low) == [windows[1]] * 4
+    assert _every_search(0.1 * solo, solo, high, low) == [windows[1]] * 4  # clamped to the same latency
+
+
+def test_a_latency_on_a_grid_point_is_answered_by_that_point_in_every_search():
+    """At each grid point where NumPy's ``exp`` and ``math.exp`` round apart, a constant latency
+    equal to its window (solo 1: the latency is the raw slowdown itself) is answered by that point."""
+    solo, low, high = 1.0, 0.5, 2.0
+    windows = monotone.grid_windows(solo, high, low)
+    grid_low, scale, _ = monotone.grid(solo, high, low)
+    apart = [j for j in range(windows.size - 1) if math.exp(grid_low + scale * j) != windows[j]]
+    assert len(apart) > 10  # the rounding this guards
+    for j in apart[:: max(len(apart) // 40, 1)]:
+        assert _every_search(float(windows[j]), solo, high, low) == [windows[j]] * 4, j

@@ -6,9 +6,11 @@ co-runners given by remaining time (:class:`~predictor.features.extract.OverlapQ
 latency by :class:`~predictor.predictors.base.QuadraticLatencies`. :func:`fixed_points` runs, row by row in one compiled
 loop, the search of :func:`~predictor.service.estimates.monotone.fixed_point_one` (the secant estimate, the
 galloping search, the bisection: the same grid points asked in the same order), as the
-column-wise search (:func:`~predictor.service.estimates.monotone.fixed_point_rows`) does over
-arrays. The grid points' windows are computed by NumPy from the indices found, so a window is the
-very number the other searches give for the same point (tested).
+column-wise search (:func:`~predictor.service.estimates.monotone.fixed_point`) does over
+arrays. The grid points' windows, those compared with the predictions and those answered, are read
+from :func:`~predictor.service.estimates.monotone.grid_windows` (computed by NumPy), so a window is
+the very number the other searches give for the same point, and at a tie (a prediction equal to a
+window) every search decides alike (tested).
 
 A single query with co-runners given by remaining time runs the same search
 (:func:`window_of`): its ``rls`` answer is made a quadratic of its moving overlaps in the same
@@ -32,7 +34,7 @@ from predictor.features import quadratic_kernel
 from predictor.features.extract import OverlapQuadratic
 from predictor.features.window import FineProgram, WindowForm
 from predictor.predictors.base import QuadraticLatencies
-from predictor.service.estimates.monotone import grid
+from predictor.service.estimates.monotone import grid, grid_windows
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -59,8 +61,9 @@ def _latency(coefficients: np.ndarray, remaining: np.ndarray, i: int, window: fl
 @njit(cache=True, nogil=True)
 def _search(coefficients: np.ndarray, remaining: np.ndarray, solo: float, low: float, high: float,
             log_target: bool, grid_low: float, scale: float, points: int, solo_grid: float, grid_min: float,
-            grid_max: float, out: np.ndarray) -> None:
-    """Per row, the index of its grid point (``fixed_point_one``'s search)."""
+            grid_max: float, windows: np.ndarray, out: np.ndarray) -> None:
+    """Per row, the index of its grid point (``fixed_point_one``'s search), the window at index ``j``
+    being ``windows[j]`` (:func:`~predictor.service.estimates.monotone.grid_windows`)."""
     for i in range(coefficients.shape[1]):
         w0 = solo_grid
         f0 = _latency(coefficients, remaining, i, w0, solo, low, high, log_target)
@@ -74,7 +77,7 @@ def _search(coefficients: np.ndarray, remaining: np.ndarray, solo: float, low: f
         guess = min(max(guess, grid_min), grid_max)
         start = int(min(max(math.floor((math.log(guess) - grid_low) / scale), 0.0), points - 1.0))
 
-        window = math.exp(grid_low + scale * start)
+        window = windows[start]
         first = window >= _latency(coefficients, remaining, i, window, solo, low, high, log_target)
         below, above = (-1, start) if first else (start, points)
         down, up = first, not first
@@ -83,7 +86,7 @@ def _search(coefficients: np.ndarray, remaining: np.ndarray, solo: float, low: f
             probe = max(above - step, 0) if down else min(below + step, points)
             result = probe >= points
             if not result:
-                window = math.exp(grid_low + scale * probe)
+                window = windows[probe]
                 result = window >= _latency(coefficients, remaining, i, window, solo, low, high, log_target)
             if result:
                 above = probe
@@ -96,7 +99,7 @@ def _search(coefficients: np.ndarray, remaining: np.ndarray, solo: float, low: f
             step *= 2
         while above - below > 1:
             mid = (below + above) // 2
-            window = math.exp(grid_low + scale * mid)
+            window = windows[mid]
             if window >= _latency(coefficients, remaining, i, window, solo, low, high, log_target):
                 above = mid
             else:
@@ -111,12 +114,13 @@ def fixed_points(latencies: QuadraticLatencies, remaining: np.ndarray, solo: flo
     whose overlap does not move: its coefficients are 0); ``solo``, ``high`` and ``low`` those of
     the grid searched (:func:`~predictor.service.estimates.monotone.grid`)."""
     grid_low, scale, points = grid(solo, high, low)
+    windows = grid_windows(solo, high, low)
     q = latencies.quadratic
     out = np.empty(len(q), dtype=np.int64)
     _search(np.ascontiguousarray(q.coefficients), np.ascontiguousarray(remaining, dtype=float), latencies.solo,
             latencies.low, latencies.high, latencies.log_target, grid_low, scale, points, solo, solo * low,
-            solo * high, out)
-    return np.exp(grid_low + scale * out)
+            solo * high, windows, out)
+    return windows[out]
 
 
 @njit(cache=True, nogil=True)
@@ -167,7 +171,7 @@ def _window_coefficients(initial, terms, crosses, moving_of, overlaps, left, rig
 
 @njit(cache=True, nogil=True)
 def _window_search(initial, terms, crosses, moving_of, overlaps, left, right, keys, weights, intercept, remaining,
-                   solo, low, high, log_target, grid_low, scale, points, solo_grid, grid_min, grid_max
+                   solo, low, high, log_target, grid_low, scale, points, solo_grid, grid_min, grid_max, windows
                    ):  # pragma: no cover
     """The grid index of a single query's fixed point: its quadratic, then :func:`_search` on it."""
     k = remaining.size
@@ -176,7 +180,7 @@ def _window_search(initial, terms, crosses, moving_of, overlaps, left, right, ke
                          coefficients[:, 0])
     out = np.empty(1, dtype=np.int64)
     _search(coefficients, remaining.reshape(k, 1), solo, low, high, log_target, grid_low, scale, points,
-            solo_grid, grid_min, grid_max, out)
+            solo_grid, grid_min, grid_max, windows, out)
     return out[0]
 
 
@@ -210,9 +214,10 @@ def window_of(form: WindowForm) -> float:
     quadratic of :func:`window_coefficients`."""
     solo, low, high = form.solo, form.low, form.high
     grid_low, scale, points = grid(solo, high, low)
+    windows = grid_windows(solo, high, low)
     index = _window_search(*_form_arguments(form), np.array(form.remaining, dtype=float), solo, low, high,
-                           form.log_target, grid_low, scale, points, solo, solo * low, solo * high)
-    return float(np.exp(grid_low + scale * index))
+                           form.log_target, grid_low, scale, points, solo, solo * low, solo * high, windows)
+    return float(windows[index])
 
 
 def warm() -> None:

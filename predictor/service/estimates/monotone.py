@@ -31,6 +31,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import operator
@@ -271,6 +272,19 @@ def grid(solo: float, high: float, low: float) -> tuple[float, float, int]:
     grid_low, grid_high = math.log(solo * low), math.log(solo * high)
     points = 1 << GRID_STEPS
     return grid_low, (grid_high - grid_low) / points, points
+
+
+@functools.lru_cache(maxsize=256)
+def grid_windows(solo: float, high: float, low: float) -> np.ndarray:
+    """Every point's window of :func:`grid` (indices ``0`` to ``points``, read-only): the very numbers
+    :func:`fixed_point` and :func:`fixed_point_one` compare with their predictions (NumPy's ``exp``,
+    which may round apart from ``math.exp`` by an ulp). A compiled search reads its windows here, so
+    that at a tie (a prediction equal to a window, as a constant latency clamped at ``solo * low`` can
+    be) it decides as they do. Kept for the last 256 grids asked (32 KiB each)."""
+    grid_low, scale, points = grid(solo, high, low)
+    windows = np.exp(grid_low + scale * np.arange(points + 1))
+    windows.flags.writeable = False
+    return windows
 
 
 def fixed_point_one(predict: Callable[[float], float], solo: float, high: float, low: float) -> float:
