@@ -21,22 +21,9 @@ times so that they share the machine's load:
 Reports medians of records per CPU second, and each variant's ratio to ``service, per record``.
 The compiled kernel is loaded once before timing, as in a running server.
 
-Measured on the shared 2-core machine (4096 records, BLAS pinned to one thread), before blocks:
-service 633, no replay 1296, no replay and no gate 1486, learning per record 3665, learning
-blockwise 5278. By blocks (run 1): per record 822, service 1507 (1.83x), no replay 3253, no
-replay and no gate 3454, learning per record 4985, learning blockwise 7230 records per CPU
-second; run 2 (busier): per record 557, service 1296 (2.33x), no replay 2782. Half of a block's time was
-then the per-shape calibrator scoring each replayed answer, a sequential walk over cells.
-With that walk compiled over the block (:mod:`predictor.calibration.shape_block`; load average 3.9-4.3):
-per record 805, service 2218 (2.75x), no replay 4105, no replay and no gate 4345, learning per
-record 5037, learning blockwise 8096; interleaved against the code before it, service
-1609 -> 2263 (1.41x). Most of a block was then the admission-time replay's planning; with the
-block replay planned per record (:mod:`predictor.service.replay_block`; load 3.4-4.1): per record
-838, service 3110 (3.71x), no replay 4314, no replay and no gate 4570, learning per record 4974,
-learning blockwise 8019; interleaved against the code before it (load 2.7-3.5), service
-2385 -> 3326 (1.39x).
+Figures measured so far: ``docs/performance-history.md`` (Moved from docstrings).
 
-Run: ``PYTHONPATH=$PWD .venv/bin/python -m experiments.bench.bench_ingest --max-records 4096``
+Run: ``PYTHONPATH=$PWD .venv/bin/python -m experiments.bench.bench_ingest --max-records 4096 --out DIR``
 """
 
 from __future__ import annotations

@@ -224,11 +224,36 @@ class ShapeMonitor:
 
     def slices(self, max_rows: int = 400) -> list[ShapeStats]:
         """Per source and shape: all answers, then per co-runner count, per device kind and per model."""
+        # one pass over the cells, each slice summed in the order :meth:`summary` sums it
+        sliced: dict[tuple[str, str], tuple[dict, dict, dict]] = {}
+        for (source, shape, kind, model, count), (n, hits, ape) in self._counts.items():
+            per = sliced.get((source, shape))
+            if per is None:
+                per = sliced[(source, shape)] = ({}, {}, {})
+            for table, value in zip(per, (count, kind, model), strict=True):
+                total = table.get(value)
+                if total is None:
+                    table[value] = [n, hits, 0.0 + ape]
+                else:
+                    total[0] += n
+                    total[1] += hits
+                    total[2] += ape
         rows: list[ShapeStats] = []
         for source, shape in self.sources():
-            keys = [k for k in self._counts if k[0] == source and k[1] == shape]
             rows.append(self.summary(source, shape))
-            rows += [self.summary(source, shape, count=c) for c in sorted({k[4] for k in keys})]
-            rows += [self.summary(source, shape, kind=kd) for kd in sorted({k[2] for k in keys})]
-            rows += [self.summary(source, shape, model=m) for m in sorted({k[3] for k in keys})]
+            by_count, by_kind, by_model = sliced.get((source, shape), ({}, {}, {}))
+            for c in sorted(by_count):
+                rows.append(_stats(source, shape, ANY, ANY, c, by_count[c]))
+            for kd in sorted(by_kind):  # ANY names no kind: summary's own answer, the totals
+                rows.append(self.summary(source, shape, kind=kd) if kd == ANY else
+                            _stats(source, shape, kd, ANY, -1, by_kind[kd]))
+            for m in sorted(by_model):
+                rows.append(self.summary(source, shape, model=m) if m == ANY else
+                            _stats(source, shape, ANY, m, -1, by_model[m]))
         return rows[:max_rows]
+
+
+def _stats(source: str, shape: str, kind: str, model: str, count: int, total: list) -> ShapeStats:
+    """The :class:`ShapeStats` of a slice from its ``[answers, covered, sum of APE]``."""
+    n, hits, ape = int(total[0]), total[1], total[2]
+    return ShapeStats(source, shape, kind, model, count, n, hits / n if n else None, ape / n if n else None)

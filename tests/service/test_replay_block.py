@@ -103,3 +103,23 @@ def test_refused_questions_are_left_out_and_converted_fields_answered_as_typed()
     assert _bits(replayed[3:4]) == _bits(replayed[4:5])
     # a block of one record is the replay of that record
     assert _bits([replay_record(answering, plain)]) == _bits(replayed[:1])
+
+
+def test_a_question_asked_again_in_a_block_is_answered_as_when_asked_alone():
+    answering = _service(True).answers
+    plain = _plain()
+    # each differs from ``plain`` in one thing a group's answers depend on
+    variants = [
+        _plain(co_runners=(CoRunner("mlp", 1, {"l2_util": 0.1}, 0.9), CoRunner("resnet", 2, {}, 0.7))),
+        _plain(co_runners=(CoRunner("mlp", 1, {"l2_util": 0.2}, 0.4), CoRunner("resnet", 2, {}, 0.7))),
+        _plain(co_runners=(CoRunner("resnet", 2, {}, 0.7), CoRunner("mlp", 1, {"l2_util": 0.1}, 0.4))),
+        _plain(batch=BatchSpec("bert", 2, {"dram_util": 0.4, "l2_util": 0.5})),
+        _plain(solo_latency_ms=11.0), _plain(device="d1"), _plain(device_kind="Other"),
+    ]
+    block = [plain, *variants, plain, *variants, dataclasses.replace(plain, latency_ms=30.0)]
+    replayed = replay_block(answering, block)
+    assert _bits(replayed) == _bits(replay_block_per_question(answering, block))
+    alone = _bits([replay_record(answering, r) for r in block])
+    assert _bits(replayed) == alone
+    differ = [i for i, a in enumerate(alone[1:len(variants) + 1]) if a != alone[0]]
+    assert {0, 1, 4} <= set(differ), differ  # an overlap, a co-runner attribute, the solo latency: a variant answered as ``plain`` is seen

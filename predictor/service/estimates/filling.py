@@ -71,9 +71,11 @@ class SignalView:
             table[key] = dict(signals)
             return
         a = self.alpha
+        b = 1 - a
+        get = state.get
         for name, value in signals.items():
-            previous = state.get(name)
-            state[name] = value if previous is None else a * value + (1 - a) * previous
+            previous = get(name)
+            state[name] = value if previous is None else a * value + b * previous
 
     def observe(self, device: str, kind: str, signals: Mapping[str, float]) -> None:
         """Smooth an observed record's signals into its device's and its kind's views."""
