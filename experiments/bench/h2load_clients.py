@@ -57,7 +57,8 @@ def _latencies(log: Path) -> np.ndarray:
 
 def run(target: str, path: str, requests: Sequence[bytes], clients: int, duration_s: float,
         answer_bytes: Sequence[int] | None = None, rps: float = 0.0) -> list[dict]:
-    """Run ``clients`` sequential clients at once on ``target`` for ``duration_s`` seconds.
+    """Run ``clients`` sequential clients at once on ``target`` for ``duration_s`` seconds (a balanced
+    target of several addresses, ``ipv4:HOST:P1,HOST:P2``: client ``i`` on its ``i``-th address, round robin).
 
     Client ``i`` sends ``requests[i % len(requests)]`` to the method ``path`` back to back, or,
     with ``rps``, at most ``rps`` calls a second (``h2load --rps``: still one at a time, so a
@@ -79,10 +80,12 @@ def run(target: str, path: str, requests: Sequence[bytes], clients: int, duratio
     """
     if not available():
         raise RuntimeError(f"{H2LOAD} is not installed (Debian: apt-get install nghttp2-client)")
-    url = f"http://{target}{path}"
+    # a balanced target (ipv4:HOST:P1,HOST:P2: every worker's own port): the clients spread over its addresses
+    addresses = target.split(":", 1)[1].split(",") if target.startswith(("ipv4:", "ipv6:")) else [target]
     with tempfile.TemporaryDirectory(prefix="h2load-") as folder:
         processes = []
         for i in range(clients):
+            url = f"http://{addresses[i % len(addresses)]}{path}"
             body = Path(folder, f"request-{i}.bin")
             body.write_bytes(grpc_frame(requests[i % len(requests)]))
             command = [H2LOAD, "-c", "1", "-m", "1", "-D", f"{max(1, round(duration_s))}", "-d", str(body),
