@@ -185,6 +185,7 @@ class _Names:
         self.window_cells: list[Cell] = []
         self.spreads: dict[tuple[str, str, str, int], int] = {}
         self.spread_keys: list[tuple[str, str, str, int]] = []
+        self.spread_rows: dict[tuple[str, str, int, str, bool], tuple[int, ...]] = {}  # spread()'s answers
         self.alphas: dict[Cell, int] = {}
         self.alpha_cells: list[Cell] = []
         self.plans: dict[tuple, int] = {}
@@ -193,7 +194,8 @@ class _Names:
 
     def full(self) -> bool:
         """Whether so many names are kept that they should start over."""
-        return len(self.windows) + len(self.spreads) + len(self.alphas) + len(self.items) > self.MOST
+        return (len(self.windows) + len(self.spreads) + len(self.alphas) + len(self.items)
+                + len(self.spread_rows) > self.MOST)
 
     def window(self, cell: Cell) -> int:
         return _number(self.windows, self.window_cells, cell)
@@ -201,10 +203,14 @@ class _Names:
     def spread(self, key: str, kind: str, count: int, model: str, reading: bool = True) -> tuple[int, ...]:
         """The numbers of the cell's :func:`~predictor.calibration.shape.spread_lookups`, always
         :data:`SPREAD_WIDTH` of them (a list of three repeated: the same first one found)."""
-        keys = spread_lookups(key, kind, count, model, reading)
-        if len(keys) < SPREAD_WIDTH:
-            keys = keys + keys
-        return tuple(_number(self.spreads, self.spread_keys, k) for k in keys)
+        row = self.spread_rows.get((key, kind, count, model, reading))
+        if row is None:
+            keys = spread_lookups(key, kind, count, model, reading)
+            if len(keys) < SPREAD_WIDTH:
+                keys = keys + keys
+            row = self.spread_rows[key, kind, count, model, reading] = tuple(
+                _number(self.spreads, self.spread_keys, k) for k in keys)
+        return row
 
     def alpha(self, cell: Cell) -> int:
         return _number(self.alphas, self.alpha_cells, cell)
