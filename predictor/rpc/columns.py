@@ -41,9 +41,8 @@ _PACKED_FIELDS = {field.name: field.number for field in pb2().PackedRanking.DESC
 """The field numbers of ``PackedRanking``'s columns, as the contract gives them."""
 
 
-def candidate_columns_from_pb(candidates: Any) -> tuple[CandidateColumns, list[Any]]:
-    """The repeated ``PlacementCandidate`` of a request, column-wise, and its ``CoRunner`` messages
-    (flattened in the same order, for :func:`ranking_columns_to_pb` to echo back).
+def candidate_columns_from_pb(candidates: Any) -> CandidateColumns:
+    """The repeated ``PlacementCandidate`` of a request, column-wise.
 
     Fields are read by ``map`` over ``operator`` getters, which costs about half a loop's bytecode.
     """
@@ -71,7 +70,7 @@ def candidate_columns_from_pb(candidates: Any) -> tuple[CandidateColumns, list[A
         has_remaining=np.fromiter(map(_HAS_REMAINING, messages), dtype=bool, count=r),
         typed=True,
     )
-    return columns, messages
+    return columns
 
 
 def request_columns_from_pb(request: Any) -> CandidateColumns:
@@ -81,18 +80,15 @@ def request_columns_from_pb(request: Any) -> CandidateColumns:
     raw = raw_bytes(request)
     fields = candidate_wire.read(request.SerializeToString() if raw is None else raw)
     if fields is None:
-        return candidate_columns_from_pb(request.candidates)[0]
+        return candidate_columns_from_pb(request.candidates)
     codes = fields.pop("source_codes")
     return CandidateColumns(**fields, sources=_sources(codes, len(codes)), typed=True)
 
 
-def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns, list[Any]] | None = None) -> Any:
-    """The ``RankPlacementsResponse`` of a column-wise ranking.
-
-    ``given``: the request's columns and ``CoRunner`` messages (from :func:`candidate_columns_from_pb`);
-    where the ranking's co-runners are the candidates' own, those messages are copied into the
-    answer (their overlap set where it was not given), which costs less than building new ones.
-    """
+def ranking_columns_to_pb(ranking: RankingColumns) -> Any:
+    """The ``RankPlacementsResponse`` of a column-wise ranking: written as bytes in one pass
+    (:func:`_placements_wire`) unless it has queue, load or memory terms or per-candidate estimates
+    of another form, then message by message."""
     require_finite("deadline", ranking.deadline_ms)
     require_finite_arrays(
         "ranking", ranking.latency_ms, ranking.solo_latency_ms, ranking.upper_bound_ms, ranking.slack_ms,
@@ -137,11 +133,6 @@ def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns
             ).SerializeToString()
         return found
 
-    echo = given is not None and ranking.runners_as_given
-    if echo:
-        columns, runner_messages = given  # type: ignore[misc]
-        as_given = columns.has_overlap.tolist()
-        had_remaining = columns.has_remaining.tolist()
     estimated = ranking.estimated
     add = response.placements.add
     for rank, i in enumerate(ranking.order.tolist(), start=1):
@@ -164,17 +155,8 @@ def ranking_columns_to_pb(ranking: RankingColumns, given: tuple[CandidateColumns
         if ranking.terms is not None:
             _set_terms(placement, ranking, i)
         runners = prediction.co_runners
-        if echo:
-            for j in range(offsets[i], offsets[i + 1]):
-                runners.append(runner_messages[j])
-                if not as_given[j]:
-                    runner = runners[-1]
-                    if had_remaining[j]:
-                        runner.ClearField("remaining_ms")
-                    runner.overlap = overlaps[j]
-        else:
-            for j in range(offsets[i], offsets[i + 1]):
-                runners.add(model=models[j], batch_size=sizes[j], attrs=attrs[j], overlap=overlaps[j])
+        for j in range(offsets[i], offsets[i + 1]):
+            runners.add(model=models[j], batch_size=sizes[j], attrs=attrs[j], overlap=overlaps[j])
     if ranking.delay is not None:
         response.delay.CopyFrom(convert.delay_to_pb(ranking.delay))
     return response
@@ -352,7 +334,7 @@ def packed_candidates_pb(columns: CandidateColumns) -> Any | None:
 
 def pack_rank_request(request: Any, *, omit_detail: bool = False) -> Any:
     """The same ``RankPlacementsRequest`` with its candidates in the packed form (clients, tests)."""
-    columns, _ = candidate_columns_from_pb(request.candidates)
+    columns = candidate_columns_from_pb(request.candidates)
     packed = packed_candidates_pb(columns)
     if packed is None:
         raise ValueError("the packed form cannot carry a NaN (it means 'not given' there)")

@@ -292,9 +292,6 @@ class Answering:
             query = Query(candidates.devices[i], batch, solo_latency_ms=solo_latency_ms)
             self.check_learned(query, Planned(ranking.rows.record(i), []), f"candidates[{i}].")
         self.remember(batch_id, ranking)
-        # The rows hold the candidates' own co-runners exactly when they were built on the same
-        # columns (no live view, no per-candidate path). (The ranking is this call's own: set in place.)
-        ranking.runners_as_given = plan.rows.models is candidates.models
         ranking.delay = self.delay_decision(ranking)
         return ranking
 

@@ -63,7 +63,7 @@ def test_wire_reader_reads_what_protobuf_reads(cands):
                      for v in m.values())
     assert (got is not None) == (printable and finite)  # declined only for what the reader does not take
     if got is not None:
-        _same(columns.candidate_columns_from_pb(request.candidates)[0], got)
+        _same(columns.candidate_columns_from_pb(request.candidates), got)
 
 
 def _names(request) -> list[str]:
@@ -83,7 +83,7 @@ def test_bytes_a_client_may_send():
     raw = b"\x12" + bytes([len(body)]) + body
     parsed = pb2.RankPlacementsRequest.FromString(raw)
     assert parsed.candidates[0].device == "gpu2"
-    _same(columns.candidate_columns_from_pb(parsed.candidates)[0], _read(raw))
+    _same(columns.candidate_columns_from_pb(parsed.candidates), _read(raw))
     entry = pb2.PlacementCandidate(signals={"t": 1.0}).SerializeToString()
     twice = b"\x12" + bytes([2 * len(entry)]) + entry + entry
     assert len(pb2.RankPlacementsRequest.FromString(twice).candidates) == 1

@@ -264,12 +264,10 @@ def test_rank_from_protobuf_columns(service, live):
     candidates = [c for c in mixed_candidates(random.Random(3), 200) if live or c.co_runners]
     request = rank_request(BATCH, candidates)
     given = columns.candidate_columns_from_pb(request.candidates)
-    assert given[0].typed
-    ranking = service.rank_columns(convert.batch_from_pb(request.batch), given[0], Deadline(ms=40.0))
-    assert ranking.runners_as_given is not live
+    assert given.typed
+    ranking = service.rank_columns(convert.batch_from_pb(request.batch), given, Deadline(ms=40.0))
     assert_ranking_matches_single_checks(service, ranking.to_ranking(), candidates, None)
     # The direct response equals the per-object conversion of the same ranking.
-    assert columns.ranking_columns_to_pb(ranking, given) == convert.ranking_to_pb(ranking.to_ranking())
     assert columns.ranking_columns_to_pb(ranking) == convert.ranking_to_pb(ranking.to_ranking())
 
 
@@ -299,7 +297,7 @@ BAD = [
 def test_rank_errors_name_the_same_field(service, bad, error, field, via_protobuf):
     candidates = [Candidate("ok", co_runner_source=CoRunnerSource.EXPLICIT), bad,
                   Candidate("y", co_runners=(PlannedCoRunner("m", 1, overlap=-1.0),))]
-    given = columns.candidate_columns_from_pb(rank_request(BATCH, candidates).candidates)[0] if via_protobuf \
+    given = columns.candidate_columns_from_pb(rank_request(BATCH, candidates).candidates) if via_protobuf \
         else CandidateColumns.from_candidates(candidates)
     with pytest.raises(error) as info:
         service.rank_columns(BATCH, given, Deadline(ms=40.0))
@@ -308,7 +306,7 @@ def test_rank_errors_name_the_same_field(service, bad, error, field, via_protobu
 
 def test_rank_bad_batch_and_solo(service):
     good = [Candidate("ok", co_runner_source=CoRunnerSource.EXPLICIT)]
-    given = columns.candidate_columns_from_pb(rank_request(BATCH, good).candidates)[0]
+    given = columns.candidate_columns_from_pb(rank_request(BATCH, good).candidates)
     with pytest.raises(InvalidArgument) as info:
         service.rank_columns(BatchSpec("bert", 0), given, Deadline(ms=40.0))
     assert info.value.field == "batch.batch_size"
@@ -324,7 +322,7 @@ def test_rank_bad_batch_and_solo(service):
 def test_rank_columns_magnitudes_name_the_candidate(service):
     huge = Candidate("ok", co_runners=(PlannedCoRunner("mlp", 1, {"l2_util": 1e300}, overlap=0.5),),
                      co_runner_source=CoRunnerSource.EXPLICIT)
-    given = columns.candidate_columns_from_pb(rank_request(BATCH, [Candidate("ok", co_runner_source=CoRunnerSource.EXPLICIT), huge]).candidates)[0]
+    given = columns.candidate_columns_from_pb(rank_request(BATCH, [Candidate("ok", co_runner_source=CoRunnerSource.EXPLICIT), huge]).candidates)
     with pytest.raises(InvalidArgument) as info:
         service.rank_columns(BATCH, given, Deadline(ms=40.0))
     assert info.value.field == "candidates[1].co_runners[0].attrs.l2_util"

@@ -305,8 +305,6 @@ class RankingColumns:
     predictor: str
     observations_learned: int
     deadline_ms: float
-    runners_as_given: bool = False
-    """Whether every row's co-runners are its candidate's, in order (none from the live view)."""
     estimated: Sequence[tuple[str, ...]] | None = None
     """Per candidate, the fields estimated because the query left them out (``None``: none)."""
     row_bounds: Sequence[Bound] | None = None
