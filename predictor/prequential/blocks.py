@@ -153,6 +153,7 @@ class _RlsRows:
         if any(map(values.__getitem__, layout[1])) or any(values[a] * values[b] for a, b in layout[2]):
             return False  # (a NaN counts as non-zero)
         dropped = layout[3]
+        extra: list[tuple[int, float]] = []  # the row's model-identity (column, value), taken once it fits
         if identity:
             index = model.index
             columns = list(map(index.columns.get, identity))
@@ -164,9 +165,11 @@ class _RlsRows:
             for column, value in zip(columns, identity.values(), strict=True):
                 if column is not None:
                     if value and not scale[column] > 0:
-                        return False
-                    self.extra_columns.append(column)
-                    self.extra_values.append(value)
+                        return False  # a column's first non-zero value: the reference step scales it
+                    extra.append((column, value))
+        for column, value in extra:
+            self.extra_columns.append(column)
+            self.extra_values.append(value)
         self.extra_offsets.append(len(self.extra_columns))
         self.plan_of_row.append(layout[0])
         self.bases.extend(values)
