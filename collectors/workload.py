@@ -152,7 +152,8 @@ class PlannedBatch:
     """A closed batch about to be dispatched, as an admission callback sees it.
 
     ``in_flight`` holds ``(model, batch_size, attrs)`` of the batches running or
-    queued on the workers now: the co-runners this batch would meet.
+    queued on the ``workers`` now, oldest first; :attr:`beside` those this batch
+    will run beside once it starts.
     """
 
     model: str
@@ -162,6 +163,15 @@ class PlannedBatch:
     device: str
     device_kind: str
     in_flight: tuple[tuple[str, int, dict[str, float]], ...]
+    workers: int
+
+    @property
+    def beside(self) -> tuple[tuple[str, int, dict[str, float]], ...]:
+        """The in-flight batches this one will run beside: the workers take batches first in,
+        first out, so when it starts the other workers run the last ``workers - 1`` dispatched
+        before it (all of the in-flight ones when fewer are in flight)."""
+        others = max(self.workers - 1, 0)
+        return self.in_flight[len(self.in_flight) - others:] if others else ()
 
 
 Admit = Callable[[PlannedBatch], bool]
@@ -384,6 +394,7 @@ class _Loop:
             device=device,
             device_kind=device_kind,
             in_flight=tuple((m, b, self.attrs.get((m, b), {})) for m, b in self.jobs.values()),
+            workers=self.config.workers,
         )
 
     def _poll(self) -> None:

@@ -36,6 +36,7 @@ from experiments.bench.rpc_load import ClientPool
 from experiments.bench.rpc_servers import ServerProcess, echo_main, service_main
 from predictor.rpc.names import METHOD_PREFIX
 from predictor.rpc.overload import DEFAULT_ANSWER_THREADS, DEFAULT_SHED_WAIT_MS
+from predictor.runtime.gil import DEFAULT_SWITCH_INTERVAL_MS
 
 PATH = METHOD_PREFIX + "PredictLatency"
 
@@ -77,6 +78,9 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"the shedding bound (default {DEFAULT_SHED_WAIT_MS:g})")
     parser.add_argument("--answer-threads", type=int, default=DEFAULT_ANSWER_THREADS,
                         help=f"the shedding service's answer threads (default {DEFAULT_ANSWER_THREADS})")
+    parser.add_argument("--switch-interval-ms", type=float, default=DEFAULT_SWITCH_INTERVAL_MS,
+                        help=f"the shedding service's GIL switch interval (default {DEFAULT_SWITCH_INTERVAL_MS:g}, "
+                             "`predictor serve`'s)")
     parser.add_argument("--deadline-s", type=float, default=1.0, help="each call's client deadline (default 1)")
     parser.add_argument("--clients", type=int, default=1, help="client processes (default 1)")
     parser.add_argument("--seed", type=int, default=0)
@@ -90,7 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     servers: list[ServerProcess] = []
     try:
         shedding = ServerProcess(service_main, {**spec, "shed_wait_ms": args.shed_wait_ms,
-                                                "answer_threads": args.answer_threads})
+                                                "answer_threads": args.answer_threads,
+                                                "switch_interval_s": args.switch_interval_ms / 1e3})
         servers.append(shedding)
         queueing = ServerProcess(service_main, spec)
         servers.append(queueing)
@@ -101,7 +106,8 @@ def main(argv: list[str] | None = None) -> None:
                                           args.deadline_s, args.clients)["answered_per_s"]
         rate = args.factor * capacity
         rows = [
-            (f"service, shedding beyond {args.shed_wait_ms:g} ms ({args.answer_threads} answer threads)",
+            (f"service, shedding beyond {args.shed_wait_ms:g} ms ({args.answer_threads} answer threads, "
+             f"switch interval {args.switch_interval_ms:g} ms)",
              offer(pool, shedding.target, PATH, payloads, rate, args.seconds, args.deadline_s, args.clients)),
             ("service, queueing (64 in flight)",
              offer(pool, queueing.target, PATH, payloads, rate, args.seconds, args.deadline_s, args.clients)),

@@ -245,8 +245,8 @@ class Decision:
     """One admission decision of the sample scheduler, and the latency the batch then had.
 
     ``t_s`` is when it was taken, seconds from the first decision; ``warmup`` marks a decision of
-    the warm-up (dispatched whatever the answer, not scored); ``co_runners`` counts the batches in
-    flight the query named.
+    the warm-up (dispatched whatever the answer, not scored); ``co_runners`` counts the batches
+    the query named as co-runners (those the batch will run beside).
     """
 
     model: str
@@ -416,11 +416,11 @@ class SampleScheduler:
             self._t0 = now
             self.device_kind = planned.device_kind
         batch_id = f"demo-{next(self._ids)}"
-        query = Query(  # the co-runners as the scheduler knows them: no overlaps, no signals
+        query = Query(  # the batches it will run beside, as the scheduler knows them: no overlaps, no signals
             device=planned.device,
             batch=BatchSpec(planned.model, planned.batch_size, planned.attrs),
             device_kind=planned.device_kind,
-            co_runners=tuple(PlannedCoRunner(m, b, a) for m, b, a in planned.in_flight),
+            co_runners=tuple(PlannedCoRunner(m, b, a) for m, b, a in planned.beside),
             co_runner_source=CoRunnerSource.EXPLICIT,
             solo_latency_ms=planned.solo_latency_ms,
             batch_id=batch_id,
@@ -444,7 +444,7 @@ class SampleScheduler:
             batch_id=batch_id,
             probability=answer.probability,
             t_s=now - self._t0,
-            co_runners=len(planned.in_flight),
+            co_runners=len(planned.beside),
             warmup=warmup,
         )
         with self._lock:
