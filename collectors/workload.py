@@ -148,12 +148,23 @@ Progress = Callable[[CollectionStatus], None]
 
 
 @dataclass(frozen=True)
+class InFlight:
+    """A batch running or queued on the workers, as an admission callback sees it:
+    ``remaining_ms``, for one running, is its solo latency less the time it has run (at least
+    0); ``None`` for one queued."""
+
+    model: str
+    batch_size: int
+    attrs: dict[str, float]
+    remaining_ms: float | None = None
+
+
+@dataclass(frozen=True)
 class PlannedBatch:
     """A closed batch about to be dispatched, as an admission callback sees it.
 
-    ``in_flight`` holds ``(model, batch_size, attrs)`` of the batches running or
-    queued on the ``workers`` now, oldest first; :attr:`beside` those this batch
-    will run beside once it starts.
+    ``in_flight`` holds the batches running or queued on the ``workers`` now, oldest first;
+    :attr:`beside` those this batch will run beside once it starts.
     """
 
     model: str
@@ -162,16 +173,16 @@ class PlannedBatch:
     solo_latency_ms: float | None
     device: str
     device_kind: str
-    in_flight: tuple[tuple[str, int, dict[str, float]], ...]
+    in_flight: tuple[InFlight, ...]
     workers: int
 
     @property
-    def beside(self) -> tuple[tuple[str, int, dict[str, float]], ...]:
+    def beside(self) -> tuple[InFlight, ...]:
         """The in-flight batches this one will run beside: the workers take batches first in,
         first out, so when it starts the other workers run the last ``workers - 1`` dispatched
         before it (all of the in-flight ones when fewer are in flight)."""
         others = max(self.workers - 1, 0)
-        return self.in_flight[len(self.in_flight) - others:] if others else ()
+        return self.in_flight[max(len(self.in_flight) - others, 0):] if others else ()
 
 
 Admit = Callable[[PlannedBatch], bool]
@@ -393,9 +404,20 @@ class _Loop:
             solo_latency_ms=self.solo.get(key),
             device=device,
             device_kind=device_kind,
-            in_flight=tuple((m, b, self.attrs.get((m, b), {})) for m, b in self.jobs.values()),
+            in_flight=self._in_flight(),
             workers=self.config.workers,
         )
+
+    def _in_flight(self) -> tuple[InFlight, ...]:
+        """The jobs in flight, oldest first, each running one with its expected time left."""
+        now = time.monotonic()
+        started = dict(filter(None, (slot.read() for slot in self.workers.slots)))
+        out = []
+        for job_id, (model, size) in self.jobs.items():
+            start_s, solo = started.get(job_id), self.solo.get((model, size))
+            remaining = None if start_s is None or solo is None else max(solo - 1e3 * (now - start_s), 0.0)
+            out.append(InFlight(model, size, self.attrs.get((model, size), {}), remaining))
+        return tuple(out)
 
     def _poll(self) -> None:
         """Register the batches running now, then let the tracker emit what is due.

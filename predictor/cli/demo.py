@@ -416,11 +416,12 @@ class SampleScheduler:
             self._t0 = now
             self.device_kind = planned.device_kind
         batch_id = f"demo-{next(self._ids)}"
-        query = Query(  # the batches it will run beside, as the scheduler knows them: no overlaps, no signals
+        query = Query(  # the batches it will run beside, as the scheduler knows them: time left, no signals
             device=planned.device,
             batch=BatchSpec(planned.model, planned.batch_size, planned.attrs),
             device_kind=planned.device_kind,
-            co_runners=tuple(PlannedCoRunner(m, b, a) for m, b, a in planned.beside),
+            co_runners=tuple(PlannedCoRunner(r.model, r.batch_size, r.attrs, remaining_ms=r.remaining_ms)
+                             for r in planned.beside),
             co_runner_source=CoRunnerSource.EXPLICIT,
             solo_latency_ms=planned.solo_latency_ms,
             batch_id=batch_id,

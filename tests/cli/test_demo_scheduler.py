@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from collectors.workload import PlannedBatch
+from collectors.workload import InFlight, PlannedBatch
 from predictor.cli.demo import SampleScheduler
 from predictor.records.record import BatchSpec
 from predictor.rpc.client import InterferenceClient
@@ -36,7 +36,7 @@ def _planned() -> PlannedBatch:
     record = next(r for r in synthetic_records(50, seed=9, devices=("cpu0",)) if r.co_runners)
     return PlannedBatch(record.batch.model, record.batch.batch_size, dict(record.batch.attrs),
                         record.solo_latency_ms, "cpu0", record.device_kind,
-                        tuple((c.model, c.batch_size, dict(c.attrs)) for c in record.co_runners),
+                        tuple(InFlight(c.model, c.batch_size, dict(c.attrs)) for c in record.co_runners),
                         workers=len(record.co_runners) + 1)
 
 
@@ -44,7 +44,7 @@ def _answers(client, planned: PlannedBatch) -> list[tuple[float, float, bool]]:
     """``(deadline, probability, feasible at 0.95)`` over deadlines around the prediction."""
     query = Query(device=planned.device, batch=BatchSpec(planned.model, planned.batch_size, planned.attrs),
                   device_kind=planned.device_kind,
-        co_runners=tuple(PlannedCoRunner(m, b, a) for m, b, a in planned.beside),
+        co_runners=tuple(PlannedCoRunner(r.model, r.batch_size, r.attrs) for r in planned.beside),
         co_runner_source=CoRunnerSource.EXPLICIT, solo_latency_ms=planned.solo_latency_ms)
     prediction = client.predict(query, confidence=0.95)
     assert "signals.other_cpu" in prediction.estimated  # the load nobody reported, filled from observations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import time
@@ -12,6 +13,7 @@ from collectors.batching import DynamicBatcher, PoissonArrivals
 from collectors.catalog import MODEL_NAMES
 from collectors.devices import cpu_model_name, record_device
 from collectors.schedule import Phase, constant_schedule, parse_schedule, phase_at, schedule_models
+from collectors.workload import CollectionConfig, InFlight, PlannedBatch, run_collection
 
 # ------------------------------------------------------------------ schedules
 
@@ -163,3 +165,36 @@ def test_device_names(tmp_path) -> None:
     assert cpu_model_name(info) == "Intel(R) Xeon(R) Gold 6330"
     assert cpu_model_name(tmp_path / "missing")
     assert record_device("cpu", 1) == "cpu0" and record_device("cuda:2", 0) == "gpu2"
+
+
+# ------------------------------------------------------------------ what an admission callback sees
+
+
+def test_a_batch_runs_beside_the_last_workers_minus_one_in_flight() -> None:
+    running = [InFlight("mlp", 1, {}, 3.0), InFlight("vgg", 2, {}, 0.0), InFlight("bert", 4, {})]
+    planned = PlannedBatch("mlp", 2, {}, 5.0, "cpu0", "cpu", tuple(running), workers=2)
+    assert planned.beside == (running[-1],)  # queued behind the others: beside the last one dispatched
+    assert dataclasses.replace(planned, workers=3).beside == tuple(running[1:])
+    assert dataclasses.replace(planned, workers=5).beside == tuple(running)  # fewer in flight than workers
+    assert dataclasses.replace(planned, workers=1).beside == ()
+    assert dataclasses.replace(planned, in_flight=()).beside == ()
+
+
+def test_the_admission_callback_sees_the_jobs_in_flight_with_their_time_left() -> None:
+    seen: list[PlannedBatch] = []
+
+    def admit(planned: PlannedBatch) -> bool:
+        seen.append(planned)
+        return True
+
+    config = CollectionConfig(duration_s=3.0, phases=constant_schedule(("mlp", "mobilenet"), 200.0), max_batch=2,
+                              profile_repeats=2, device="cpu", workers=2)
+    result = run_collection(config, lambda record: None, admit=admit)
+    assert len(seen) == result.batches > 20
+    flights = [job for planned in seen for job in planned.in_flight]
+    assert flights and all(p.workers == 2 and len(p.in_flight) < 4 for p in seen)  # at most 2 per worker
+    assert {job.model for job in flights} <= {"mlp", "mobilenet"}
+    times = [job.remaining_ms for job in flights if job.remaining_ms is not None]
+    assert times, "some jobs were running when a batch was planned"
+    solo = max(figures["solo_ms"] for figures in result.profile.values())
+    assert all(0.0 <= ms <= solo for ms in times)  # the solo latency less the time run, at least 0
