@@ -14,7 +14,8 @@ The service's capacity is the rate the queueing one answers when offered ``--sat
 (the excess beyond 64 in flight refused by gRPC); the service is then
 offered ``--factor`` times that, as is the echo. Per server the figures are: calls answered, refused
 (``RESOURCE_EXHAUSTED``), ended otherwise (``CANCELLED``, ``DEADLINE_EXCEEDED``: a client that gave up),
-the refusals' p99 and the answered calls' p50 and p99, each from the call's scheduled send. The last
+the refusals' p99 and the answered calls' p50 and p99, each from the call's scheduled send (and the
+p99s again from the moment the client sent it, which leaves out the client's own lateness). The last
 line sets the shedding service against the issue's targets, absolute and relative to the echo's p99 at
 the same rate (the floor of this machine and client).
 
@@ -50,6 +51,7 @@ def offer(pool: ClientPool, target: str, path: str, payloads: list[bytes], rate:
     results = pool.run([task] * clients)
     codes = np.concatenate([r["codes"] for r in results])
     latency = np.concatenate([r["corrected"] for r in results])
+    from_send = np.concatenate([r["latency"] for r in results])
     answered = codes == 0
     refused = codes == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
     cancelled = codes == grpc.StatusCode.CANCELLED.value[0]
@@ -61,6 +63,8 @@ def offer(pool: ClientPool, target: str, path: str, payloads: list[bytes], rate:
             "cancelled": int(cancelled.sum()), "other": int((~answered & ~refused & ~cancelled).sum()),
             "answered_per_s": answered.sum() / max(r["elapsed"] for r in results),
             "refused_p99_ms": percentile(latency[refused], 99), "refused_max_ms": percentile(latency[refused], 100),
+            "refused_sent_p99_ms": percentile(from_send[refused], 99),
+            "answered_sent_p99_ms": percentile(from_send[answered], 99),
             "answered_p50_ms": percentile(latency[answered], 50),
             "answered_p99_ms": percentile(latency[answered], 99)}
 
@@ -122,18 +126,21 @@ def main(argv: list[str] | None = None) -> None:
     print(f"capacity ({measured}): {capacity:,.0f} calls/s; offered "
           f"{args.factor:g}x = {rate:,.0f} calls/s for {args.seconds:g} s, client deadline {args.deadline_s:g} s")
     header = ("server", "calls", "answered", "refused", "cancelled", "other", "refused p99 ms", "refused max ms",
-              "answered p50 ms", "answered p99 ms")
+              "answered p50 ms", "answered p99 ms", "refused p99 from send ms", "answered p99 from send ms")
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     for name, r in rows:
         print(" | ".join([name, f"{r['calls']:,}", f"{r['answered']:,}", f"{r['refused']:,}", f"{r['cancelled']:,}",
                           f"{r['other']:,}", f"{r['refused_p99_ms']:.1f}", f"{r['refused_max_ms']:.1f}",
-                          f"{r['answered_p50_ms']:.1f}", f"{r['answered_p99_ms']:.1f}"]))
+                          f"{r['answered_p50_ms']:.1f}", f"{r['answered_p99_ms']:.1f}",
+                          f"{r['refused_sent_p99_ms']:.1f}", f"{r['answered_sent_p99_ms']:.1f}"]))
     echo_p99 = rows[2][1]["answered_p99_ms"]
+    echo_sent_p99 = rows[2][1]["answered_sent_p99_ms"]
     shed = rows[0][1]
     print(f"shedding against the targets: cancelled {shed['cancelled']} (0); refused p99 {shed['refused_p99_ms']:.1f} ms "
           f"(<= 5 ms; <= echo p99 + 5 = {echo_p99 + 5:.1f} ms); answered p99 {shed['answered_p99_ms']:.1f} ms (<= 50 ms), "
-          f"{shed['answered_p99_ms'] / echo_p99:.2f}x the echo's p99 {echo_p99:.1f} ms (<= 3x)")
+          f"{shed['answered_p99_ms'] / echo_p99:.2f}x the echo's p99 {echo_p99:.1f} ms (<= 3x); from the call's send: "
+          f"refused p99 {shed['refused_sent_p99_ms']:.1f} ms against the echo's p99 {echo_sent_p99:.1f} ms")
 
 
 if __name__ == "__main__":
