@@ -403,7 +403,7 @@ def main() -> None:
     spec = {"predictor": config.predictor, "outlier_gate": config.outlier_gate, "warm_records": config.warm_records,
             "seed": config.seed, "devices": DEVICES, "server": "thread", "max_workers": config.max_workers,
             "metrics": config.metrics,
-            "max_candidates": max(config.candidates, *(config.curve if "curve" in config.phases else ()))}
+            "max_candidates": max((config.candidates, *(config.curve if "curve" in config.phases else ())))}
     servers: list[ServerProcess] = []
     pool = ClientPool(config.clients)
     try:

@@ -181,7 +181,7 @@ def main() -> None:
     servicer = InterferenceServicer(service)
     clock = StageClock()
     clock.wrap(servicer_module.convert, "query_from_pb")
-    clock.wrap(servicer_module.convert, "prediction_to_pb")
+    clock.wrap(servicer_module.convert, "answer_row_to_pb")
     for name in STAGES:
         clock.wrap(answering.Answering, name)
     echo, stop_echo = echo_caller(payloads[0])
@@ -202,7 +202,7 @@ def main() -> None:
         stop_echo()
         clock.close()
         service.close()
-    columns = ["handler", "query_from_pb", *STAGES, "prediction_to_pb"]
+    columns = ["handler", "query_from_pb", *STAGES, "answer_row_to_pb"]
     print(f"thread CPU per PredictLatency call (µs, mean over {len(requests) * config.rounds} calls; "
           "the better of 2 interleaved runs)")
     print(f"{'between calls':<32}" + "".join(f"{c:>17}" for c in columns))

@@ -227,64 +227,67 @@ def _intern(buf: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> tuple[np.
     return ids, first[:distinct]
 
 
-def _names(raw: bytes, starts: np.ndarray, stops: np.ndarray) -> tuple[list[str], np.ndarray]:
-    """The distinct ASCII strings at ``raw[starts[k]:stops[k]]`` and each span's number among them."""
-    if not starts.size:
-        return [], np.zeros(0, np.int64)
-    ids, first = _intern(np.frombuffer(raw, dtype=np.uint8), starts, stops)
-    return [raw[a:b].decode("ascii") for a, b in zip(starts[first].tolist(), stops[first].tolist(), strict=True)], ids
+@njit(cache=True, nogil=True)
+def _columns(buf: np.ndarray) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                       np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_scan` counted, then filled, and every name (devices, kinds, models, map keys, in that
+    order) numbered by :func:`_intern`: whether every field was taken, the columns of :func:`_scan`,
+    each name's number and the span of each distinct name. One compiled call per request."""
+    empty_i, empty_f = np.zeros((0, 6), np.int64), np.zeros((0, 2))
+    n, r, m, ok = _scan(buf, False, empty_i, empty_i, empty_f, empty_i, np.zeros(0))
+    cand, runner = np.zeros((n, 6), np.int64), np.zeros((r, 5), np.int64)
+    runner_f, maps, map_values = np.zeros((r, 2)), np.zeros((m, 3), np.int64), np.zeros(m)
+    if ok:
+        _scan(buf, True, cand, runner, runner_f, maps, map_values)
+    starts = np.concatenate((cand[:, 0], cand[:, 2], runner[:, 0], maps[:, 1]))
+    stops = np.concatenate((cand[:, 1], cand[:, 3], runner[:, 1], maps[:, 2]))
+    ids, first = _intern(buf, starts, stops)
+    return ok, cand, runner, runner_f, maps, map_values, ids, starts[first], stops[first]
 
 
-def _strings(raw: bytes, starts: np.ndarray, stops: np.ndarray) -> list[str]:
-    """The ASCII strings at ``raw[starts[k]:stops[k]]``, as one list (one object per distinct string)."""
-    distinct, ids = _names(raw, starts, stops)
-    return list(map(distinct.__getitem__, ids.tolist()))
-
-
-def _keyed(rows: int, owners: np.ndarray, raw: bytes, starts: np.ndarray, stops: np.ndarray,
+def _keyed(rows: int, owners: np.ndarray, names: list[str], ids: np.ndarray,
            values: np.ndarray) -> KeyedMaps | list | None:
-    """The maps of ``rows`` owners from their entries (owner, key span, value), as a keyed matrix
-    whose keys are sorted; ``None`` where an owner gives a key twice."""
+    """The maps of ``rows`` owners from their entries (owner, key's number among ``names``, value), as a
+    keyed matrix whose keys are sorted; ``None`` where an owner gives a key twice."""
     if not owners.size:
         return [_EMPTY] * rows
-    names, ids = _names(raw, starts, stops)
-    order = sorted(range(len(names)), key=names.__getitem__)
+    present = np.unique(ids).tolist()
+    keys = sorted(map(names.__getitem__, present))
     column = np.empty(len(names), np.int64)
-    column[order] = np.arange(len(names))
-    matrix = np.full((rows, len(names)), np.nan)
+    column[present] = [keys.index(names[j]) for j in present]
+    matrix = np.full((rows, len(keys)), np.nan)
     matrix[owners, column[ids]] = values
     if np.count_nonzero(~np.isnan(matrix)) != values.size:
         return None  # a key given twice in one map (protobuf keeps the last; declined here)
-    return KeyedMaps(tuple(names[j] for j in order), matrix)
+    return KeyedMaps(tuple(keys), matrix)
 
 
 def read(raw: bytes) -> dict[str, Any] | None:
     """The candidates of the serialised ``RankPlacementsRequest`` ``raw`` as the keyword arguments of
     :class:`~predictor.service.estimates.placements.CandidateColumns` (sources as protobuf codes,
     under ``source_codes``); ``None`` where a field is not one this reader takes (see the module)."""
-    buf = np.frombuffer(raw, dtype=np.uint8)
-    empty_i, empty_f = np.zeros((0, 6), np.int64), np.zeros((0, 2))
-    n, r, m, ok = _scan(buf, False, empty_i, empty_i, empty_f, empty_i, np.zeros(0))
+    ok, cand, runner, runner_f, maps, map_values, ids, starts, stops = _columns(np.frombuffer(raw, dtype=np.uint8))
     if not ok:
         return None
-    cand, runner = np.zeros((n, 6), np.int64), np.zeros((r, 5), np.int64)
-    runner_f, maps, map_values = np.zeros((r, 2)), np.zeros((m, 3), np.int64), np.zeros(m)
-    _scan(buf, True, cand, runner, runner_f, maps, map_values)
+    n, r = cand.shape[0], runner.shape[0]
+    names = [raw[a:b].decode("ascii") for a, b in zip(starts.tolist(), stops.tolist(), strict=True)]
+    name_of = names.__getitem__
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(cand[:, 5], out=offsets[1:])
+    key_ids = ids[2 * n + r:]
     signal, attr = maps[:, 0] >= 0, maps[:, 0] < 0
     has_overlap, has_remaining = runner[:, 3].astype(bool), runner[:, 4].astype(bool)
-    signals = _keyed(n, maps[signal, 0], raw, maps[signal, 1], maps[signal, 2], map_values[signal])
-    attrs = _keyed(r, -1 - maps[attr, 0], raw, maps[attr, 1], maps[attr, 2], map_values[attr])
+    signals = _keyed(n, maps[signal, 0], names, key_ids[signal], map_values[signal])
+    attrs = _keyed(r, -1 - maps[attr, 0], names, key_ids[attr], map_values[attr])
     if signals is None or attrs is None:
         return None
     return {
-        "devices": _strings(raw, cand[:, 0], cand[:, 1]),
-        "device_kinds": _strings(raw, cand[:, 2], cand[:, 3]),
+        "devices": list(map(name_of, ids[:n].tolist())),
+        "device_kinds": list(map(name_of, ids[n:2 * n].tolist())),
         "source_codes": cand[:, 4],
         "signals": signals,
         "offsets": offsets,
-        "models": _strings(raw, runner[:, 0], runner[:, 1]),
+        "models": list(map(name_of, ids[2 * n:2 * n + r].tolist())),
         "batch_sizes": runner[:, 2].tolist(),
         "attrs": attrs,
         "overlaps": np.where(has_overlap, runner_f[:, 0], 0.0),

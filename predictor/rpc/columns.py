@@ -12,6 +12,7 @@ response. No validation here either: the service checks the columns.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 from collections.abc import Mapping, Sequence
@@ -87,8 +88,8 @@ def request_columns_from_pb(request: Any) -> CandidateColumns:
 
 def ranking_columns_to_pb(ranking: RankingColumns) -> Any:
     """The ``RankPlacementsResponse`` of a column-wise ranking: written as bytes in one pass
-    (:func:`_placements_wire`) unless it has queue, load or memory terms or per-candidate estimates
-    of another form, then message by message."""
+    (:func:`_placements_wire`, returned as they are: a :class:`~predictor.rpc.wire.Serialized`) unless
+    it has queue, load or memory terms or per-candidate estimates of another form, then message by message."""
     require_finite("deadline", ranking.deadline_ms)
     require_finite_arrays(
         "ranking", ranking.latency_ms, ranking.solo_latency_ms, ranking.upper_bound_ms, ranking.slack_ms,
@@ -97,10 +98,10 @@ def ranking_columns_to_pb(ranking: RankingColumns) -> Any:
     messages = pb2()
     response = messages.RankPlacementsResponse(deadline_ms=ranking.deadline_ms)
     if ranking.terms is None and (ranking.estimated is None or isinstance(ranking.estimated, EstimatedPaths)):
-        response.MergeFromString(_placements_wire(ranking))
         if ranking.delay is not None:
             response.delay.CopyFrom(convert.delay_to_pb(ranking.delay))
-        return response
+        # placements (field 1) first, then the others: the order protobuf writes them in
+        return wire.Serialized(_placements_wire(ranking) + response.SerializeToString(), messages.RankPlacementsResponse)
     rows = ranking.rows
     devices, kinds, models, sizes, attrs = rows.devices, rows.device_kinds, rows.models, rows.batch_sizes, rows.attrs
     offsets = rows.offsets.tolist()
@@ -179,19 +180,10 @@ def _placements_wire(ranking: RankingColumns) -> bytes:
     row_template = np.fromiter(map(cell.__getitem__, keys), dtype=np.int64, count=n)
     solo = ranking.solo_latency_ms
     solo_per_row = bool(solo.size) and not (solo == solo[0]).all()
+    solo_shared = 0.0 if solo_per_row else float(solo[0])
     templates = [
-        messages.Prediction(
-            solo_latency_ms=0.0 if solo_per_row else float(solo[0]),
-            confidence=ranking.confidence,
-            bound_source=_BOUNDS_PB[bounds[i].source],
-            residuals=bounds[i].n,
-            predictor=ranking.predictor,
-            observations_learned=ranking.observations_learned,
-            sequence=ranking.sequence,
-            device_kind=kinds[i],
-            fallback=bool(fallback[i]),
-            query_shape=shapes[i],
-        ).SerializeToString()
+        _template(solo_shared, ranking.confidence, bounds[i].source, bounds[i].n, ranking.predictor,
+                  ranking.observations_learned, ranking.sequence, kinds[i], bool(fallback[i]), shapes[i])
         for i in first.values()
     ]
     estimated = ranking.estimated
@@ -210,6 +202,18 @@ def _placements_wire(ranking: RankingColumns) -> bytes:
         ranking.latency_ms, solo, solo_per_row, ranking.upper_bound_ms, rows.offsets, rows.models, rows.batch_sizes,
         keys, attrs, rows.overlaps, paths_off, moving, filled, extra,
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _template(solo_latency_ms: float, confidence: float, source: Any, residuals: int, predictor: str,
+              observations_learned: int, sequence: int, device_kind: str, fallback: bool, query_shape: str) -> bytes:
+    """A serialised ``Prediction`` of the fields a calibration cell's rows share (the same for every
+    ranking of a model version: kept)."""
+    return pb2().Prediction(
+        solo_latency_ms=solo_latency_ms, confidence=confidence, bound_source=_BOUNDS_PB[source],
+        residuals=residuals, predictor=predictor, observations_learned=observations_learned, sequence=sequence,
+        device_kind=device_kind, fallback=fallback, query_shape=query_shape,
+    ).SerializeToString()
 
 
 def _attr_matrix(attrs: Sequence[Mapping[str, float]], rows: int) -> tuple[tuple[str, ...], np.ndarray]:

@@ -23,6 +23,7 @@ from predictor.records.record import SCHEMA, BatchSpec, CoRunner, Record, Record
 from predictor.rpc.protos import pb2
 from predictor.service.durability.dedup import DedupKey
 from predictor.service.errors import InvalidArgument, ServiceError
+from predictor.service.estimates.placements import RankingColumns
 from predictor.service.ingest import MESSAGE_END
 from predictor.service.live.queues import QueueWhatIf
 from predictor.service.pipeline_types import PipelineCost, PipelinePlan, PipelineStage, StagePlan
@@ -75,7 +76,7 @@ def require_finite(what: str, *values: float) -> None:
 
 def require_finite_arrays(what: str, *arrays: np.ndarray) -> None:
     """:func:`require_finite` of every element of the arrays."""
-    if not all(bool(np.isfinite(a).all()) for a in arrays):
+    if not np.isfinite(np.concatenate([np.ravel(a) for a in arrays])).all():  # one pass over all
         raise NonFiniteAnswer(f"the service computed a non-finite {what}; not answered")
 
 
@@ -411,6 +412,41 @@ def prediction_to_pb(prediction: Prediction) -> Any:
         estimated=list(prediction.estimated),
         **queue_fields_to_pb(prediction),
     )
+
+
+def answer_row_to_pb(answer: RankingColumns, message: Any) -> None:
+    """Row 0 of a one-row answer (:meth:`Answering.predict_columns
+    <predictor.service.answering.Answering.predict_columns>`) written into the ``Prediction`` message
+    ``message``: the message :func:`prediction_to_pb` makes of ``answer.prediction(0)``, without the
+    :class:`Prediction` and its co-runners in between (:class:`NonFiniteAnswer` if a number is not finite)."""
+    if answer.terms is not None:  # queue, load or transfer fields: as a Prediction
+        message.CopyFrom(prediction_to_pb(answer.prediction(0)))
+        return
+    rows = answer.rows
+    latency, solo, upper = float(answer.latency_ms[0]), float(answer.solo_latency_ms[0]), float(answer.upper_bound_ms[0])
+    slowdown = latency / solo
+    overlaps = rows.overlaps.tolist()
+    require_finite("prediction", latency, solo, slowdown, upper, answer.confidence, *overlaps)
+    kind = rows.device_kinds[0]
+    bound = answer.bounds[kind] if answer.row_bounds is None else answer.row_bounds[0]
+    message.latency_ms = latency
+    message.solo_latency_ms = solo
+    message.slowdown = slowdown
+    message.upper_bound_ms = upper
+    message.confidence = answer.confidence
+    message.bound_source = _BOUNDS_PB[bound.source]
+    message.residuals = bound.n
+    message.predictor = answer.predictor
+    message.observations_learned = answer.observations_learned
+    message.sequence = answer.sequence
+    add = message.co_runners.add
+    for model, size, attrs, overlap in zip(rows.models, rows.batch_sizes, rows.attrs, overlaps, strict=True):
+        add(model=model, batch_size=size, attrs=dict(attrs), overlap=overlap)
+    message.device_kind = kind
+    message.fallback = bool(answer.fallback[0]) if answer.fallback is not None else False
+    message.query_shape = answer.shapes[0] if answer.shapes is not None else ""
+    if answer.estimated is not None:
+        message.estimated.extend(answer.estimated[0])
 
 
 _WAIT_FIELDS = ("queue_wait_ms", "queue_wait_bound_ms", "completion_ms", "completion_bound_ms")

@@ -5,8 +5,8 @@ co-runners as predicted) costs a dozen Python field writes per candidate when fi
 message. Here the fields every row of a calibration cell shares are serialised once per cell by
 protobuf (the *templates*), and each row's placement (its device, rank, numbers, co-runners and
 estimated paths, then its cell's template) is written by a compiled loop (numba) into one
-buffer, which the caller gives to protobuf's parser (``MergeFromString``): the message parses to
-the one filled field by field (``tests/service/test_vectorised.py``).
+buffer, which the server sends as it is (:class:`~predictor.rpc.wire.Serialized`): the message
+it parses to is the one filled field by field (``tests/service/test_vectorised.py``).
 
 The encoding is protobuf's documented wire format (https://protobuf.dev/programming-guides/encoding/):
 field order within a message is free, a nested message's fields are its length-delimited bytes.

@@ -26,11 +26,14 @@ class InterferenceServicer:
 
     @grpc_errors
     def PredictLatency(self, request: Any, context: grpc.ServicerContext) -> Any:
-        """Predicted latency and upper bound of one planned batch."""
-        prediction = self.service.predict(
+        """Predicted latency and upper bound of one planned batch (written from its one-row answer,
+        :func:`~predictor.rpc.convert.answer_row_to_pb`)."""
+        answer = self.service.answers.predict_columns(
             convert.query_from_pb(request.query), convert.confidence_from_pb(request.confidence)
         )
-        return pb2().PredictLatencyResponse(prediction=convert.prediction_to_pb(prediction))
+        response = pb2().PredictLatencyResponse()
+        convert.answer_row_to_pb(answer, response.prediction)
+        return response
 
     @grpc_errors
     def CheckDeadline(self, request: Any, context: grpc.ServicerContext) -> Any:

@@ -14,6 +14,8 @@ runs around decoding, which runs around the servicer) with:
 * per call: a check that the call's deadline has not already passed while
   it waited for a worker: such a call is answered ``DEADLINE_EXCEEDED`` at
   once, without being computed for a client that has given up;
+* per method, once: its response serialiser, which sends an answer the servicer wrote as
+  bytes (:class:`~predictor.rpc.wire.Serialized`) as it is;
 * with a shedder (:mod:`predictor.rpc.overload`), per answer (a unary ``read``
   method of the prediction service): it runs on the answers' own threads, and as
   the call arrives, whether it would wait longer than the bound for one; if so its
@@ -35,6 +37,7 @@ from typing import Any
 
 import grpc
 
+from predictor.rpc import wire
 from predictor.rpc.decoding import _decode, _Undecodable
 from predictor.rpc.errors import abort
 from predictor.rpc.metrics import ServerMetrics
@@ -151,8 +154,11 @@ class ThinInterceptor(grpc.ServerInterceptor):
         if deserialize is None:
             deserialize = handler.request_deserializer
         factory = grpc.unary_unary_rpc_method_handler if unary else grpc.stream_unary_rpc_method_handler
+        serialize = handler.response_serializer
+        if method.ours and serialize is not None:  # an answer written as bytes is sent as it is
+            serialize = wire.serializer(serialize)
         return factory(behaviour, request_deserializer=None if method.ours else deserialize,
-                       response_serializer=handler.response_serializer)
+                       response_serializer=serialize)
 
     def _timed(self, behaviour: Callable, method: _Method) -> Callable:
         metrics = self.metrics

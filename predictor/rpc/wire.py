@@ -12,6 +12,9 @@ a packed repeated field is one record of wire type 2 (length-delimited).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 _LENGTH_DELIMITED = 2
@@ -63,3 +66,49 @@ def packed_doubles(number: int, values: np.ndarray) -> bytes:
 def packed_varints(number: int, values: np.ndarray) -> bytes:
     """Field ``number`` (``repeated uint32``/``uint64``, or a signed one of non-negative values) holding ``values``."""
     return _field(number, varints(values))
+
+
+class Serialized:
+    """A response message already written as its wire bytes, for the server to send as they are.
+
+    A handler that writes its answer's bytes itself (:func:`predictor.rpc.columns.ranking_columns_to_pb`)
+    returns one of these instead of a message, so the bytes are neither parsed into a message nor
+    serialised again: the server's interceptor (:class:`~predictor.rpc.thin.ThinInterceptor`) sends
+    :attr:`data` as it is (:func:`serializer`). Anything else that reads it sees the message
+    (``message_type`` parsed from the bytes on first use): its fields, ``SerializeToString()``, ``==``.
+    """
+
+    __slots__ = ("data", "_type", "_message")
+
+    def __init__(self, data: bytes, message_type: Any):
+        self.data = data
+        self._type = message_type
+        self._message: Any = None
+
+    def message(self) -> Any:
+        """The message these bytes are (parsed once)."""
+        if self._message is None:
+            self._message = self._type.FromString(self.data)
+        return self._message
+
+    def SerializeToString(self, **options: Any) -> bytes:  # noqa: N802  (protobuf's name)
+        """The message's bytes as protobuf writes them (the same message as :attr:`data`, whose fields
+        may come in another order)."""
+        return self.message().SerializeToString(**options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.message(), name)
+
+    def __eq__(self, other: object) -> bool:
+        return self.message() == (other.message() if isinstance(other, Serialized) else other)
+
+    __hash__ = None  # type: ignore[assignment]  (as a message's)
+
+
+def serializer(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """A method's response serialiser that also sends a :class:`Serialized` answer's bytes as they are."""
+
+    def serialized(response: Any) -> bytes:
+        return response.data if type(response) is Serialized else serialize(response)
+
+    return serialized

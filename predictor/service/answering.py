@@ -73,7 +73,7 @@ from predictor.service.live.queues import QueueWhatIf
 from predictor.service.live.transfers import NOWHERE
 from predictor.service.published import ModelVersion
 from predictor.service.state import ServiceState
-from predictor.service.typed_query import typed_record
+from predictor.service.typed_query import typed_batch_ok, typed_record
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,
@@ -214,6 +214,12 @@ class Answering:
     # ------------------------------------------------------------------ the requests
     def predict(self, query: Query, confidence: float | None = None, *, prefix: str = "query.") -> Prediction:
         """Predicted latency and calibrated upper bound of a planned batch."""
+        return self.predict_columns(query, confidence, prefix=prefix).prediction(0)
+
+    def predict_columns(self, query: Query, confidence: float | None = None, *,
+                        prefix: str = "query.") -> RankingColumns:
+        """:meth:`predict`'s answer as its one row (what the RPC layer writes its response from,
+        :func:`~predictor.rpc.convert.answer_row_to_pb`): ``.prediction(0)`` is :meth:`predict`."""
         self.state.require_ready()
         confidence = self.confidence(confidence)
         planned = self.plan_query(query, prefix)
@@ -222,7 +228,7 @@ class Answering:
         answer = self.answer(planned, confidence, where=self.input_place(query.input, prefix),
                              what_if=self.what_if(query.what_if))
         self.remember(query.batch_id, answer)
-        return answer.prediction(0)
+        return answer
 
     def check_deadline(self, query: Query, deadline: Deadline, confidence: float | None = None) -> DeadlineAnswer:
         """Whether a planned batch finishes within ``deadline`` at ``confidence``."""
@@ -497,6 +503,8 @@ class Answering:
     @staticmethod
     def _valid_batch(batch: BatchSpec, limit: float) -> bool:
         """Whether the batch passes ``coloc/v1`` as it is, within the magnitude limit."""
+        if typed_batch_ok(batch, limit):  # typed and valid as it is: the parser's verdict, without parsing
+            return True
         try:
             parsed = parse_record(
                 {"schema": SCHEMA, "device": "-", "batch": {"model": batch.model, "batch_size": batch.batch_size,
@@ -701,11 +709,10 @@ class Answering:
                 "nothing learned yet and no solo latency given: no basis for an answer "
                 "(give solo_latency_ms, or report observations first)",
             )
-        uppers = np.empty(n)
         probabilities = _filled(n, math.nan)
         bound_of: list[Bound] = []  # per cell
-        fallback = np.zeros(n, dtype=bool)
-        corrections = np.ones(n)
+        correction_of: list[float] = []  # per cell
+        unseen_of: list[bool] = []  # per cell
         groups = _cells(shapes, rows)
         z = normal_quantile(confidence) * config.unseen_sigma
         x = None  # every row's log of the deadline over its prediction, once a cell needs it
@@ -722,12 +729,10 @@ class Answering:
         for (shape, kind, count), at in groups:
             correction, factor = calibrator.factors(shape, kind, count, model, confidence)
             unseen = unseen_model or not calibrator.knows_kind(kind)
-            corrections[at] = 1.0 if unseen else correction
+            correction_of.append(1.0 if unseen else correction)
+            unseen_of.append(unseen)
             if unseen:
-                wide = Bound(max(factor.upper_ms, math.exp(z)), BoundSource.FALLBACK, factor.n)
-                factor = wide
-                fallback[at] = True
-            uppers[at] = latencies[at] * factor.upper_ms
+                factor = Bound(max(factor.upper_ms, math.exp(z)), BoundSource.FALLBACK, factor.n)
             bound_of.append(factor)
             if deadline_ms is None:
                 continue
@@ -747,14 +752,18 @@ class Answering:
                     rows_at = at[which == j]
                     probabilities[rows_at] = within(cell, latencies[rows_at], limit)
         if n == 1:
-            return uppers, probabilities, bound_of, fallback, corrections
+            return (latencies * bound_of[0].upper_ms, probabilities, bound_of, np.array(unseen_of),
+                    np.array(correction_of))
+        # each row's from its cell's: the same products and values as cell by cell
         cell_of = np.empty(n, dtype=np.intp)
-        cells = np.empty(len(groups), dtype=object)
         for c, (_, at) in enumerate(groups):
             cell_of[at] = c
-            cells[c] = bound_of[c]
-        row_bounds = cells[cell_of].tolist()
-        return uppers, probabilities, row_bounds, fallback, corrections
+        cells = np.empty(len(groups), dtype=object)
+        cells[:] = bound_of
+        uppers = latencies * np.array([b.upper_ms for b in bound_of])[cell_of]
+        fallback = np.array(unseen_of)[cell_of]
+        corrections = np.array(correction_of)[cell_of]
+        return uppers, probabilities, cells[cell_of].tolist(), fallback, corrections
 
     def check_learned(self, query: Query, planned: Planned, prefix: str = "query.") -> None:
         """For a query asking for a learned answer only: :class:`FailedPrecondition` when the

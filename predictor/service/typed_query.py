@@ -44,6 +44,14 @@ def _runner(runner: PlannedCoRunner) -> CoRunner | None:
     return None if attrs is None else CoRunner(runner.model, runner.batch_size, attrs, overlap)
 
 
+def typed_batch_ok(batch: BatchSpec, limit: float) -> bool:
+    """Whether :func:`~predictor.records.record.parse_record` takes ``batch`` as it is (the same batch
+    back), its attributes within the magnitude limit ``limit``; ``False`` where some field is not
+    typed and valid as it is (the parser then says which, or that it converts it)."""
+    return (_name(batch.model) and type(batch.batch_size) is int and rules.batch_size_ok(batch.batch_size)
+            and _numbers(batch.attrs) is not None and rules.map_magnitudes_ok(batch.attrs, limit))
+
+
 def typed_record(query: Query) -> Record | None:
     """The planned record :func:`~predictor.records.record.parse_record` builds from ``query``'s object
     (its explicit co-runners at their overlaps, 1 where none is given), or ``None`` where some

@@ -81,3 +81,18 @@ def test_out_of_range_integers_are_refused(bad):
 def test_an_array_of_floats_is_refused_not_truncated():
     with pytest.raises(TypeError, match="integers"):
         wire.varints(np.array([1.5, 2.0]))
+
+
+def test_a_serialized_answer_is_sent_as_written_and_read_as_its_message():
+    messages = pb2()
+    response = messages.RankPlacementsResponse(deadline_ms=5.0)
+    response.placements.add(device="gpu1", rank=1, slack_ms=2.5)
+    written = response.placements[0].SerializeToString()
+    # the placements (field 1) written by hand, the other fields after them
+    data = wire._field(1, written) + messages.RankPlacementsResponse(deadline_ms=5.0).SerializeToString()
+    answer = wire.Serialized(data, messages.RankPlacementsResponse)
+    send = wire.serializer(messages.RankPlacementsResponse.SerializeToString)
+    assert send(answer) is data  # sent as it is, not parsed nor serialised again
+    assert send(response) == response.SerializeToString()  # any other answer as protobuf writes it
+    assert answer == response and answer.placements[0].device == "gpu1" and answer.deadline_ms == 5.0
+    assert answer.SerializeToString(deterministic=True) == response.SerializeToString(deterministic=True)

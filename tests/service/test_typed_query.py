@@ -7,9 +7,10 @@ import math
 
 import numpy as np
 
-from predictor.records.record import BatchSpec, RecordError, parse_record
+from predictor.records import rules
+from predictor.records.record import SCHEMA, BatchSpec, RecordError, parse_record, record_numbers
 from predictor.service.answering import _record_object
-from predictor.service.typed_query import typed_record
+from predictor.service.typed_query import typed_batch_ok, typed_record
 from predictor.service.types import PlannedCoRunner, Query
 
 
@@ -84,4 +85,28 @@ def test_typed_record_is_the_parsers_record_or_none() -> None:
         if typed is not None:
             assert _fields(typed) == _fields(parsed)
             vouched += 1
+    assert vouched > 500 and refused > 300
+
+
+def _parser_takes(batch: BatchSpec, limit: float) -> bool:
+    """What the parser says of a batch: taken as it is (the same batch back), within ``limit``."""
+    try:
+        parsed = parse_record({"schema": SCHEMA, "device": "-", "batch": {
+            "model": batch.model, "batch_size": batch.batch_size, "attrs": batch.attrs}}, require_latency=False)
+        rules.check_magnitudes(record_numbers(parsed), limit)
+    except (RecordError, TypeError, ValueError, AttributeError):
+        return False
+    return _fields(parsed.batch) == _fields(batch)
+
+
+def test_typed_batch_ok_only_where_the_parser_takes_the_batch_as_it_is() -> None:
+    rng = np.random.default_rng(12)
+    vouched = refused = 0
+    for _ in range(2000):
+        batch, limit = _query(rng).batch, _pick(rng, [1e9, 3.0])
+        if typed_batch_ok(batch, limit):
+            assert _parser_takes(batch, limit)
+            vouched += 1
+        else:
+            refused += 1
     assert vouched > 500 and refused > 300
