@@ -81,6 +81,11 @@ class SoloProfile:
             or self._known((record.batch.model, record.batch.batch_size)) is not None
         )
 
+    def seen(self, record: Record) -> bool:
+        """Whether a record of ``record``'s exact key (model, batch size) has been learned, alone or
+        not: answers for it come from its own observations, even where its solo latency is a guess."""
+        return (record.batch.model, record.batch.batch_size) in self._lowest
+
     def _known(self, key: Key) -> float | None:
         if key in self._profiled:
             return self._profiled[key]

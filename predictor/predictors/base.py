@@ -106,6 +106,15 @@ class LatencyPredictor(ABC):
         """Whether ``record``'s solo latency is given or profiled (not extrapolated or guessed)."""
         return self._solo.knows(record)
 
+    def learned_key(self, record: Record) -> bool:
+        """Whether a record of ``record``'s model and batch size has been learned (alone or not)."""
+        return self._solo.seen(record)
+
+    def knows_key(self, record: Record) -> bool:
+        """Whether ``record``'s solo latency is known (:meth:`knows_solo`) or its model and batch size
+        have been learned (:meth:`learned_key`): whether an answer about it is learned, not a guess."""
+        return self._solo.knows(record) or self._solo.seen(record)
+
     def predict_one(self, record: Record) -> float:
         """Predicted latency in ms (always finite and > 0)."""
         return self._to_latency(record, self.predict_slowdown(record))

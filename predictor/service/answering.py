@@ -692,8 +692,8 @@ class Answering:
 
         Each row is calibrated on the residuals of answers of its own query shape, device kind
         and co-runner count (:class:`~predictor.calibration.shape.ShapeCalibrator`); one look-up
-        per distinct cell. A batch whose solo latency is neither given nor profiled, or a device
-        kind never seen, gets a wide log-normal fallback (``unseen_sigma``) that says so.
+        per distinct cell. A batch whose solo latency is neither given nor profiled and whose model
+        and batch size were never observed, or a device kind never seen, gets a wide log-normal fallback (``unseen_sigma``) that says so.
         """
         state = self.state
         config = state.config
@@ -702,7 +702,8 @@ class Answering:
         n = len(rows)
         model = rows.batch.model
         first = plan.record if isinstance(plan, Planned) else rows.alone()
-        unseen_model = not version.predictor.knows_solo(first)
+        unseen_model = not version.predictor.knows_key(first)
+        guessed_solo = not version.predictor.knows_solo(first)
         if unseen_model and version.observations_learned == 0:
             raise FailedPrecondition(
                 "solo_latency_ms",
@@ -729,7 +730,7 @@ class Answering:
         for (shape, kind, count), at in groups:
             correction, factor = calibrator.factors(shape, kind, count, model, confidence)
             unseen = unseen_model or not calibrator.knows_kind(kind)
-            correction_of.append(1.0 if unseen else correction)
+            correction_of.append(1.0 if unseen or guessed_solo else correction)
             unseen_of.append(unseen)
             if unseen:
                 factor = Bound(max(factor.upper_ms, math.exp(z)), BoundSource.FALLBACK, factor.n)
@@ -767,9 +768,9 @@ class Answering:
 
     def check_learned(self, query: Query, planned: Planned, prefix: str = "query.") -> None:
         """For a query asking for a learned answer only: :class:`FailedPrecondition` when the
-        model's solo latency is unknown (neither given nor profiled) or its device kind unseen."""
+        model's batch is unknown (no solo latency given or profiled, never observed) or its device kind unseen."""
         model = self.state.model()
-        if not model.predictor.knows_solo(planned.record):
+        if not model.predictor.knows_key(planned.record):
             raise FailedPrecondition(
                 f"{prefix}batch.model",
                 f"no learned answer for {query.batch.model!r} at batch size {query.batch.batch_size}: "

@@ -17,6 +17,7 @@ sender's rate, or is an outlier. ``docs/design.md`` (Ingest by blocks) has the s
 from __future__ import annotations
 
 import dataclasses
+import math
 import pickle
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -195,12 +196,14 @@ class Ingest:
                     part = block[start:start + every - state.sequence % every]
                     start += len(part)
                     replays = self._replays(part)
+                    known = [state.predictor.learned_key(taken.record) for taken in part]
                     outcomes = self._learn_records(part)
                     state.sequence += len(part)
                     out += outcomes
                     state.admission.observe_block([
-                        (taken.record, taken.kind, outcome, replayed, taken.batch_id)
-                        for taken, replayed, outcome in zip(part, replays, outcomes, strict=True)
+                        (taken.record, taken.kind, math.nan if guess else outcome, replayed, taken.batch_id)
+                        for taken, replayed, outcome, guess in zip(part, replays, outcomes,
+                                                                   self._guesses(part, outcomes, known), strict=True)
                         if not isinstance(outcome, ServiceError)])
                 learned = sum(not isinstance(outcome, ServiceError) for outcome in out)
                 if learned:
@@ -216,14 +219,36 @@ class Ingest:
 
     def _replays(self, part: list[_Taken]) -> list[list[tuple[QueryShape, float]]]:
         """The admission-time answers about each record of ``part`` (records between two replay
-        boundaries), from the replay base (under the lock)."""
+        boundaries), from the replay base (under the lock); none about a record whose answers the base
+        could only guess (no solo latency given or profiled, its model and batch size never learned):
+        a guess's residual says nothing of how a learned answer errs, so it calibrates nothing."""
         if self.replay is None:
             return [[] for _ in part]
         state = self.state
         base = state.replay_base()
         version = Publisher.live(state.generation, base.predictor, state.calibrator, state.admission.calibrator,
                                  base.sequence)
-        return self.replay([t.record for t in part], version, base.filling)
+        records = [t.record for t in part]
+        answers = self.replay(records, version, base.filling)
+        return [answer if base.predictor.knows_key(record) else []
+                for record, answer in zip(records, answers, strict=True)]
+
+    def _guesses(self, part: list[_Taken], outcomes: list[float | ServiceError], known: list[bool]) -> list[bool]:
+        """Per record of ``part``, just learned with ``outcomes``: whether its own prediction was a guess
+        (no solo latency given, its model and batch size not learned before it:
+        :meth:`~predictor.predictors.base.LatencyPredictor.knows_key`), from ``known``, whether each
+        one's key was learned before the part (``learned_key``): a key learned in the part was learned
+        at its first record learned, if it is learned now (the profile only ever adds keys)."""
+        predictor = self.state.predictor
+        added: set[tuple[str, int]] = set()
+        out = []
+        for taken, outcome, learned_before in zip(part, outcomes, known, strict=True):
+            record = taken.record
+            key = (record.batch.model, record.batch.batch_size)
+            out.append(record.solo_latency_ms is None and not learned_before and key not in added)
+            if not isinstance(outcome, ServiceError) and predictor.learned_key(record):
+                added.add(key)
+        return out
 
     def _check_taken(self, client: str, key: DedupKey) -> None:
         """Raise when ``key`` names a record already taken in, or one too old to tell (under the lock)."""
