@@ -2,7 +2,8 @@
 
 For each dataset (the embedded CPU data, iGniter, Ampere/GPUlet when ``$INTERFERENCE_DATA``
 or ``--data`` holds them, skipped cleanly otherwise, and a synthetic log with partial
-overlaps and 0 to 3 co-runners), the records are streamed in order through a fresh service
+overlaps and 0 to 3 co-runners; the datasets of ``--no-solo`` again with their solo latencies
+removed, as ``NAME, no solo``), the records are streamed in order through a fresh service
 (the default ``rls`` predictor); before each record is learned the service is asked the
 admission-time question (co-runners without overlaps, no signals; the solo latency when the
 record has one) and the answer is scored after (:mod:`predictor.analysis.admission_replay`).
@@ -37,6 +38,7 @@ class Config:
     datasets: tuple[str, ...] = ("cpu-default", "igniter", "gpulet")
     data: str = ""  # folder holding igniter-v100/ and gpulet-ampere/ (empty: $INTERFERENCE_DATA)
     synthetic: int = 4000  # records of the synthetic log (0: none)
+    no_solo: tuple[str, ...] = ("igniter", "gpulet")  # also replayed with their solo latencies removed
     predictor: str = "rls"
     monotone: bool = True  # the service's monotone_bounds (False: each count its own centre and width)
     scaling: bool = True  # the service's shape_scaling (False: one multiplier per cell, for comparison)
@@ -65,6 +67,9 @@ def main() -> None:
     """Run the study and print its table."""
     config, out = start("admission_replay", Config(), __doc__.splitlines()[0])
     datasets = load(config.datasets, config.data or None)
+    for name in config.no_solo:
+        if name in datasets:
+            datasets[f"{name}, no solo"] = [dataclasses.replace(r, solo_latency_ms=None) for r in datasets[name]]
     if config.synthetic:
         datasets["synthetic-partial"] = partial_overlap_records(config.synthetic, seed=config.seed)
     service_config = ServiceConfig(predictor=config.predictor, snapshot_every_s=0, observation_log=False,

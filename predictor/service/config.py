@@ -91,7 +91,8 @@ class ServiceConfig:
         The admission-time questions about the record at sequence position ``n`` (records that
         reached the learner, counted from the first) are answered by the model as it stood after
         record ``K * floor(n / K)``, ``K`` this value: the boundaries come from the sequence,
-        never from messages or time (``docs/design.md``, One truth).
+        never from messages or time (``docs/design.md``, One truth). The smaller, the closer the
+        replayed answers are to the ones a scheduler gets, and the dearer a block's ingest.
     shape_window, shape_min_residuals
         Residuals kept per calibration cell (query shape, device kind, co-runner count), and
         the fewest a cell needs to answer on its own (:mod:`predictor.calibration.shape`).
@@ -183,7 +184,7 @@ class ServiceConfig:
     max_device_kinds: int = 256
     max_value: float = MAX_MAGNITUDE
     admission_replay: bool = True
-    replay_every_records: int = 256
+    replay_every_records: int = 16
     shape_window: int = 1000
     shape_min_residuals: int = 30
     shape_gamma: float = 0.005
