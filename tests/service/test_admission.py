@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -298,3 +299,15 @@ def test_evaluate_reports_admission_coverage_per_shape_and_count(tmp_path):
     assert admission["answered"] == 400 and "1 co-runners" in admission["slices"]
     shapes = {(row["source"], row["query_shape"]) for row in admission["service"]}
     assert {("replay", "unknown/nosig"), ("replay", "overlap/sig")} <= shapes
+
+
+def test_the_replay_base_is_recent_enough_to_calibrate_a_stream_grouped_by_configuration():
+    # a stream grouped by model and batch size (as the GPU pair datasets are): a replay base many
+    # records old answers about configurations it has not seen, and those residuals would skew the
+    # cells every later answer is corrected by
+    records = sorted(synthetic_records(1500, seed=2), key=lambda r: (r.batch.model, r.batch.batch_size))
+
+    def mape(config: ServiceConfig) -> float:
+        return dict(replay(records, "grouped", config).rows())["all"].mape
+
+    assert mape(CONFIG) <= 1.1 * mape(dataclasses.replace(CONFIG, replay_every_records=1))
