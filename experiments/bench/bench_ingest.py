@@ -18,8 +18,16 @@ times so that they share the machine's load:
 * ``learning, blockwise``: the same steps by the compiled kernel over blocks of 256
   (:func:`~predictor.prequential.blocks.prequential_blocks`).
 
-Reports medians of records per CPU second, and each variant's ratio to ``service, per record``.
-The compiled kernel is loaded once before timing, as in a running server.
+Reports medians of records per CPU second, each variant's ratio to ``service, per record`` and its
+CPU per record as a multiple of ``learning, blockwise`` (issue 42's target for ``service``: at
+most 2x). The compiled kernel is loaded once before timing, and the cyclic garbage collector runs
+as a serving process runs it (``gc_young``: :func:`~predictor.runtime.gc_tuning.collector`; 0:
+Python's own thresholds).
+
+``--fleets 6x1,120x12``: instead, the ``service`` variant alone (no observation log, as
+``bench_scaling``'s ingest) on ``max_records`` records of
+:func:`~predictor.service.synthetic.fleet_records` per fleet (models x device kinds), interleaved,
+each fleet's rate beside the first one's (issue 44: at least 0.7x at 120 models and 12 kinds).
 
 Figures measured so far: ``docs/performance-history.md`` (Moved from docstrings).
 
@@ -40,9 +48,11 @@ from predictor.prequential.blocks import prequential_blocks, supports
 from predictor.prequential.evaluation import run_prequential
 from predictor.records.logio import read_records
 from predictor.records.record import Record
+from predictor.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD, collector
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
 from predictor.service.ingest import MESSAGE_END
+from predictor.service.synthetic import fleet_records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +64,8 @@ class Config:
     message: int = 256
     repeats: int = 3
     predictor: str = "rls"
+    gc_young: int = DEFAULT_YOUNG_THRESHOLD
+    fleets: tuple[str, ...] = ()
 
 
 def ingest_seconds(records: list[Record], message: int, config: ServiceConfig, per_record: bool = False) -> float:
@@ -90,9 +102,38 @@ def learning_seconds(records: list[Record], spec: str, blockwise: bool) -> float
     return time.process_time() - begin
 
 
+def fleets(config: Config, out) -> None:
+    """``--fleets``: the service's ingest of each synthetic fleet, interleaved (see the module)."""
+    sets = {}
+    for spec in config.fleets:
+        models, _, kinds = spec.partition("x")
+        if not (models.isdigit() and kinds.isdigit()):
+            raise SystemExit(f"--fleets: each fleet is MODELSxKINDS, e.g. 120x12; got {spec!r}")
+        sets[spec] = fleet_records(config.max_records, models=int(models), device_kinds=int(kinds), seed=0)
+    service = ServiceConfig(predictor=config.predictor, observation_log=False, snapshot_every_s=0)
+    for records in sets.values():  # the compiled kernels each fleet's sizes take, loaded once
+        ingest_seconds(records[:3 * config.message], config.message, service)
+    seconds: dict[str, list[float]] = {spec: [] for spec in sets}
+    with collector(config.gc_young):
+        for _ in range(config.repeats):
+            for spec, records in sets.items():
+                seconds[spec].append(ingest_seconds(records, config.message, service))
+    rates = {spec: config.max_records / statistics.median(values) for spec, values in seconds.items()}
+    first = rates[config.fleets[0]]
+    print(f"fleet_records x {config.max_records}, messages of {config.message}, median of {config.repeats}")
+    print(f"{'models x kinds':<16} {'rec/CPU-s':>10} {'us CPU/rec':>10} {'x first':>8}  us CPU/rec per repeat")
+    for spec, rate in rates.items():
+        each = " ".join(f"{value / config.max_records * 1e6:.0f}" for value in seconds[spec])
+        print(f"{spec:<16} {rate:>10.0f} {1e6 / rate:>10.1f} {rate / first:>8.2f}  {each}")
+    finish(out, {"config": dataclasses.asdict(config), "cpu_seconds": seconds, "records_per_cpu_second": rates})
+
+
 def main() -> None:
     """Measure the variants interleaved and print records per CPU second."""
     config, out = start("bench_ingest", Config(), __doc__.splitlines()[0])
+    if config.fleets:
+        fleets(config, out)
+        return
     records = read_records(config.log)[0][: config.max_records]
     base = ServiceConfig(predictor=config.predictor)
     learning_seconds(records[:300], config.predictor, True)  # load the compiled kernels once, as a running server has
@@ -108,14 +149,17 @@ def main() -> None:
         "learning, blockwise": lambda: learning_seconds(records, config.predictor, True),
     }
     seconds: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(config.repeats):
-        for name, run in variants.items():
-            seconds[name].append(run())
+    with collector(config.gc_young):
+        for _ in range(config.repeats):
+            for name, run in variants.items():
+                seconds[name].append(run())
     rates = {name: len(records) / statistics.median(values) for name, values in seconds.items()}
+    floor = rates["learning, blockwise"]
     print(f"{len(records)} records of {config.log}, messages of {config.message}, median of {config.repeats}")
-    print(f"{'variant':<30} {'rec/CPU-s':>10} {'x per rec':>10}")
+    print(f"{'variant':<30} {'rec/CPU-s':>10} {'us CPU/rec':>10} {'x per rec':>10} {'CPU x blockwise':>16}")
     for name, rate in rates.items():
-        print(f"{name:<30} {rate:>10.0f} {rate / rates['service, per record']:>10.2f}")
+        print(f"{name:<30} {rate:>10.0f} {1e6 / rate:>10.1f} {rate / rates['service, per record']:>10.2f} "
+              f"{floor / rate:>16.2f}")
     finish(out, {"config": dataclasses.asdict(config), "records": len(records), "cpu_seconds": seconds,
                  "records_per_cpu_second": rates})
 

@@ -65,7 +65,8 @@ Cell = tuple[str, str, int]  # (shape key, device kind or POOL, count bucket or 
 
 class Spread:
     """A running centre and mean absolute deviation of residuals (exponentially weighted,
-    an ordinary mean over the first ``1 / rate`` of them)."""
+    an ordinary mean over the first ``1 / rate`` of them). Once in a calibrator it is not
+    changed but replaced (frozen copies share it)."""
 
     __slots__ = ("m", "n", "s")
 
@@ -206,11 +207,12 @@ class ShapeCalibrator:
 
     def frozen(self, copies: WindowCopies | None = None) -> ShapeCalibrator:
         """An independent copy to answer from while this one goes on learning (windows copied on
-        write, see :class:`~predictor.calibration.conformal.WindowCopies`)."""
+        write, see :class:`~predictor.calibration.conformal.WindowCopies`; spreads shared, each
+        replaced by a new one where it learns)."""
         copies = copies or WindowCopies()
         twin = copy.copy(self)
         twin._windows = {cell: copies.of(window) for cell, window in self._windows.items()}
-        twin._spreads = {key: spread.clone() for key, spread in self._spreads.items()}
+        twin._spreads = dict(self._spreads)  # a spread is replaced, never changed, once in a calibrator
         twin._alphas = {cell: list(alphas) for cell, alphas in self._alphas.items()}
         twin._kinds = set(self._kinds)
         twin._answered = {}  # a copy never learns: its terms and factors, once computed, stay (see _answer_of)
@@ -473,8 +475,11 @@ class ShapeCalibrator:
             if spread is None:
                 if len(self._spreads) >= 4 * self.max_cells and spread_key[1] != POOL:
                     continue
-                spread = self._spreads[spread_key] = Spread()
+                spread = Spread()
+            else:
+                spread = spread.clone()  # a frozen copy may hold the one it replaces
             spread.update(residual, self.spread_rate)
+            self._spreads[spread_key] = spread
         if len(self._kinds) < self.max_cells:
             self._kinds.add(kind)
         self.n_added += 1

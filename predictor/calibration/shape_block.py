@@ -163,6 +163,36 @@ class _Plan(NamedTuple):
     wd_spread: np.ndarray
 
 
+class _Skeleton(NamedTuple):
+    """The walk of the bounds of one (shape, kind, count) without its model (:meth:`_Names.skeleton`):
+    a :class:`_Plan`'s arrays but the spreads, whose numbers (rows of the lookups', then the wide
+    cells') are ``fixed`` where they do not depend on the model; where they do (``owned``), the
+    model's own spreads of ``stems[stem_of]`` (a population key and count), in order."""
+
+    look: np.ndarray
+    lk_win: np.ndarray
+    lk_alpha: np.ndarray
+    lk_src: np.ndarray
+    wide: np.ndarray
+    wd_win: np.ndarray
+    fixed: np.ndarray
+    owned: np.ndarray
+    stem_of: np.ndarray
+    stems: list[tuple[str, int]]
+
+
+_MODEL = object()
+"""Stands for the model in a skeleton's spread keys (:func:`_spread_row`)."""
+
+
+def _spread_row(key: str, kind: str, count: int) -> tuple:
+    """The :func:`~predictor.calibration.shape.spread_lookups` of a bound's term, always
+    :data:`SPREAD_WIDTH` of them (three given twice), for any model: :data:`_MODEL` where the
+    model's own name goes."""
+    keys = spread_lookups(key, kind, count, _MODEL)  # type: ignore[arg-type]
+    return keys + keys if len(keys) < SPREAD_WIDTH else keys
+
+
 def _number(numbers: dict, names: list, name: Any) -> int:
     """The number of ``name`` in ``numbers``, the next one (appending it to ``names``) if it has none."""
     at = numbers.get(name)
@@ -185,77 +215,117 @@ class _Names:
         self.window_cells: list[Cell] = []
         self.spreads: dict[tuple[str, str, str, int], int] = {}
         self.spread_keys: list[tuple[str, str, str, int]] = []
-        self.spread_rows: dict[tuple[str, str, int, str, bool], tuple[int, ...]] = {}  # spread()'s answers
         self.alphas: dict[Cell, int] = {}
         self.alpha_cells: list[Cell] = []
         self.plans: dict[tuple, int] = {}
         self.walks: list[_Plan] = []
+        self.skeletons: dict[tuple, _Skeleton] = {}
         self.items: dict[tuple, tuple[int, tuple[int, ...], tuple[int, ...], int]] = {}
+        self.cells: dict[tuple, tuple[tuple[int, ...], int, int, int]] = {}  # item()'s, but the model's spread
 
     def full(self) -> bool:
         """Whether so many names are kept that they should start over."""
         return (len(self.windows) + len(self.spreads) + len(self.alphas) + len(self.items)
-                + len(self.spread_rows) > self.MOST)
+                + len(self.cells) + len(self.plans) > self.MOST)
 
     def window(self, cell: Cell) -> int:
         return _number(self.windows, self.window_cells, cell)
-
-    def spread(self, key: str, kind: str, count: int, model: str, reading: bool = True) -> tuple[int, ...]:
-        """The numbers of the cell's :func:`~predictor.calibration.shape.spread_lookups`, always
-        :data:`SPREAD_WIDTH` of them (a list of three repeated: the same first one found)."""
-        row = self.spread_rows.get((key, kind, count, model, reading))
-        if row is None:
-            keys = spread_lookups(key, kind, count, model, reading)
-            if len(keys) < SPREAD_WIDTH:
-                keys = keys + keys
-            row = self.spread_rows[key, kind, count, model, reading] = tuple(
-                _number(self.spreads, self.spread_keys, k) for k in keys)
-        return row
 
     def alpha(self, cell: Cell) -> int:
         return _number(self.alphas, self.alpha_cells, cell)
 
     def plan(self, shape: QueryShape, kind: str, count: int, model: str, monotone: bool) -> int:
-        """The number of the walk of a bound."""
+        """The number of the walk of a bound: its model's spread keys put into the walk of its
+        (shape, kind, count) that every model shares (:meth:`skeleton`)."""
         key = (shape, kind, count, model, monotone)
         at = self.plans.get(key)
         if at is not None:
             return at
-        look, lk_win, lk_alpha, lk_spread, lk_src = [0], [], [], [], []
-        wide, wd_win, wd_spread = [0], [], []
+        sk = self.skeleton(shape, kind, count, monotone)
+        numbers, keys = self.spreads, self.spread_keys
+        own = []
+        for stem, j in sk.stems:
+            name = (stem, kind, model, j)
+            at = numbers.get(name)
+            if at is None:
+                at = numbers[name] = len(keys)
+                keys.append(name)
+            own.append(at)
+        spreads = sk.fixed.copy()
+        spreads[sk.owned] = np.array(own, dtype=np.int64)[sk.stem_of]
+        looks = len(sk.lk_win)
+        self.walks.append(_Plan(sk.look, sk.lk_win, sk.lk_alpha, spreads[:looks], sk.lk_src, sk.wide, sk.wd_win,
+                                spreads[looks:]))
+        at = self.plans[key] = len(self.walks) - 1
+        return at
+
+    def skeleton(self, shape: QueryShape, kind: str, count: int, monotone: bool) -> _Skeleton:
+        """The part of the walks of (shape, kind, count) that does not depend on the model: every
+        window, alpha cell and source, and the spread keys but the model's own."""
+        key = (shape, kind, count, monotone)
+        found = self.skeletons.get(key)
+        if found is not None:
+            return found
+        look, lk_win, lk_alpha, lk_src, lk_keys = [0], [], [], [], []
+        wide, wd_win, wd_keys = [0], [], []
         for s, j in _cells(shape, count, monotone):
             for cell_kind, source in ((kind, shape_kernel.DEVICE_KIND), (POOL, shape_kernel.POOLED)):
                 for lookup, c in _lookups(s, j):
                     lk_win.append(self.window((lookup, cell_kind, c)))
                     lk_alpha.append(self.alpha((lookup, kind, j)))
-                    lk_spread.append(self.spread(lookup, kind, j, model))
+                    lk_keys.append(_spread_row(lookup, kind, j))
                     lk_src.append(source)
             look.append(len(lk_win))
             for stand_in in _chain_keys(s):
                 wd_win.append(self.window((stand_in, POOL, ALL)))
-                wd_spread.append(self.spread(stand_in, kind, j, model))
+                wd_keys.append(_spread_row(stand_in, kind, j))
             wide.append(len(wd_win))
+        stems: dict[tuple[str, int], int] = {}
+        fixed, stem_at = [], []
+        for k in (*lk_keys, *wd_keys):
+            for name in k:
+                if name[2] is _MODEL:  # the model's own: numbered per model (plan)
+                    fixed.append(-1)
+                    stem_at.append(stems.setdefault((name[0], name[3]), len(stems)))
+                else:
+                    fixed.append(_number(self.spreads, self.spread_keys, name))
+                    stem_at.append(-1)
         ints = functools.partial(np.array, dtype=np.int64)
-        self.walks.append(_Plan(ints(look), ints(lk_win), ints(lk_alpha), ints(lk_spread).reshape(-1, SPREAD_WIDTH),
-                                ints(lk_src), ints(wide), ints(wd_win), ints(wd_spread).reshape(-1, SPREAD_WIDTH)))
-        at = self.plans[key] = len(self.walks) - 1
-        return at
+        owned = ints(stem_at).reshape(-1, SPREAD_WIDTH) >= 0
+        found = self.skeletons[key] = _Skeleton(
+            ints(look), ints(lk_win), ints(lk_alpha), ints(lk_src), ints(wide), ints(wd_win),
+            ints(fixed).reshape(-1, SPREAD_WIDTH), owned, ints([at for at in stem_at if at >= 0]), list(stems))
+        return found
 
     def item(self, o: Outcome, monotone: bool) -> tuple[int, tuple[int, ...], tuple[int, ...], int]:
-        """An outcome's walk, the windows and spreads it writes and its alpha cell."""
+        """An outcome's walk, the windows and spreads it writes (its cell's
+        :func:`~predictor.calibration.shape.spread_lookups`, not reading, given twice) and its alpha cell."""
         key = (o.shape, o.kind, o.count, o.model, o.linked, monotone)
         found = self.items.get(key)
         if found is None:
-            cell_key = (LINKED if o.linked else "") + o.shape.key
             kind, count = o.kind, o.count
-            found = self.items[key] = (
-                self.plan(o.shape, kind, count, o.model, monotone),
-                tuple(self.window(cell) for cell in ((cell_key, kind, count), (cell_key, kind, ALL),
-                                                     (cell_key, POOL, count), (cell_key, POOL, ALL))),
-                self.spread(cell_key, kind, count, o.model, reading=False),
-                self.alpha((cell_key, kind, count)),
-            )
+            cell_key = (LINKED if o.linked else "") + o.shape.key
+            cell = self.cells.get((o.shape, kind, count, o.linked))
+            if cell is None:  # what every model's outcomes of the cell share
+                cell = self.cells[o.shape, kind, count, o.linked] = (
+                    tuple(self.window(c) for c in ((cell_key, kind, count), (cell_key, kind, ALL),
+                                                   (cell_key, POOL, count), (cell_key, POOL, ALL))),
+                    _number(self.spreads, self.spread_keys, (cell_key, kind, "", count)),
+                    _number(self.spreads, self.spread_keys, (cell_key, POOL, "", count)),
+                    self.alpha((cell_key, kind, count)),
+                )
+            windows, by_kind, pooled, alpha = cell
+            own = _number(self.spreads, self.spread_keys, (cell_key, kind, o.model, count))
+            found = self.items[key] = (self.plan(o.shape, kind, count, o.model, monotone), windows,
+                                       (own, by_kind, pooled, own, by_kind, pooled), alpha)
         return found
+
+
+def _renumber(numbers: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(numbers, return_inverse=True)`` of numbers in ``0 .. size - 1``, without sorting."""
+    seen = np.zeros(size, dtype=np.bool_)
+    seen[numbers] = True
+    return np.flatnonzero(seen), (np.cumsum(seen) - 1)[numbers]
 
 
 _NAMES: weakref.WeakKeyDictionary[ShapeCalibrator, _Names] = weakref.WeakKeyDictionary()
@@ -327,19 +397,19 @@ class _Block:
         # global names -> this block's numbers (0 .. distinct - 1)
         lk_win = np.concatenate([walk.lk_win for walk in walks])
         wd_win = np.concatenate([walk.wd_win for walk in walks])
-        cells, inverse = np.unique(np.concatenate((lk_win, wd_win, item_win.ravel())), return_inverse=True)
+        cells, inverse = _renumber(np.concatenate((lk_win, wd_win, item_win.ravel())), len(names.window_cells))
         self.lk_win, self.wd_win = inverse[:len(lk_win)], inverse[len(lk_win):len(lk_win) + len(wd_win)]
         self.it_win = inverse[len(lk_win) + len(wd_win):].reshape(-1, 4)
         self.window_cells = [names.window_cells[at] for at in cells.tolist()]
         lk_spread = np.concatenate([walk.lk_spread for walk in walks])
         wd_spread = np.concatenate([walk.wd_spread for walk in walks])
-        keys, inverse = np.unique(np.concatenate((lk_spread, wd_spread, item_spread)).ravel(), return_inverse=True)
+        keys, inverse = _renumber(np.concatenate((lk_spread, wd_spread, item_spread)).ravel(), len(names.spread_keys))
         inverse = inverse.reshape(-1, SPREAD_WIDTH)
         self.lk_spread, self.wd_spread = inverse[:len(lk_spread)], inverse[len(lk_spread):len(lk_spread) + len(wd_spread)]
         self.it_spread = inverse[len(lk_spread) + len(wd_spread):]
         self.spread_keys = [names.spread_keys[at] for at in keys.tolist()]
         lk_alpha = np.concatenate([walk.lk_alpha for walk in walks])
-        alphas, inverse = np.unique(np.concatenate((lk_alpha, item_alpha)), return_inverse=True)
+        alphas, inverse = _renumber(np.concatenate((lk_alpha, item_alpha)), len(names.alpha_cells))
         self.lk_alpha, self.it_alpha = inverse[:len(lk_alpha)], inverse[len(lk_alpha):]
         self.alpha_cells = [names.alpha_cells[at] for at in alphas.tolist()]
         self.written = set(self.it_win.ravel().tolist())
@@ -443,8 +513,8 @@ class _Block:
             if window is not None and window._array is None:
                 window._array = win_sorted[at, :int(win_len[at])].copy()  # (ResidualWindow.sorted_array)
         for at in sorted(set(self.it_spread.ravel().tolist())):
-            spread = cal._spreads.get(spread_keys[at])
-            if spread is not None:
+            if spread_keys[at] in cal._spreads:  # replaced, not changed: a frozen copy may hold it
+                spread = cal._spreads[spread_keys[at]] = Spread()
                 spread.m, spread.s, spread.n = float(sp_m[at]), float(sp_s[at]), int(sp_n[at])
         for at in self.created[1, :self.n_created[1]].tolist():
             spread = Spread()

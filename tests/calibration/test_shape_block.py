@@ -116,6 +116,21 @@ def test_a_frozen_copy_is_not_changed_by_its_source_learning_a_block(raw):
         (cell, w.values()) for cell, w in cal._windows.items()]
 
 
+@settings(max_examples=30, deadline=None)
+@given(raw=outcomes_strategy)
+def test_a_frozen_copy_is_not_changed_by_its_source_learning_call_by_call(raw):
+    cal = ShapeCalibrator(window=8, min_residuals=2, min_spread_n=1, gamma=0.05)
+    outcomes = _outcomes(raw)
+    half = len(outcomes) // 2
+    for outcome in outcomes[:half]:
+        learn_one(cal, outcome)
+    frozen = cal.frozen()
+    before = _state(frozen)
+    for outcome in outcomes[half:]:
+        learn_one(cal, outcome)
+    assert _state(frozen) == before
+
+
 def test_an_outcome_the_calls_refuse_is_refused_the_same_way():
     shape = SHAPES[1]
     good = [Outcome(shape, "cpu", 1, "m", 10.0 + i, 10.0, False, 0.95) for i in range(5)]
