@@ -1,6 +1,7 @@
 """``ensemble``: per-key model selection by Hedge (exponential weights) over expert predictors.
 
-Runs several registered predictors side by side (by default ``rls``, ``tree`` and ``sgd``) and,
+Runs several registered predictors side by side (by default ``rls``, ``tree`` with 63 histogram
+bins, whose refits cost less, and ``sgd``) and,
 separately for each key (by default the batch's model; or its device kind), weights them by
 their recent prequential accuracy: each expert's decayed mean absolute log error, measured on
 its prediction *before* it learns the record, gives it the weight ``exp(-eta * error)``
@@ -24,7 +25,7 @@ from predictor.predictors.registry import create
 from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
 
-DEFAULT_EXPERTS = ("rls", "tree", "sgd")
+DEFAULT_EXPERTS = ("rls", "tree:max_bin=63", "sgd")
 SPLIT_KEYS = (None, "model", "device_kind")
 
 
@@ -144,12 +145,13 @@ class EnsemblePredictor(LatencyPredictor):
         return self.predict_one(record) / self.solo_latency(record)
 
     def predict_learn_one(self, record: Record) -> float:
-        """Predict, then learn, asking each expert for its prediction once."""
+        """Predict, then learn, in one pass over the experts: each expert's own ``predict_learn_one`` (which
+        shares its feature extraction between the two halves), then the weights."""
         if record.latency_ms is None:
             raise ValueError("latency_ms: required to learn from a record")
-        predictions = [expert.predict_one(record) for expert in self._experts]
-        combined = self._combine(record, predictions)
-        self._learn(record, predictions)
+        predictions = [expert.predict_learn_one(record) for expert in self._experts]
+        combined = self._combine(record, predictions)  # the weights before this record's errors
+        self._update(record, predictions)
         self._observed(record, record.latency_ms / self.solo_latency(record))
         return combined
 
@@ -158,10 +160,12 @@ class EnsemblePredictor(LatencyPredictor):
         return all(expert.monotone_in_crowding() for expert in self._experts)
 
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
-        """Update each expert's decayed absolute log error (from its prediction before learning), then teach it."""
-        self._learn(record, [expert.predict_one(record) for expert in self._experts])
+        """Teach each expert (its ``predict_learn_one``: the prediction before learning), then update its decayed
+        absolute log error from that prediction."""
+        self._update(record, [expert.predict_learn_one(record) for expert in self._experts])
 
-    def _learn(self, record: Record, predictions: list[float]) -> None:
+    def _update(self, record: Record, predictions: list[float]) -> None:
+        """Update the running errors from the experts' ``predictions`` (made before they learned ``record``)."""
         actual = math.log(record.latency_ms)  # type: ignore[arg-type]
         errors = [abs(math.log(p) - actual) for p in predictions]
         d = self.decay
@@ -174,5 +178,3 @@ class EnsemblePredictor(LatencyPredictor):
             # a key seen for the first time starts from the overall errors
             self._key_errors[key] = updated(self._key_errors.get(key, self._errors))
         self._errors = updated(self._errors)
-        for expert in self._experts:
-            expert.learn_one(record)

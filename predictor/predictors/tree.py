@@ -106,8 +106,8 @@ class TreePredictor(LatencyPredictor):
         Observations before the first fit.
     swap_after
         Observations between a refit's start and its trees taking over.
-    n_estimators, num_leaves, learning_rate, min_child_samples
-        LightGBM's settings.
+    n_estimators, num_leaves, learning_rate, min_child_samples, max_bin
+        LightGBM's settings (``max_bin``: most histogram bins per column).
     monotone
         Constrain the trees to be non-decreasing in the contention features.
     work
@@ -133,6 +133,7 @@ class TreePredictor(LatencyPredictor):
         num_leaves: int = 31,
         learning_rate: float = 0.1,
         min_child_samples: int = 10,
+        max_bin: int = 255,
         monotone: bool = True,
         work: bool = True,
         corrector_forgetting: float = 0.995,
@@ -150,6 +151,7 @@ class TreePredictor(LatencyPredictor):
         self.num_leaves = num_leaves
         self.learning_rate = learning_rate
         self.min_child_samples = min_child_samples
+        self.max_bin = max_bin
         self.monotone = monotone
         self.work = work
         self.corrector_forgetting = corrector_forgetting
@@ -159,7 +161,7 @@ class TreePredictor(LatencyPredictor):
         self._model = BoostedResidual(
             window=window, refit_every=refit_every, first_fit=first_fit, swap_after=swap_after,
             n_estimators=n_estimators, num_leaves=num_leaves, learning_rate=learning_rate,
-            min_child_samples=min_child_samples, increasing=",".join(CONTENTION_PREFIXES) if monotone else "",
+            min_child_samples=min_child_samples, max_bin=max_bin, increasing=",".join(CONTENTION_PREFIXES) if monotone else "",
             corrector_forgetting=corrector_forgetting, corrector_delta=corrector_delta,
             background=background, worker=worker, seed=seed,
         )
@@ -210,6 +212,7 @@ class TreePredictor(LatencyPredictor):
         return state
 
     def __setstate__(self, state: dict) -> None:
+        state.setdefault("max_bin", 255)  # a snapshot from before max_bin was a setting: LightGBM's default
         self.__dict__.update(state)
         self._last = None
 

@@ -40,7 +40,7 @@ from river import base
 from predictor.regressors import refit_worker
 from predictor.regressors.feature_index import FeatureIndex
 from predictor.regressors.least_squares import RLS
-from predictor.regressors.trees import PackedTrees, TreeArrays, fit_trees
+from predictor.regressors.trees import PackedTrees, TreeArrays, fit_trees, load_lightgbm
 
 Features = Mapping[str, object]
 WORKERS = ("process", "thread")
@@ -127,6 +127,15 @@ class _Refit:
         self.trees, self.error, self.thread, self.future = None, None, None, None
 
 
+def _warm_worker() -> None:
+    """Start the worker process and load LightGBM there now, while the first observations are learned
+    (its first refit would otherwise wait for both); nothing happens where no worker can start."""
+    try:
+        refit_worker.submit(load_lightgbm)
+    except Exception:  # noqa: BLE001 - no worker process here: the refit falls back to a thread then
+        pass
+
+
 MAX_ROW_PLANS = 4096
 """Row plans kept per model version (then forgotten at once, like the feature index's layouts)."""
 _UNSEEN, _SEEN = object(), object()
@@ -193,8 +202,9 @@ class BoostedResidual(base.Regressor):
     swap_after
         Observations between a refit's start and the moment its trees replace the current
         ones (at most ``refit_every``).
-    n_estimators, num_leaves, learning_rate, min_child_samples
-        LightGBM's boosting rounds, leaves per tree, shrinkage and least rows per leaf.
+    n_estimators, num_leaves, learning_rate, min_child_samples, max_bin
+        LightGBM's boosting rounds, leaves per tree, shrinkage, least rows per leaf and most bins
+        per column.
     increasing
         Comma-separated prefixes of the column names on which the trees are constrained to be
         non-decreasing (``"co:,pair:"``).
@@ -222,6 +232,7 @@ class BoostedResidual(base.Regressor):
         num_leaves: int = 15,
         learning_rate: float = 0.1,
         min_child_samples: int = 10,
+        max_bin: int = 255,
         increasing: str = "",
         corrector_forgetting: float = 0.995,
         corrector_delta: float = 0.1,
@@ -233,7 +244,8 @@ class BoostedResidual(base.Regressor):
         for name, value, low in (("window", window, 2), ("refit_every", refit_every, 1),
                                  ("first_fit", first_fit, 2), ("swap_after", swap_after, 0),
                                  ("n_estimators", n_estimators, 1), ("num_leaves", num_leaves, 2),
-                                 ("min_child_samples", min_child_samples, 1), ("max_features", max_features, 1)):
+                                 ("min_child_samples", min_child_samples, 1), ("max_features", max_features, 1),
+                                 ("max_bin", max_bin, 2)):
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         if swap_after > refit_every:
@@ -253,6 +265,7 @@ class BoostedResidual(base.Regressor):
         self.num_leaves = num_leaves
         self.learning_rate = learning_rate
         self.min_child_samples = min_child_samples
+        self.max_bin = max_bin
         self.increasing = increasing
         self._prefixes = tuple(p for p in increasing.split(",") if p)
         self.corrector_forgetting = corrector_forgetting
@@ -343,6 +356,8 @@ class BoostedResidual(base.Regressor):
         y = float(y)
         if not math.isfinite(y):
             raise ValueError(f"y: must be finite, got {y!r}")
+        if self._count == 0 and self.background and self.worker == "process":
+            _warm_worker()
         vector = self._index.vector(coded, grow=True)
         self._corrector.learn_one(numeric, y - self._tree_value(vector))
         self._store(vector, y)
@@ -376,7 +391,7 @@ class BoostedResidual(base.Regressor):
     def _params(self) -> dict:
         return {"n_estimators": self.n_estimators, "num_leaves": self.num_leaves,
                 "learning_rate": self.learning_rate, "min_child_samples": self.min_child_samples,
-                "seed": self.seed}
+                "max_bin": self.max_bin, "seed": self.seed}
 
     def _launch(self) -> None:
         """Start a refit on the window (columns in name order, so that their order of arrival does not matter)."""
@@ -583,6 +598,7 @@ class BoostedResidual(base.Regressor):
         return state
 
     def __setstate__(self, state: dict) -> None:
+        state.setdefault("max_bin", 255)  # a snapshot from before max_bin was a setting: LightGBM's default
         self.__dict__.update(state)
         self._row_plans = None
         pending = self._pending

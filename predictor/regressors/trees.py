@@ -6,7 +6,7 @@ trees as flat arrays (:class:`TreeArrays`); :meth:`TreeArrays.predict_vector` wa
 spares a single row the checks of LightGBM's Python wrapper; the walk gives LightGBM's numbers
 exactly (tested).
 
-LightGBM and numba load on first use, so importing this module stays cheap.
+LightGBM loads on first use; the walks are compiled at their first call and kept in numba's on-disk cache.
 
 Examples
 --------
@@ -21,104 +21,93 @@ from __future__ import annotations
 
 import copy
 import functools
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-_WALK = None
-_WALK_LOCK = threading.Lock()
+from numba import njit
 
 
-def _compiled_walks():
-    """The numba-compiled walks (one row over node arrays; one row, many rows packed), compiled once per process."""
-    global _WALK
-    if _WALK is not None:
-        return _WALK
-    with _WALK_LOCK:
-        if _WALK is None:
-            import numba
+@njit(cache=True, nogil=True)
+def _walk_one(x, feature, threshold, left, right, value, roots):  # pragma: no cover - compiled
+    total = 0.0
+    for root in roots:
+        node = root
+        while feature[node] >= 0:
+            node = left[node] if x[feature[node]] <= threshold[node] else right[node]
+        total += value[node]
+    return total
 
-            @numba.njit(cache=True, nogil=True)
-            def walk_one(x, feature, threshold, left, right, value, roots):  # pragma: no cover - compiled
-                total = 0.0
-                for root in roots:
-                    node = root
-                    while feature[node] >= 0:
-                        node = left[node] if x[feature[node]] <= threshold[node] else right[node]
-                    total += value[node]
-                return total
 
-            @numba.njit(cache=True, nogil=True, inline="always")
-            def step(x, nodes, threshold, node):  # pragma: no cover - compiled
-                at = 3 * node
-                return nodes[at + 1] if x[nodes[at]] <= threshold[node] else nodes[at + 2]
+@njit(cache=True, nogil=True, inline="always")
+def _step(x, nodes, threshold, node):  # pragma: no cover - compiled
+    at = 3 * node
+    return nodes[at + 1] if x[nodes[at]] <= threshold[node] else nodes[at + 2]
 
-            @numba.njit(cache=True, nogil=True)
-            def walk_packed(x, nodes, threshold, leaves, roots):  # pragma: no cover - compiled
-                # eight trees walked side by side (their loads overlap), their leaves added in tree order
-                total = 0.0
-                n = roots.size
-                t = 0
-                while t + 8 <= n:
-                    a, b, c, d = roots[t], roots[t + 1], roots[t + 2], roots[t + 3]
-                    e, f, g, h = roots[t + 4], roots[t + 5], roots[t + 6], roots[t + 7]
-                    while a >= 0 or b >= 0 or c >= 0 or d >= 0 or e >= 0 or f >= 0 or g >= 0 or h >= 0:
-                        if a >= 0:
-                            a = step(x, nodes, threshold, a)
-                        if b >= 0:
-                            b = step(x, nodes, threshold, b)
-                        if c >= 0:
-                            c = step(x, nodes, threshold, c)
-                        if d >= 0:
-                            d = step(x, nodes, threshold, d)
-                        if e >= 0:
-                            e = step(x, nodes, threshold, e)
-                        if f >= 0:
-                            f = step(x, nodes, threshold, f)
-                        if g >= 0:
-                            g = step(x, nodes, threshold, g)
-                        if h >= 0:
-                            h = step(x, nodes, threshold, h)
-                    total += leaves[~a]
-                    total += leaves[~b]
-                    total += leaves[~c]
-                    total += leaves[~d]
-                    total += leaves[~e]
-                    total += leaves[~f]
-                    total += leaves[~g]
-                    total += leaves[~h]
-                    t += 8
-                for rest in range(t, n):
-                    node = roots[rest]
-                    while node >= 0:
-                        node = step(x, nodes, threshold, node)
-                    total += leaves[~node]
-                return total
 
-            @numba.njit(cache=True, nogil=True)
-            def walk_many(xs, nodes, threshold, leaves, roots):  # pragma: no cover - compiled
-                out = np.zeros(xs.shape[0])
-                for i in range(xs.shape[0]):
-                    out[i] = walk_packed(xs[i], nodes, threshold, leaves, roots)
-                return out
+@njit(cache=True, nogil=True)
+def _walk_packed(x, nodes, threshold, leaves, roots):  # pragma: no cover - compiled
+    # eight trees walked side by side (their loads overlap), their leaves added in tree order
+    total = 0.0
+    n = roots.size
+    t = 0
+    while t + 8 <= n:
+        a, b, c, d = roots[t], roots[t + 1], roots[t + 2], roots[t + 3]
+        e, f, g, h = roots[t + 4], roots[t + 5], roots[t + 6], roots[t + 7]
+        while a >= 0 or b >= 0 or c >= 0 or d >= 0 or e >= 0 or f >= 0 or g >= 0 or h >= 0:
+            if a >= 0:
+                a = _step(x, nodes, threshold, a)
+            if b >= 0:
+                b = _step(x, nodes, threshold, b)
+            if c >= 0:
+                c = _step(x, nodes, threshold, c)
+            if d >= 0:
+                d = _step(x, nodes, threshold, d)
+            if e >= 0:
+                e = _step(x, nodes, threshold, e)
+            if f >= 0:
+                f = _step(x, nodes, threshold, f)
+            if g >= 0:
+                g = _step(x, nodes, threshold, g)
+            if h >= 0:
+                h = _step(x, nodes, threshold, h)
+        total += leaves[~a]
+        total += leaves[~b]
+        total += leaves[~c]
+        total += leaves[~d]
+        total += leaves[~e]
+        total += leaves[~f]
+        total += leaves[~g]
+        total += leaves[~h]
+        t += 8
+    for rest in range(t, n):
+        node = roots[rest]
+        while node >= 0:
+            node = _step(x, nodes, threshold, node)
+        total += leaves[~node]
+    return total
 
-            @numba.njit(cache=True, nogil=True)
-            def walk_scattered(values, x, x_at, z, z_at, divisors, nodes, threshold, leaves, roots
-                               ):  # pragma: no cover - compiled
-                # one row, planned: a copy of the template x with values[x_at[1]] at x_at[0] walked;
-                # values[z_at[1]] / divisors (0 where a divisor is 0) put at z_at[0] of z, in place
-                row = x.copy()
-                for j in range(x_at.shape[1]):
-                    row[x_at[0, j]] = values[x_at[1, j]]
-                for j in range(z_at.shape[1]):
-                    divisor = divisors[j]
-                    z[z_at[0, j]] = values[z_at[1, j]] / divisor if divisor > 0 else 0.0
-                return walk_packed(row, nodes, threshold, leaves, roots)
 
-            _WALK = (walk_one, walk_packed, walk_many, walk_scattered)
-    return _WALK
+@njit(cache=True, nogil=True)
+def _walk_many(xs, nodes, threshold, leaves, roots):  # pragma: no cover - compiled
+    out = np.zeros(xs.shape[0])
+    for i in range(xs.shape[0]):
+        out[i] = _walk_packed(xs[i], nodes, threshold, leaves, roots)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _walk_scattered(values, x, x_at, z, z_at, divisors, nodes, threshold, leaves, roots
+                    ):  # pragma: no cover - compiled
+    # one row, planned: a copy of the template x with values[x_at[1]] at x_at[0] walked;
+    # values[z_at[1]] / divisors (0 where a divisor is 0) put at z_at[0] of z, in place
+    row = x.copy()
+    for j in range(x_at.shape[1]):
+        row[x_at[0, j]] = values[x_at[1, j]]
+    for j in range(z_at.shape[1]):
+        divisor = divisors[j]
+        z[z_at[0, j]] = values[z_at[1, j]] / divisor if divisor > 0 else 0.0
+    return _walk_packed(row, nodes, threshold, leaves, roots)
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,8 +160,7 @@ class TreeArrays:
 
     def walk_nodes(self, x: np.ndarray) -> float:
         """:meth:`predict_vector` by a walk over these node arrays (the reference the packed walk equals)."""
-        walk_one = _compiled_walks()[0]
-        return float(walk_one(x, self.feature, self.threshold, self.left, self.right, self.value, self.roots))
+        return float(_walk_one(x, self.feature, self.threshold, self.left, self.right, self.value, self.roots))
 
 
 @dataclass(frozen=True, eq=False)
@@ -210,8 +198,7 @@ class PackedTrees:
 
     def predict_vector(self, x: np.ndarray) -> float:
         """The ensemble's value for one row (a contiguous float64 row is walked as it is)."""
-        walk = _WALK[1] if _WALK is not None else _compiled_walks()[1]
-        return float(walk(x, self.nodes, self.threshold, self.leaves, self.roots))
+        return float(_walk_packed(x, self.nodes, self.threshold, self.leaves, self.roots))
 
     def scattered_walk(self) -> tuple[Callable[..., float], tuple[np.ndarray, ...]]:
         """The compiled one-row kernel of a planned row and these trees' arrays (its last arguments).
@@ -221,12 +208,11 @@ class PackedTrees:
         of that row, bit for bit), and puts ``values[z_at[1]] / divisors`` at ``z_at[0]`` of ``z``
         (in place; ``0`` where a divisor is ``0``): a second vector filled in the same call.
         """
-        return _compiled_walks()[3], (self.nodes, self.threshold, self.leaves, self.roots)
+        return _walk_scattered, (self.nodes, self.threshold, self.leaves, self.roots)
 
     def predict_matrix(self, xs: np.ndarray) -> np.ndarray:
         """The ensemble's value for each row of ``xs``."""
-        walk_many = _compiled_walks()[2]
-        return walk_many(np.ascontiguousarray(xs, dtype=float), self.nodes, self.threshold, self.leaves, self.roots)
+        return _walk_many(np.ascontiguousarray(xs, dtype=float), self.nodes, self.threshold, self.leaves, self.roots)
 
 
 def export_trees(booster, names: Sequence[str]) -> TreeArrays:
@@ -283,6 +269,11 @@ def export_trees(booster, names: Sequence[str]) -> TreeArrays:
     )
 
 
+def load_lightgbm() -> None:
+    """Import LightGBM now (seconds: it loads scikit-learn), so that the first :func:`fit_trees` does not wait for it."""
+    import lightgbm  # noqa: F401 - imported for its side effect: loaded once per process
+
+
 def fit_trees(
     X: np.ndarray,
     y: np.ndarray,
@@ -293,6 +284,7 @@ def fit_trees(
     num_leaves: int = 15,
     learning_rate: float = 0.1,
     min_child_samples: int = 10,
+    max_bin: int = 255,
     seed: int = 0,
     return_booster: bool = False,
 ):
@@ -306,6 +298,8 @@ def fit_trees(
         Column names of ``X``.
     monotone
         Per column: ``1`` (the prediction never decreases as it grows), ``0`` or ``-1``.
+    max_bin
+        Most bins of a column's histogram (fewer: a faster fit, coarser thresholds).
     return_booster
         Also return LightGBM's ``Booster`` (for comparisons).
     """
@@ -317,6 +311,7 @@ def fit_trees(
         "learning_rate": learning_rate,
         "min_data_in_leaf": min(min_child_samples, max(1, len(y) // 2)),
         "min_data_in_bin": 1,
+        "max_bin": max_bin,
         "num_threads": 1,
         "deterministic": True,
         "force_row_wise": True,
@@ -329,7 +324,7 @@ def fit_trees(
         params["monotone_constraints"] = list(monotone)
         params["monotone_constraints_method"] = "intermediate"
     data = lightgbm.Dataset(np.ascontiguousarray(X, dtype=float), np.asarray(y, dtype=float),
-                            params={"verbose": -1, "min_data_in_bin": 1}, free_raw_data=True)
+                            params={"verbose": -1, "min_data_in_bin": 1, "max_bin": max_bin}, free_raw_data=True)
     booster = lightgbm.train(params, data, num_boost_round=n_estimators)
     trees = export_trees(booster, names)
     return (trees, booster) if return_booster else trees

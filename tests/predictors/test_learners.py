@@ -6,6 +6,8 @@ import math
 import os
 import pickle
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -209,9 +211,26 @@ def test_ensemble_picks_per_key():
     assert ens._key_errors.keys() == {"a", "b"}
 
 
+def test_ensemble_one_pass_equals_predict_then_learn():
+    # predict_learn_one asks each expert for predict_learn_one: the answers and the weights are those of
+    # predict_one then learn_one, bit for bit (320 records: the tree's first refit swapped in at 300)
+    one_pass, two_calls = create("ensemble"), create("ensemble")
+    records = default_records(320)
+    answers = [one_pass.predict_learn_one(r) for r in records]
+    expected = []
+    for record in records:
+        expected.append(two_calls.predict_one(record))
+        two_calls.learn_one(record)
+    assert answers == expected
+    assert one_pass._errors == two_calls._errors and one_pass._key_errors == two_calls._key_errors
+    assert one_pass._experts[1].regressor.n_refits == 1  # the trees answered the last 20 records
+    assert [one_pass.predict_one(r) for r in records[:10]] == [two_calls.predict_one(r) for r in records[:10]]
+
+
 def test_ensemble_keeps_the_old_registry_name_and_variants():
     assert type(create("ensemble")).__name__ == "EnsemblePredictor"
-    assert create("ensemble").experts == "rls,tree,sgd"
+    assert create("ensemble").experts == "rls,tree:max_bin=63,sgd"
+    assert create("ensemble")._experts[1].max_bin == 63
     check_predictor(lambda: create("ensemble:experts='rls,static'"), default_records(30))
 
 
@@ -246,3 +265,24 @@ def test_a_snapshot_taken_while_the_worker_process_refits_restores_the_same_mode
     assert restored.regressor.n_refits == model.regressor.n_refits == 2
     _assert_same_trees(restored.regressor.trees, model.regressor.trees)
     assert restored.predict_many(records[:30]) == model.predict_many(records[:30])
+
+
+def test_the_walks_come_from_numba_s_disk_cache_in_a_new_process():
+    # module-level kernels: a fresh interpreter loads them compiled (a closure's cache key changed with
+    # every process, so each process compiled the walks anew, seconds each)
+    script = ("import numpy as np\nfrom predictor.regressors import trees\n"
+              "t = trees.fit_trees(np.random.default_rng(0).random((50, 2)), np.arange(50.0), names=('a', 'b'), n_estimators=3)\n"
+              "t.predict_vector(np.zeros(2)); t.predict_matrix(np.zeros((2, 2)))\n"
+              "print(sum(trees._walk_packed.stats.cache_hits.values()), sum(trees._walk_many.stats.cache_hits.values()))")
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True) for _ in range(2)]
+    assert runs[1].stdout.split() == ["1", "1"], runs[1].stdout + runs[1].stderr
+
+
+def test_max_bin_coarsens_the_thresholds():
+    X = np.random.default_rng(4).random((2000, 1))
+    fine = fit_trees(X, X[:, 0], names=("a",), n_estimators=20)
+    coarse = fit_trees(X, X[:, 0], names=("a",), n_estimators=20, max_bin=8)
+    assert len(set(coarse.threshold[coarse.feature >= 0].tolist())) <= 7 < len(set(fine.threshold[fine.feature >= 0].tolist()))
+    assert create("tree:max_bin=8").regressor.max_bin == 8
+    with pytest.raises(ValueError, match="max_bin"):
+        create("tree:max_bin=1")
