@@ -65,6 +65,8 @@ from rich.table import Table
 
 from predictor.cli.datasets import EMBEDDED_DATASET, resolve_log
 from predictor.cli.extras import missing_workload
+from predictor.predictors.registry import create
+from predictor.prequential.evaluation import run_prequential
 from predictor.records.logio import RecordWriter, iter_records
 from predictor.records.record import BatchSpec, Record
 from predictor.service import CoRunnerSource, PlannedCoRunner, Query, Service, ServiceConfig
@@ -74,6 +76,11 @@ SHORT_MODELS = ("mlp", "mobilenet")
 # count); a shorter window than the service's default lets residuals measured on this machine,
 # as busy as it is now, replace those of the warm-start history sooner.
 DEMO_SHAPE_WINDOW = 300
+MAPE_TARGET = 12.0
+"""The admission-time MAPE a quiet machine should reach, %."""
+FLOOR_FACTOR = 1.2
+"""Where this machine's own noise puts the error once a batch ran above :data:`MAPE_TARGET`, the
+answers before dispatch are held to this many times that error instead (:func:`observation_mape`)."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,8 @@ Examples:
 A batch is dispatched when the service's probability that it meets its deadline is at least
 --admit-probability (0.5: refused are the batches more likely to miss than to meet); the bound
 asked at --confidence is scored for its coverage. The summary marks each figure against its target (a quiet machine: admission-time MAPE <= 12%,
-0.95 bound covering 94-97%, >= 95% of dispatched deadlines met, >= 85% admitted; with
+or, where this machine's noise is larger, <= 1.2x the learner's error on the same batches once they ran
+(shown as "after"), 0.95 bound covering 94-97%, >= 95% of dispatched deadlines met, >= 85% admitted; with
 --neighbour: coverage >= 94%, >= 95% met, at most 1 in 4 refused batches would have met).
 
 needs torch: pip install 'interference-predictor[workload]'
@@ -305,6 +313,7 @@ class SchedulerStats:
     abs_pct_error: float = 0.0
     failures: int = 0
     warmup_decisions: int = 0
+    observation_mape: float = math.nan  # the same batches' error once they ran (see observation_mape)
     recent: deque = field(default_factory=lambda: deque(maxlen=8))
 
     def decided(self, d: Decision) -> None:
@@ -468,6 +477,21 @@ class SampleScheduler:
             return decision.batch_id
 
 
+def observation_mape(spec: str, warm: str | None, settled: list[tuple[Record, str]],
+                     decisions: list[Decision]) -> float:
+    """MAPE, %, of the learner ``spec`` on the dispatched, scored batches once they ran: the
+    warm-start log then the records streamed, each predicted with everything it carries (its
+    co-runners' overlaps, the device signals), then learned, in order (prequential). What the
+    learner gets wrong knowing all a record says: the floor under the answers given before dispatch."""
+    scored = {d.batch_id for d in decisions if d.feasible and not d.warmup and not d.explored}
+    warm_records = list(iter_records(warm, tolerant=True)) if warm else []
+    records = warm_records + [record for record, _ in settled]
+    predicted = run_prequential(create(spec), records).predicted[len(warm_records):]
+    errors = [abs(p - r.latency_ms) / r.latency_ms for (r, batch_id), p in zip(settled, predicted, strict=True)
+              if batch_id in scored and r.latency_ms]
+    return 100.0 * sum(errors) / len(errors) if errors else math.nan
+
+
 # ----------------------------------------------------------------------------- the run
 
 
@@ -481,6 +505,7 @@ class _Pipeline:
         self.records: queue.Queue[Record | None] = queue.Queue(maxsize=100_000)
         self.stream: queue.Queue[tuple[Record, str] | None] = queue.Queue(maxsize=100_000)
         self.streamed = 0
+        self.settled: list[tuple[Record, str]] = []  # each record streamed, with the batch id of its decision
         self.report: Any = None
         self.error: BaseException | None = None
         self._threads = [
@@ -498,6 +523,7 @@ class _Pipeline:
     def _schedule(self) -> None:
         while (record := self.records.get()) is not None:
             batch_id = self.scheduler.settle(record)
+            self.settled.append((record, batch_id))
             self.stream.put((record, batch_id))
         self.stream.put(None)
 
@@ -603,6 +629,7 @@ class Target:
     text: str  # the figure as shown
     sample: int  # how many batches it is measured on
     why: str = ""  # shown when missed
+    goal: str = ""  # the target in words, where not the limits' own
 
     @property
     def met(self) -> bool | None:
@@ -611,8 +638,10 @@ class Target:
             return None
         return (self.low is None or self.value >= self.low) and (self.high is None or self.value <= self.high)
 
-    def goal(self) -> str:
+    def target(self) -> str:
         """The target in words."""
+        if self.goal:
+            return self.goal
         if self.low is not None and self.high is not None:
             return f"target {self.low:g}-{self.high:g}%"
         if self.low is not None:
@@ -629,9 +658,12 @@ def targets(options: DemoOptions, stats: SchedulerStats, conditions: Conditions)
             + (f", neighbour {options.neighbour:g}" if neighbour else "") + ")")
     few = f"only {stats.executed} dispatched batches ran: too few to tell" if stats.executed < 100 else ""
     pct = 100.0
-    mape = Target("admission-time MAPE (dispatched)", stats.mape, None, None if neighbour else 12.0,
-                  f"{_fmt(stats.mape, 1)}%", stats.executed,
-                  few or (load if conditions.busy else "this machine's latencies differ from what was learned"))
+    floor = stats.observation_mape
+    limit = None if neighbour else MAPE_TARGET if math.isnan(floor) else max(MAPE_TARGET, FLOOR_FACTOR * floor)
+    mape = Target("admission-time MAPE (dispatched)", stats.mape, None, limit,
+                  f"{_fmt(stats.mape, 1)}% (after: {_fmt(floor, 1)}%)", stats.executed,
+                  few or (load if conditions.busy else "this machine's latencies differ from what was learned"),
+                  goal=f"target <= {MAPE_TARGET:g}%, or <= {FLOOR_FACTOR:g}x the error once run")
     cov_why = few or (load + "; the bound widens only after misses" if conditions.busy
                       else "bounds calibrated on residuals of another time")
     if stats.coverage * pct > 97.0:
@@ -669,7 +701,7 @@ def summary_lines(options: DemoOptions, stats: SchedulerStats, conditions: Condi
     )
     for t in targets(options, stats, conditions):
         mark = {True: "ok    ", False: "MISSED", None: "-     "}[t.met]
-        line = f"  {mark} {t.name:<40} {t.text:>20}  ({t.goal()})"
+        line = f"  {mark} {t.name:<40} {t.text:>20}  ({t.target()})"
         if t.met is False:
             line += f": {t.why}"
         lines.append(line)
@@ -785,6 +817,8 @@ def run_demo(options: DemoOptions, console: Any = None) -> int:
             return 1
         finally:
             pipeline.finish()
+        scheduler.stats.observation_mape = observation_mape(options.predictor, warm, pipeline.settled,
+                                                            scheduler.decisions)
         used = neighbour.stop() if neighbour is not None else math.nan
         neighbour = None
         watched = monitor.stop()

@@ -255,7 +255,7 @@ def write_report(folder: str | Path, options: Any, decisions: Sequence[Any], con
     ]
     for t in targets:
         why = t.why if t.met is False else ""
-        lines.append(f"| {t.name} | {t.text} | {t.goal()} | {t.sample} | {marks[t.met]}{': ' + why if why else ''} |")
+        lines.append(f"| {t.name} | {t.text} | {t.target()} | {t.sample} | {marks[t.met]}{': ' + why if why else ''} |")
     lines += [
         "",
         "## Prediction against actual latency",
