@@ -663,7 +663,7 @@ def targets(options: DemoOptions, stats: SchedulerStats, conditions: Conditions)
     mape = Target("admission-time MAPE (dispatched)", stats.mape, None, limit,
                   f"{_fmt(stats.mape, 1)}% (after: {_fmt(floor, 1)}%)", stats.executed,
                   few or (load if conditions.busy else "this machine's latencies differ from what was learned"),
-                  goal=f"target <= {MAPE_TARGET:g}%, or <= {FLOOR_FACTOR:g}x the error once run")
+                  goal="" if limit is None else f"target <= {MAPE_TARGET:g}%, or <= {FLOOR_FACTOR:g}x the error once run")
     cov_why = few or (load + "; the bound widens only after misses" if conditions.busy
                       else "bounds calibrated on residuals of another time")
     if stats.coverage * pct > 97.0:
