@@ -141,6 +141,8 @@ def main() -> None:
     variants: dict[str, Callable[[], float]] = {
         "service, per record": lambda: ingest_seconds(records, config.message, base, per_record=True),
         "service": lambda: ingest_seconds(records, config.message, base),
+        "service, replay base every 256": lambda: ingest_seconds(
+            records, config.message, dataclasses.replace(base, replay_every_records=256)),
         "service, no replay": lambda: ingest_seconds(
             records, config.message, dataclasses.replace(base, admission_replay=False)),
         "service, no replay, no gate": lambda: ingest_seconds(
