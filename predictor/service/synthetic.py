@@ -36,29 +36,9 @@ def synthetic_records(
         l2, dram, solo_per_item = MODELS[model]
         batch_size = int(rng.integers(1, 9))
         solo = solo_per_item * (0.5 + 0.5 * batch_size)
-        runners = []
-        slowdown = 1.0
-        for _ in range(int(rng.integers(0, 3))):
-            other = names[rng.integers(len(names))]
-            o_l2, o_dram, _ = MODELS[other]
-            overlap = float(rng.uniform(0.1, 1.0))
-            runners.append(
-                CoRunner(other, int(rng.integers(1, 9)), {"l2_util": o_l2, "dram_util": o_dram}, overlap)
-            )
-            slowdown += overlap * (1.5 * l2 * o_l2 + 0.8 * o_dram)
-        latency = solo * slowdown * float(np.exp(rng.normal(0.0, noise)))
-        out.append(
-            Record(
-                device=devices[i % len(devices)],
-                device_kind=device_kind,
-                batch=BatchSpec(model, batch_size, {"l2_util": l2, "dram_util": dram}),
-                latency_ms=latency,
-                solo_latency_ms=solo,
-                co_runners=tuple(runners),
-                start_s=float(i) * 0.01,
-                source="synthetic",
-            )
-        )
+        batch = BatchSpec(model, batch_size, _pressure(l2, dram))
+        out.append(_record(rng, i, devices[i % len(devices)], device_kind, batch, solo, int(rng.integers(0, 3)),
+                           lambda: _named(names[rng.integers(len(names))]), noise))
     return out
 
 
@@ -96,24 +76,34 @@ def fleet_records(
         device, kind = devices[i % len(devices)]
         batch_size = int(rng.integers(1, 9))
         solo = per_item * speed[kind] * (0.5 + 0.5 * batch_size)
-        runners = []
-        slowdown = 1.0
-        for _ in range(int(rng.integers(0, max_co_runners + 1))):
-            other, o_l2, o_dram, _ = profile[rng.integers(models)]
-            overlap = float(rng.uniform(0.1, 1.0))
-            runners.append(CoRunner(other, int(rng.integers(1, 9)), {"l2_util": o_l2, "dram_util": o_dram}, overlap))
-            slowdown += overlap * (1.5 * l2 * o_l2 + 0.8 * o_dram)
-        latency = solo * slowdown * float(np.exp(rng.normal(0.0, noise)))
-        out.append(
-            Record(
-                device=device,
-                device_kind=f"k{kind}",
-                batch=BatchSpec(model, batch_size, {"l2_util": l2, "dram_util": dram}),
-                latency_ms=latency,
-                solo_latency_ms=solo,
-                co_runners=tuple(runners),
-                start_s=float(i) * 0.01,
-                source="synthetic",
-            )
-        )
+        batch = BatchSpec(model, batch_size, _pressure(l2, dram))
+        out.append(_record(rng, i, device, f"k{kind}", batch, solo, int(rng.integers(0, max_co_runners + 1)),
+                           lambda: profile[rng.integers(models)][:3], noise))
     return out
+
+
+def _pressure(l2: float, dram: float) -> dict[str, float]:
+    return {"l2_util": l2, "dram_util": dram}
+
+
+def _named(model: str) -> tuple[str, float, float]:
+    """``(name, l2, dram)`` of one of :data:`MODELS`."""
+    l2, dram, _ = MODELS[model]
+    return model, l2, dram
+
+
+def _record(rng: np.random.Generator, i: int, device: str, device_kind: str, batch: BatchSpec, solo: float,
+            count: int, draw, noise: float) -> Record:
+    """Record ``i``: ``count`` co-runners, each ``draw()``-n (its name, l2 and dram) with a uniform
+    overlap and batch size, the latency the module's law gives with log-normal ``noise``."""
+    l2 = batch.attrs["l2_util"]
+    runners = []
+    slowdown = 1.0
+    for _ in range(count):
+        other, o_l2, o_dram = draw()
+        overlap = float(rng.uniform(0.1, 1.0))
+        runners.append(CoRunner(other, int(rng.integers(1, 9)), _pressure(o_l2, o_dram), overlap))
+        slowdown += overlap * (1.5 * l2 * o_l2 + 0.8 * o_dram)
+    latency = solo * slowdown * float(np.exp(rng.normal(0.0, noise)))
+    return Record(device=device, device_kind=device_kind, batch=batch, latency_ms=latency, solo_latency_ms=solo,
+                  co_runners=tuple(runners), start_s=float(i) * 0.01, source="synthetic")
