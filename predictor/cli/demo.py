@@ -65,6 +65,7 @@ from rich.table import Table
 
 from predictor.cli.datasets import EMBEDDED_DATASET, resolve_log
 from predictor.cli.extras import missing_workload
+from predictor.predictors.registry import DEFAULT as DEFAULT_PREDICTOR
 from predictor.predictors.registry import create
 from predictor.prequential.evaluation import run_prequential
 from predictor.records.logio import RecordWriter, iter_records
@@ -95,7 +96,7 @@ class DemoOptions:
 
     duration_s: float = 60.0
     short: bool = False
-    predictor: str = "rls"
+    predictor: str = DEFAULT_PREDICTOR
     warm_start: str | None = None
     slo: float = 2.5  # deadline = slo x solo latency
     confidence: float = 0.95  # of the upper bound asked for (its coverage is scored)
@@ -167,7 +168,7 @@ def register(subparsers: Any) -> None:
         "--report", metavar="DIR", help="write the plots and report.md here (default: a new temporary folder)"
     )
     report.add_argument("--no-report", action="store_true", help="write no report")
-    parser.add_argument("--predictor", default="rls", help="predictor spec (default rls)")
+    parser.add_argument("--predictor", default=DEFAULT_PREDICTOR, help=f"predictor spec (default {DEFAULT_PREDICTOR})")
     parser.add_argument(
         "--warm-start",
         metavar="LOG",

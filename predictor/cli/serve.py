@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from predictor.cli.datasets import resolve_log
+from predictor.predictors.registry import DEFAULT as DEFAULT_PREDICTOR
 from predictor.rpc.overload import DEFAULT_ANSWER_THREADS, DEFAULT_SHED_WAIT_MS
 from predictor.rpc.processes.options import ServeOptions
 from predictor.runtime.cpu_priority import POLICIES, parse_cpus
@@ -60,7 +61,8 @@ def register(subparsers: Any) -> None:
         default="127.0.0.1",
         help="address of the Prometheus endpoint (default 127.0.0.1: this machine only)",
     )
-    parser.add_argument("--predictor", default="rls", help="predictor spec, e.g. rls or rls:forgetting=0.99")
+    parser.add_argument("--predictor", default=DEFAULT_PREDICTOR,
+                        help=f"predictor spec, e.g. rls or rls:forgetting=0.99 (default {DEFAULT_PREDICTOR})")
     parser.add_argument(
         "--state", metavar="DIR", help="folder of snapshots: restored at start, saved periodically"
     )

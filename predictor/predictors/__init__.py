@@ -1,6 +1,6 @@
 """The registered latency predictors."""
 
 from predictor.predictors.base import LatencyPredictor
-from predictor.predictors.registry import available, create, register
+from predictor.predictors.registry import DEFAULT, available, create, register
 
-__all__ = ["LatencyPredictor", "available", "create", "register"]
+__all__ = ["DEFAULT", "LatencyPredictor", "available", "create", "register"]

@@ -30,6 +30,8 @@ BUILT_IN = {
     "tree": "predictor.predictors.tree:TreePredictor",
 }
 REGISTRY: dict[str, type[LatencyPredictor] | str] = dict(BUILT_IN)
+DEFAULT = "rls"
+"""The learner a service, a replay, an evaluation and the demo use unless told otherwise (``--predictor``)."""
 
 
 def register(cls: type[LatencyPredictor]) -> type[LatencyPredictor]:

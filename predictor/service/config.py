@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from predictor.predictors.registry import DEFAULT as DEFAULT_PREDICTOR
 from predictor.records.rules import MAX_MAGNITUDE, check_confidence
 from predictor.service.live.topology import Topology
 
@@ -153,7 +154,7 @@ class ServiceConfig:
         (:func:`predictor.records.rules.check_magnitudes`).
     """
 
-    predictor: str = "rls"
+    predictor: str = DEFAULT_PREDICTOR
     default_confidence: float = 0.99
     coverage_confidence: float = 0.99
     calibration_window: int = 2000

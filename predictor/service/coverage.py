@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from predictor.predictors.registry import DEFAULT as DEFAULT_PREDICTOR
 from predictor.records.logio import iter_records
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m predictor.service.coverage", description=__doc__.split("\n")[0]
     )
     parser.add_argument("logs", nargs="+", help="coloc/v1 logs (.jsonl or .jsonl.gz)")
-    parser.add_argument("--predictor", default="rls", help="predictor spec (default rls)")
+    parser.add_argument("--predictor", default=DEFAULT_PREDICTOR, help=f"predictor spec (default {DEFAULT_PREDICTOR})")
     parser.add_argument(
         "--confidence", type=float, default=0.99, help="confidence of the bound (default 0.99)"
     )
