@@ -15,6 +15,11 @@ twice the solo latency, the share of batches whose 0.95 bound admits them and th
 those that met it (a sharper bound admits more at the same coverage). ``--scaling false``
 calibrates one multiplier per cell instead (no learned spread), for comparison.
 
+Then, per dataset, the admission-time MAPE beside two yardsticks (``--yardsticks false``: not run):
+the error once the batch ran (a prequential replay of the same records by the same learner) and
+the information floor (the same replay of the records as the admission-time question knows them:
+every overlap full, no signals; :func:`~predictor.analysis.admission_replay.information_floor`).
+
 Run: ``.venv/bin/python -m experiments.studies.admission_replay`` (about a minute); ``--monotone false``
 lets each co-runner count use its own centre and width (exact conditional coverage, no
 monotonicity guarantee).
@@ -27,7 +32,13 @@ import time
 
 from experiments.common import finish, start
 from experiments.datasets import load
-from predictor.analysis.admission_replay import SLO, partial_overlap_records, replay
+from predictor.analysis.admission_replay import (
+    SLO,
+    information_floor,
+    partial_overlap_records,
+    prequential_mape,
+    replay,
+)
 from predictor.service.config import ServiceConfig
 
 
@@ -44,6 +55,7 @@ class Config:
     scaling: bool = True  # the service's shape_scaling (False: one multiplier per cell, for comparison)
     seed: int = 0
     block: int = 1  # records per ReportObservations message (1: each learned before the next question; see replay)
+    yardsticks: bool = True  # also the error once run and the admission-information floor (two prequential replays)
 
 
 def table(results: dict) -> str:
@@ -60,6 +72,21 @@ def table(results: dict) -> str:
                 f"{row['width95']:.3f} | {row['width99']:.3f} | {row['mape']:.1f} | {row['solo_mape']:.1f} | "
                 f"{row['admitted']:.1%} | {row['met']:.1%} |"
             )
+    return "\n".join(lines)
+
+
+def yardstick_table(results: dict) -> str:
+    """Each dataset's admission-time MAPE beside the error once the batch ran and the information floor."""
+    lines = [
+        "| dataset | before dispatch | once run (prequential) | ratio | information floor | ratio |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in results.items():
+        if "observed_mape" not in r:
+            continue
+        admission = r["rows"][0]["mape"]
+        lines.append(f"| {name} | {admission:.2f}% | {r['observed_mape']:.2f}% | {admission / r['observed_mape']:.2f} | "
+                     f"{r['floor_mape']:.2f}% | {admission / r['floor_mape']:.2f} |")
     return "\n".join(lines)
 
 
@@ -92,9 +119,14 @@ def main() -> None:
                 for label, s in r.rows()
             ],
         }
+        if config.yardsticks:
+            results[name]["observed_mape"] = prequential_mape(records, config.predictor)
+            results[name]["floor_mape"] = information_floor(records, config.predictor)
         print(f"{name}: {r.records} records, {r.answered} answered, {r.refused} refused (nothing learned yet), "
               f"{r.fallback} from the fallback, {results[name]['seconds']:.1f} s")
     print(table(results))
+    if config.yardsticks:
+        print(yardstick_table(results))
     finish(out, {"config": dataclasses.asdict(config), "datasets": results})
 
 

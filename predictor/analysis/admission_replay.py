@@ -12,6 +12,11 @@ of co-runners. Answers refused for want of any basis (nothing learned yet) are c
 the batch partially, with device signals that reflect the crowding: the information an
 admission-time question lacks.
 
+:func:`information_floor` measures what that lack costs any learner: the prequential error of a
+learner that sees each record only as the admission-time question sees it (:func:`admission_form`:
+every overlap full, no signals). An answer before dispatch cannot be expected to beat it; the error
+once the batch ran (:func:`prequential_mape` of the records themselves) is the other yardstick.
+
 Examples
 --------
 >>> result = replay(partial_overlap_records(300, seed=1), "synthetic")
@@ -21,13 +26,17 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from predictor.calibration.shapes import count_bucket, count_label
+from predictor.predictors import create
+from predictor.prequential import blocks
+from predictor.prequential.evaluation import run_prequential, summarize
 from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
@@ -49,6 +58,28 @@ def admission_query(record: Record) -> Query:
         co_runner_source=CoRunnerSource.EXPLICIT,
         solo_latency_ms=record.solo_latency_ms,
     )
+
+
+def admission_form(record: Record) -> Record:
+    """``record`` as the admission-time question knows it: its co-runners, each overlapping it fully (the
+    overlap is not known before dispatch), and no device signals."""
+    return dataclasses.replace(record, signals={},
+                               co_runners=tuple(dataclasses.replace(c, overlap=1.0) for c in record.co_runners))
+
+
+def prequential_mape(records: Sequence[Record], spec: str) -> float:
+    """MAPE (%) of ``create(spec)`` predicting each record, then learning it, in order (blockwise where
+    :func:`~predictor.prequential.blocks.supports` says so: the same predictions)."""
+    predictor = create(spec)
+    scored = (blocks.prequential_blocks(predictor, records) if blocks.supports(predictor)
+              else run_prequential(predictor, records))
+    return 100.0 * summarize(scored)["mape"]
+
+
+def information_floor(records: Sequence[Record], spec: str) -> float:
+    """:func:`prequential_mape` of ``records`` in their :func:`admission_form`: the error of a learner that
+    knows, before and after each batch, only what a scheduler's question knows before dispatch."""
+    return prequential_mape([admission_form(r) for r in records], spec)
 
 
 @dataclass
