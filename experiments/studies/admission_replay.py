@@ -4,7 +4,7 @@ For each dataset (the embedded CPU data, iGniter, Ampere/GPUlet when ``$INTERFER
 or ``--data`` holds them, skipped cleanly otherwise, and a synthetic log with partial
 overlaps and 0 to 3 co-runners; the datasets of ``--no-solo`` again with their solo latencies
 removed, as ``NAME, no solo``), the records are streamed in order through a fresh service
-(the default ``rls`` predictor); before each record is learned the service is asked the
+(the service's default learner unless ``--predictor``); before each record is learned the service is asked the
 admission-time question (co-runners without overlaps, no signals; the solo latency when the
 record has one) and the answer is scored after (:mod:`predictor.analysis.admission_replay`).
 
@@ -39,6 +39,7 @@ from predictor.analysis.admission_replay import (
     prequential_mape,
     replay,
 )
+from predictor.predictors import DEFAULT as DEFAULT_PREDICTOR
 from predictor.service.config import ServiceConfig
 
 
@@ -50,7 +51,7 @@ class Config:
     data: str = ""  # folder holding igniter-v100/ and gpulet-ampere/ (empty: $INTERFERENCE_DATA)
     synthetic: int = 4000  # records of the synthetic log (0: none)
     no_solo: tuple[str, ...] = ("igniter", "gpulet")  # also replayed with their solo latencies removed
-    predictor: str = "rls"
+    predictor: str = DEFAULT_PREDICTOR  # the service's default learner
     monotone: bool = True  # the service's monotone_bounds (False: each count its own centre and width)
     scaling: bool = True  # the service's shape_scaling (False: one multiplier per cell, for comparison)
     seed: int = 0
