@@ -158,10 +158,13 @@ def main() -> None:
     rates = {name: len(records) / statistics.median(values) for name, values in seconds.items()}
     floor = rates["learning, blockwise"]
     print(f"{len(records)} records of {config.log}, messages of {config.message}, median of {config.repeats}")
-    print(f"{'variant':<30} {'rec/CPU-s':>10} {'us CPU/rec':>10} {'x per rec':>10} {'CPU x blockwise':>16}")
+    print(f"{'variant':<30} {'rec/CPU-s':>10} {'us CPU/rec':>10} {'x per rec':>10} {'CPU x blockwise':>16}"
+          "  CPU x blockwise per repeat")
     for name, rate in rates.items():
+        each = " ".join(f"{mine / theirs:.2f}" for mine, theirs in zip(seconds[name], seconds["learning, blockwise"],
+                                                                      strict=True))
         print(f"{name:<30} {rate:>10.0f} {1e6 / rate:>10.1f} {rate / rates['service, per record']:>10.2f} "
-              f"{floor / rate:>16.2f}")
+              f"{floor / rate:>16.2f}  {each}")
     finish(out, {"config": dataclasses.asdict(config), "records": len(records), "cpu_seconds": seconds,
                  "records_per_cpu_second": rates})
 

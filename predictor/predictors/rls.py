@@ -159,6 +159,30 @@ class RlsPredictor(LatencyPredictor):
         self.__dict__.update(state)
         self._last = None
 
+    def restore_point(self) -> dict:
+        """The predictor's learned state now, for :meth:`restore` to bring it back to after more
+        learning (what a refused record undoes, :mod:`predictor.service.ingest`): each model's
+        :meth:`RLS.restore_point <predictor.regressors.least_squares.RLS.restore_point>`, the
+        tables learning changes in place copied, the rest shared (learning rebinds it)."""
+        state = dict(self.__dict__)
+        state["_solo"] = self._solo.copy()
+        state["_models"] = {key: (model, model.restore_point()) for key, model in self._models.items()}
+        state["_detectors"] = copy.deepcopy(self._detectors) if self._detectors else {}
+        state["_scale"] = dict(self._scale)
+        state["_seen"] = dict(self._seen)
+        state["_last"] = None
+        return state
+
+    def restore(self, point: dict) -> None:
+        """Bring the predictor back to the state of ``point`` (from :meth:`restore_point`; used once)."""
+        models = {}
+        for key, (model, saved) in point["_models"].items():
+            model.restore(saved)
+            models[key] = model
+        self.__dict__.clear()
+        self.__dict__.update(point)
+        self._models = models
+
     def frozen(self) -> RlsPredictor:
         """An independent copy for predicting only (see the base class): each key's model without
         its covariance, no drift detectors."""

@@ -136,6 +136,25 @@ class RLS:
         self.__dict__.update(state)
         self._projected = None
 
+    def restore_point(self) -> dict:
+        """The model's state now, for :meth:`restore` to bring it back to after more learning: the
+        arrays learning changes in place (the covariance, the column scales) and the feature index
+        copied, the rest shared (learning rebinds it, never changes it in place). Far cheaper than
+        a pickle of the model."""
+        state = dict(self.__dict__)
+        state["_s"] = self._s.copy(order="K")
+        state["_column_scale"] = self._column_scale.copy()
+        index = state["index"] = copy.copy(self.index)
+        index.columns = dict(self.index.columns)
+        index._layouts = dict(self.index._layouts)  # arrays never changed in place: shared
+        state["_projected"] = None
+        return state
+
+    def restore(self, point: dict) -> None:
+        """Bring the model back to the state of ``point`` (from :meth:`restore_point`; used once)."""
+        self.__dict__.clear()
+        self.__dict__.update(point)
+
     def frozen(self) -> RLS:
         """An independent copy for predicting only: the same predictions as this model now.
 

@@ -334,7 +334,7 @@ class RowPlans:
     _FIELDS = ("positions", "left", "right", "keys")
 
     def __init__(self) -> None:
-        self._data = {name: np.zeros(64, dtype=np.int64) for name in self._FIELDS}
+        self._data = {name: np.zeros(4096, dtype=np.int64) for name in self._FIELDS}  # grown when a row needs more
         self._offsets = {name: np.zeros(65, dtype=np.int64) for name in self._FIELDS}
         self._counts = np.zeros(64, dtype=np.int64)  # each plan's base values
         self._highest = np.zeros(64, dtype=np.int64)  # and its highest column position
@@ -351,10 +351,13 @@ class RowPlans:
         if left.size != right.size or count < 0:
             raise ValueError(f"a plan of {positions.size} positions cannot hold {left.size} products "
                              f"and {keys.size} copies")
-        for name, indices in (("left", left), ("right", right), ("keys", keys)):
-            if indices.size and not (0 <= indices.min() and indices.max() < count):
-                raise ValueError(f"{name} must index the plan's {count} base values")
-        if positions.size and ((positions < 1) & (positions != -1)).any():
+        indices = np.concatenate((left, right, keys))  # checked at once; named on failure
+        if indices.size and not (0 <= indices.min() and indices.max() < count):
+            for name, some in (("left", left), ("right", right), ("keys", keys)):
+                if some.size and not (0 <= some.min() and some.max() < count):
+                    raise ValueError(f"{name} must index the plan's {count} base values")
+        highest = int(positions.max()) if positions.size else 0
+        if positions.size and positions.min() < 1 and ((positions < 1) & (positions != -1)).any():
             raise ValueError("a plan's positions are columns from 1 on, or -1 (no column)")
         plan = self._size
         if plan + 1 >= self._counts.size:
@@ -369,7 +372,7 @@ class RowPlans:
             self._data[name][start:stop] = values
             self._offsets[name][plan + 1] = stop
         self._counts[plan] = count
-        self._highest[plan] = positions.max() if positions.size else 0
+        self._highest[plan] = highest
         self._size = plan + 1
         return plan
 

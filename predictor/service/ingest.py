@@ -25,6 +25,7 @@ from typing import Any
 
 from predictor.calibration.conformal import BoundSource
 from predictor.calibration.shapes import QueryShape
+from predictor.predictors.rls import RlsPredictor
 from predictor.prequential import blocks as fastreplay
 from predictor.records import rules
 from predictor.records.logio import ReadReport, iter_records
@@ -35,6 +36,7 @@ from predictor.records.record import (
     record_numbers,
     record_within_limits,
 )
+from predictor.service.admission import Learned
 from predictor.service.durability import wal
 from predictor.service.durability.dedup import DUPLICATE, TOO_OLD, DedupKey, Duplicate
 from predictor.service.errors import (
@@ -180,9 +182,11 @@ class Ingest:
         ``config.replay_every_records`` records that reached the learner); per part, the
         admission-time questions of every record are replayed against the replay base
         (:meth:`ServiceState.replay_base <predictor.service.state.ServiceState.replay_base>`), then
-        each record is learned in order (its own prediction is prequential) and calibrated on with
-        its replayed answers. Published once, at the end. What is learned is the same however the
-        records are cut into blocks (``docs/design.md``, One truth).
+        each record is learned in order (its own prediction is prequential); the learned records
+        are then calibrated on with their replayed answers, in order, at once for the whole block
+        (nothing the parts compute reads the admission calibration). Published once, at the end.
+        What is learned is the same however the records are cut into blocks (``docs/design.md``,
+        One truth).
         """
         state = self.state
         out: list[float | ServiceError] = []
@@ -192,19 +196,24 @@ class Ingest:
                 self._write_block(block)
                 every = state.config.replay_every_records
                 start = 0
-                while start < len(block):
-                    part = block[start:start + every - state.sequence % every]
-                    start += len(part)
-                    replays = self._replays(part)
-                    known = [state.predictor.learned_key(taken.record) for taken in part]
-                    outcomes = self._learn_records(part)
-                    state.sequence += len(part)
-                    out += outcomes
-                    state.admission.observe_block([
-                        (taken.record, taken.kind, math.nan if guess else outcome, replayed, taken.batch_id)
-                        for taken, replayed, outcome, guess in zip(part, replays, outcomes,
-                                                                   self._guesses(part, outcomes, known), strict=True)
-                        if not isinstance(outcome, ServiceError)])
+                calibrating: list[Learned] = []  # calibrated on once, after the parts (nothing between reads it)
+                try:
+                    while start < len(block):
+                        part = block[start:start + every - state.sequence % every]
+                        start += len(part)
+                        replays = self._replays(part)
+                        known = [state.predictor.learned_key(taken.record) for taken in part]
+                        outcomes = self._learn_records(part)
+                        state.sequence += len(part)
+                        out += outcomes
+                        calibrating += [
+                            (taken.record, taken.kind, math.nan if guess else outcome, replayed, taken.batch_id)
+                            for taken, replayed, outcome, guess in zip(part, replays, outcomes,
+                                                                       self._guesses(part, outcomes, known), strict=True)
+                            if not isinstance(outcome, ServiceError)]
+                finally:
+                    if calibrating:
+                        state.admission.observe_block(calibrating)
                 learned = sum(not isinstance(outcome, ServiceError) for outcome in out)
                 if learned:
                     state.changed(learned)
@@ -348,14 +357,14 @@ class Ingest:
         if len(block) < fewest or not fastreplay.supports(predictor):
             return None
         # what a refusal of the gate restores (no gate: nothing is refused, nothing to keep)
-        saved = None if state.gates is None else pickle.dumps((predictor, state.gates), protocol=pickle.HIGHEST_PROTOCOL)
+        restore = None if state.gates is None else _restore_point(state)
         knows: list[bool] = []
         predicted = fastreplay.prequential_blocks(predictor, [t.record for t in block],  # type: ignore[arg-type]
                                                block=len(block), knows=knows).predicted
         if state.gates is not None:
             for at, (taken, value, known) in enumerate(zip(block, predicted, knows, strict=True)):
                 if known and state.gates.check(taken.kind, value, taken.record.latency_ms, taken.source) is not None:
-                    state.predictor, state.gates = pickle.loads(saved)  # type: ignore[arg-type]
+                    restore()  # type: ignore[misc]
                     return self._learn_compiled(block[:at], fewest=1) if at else []
         for taken, value in zip(block, predicted, strict=True):
             self._score(taken.record, taken.kind, value)
@@ -505,3 +514,24 @@ class Ingest:
             self.state.n_rejected += 1
         if len(report.rejections) < self.state.config.max_rejections_reported:
             report.rejections.append(rejection)
+
+
+def _restore_point(state: ServiceState) -> Callable[[], None]:
+    """What brings the state's predictor and outlier gates back to where they are now (a refusal
+    of the gate undoes the learning since): their own restore points where they have them (the
+    arrays learning changes in place, copied), else a pickle of both."""
+    predictor, gates = state.predictor, state.gates
+    if type(predictor) is RlsPredictor and gates is not None:
+        learned, checked = predictor.restore_point(), gates.restore_point()
+
+        def restore() -> None:
+            predictor.restore(learned)
+            gates.restore(checked)
+
+        return restore
+    saved = pickle.dumps((predictor, gates), protocol=pickle.HIGHEST_PROTOCOL)
+
+    def unpickle() -> None:
+        state.predictor, state.gates = pickle.loads(saved)
+
+    return unpickle

@@ -13,32 +13,29 @@ each as a query (:meth:`Answering.plan_query <predictor.service.answering.Answer
   each, so the refusals are exactly ``plan_query``'s;
 * **filling once per record**: the device kind, the signals filled in for it and the overlap
   assumed for its co-runners (the calls ``plan_query`` makes; they do not change during a replay);
-* **no per-question objects**: a record's questions become the rows of one
-  :class:`~predictor.service.answering.Plan` built from columns directly. The rows of a plan are
-  one record's, never several records': a row's rounding depends on the rows beside it (the
-  columns they present), and the answers must not depend on which records share a block.
+* **each question answered alone**, as PredictLatency answers it: where the answer takes the
+  per-record way (a predictor monotone itself and nothing to clip), by the predictor's
+  ``predict_many`` of the planned record directly, without the answer path around it. No two
+  questions share a computation, so an answer never depends on which records share a block.
 
-The groups, their order and the predictor calls are those of :func:`replay_block_per_question`
-(every question planned by ``plan_query``: the reference), so the answers are the same, bit for
-bit.
+The questions, their order and the predictor calls are those of :func:`replay_block_per_question`
+(every question planned by ``plan_query`` and predicted alone: the reference), so the answers are
+the same, bit for bit.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from predictor.calibration.shapes import QueryShape
 from predictor.records import rules
-from predictor.records.colocations import CoLocations
 from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.runtime.gil_yield import point as gil_point
 from predictor.service.admission import admission_queries, admission_shapes
-from predictor.service.answering import Answering, Plan, Planned
+from predictor.service.answering import Answering, Planned
 from predictor.service.errors import ServiceError
+from predictor.service.estimates import monotone
 
 if TYPE_CHECKING:
     from predictor.service.estimates.filling import Filling
@@ -51,8 +48,6 @@ planned, and what ``plan_query`` planned (``None``: planned here; built where ne
 
 Replayed = list[list[tuple[QueryShape, float]]]
 """Per record of a block, the shape and predicted latency of each of its answered questions."""
-
-_NONE = np.zeros(0, dtype=np.intp)
 
 
 def _numbers_ok(values: Any, limit: float) -> bool:
@@ -95,8 +90,9 @@ def vouched(record: Record, limit: float) -> bool:
 
 def plan_block(answering: Answering, records: Sequence[Record],
                filling: Filling | None = None) -> dict[tuple, list[Question]]:
-    """The admission-time questions of a block's records, planned, in groups that share one batch
-    and solo latency (keyed as :func:`replay_block_per_question` keys them, in the same order);
+    """The admission-time questions of a block's records, planned, in groups of one record's
+    questions that share one batch and solo latency (each record's in the order
+    :func:`~predictor.service.admission.admission_queries` asks them);
     ``filling`` fills in signals and overlaps (default: the service's, as it stands)."""
     state = answering.state
     limit = state.config.max_value
@@ -156,26 +152,6 @@ def _planned_each(answering: Answering, record: Record,
     return out
 
 
-def group_plan(batch: BatchSpec, solo_latency_ms: float | None, group: Sequence[Question]) -> Any:
-    """The :class:`~predictor.service.answering.Plan` of a group's questions: the rows
-    :meth:`Plan.of <predictor.service.answering.Plan.of>` builds from their planned records."""
-    offsets = np.zeros(len(group) + 1, dtype=np.int64)
-    models: list[str] = []
-    sizes: list[int] = []
-    attrs: list[Mapping[str, float]] = []
-    overlaps: list[float] = []
-    for i, (_, _, _, _, _, runners, planned_overlaps, _) in enumerate(group):
-        for r in runners:
-            models.append(r.model)
-            sizes.append(r.batch_size)
-            attrs.append(r.attrs)
-        overlaps += planned_overlaps
-        offsets[i + 1] = len(overlaps)
-    rows = CoLocations(batch, [q[2] for q in group], [q[3] for q in group], [q[4] for q in group], offsets,
-                       models, sizes, attrs, np.array(overlaps, dtype=float), solo_latency_ms)
-    return Plan(rows, np.full(len(overlaps), math.nan), _NONE, shapes=[q[1] for q in group])
-
-
 def question_planned(record: Record, question: Question) -> Planned:
     """The :class:`~predictor.service.answering.Planned` ``plan_query`` gives for one question
     about ``record`` (the one it planned, for a record not vouched for)."""
@@ -190,24 +166,21 @@ def question_planned(record: Record, question: Question) -> Planned:
     return Planned(planned, [None] * len(runners), shape)
 
 
-def _latencies(answering: Answering, records: Sequence[Record], group: list[Question],
-               model: ModelVersion) -> list[float | None]:
-    """The latencies of a group's questions (``None``: refused): predicted together as one plan,
-    else (a lone question, or a plan refused) each alone, as a single query."""
-    if len(group) > 1:
-        first = group[0]
-        base = records[first[0]] if first[7] is None else first[7].record
-        try:
-            return answering.predict_plan(group_plan(base.batch, base.solo_latency_ms, group), model)[0].tolist()
-        except ServiceError:
-            pass  # each alone, so that only the refused ones are left out
-    out: list[float | None] = []
-    for question in group:
-        try:
-            out.append(float(answering.predict_plan(question_planned(records[question[0]], question), model)[0][0]))
-        except ServiceError:
-            out.append(None)
-    return out
+def _latency(answering: Answering, records: Sequence[Record], question: Question,
+             model: ModelVersion) -> float | None:
+    """The latency PredictLatency answers to one question (``None``: refused), from ``model``:
+    :meth:`Answering.predict_plan <predictor.service.answering.Answering.predict_plan>` of its
+    :class:`~predictor.service.answering.Planned`, or, where that takes the per-record way (a
+    predictor monotone itself, no attribute to clip, no co-runner given by remaining time: always
+    so here), the predictor's own ``predict_many`` of the planned record, which is what it computes."""
+    planned = question_planned(records[question[0]], question)
+    record, predictor = planned.record, model.predictor
+    if monotone.direct(predictor, record.batch.attrs) and not monotone.needs_clipping(record):
+        return float(predictor.predict_many([record])[0])
+    try:
+        return float(answering.predict_plan(planned, model)[0][0])
+    except ServiceError:
+        return None
 
 
 def replay_record(answering: Answering, record: Record) -> list[tuple[QueryShape, float]]:
@@ -223,13 +196,14 @@ def replay_block(answering: Answering, records: Sequence[Record], model: ModelVe
                  filling: Filling | None = None) -> Replayed:
     """:func:`replay_record` of every record of a block, all against ``model`` and ``filling`` (default:
     the model and filling as they stand): each record's questions planned once (:func:`plan_block`),
-    each group predicted as one plan. Ingest passes the version of the last replay boundary
+    each question predicted alone (:func:`_latency`). Ingest passes the version of the last replay boundary
     (:meth:`ServiceState.replay_base <predictor.service.state.ServiceState.replay_base>`)."""
     model = model or answering.state.live_model()
     out: Replayed = [[] for _ in records]
-    for group in plan_block(answering, records, filling).values():  # a record's questions share its batch: one group
+    for group in plan_block(answering, records, filling).values():
         gil_point()
-        for question, latency in zip(group, _latencies(answering, records, group, model), strict=True):
+        for question in group:
+            latency = _latency(answering, records, question, model)
             if latency is not None:
                 out[question[0]].append((question[1], latency))
     return out
@@ -237,33 +211,18 @@ def replay_block(answering: Answering, records: Sequence[Record], model: ModelVe
 
 def replay_block_per_question(answering: Answering, records: Sequence[Record]) -> Replayed:
     """The same replay with every question planned as a query (:meth:`Answering.plan_query
-    <predictor.service.answering.Answering.plan_query>`) and predicted from its
-    :class:`~predictor.service.answering.Planned`: the reference :func:`replay_block` equals."""
+    <predictor.service.answering.Answering.plan_query>`) and predicted alone from its
+    :class:`~predictor.service.answering.Planned` (:meth:`Answering.predict_plan
+    <predictor.service.answering.Answering.predict_plan>`, as PredictLatency predicts it): the
+    reference :func:`replay_block` equals."""
     model = answering.state.live_model()
     out: Replayed = [[] for _ in records]
-    groups: dict[tuple, list[tuple[int, QueryShape, Planned]]] = {}
     for at, record in enumerate(records):
         for shape, planned in _planned_each(answering, record):
-            batch = planned.record.batch
-            key = _group_key(at, batch, planned.record.solo_latency_ms)
-            groups.setdefault(key, []).append((at, shape, planned))
-    for group in groups.values():
-        latencies: list[float | None] | None = None
-        if len(group) > 1:
             try:
-                latencies = answering.predict_plan(Plan.of([p for _, _, p in group]), model)[0].tolist()
+                out[at].append((shape, float(answering.predict_plan(planned, model)[0][0])))
             except ServiceError:
-                pass
-        if latencies is None:
-            latencies = []
-            for _, _, planned in group:
-                try:
-                    latencies.append(float(answering.predict_plan(planned, model)[0][0]))
-                except ServiceError:
-                    latencies.append(None)
-        for (at, shape, _), latency in zip(group, latencies, strict=True):
-            if latency is not None:
-                out[at].append((shape, latency))
+                continue
     return out
 
 

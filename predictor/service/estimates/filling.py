@@ -72,10 +72,12 @@ class SignalView:
             return
         a = self.alpha
         b = 1 - a
+        state = dict(state)  # a new view, never one changed in place: copies share the views (copy)
         get = state.get
         for name, value in signals.items():
             previous = get(name)
             state[name] = value if previous is None else a * value + b * previous
+        table[key] = state
 
     def observe(self, device: str, kind: str, signals: Mapping[str, float]) -> None:
         """Smooth an observed record's signals into its device's and its kind's views."""
@@ -84,6 +86,12 @@ class SignalView:
         if device in self._devices or len(self._devices) < self.max_devices:
             self._smooth(self._devices, device, signals)
         self._smooth(self._kinds, kind, signals)
+
+    def copy(self) -> SignalView:
+        """An independent copy (the views are never changed in place: shared)."""
+        twin = copy.copy(self)
+        twin._devices, twin._kinds = dict(self._devices), dict(self._kinds)
+        return twin
 
     def view(self, device: str, kind: str) -> Mapping[str, float]:
         """The smoothed signals of ``device`` (else of its ``kind``; else none)."""
@@ -120,6 +128,12 @@ class OverlapStats:
         mean = sum(overlaps) / len(overlaps)
         self._add((kind, count), mean)
         self._add((None, count), mean)
+
+    def copy(self) -> OverlapStats:
+        """An independent copy (a few entries per device kind)."""
+        twin = copy.copy(self)
+        twin._sums = {key: list(entry) for key, entry in self._sums.items()}
+        return twin
 
     def _mean(self, kind: str, count: int) -> float | None:
         for key in ((kind, count), (None, count)):
@@ -163,8 +177,8 @@ class Filling:
         """An independent copy: what this one fills in now, whatever it learns afterwards."""
         with self._lock:
             twin = Filling.__new__(Filling)
-            twin.signals = copy.deepcopy(self.signals)
-            twin.overlaps = copy.deepcopy(self.overlaps)
+            twin.signals = self.signals.copy()
+            twin.overlaps = self.overlaps.copy()
         twin._lock = threading.Lock()
         return twin
 

@@ -67,6 +67,18 @@ class OutlierGates:
             f"of {math.exp(gate.threshold()):.3g}x for device kind {kind or '(none)'}; not learned"
         )
 
+    def restore_point(self) -> tuple[int, dict[str, tuple[OutlierGate, dict]]]:
+        """The gates' state now, for :meth:`restore` to bring them back to after more checks."""
+        return self.n_rejected, {kind: (gate, gate.restore_point()) for kind, gate in self._gates.items()}
+
+    def restore(self, point: tuple[int, dict[str, tuple[OutlierGate, dict]]]) -> None:
+        """Bring the gates back to the state of ``point`` (from :meth:`restore_point`; used once):
+        the same gate objects, with the state they had; gates made since are dropped."""
+        self.n_rejected, gates = point
+        for gate, saved in gates.values():
+            gate.restore(saved)
+        self._gates = {kind: gate for kind, (gate, _) in gates.items()}
+
     def kinds(self) -> list[str]:
         """The device kinds that have their own gate (the shared gate of further kinds left out)."""
         return [k for k in self._gates if k != self.SHARED]

@@ -75,6 +75,19 @@ class OutlierGate:
         self.n_rejected = 0
         self.n_escapes = 0
 
+    def restore_point(self) -> dict:
+        """The gate's state now, for :meth:`restore` to bring it back to (the windows copied)."""
+        state = dict(self.__dict__)
+        state["_residuals"] = self._residuals.copy()
+        state["_sorted"] = self._sorted.copy()
+        state["_recent"] = self._recent.copy()
+        return state
+
+    def restore(self, point: dict) -> None:
+        """Bring the gate back to the state of ``point`` (from :meth:`restore_point`; used once)."""
+        self.__dict__.clear()
+        self.__dict__.update(point)
+
     def _refresh(self) -> None:
         residuals = np.fromiter(self._residuals, dtype=float)
         mad = float(np.median(np.abs(residuals - np.median(residuals))))

@@ -1,0 +1,67 @@
+"""The outlier gate's restore points (:func:`predictor.service.ingest._restore_point`): what the
+``rls`` predictor and the gates learn after one is taken, compiled or record by record, is undone
+to the bit (a refused record must never change the model), far cheaper than the pickle it replaces.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from predictor.predictors import create
+from predictor.prequential.blocks import prequential_blocks
+from predictor.service.guards.gates import OutlierGates
+from predictor.service.synthetic import synthetic_records
+
+RECORDS = synthetic_records(500, seed=11)
+
+
+def _state(thing: object) -> bytes:
+    return pickle.dumps(thing, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(before=st.integers(0, 300), after=st.integers(1, 150), compiled=st.booleans(), again=st.booleans())
+def test_a_restored_predictor_is_the_predictor_at_its_restore_point(before, after, compiled, again):
+    predictor = create("rls")
+    for record in RECORDS[:before]:
+        predictor.predict_learn_one(record)
+    point, expected = predictor.restore_point(), _state(predictor)
+    later = RECORDS[before:before + after]
+    if compiled:  # the ingest's way: new columns, scales and keys included
+        prequential_blocks(predictor, later, block=len(later))
+    else:
+        for record in later:
+            predictor.predict_learn_one(record)
+    predictor.restore(point)
+    assert _state(predictor) == expected
+    if again:  # a restored predictor learns on as the one that never learned the undone records
+        twin = pickle.loads(expected)
+        for record in later[:20]:
+            assert predictor.predict_learn_one(record) == twin.predict_learn_one(record)
+        mine, its = predictor._models[""], twin._models[""]
+        assert mine.index.columns == its.index.columns
+        for name in ("_weights", "_s", "_column_scale"):
+            assert getattr(mine, name).tobytes() == getattr(its, name).tobytes(), name
+        assert predictor.predict_many(RECORDS[-50:]) == twin.predict_many(RECORDS[-50:])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.floats(0.2, 20.0), st.sampled_from(["x", "y"])),
+                min_size=1, max_size=120), st.integers(0, 120))
+def test_restored_gates_are_the_gates_at_their_restore_point(checks, at):
+    gates = OutlierGates(warmup=5, max_kinds=2)
+    for kind, ratio, source in checks[:at]:
+        gates.check(kind, 10.0, 10.0 * ratio, source)
+    point, expected = gates.restore_point(), _state(gates)
+    for kind, ratio, source in checks[at:]:
+        gates.check(kind, 10.0, 10.0 * ratio, source)
+    gates.restore(point)
+    assert _state(gates) == expected
+    kind, ratio, source = checks[0]
+    twin = pickle.loads(expected)
+    assert gates.check(kind, 10.0, 10.0 * math.sqrt(ratio), source) == twin.check(kind, 10.0, 10.0 * math.sqrt(ratio),
+                                                                                  source)
