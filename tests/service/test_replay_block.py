@@ -1,9 +1,9 @@
 """Ingest's admission-time replay of a block, planned per record (:mod:`predictor.service.replay_block`).
 
-The block planner validates and fills a record's questions once and builds each group's plan
-from columns; what it answers must be exactly what planning every question as a query gives
-(:func:`~predictor.service.replay_block.replay_block_per_question`, the previous path): the same
-questions refused, the same shapes, the same latencies bit for bit.
+The block planner validates and fills a record's questions once and answers each alone; what it
+answers must be exactly what planning every question as a query and predicting it alone gives
+(:func:`~predictor.service.replay_block.replay_block_per_question`, as PredictLatency answers): the
+same questions refused, the same shapes, the same latencies bit for bit.
 """
 
 from __future__ import annotations
