@@ -1,7 +1,8 @@
 """``ensemble``: per-key model selection by Hedge (exponential weights) over expert predictors.
 
-Runs several registered predictors side by side (by default ``rls``, ``tree`` with 63 histogram
-bins, whose refits cost less, and ``sgd``) and,
+Runs several registered predictors side by side (by default ``rls``, ``sgd`` and a ``tree`` whose
+refits cost about a sixth of the default ``tree``'s: 63 histogram bins, 100 trees at learning rate
+0.3, refits 2,000 observations apart; see :data:`DEFAULT_EXPERTS`) and,
 separately for each key (by default the batch's model; or its device kind), weights them by
 their recent prequential accuracy: each expert's decayed mean absolute log error, measured on
 its prediction *before* it learns the record, gives it the weight ``exp(-eta * error)``
@@ -25,7 +26,27 @@ from predictor.predictors.registry import create
 from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
 
-DEFAULT_EXPERTS = ("rls", "tree:max_bin=63", "sgd")
+DEFAULT_EXPERTS = ("rls", "tree:max_bin=63,n_estimators=100,learning_rate=0.3,refit_every=2000", "sgd")
+"""The default experts. Within the ensemble the tree expert's cheaper refits cost no accuracy that the
+weights do not make up (measured in ``docs/performance.md``), where ``tree`` alone loses some."""
+
+
+def expert_specs(experts: str) -> list[str]:
+    """The expert specifications of a comma-separated list: a piece without ``:`` that holds ``=``
+    is a further setting of the expert before it.
+
+    >>> expert_specs("rls, tree:max_bin=63,refit_every=2000, sgd")
+    ['rls', 'tree:max_bin=63,refit_every=2000', 'sgd']
+    """
+    specs: list[str] = []
+    for piece in (p.strip() for p in experts.split(",")):
+        if not piece:
+            continue
+        if specs and ":" not in piece and "=" in piece:
+            specs[-1] = f"{specs[-1]},{piece}"
+        else:
+            specs.append(piece)
+    return specs
 SPLIT_KEYS = (None, "model", "device_kind")
 
 
@@ -35,7 +56,8 @@ class EnsemblePredictor(LatencyPredictor):
     Parameters
     ----------
     experts
-        Registered predictor specs, comma-separated (``"rls,tree,sgd"``).
+        Registered predictor specs, comma-separated (``"rls,tree,sgd"``; an expert's further settings
+        follow it, ``"rls,tree:max_bin=63,refit_every=2000,sgd"``: :func:`expert_specs`).
     decay
         Weight of the past in each expert's running error, in [0, 1).
     eta
@@ -52,8 +74,8 @@ class EnsemblePredictor(LatencyPredictor):
                  split_by: str | None = "model", max_keys: int = 1024, seed: int = 0):
         super().__init__(seed=seed)
 
-        names = [e.strip() for e in experts.split(",") if e.strip()]
-        if not names or "ensemble" in names:
+        names = expert_specs(experts)
+        if not names or any(name.split(":")[0] == "ensemble" for name in names):
             raise ValueError(f"experts must list registered predictors other than ensemble, got {experts!r}")
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"decay must lie in [0, 1), got {decay!r}")
@@ -100,7 +122,7 @@ class EnsemblePredictor(LatencyPredictor):
         return dict(zip(self._expert_names(), self._normalised(self._errors_of(key), self.eta), strict=True))
 
     def _expert_names(self) -> list[str]:
-        return [e.strip() for e in self.experts.split(",") if e.strip()]
+        return expert_specs(self.experts)
 
     def fit(self, records: Iterable[Record]) -> EnsemblePredictor:
         """Learn a training set one record at a time (weights included), then let each expert that
@@ -149,7 +171,19 @@ class EnsemblePredictor(LatencyPredictor):
         shares its feature extraction between the two halves), then the weights."""
         if record.latency_ms is None:
             raise ValueError("latency_ms: required to learn from a record")
-        predictions = [expert.predict_learn_one(record) for expert in self._experts]
+        return self.combine_learn(record, [expert.predict_learn_one(record) for expert in self._experts])
+
+    @property
+    def expert_predictors(self) -> tuple[LatencyPredictor, ...]:
+        """The experts, in the order of :attr:`experts` (learning on them is this ensemble's learning)."""
+        return tuple(self._experts)
+
+    def combine_learn(self, record: Record, predictions: list[float]) -> float:
+        """The second half of :meth:`predict_learn_one`: the experts' ``predictions`` of ``record`` (made before
+        they learned it) combined with the weights before it, then the weights and this predictor's
+        book-keeping updated. For a replay that runs each expert over the stream by itself."""
+        if record.latency_ms is None:
+            raise ValueError("latency_ms: required to learn from a record")
         combined = self._combine(record, predictions)  # the weights before this record's errors
         self._update(record, predictions)
         self._observed(record, record.latency_ms / self.solo_latency(record))

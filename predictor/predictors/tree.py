@@ -93,6 +93,16 @@ def work_columns(rows: CoLocations) -> tuple[tuple[str, ...], np.ndarray]:
     return tuple(names), np.column_stack(columns) if columns else np.zeros((n, 0))
 
 
+def clamp(value: float, low: float, high: float) -> float:
+    """A regressor's ``value`` kept within :data:`MARGIN` of the targets seen, ``low`` to ``high``
+    (within ``[-20, 20]`` before any; a value that is not finite: the middle, or 0)."""
+    if low > high:
+        return min(max(value, -20.0), 20.0) if math.isfinite(value) else 0.0
+    if not math.isfinite(value):
+        return (low + high) / 2
+    return min(max(value, low - MARGIN), high + MARGIN)
+
+
 class TreePredictor(LatencyPredictor):
     """Gradient-boosted trees (LightGBM) of the log latency plus an online RLS corrector.
 
@@ -217,12 +227,27 @@ class TreePredictor(LatencyPredictor):
         self._last = None
 
     def _clamp(self, value: float) -> float:
+        return clamp(value, *self._target_range)
+
+    def answer(self, record: Record, value: float, target_range: tuple[float, float]) -> float:
+        """The latency :meth:`predict_one` answers for ``record`` where the regressor's value is ``value``
+        and the targets seen span ``target_range`` (a blockwise replay's last step)."""
+        low, high = target_range
+        if not low - MARGIN <= value <= high + MARGIN:
+            value = clamp(value, low, high)
+        return math.exp(self._offset(record) + value)
+
+    @property
+    def target_range(self) -> tuple[float, float]:
+        """The smallest and largest target learned (``(inf, -inf)`` before any)."""
+        return self._target_range
+
+    def observe_learned(self, record: Record, target: float) -> None:
+        """The book-keeping of :meth:`learn_one` once the regressor has learned ``record``'s ``target``
+        (for a replay that steps the regressor itself)."""
         low, high = self._target_range
-        if low > high:
-            return min(max(value, -20.0), 20.0) if math.isfinite(value) else 0.0
-        if not math.isfinite(value):
-            return (low + high) / 2
-        return min(max(value, low - MARGIN), high + MARGIN)
+        self._target_range = (min(low, target), max(high, target))
+        self._observed(record, record.latency_ms / self.solo_latency(record))  # type: ignore[operator]
 
     # ------------------------------------------------------------------ the interface
     def predict_one(self, record: Record) -> float:
@@ -255,8 +280,21 @@ class TreePredictor(LatencyPredictor):
         self._learn(record)
         self._observed(record, record.latency_ms / self.solo_latency(record))
 
+    def predict_learn_parts(self, record: Record, parts: tuple[dict[str, float], dict[str, str]]) -> float:
+        """:meth:`predict_learn_one` of ``record`` whose regressor input ``parts`` (:meth:`parts` of it, with
+        this predictor's ``work``) is already made."""
+        self._last = (record, parts)
+        return self.predict_learn_one(record)
+
+    @classmethod
+    def target(cls, record: Record) -> float:
+        """What the regressor learns of ``record``: its log latency, less its log solo latency where it has one."""
+        if record.latency_ms is None:
+            raise ValueError("latency_ms: required to learn from a record")
+        return math.log(record.latency_ms) - cls._offset(record)
+
     def _learn(self, record: Record) -> None:
-        target = math.log(record.latency_ms) - self._offset(record)  # type: ignore[arg-type]
+        target = self.target(record)
         self._model.learn_parts(*self._parts(record), target)
         low, high = self._target_range
         self._target_range = (min(low, target), max(high, target))

@@ -28,6 +28,7 @@ Examples
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -40,6 +41,7 @@ from river import base
 from predictor.regressors import refit_worker
 from predictor.regressors.feature_index import FeatureIndex
 from predictor.regressors.least_squares import RLS
+from predictor.regressors.rls_kernel import learn_rows_fits, scaled_row
 from predictor.regressors.trees import PackedTrees, TreeArrays, fit_trees, load_lightgbm
 
 Features = Mapping[str, object]
@@ -58,6 +60,12 @@ class _Refit:
         self.error: BaseException | None = None
         self.thread: threading.Thread | None = None
         self.future: Future | None = None
+
+    def same_inputs(self, other: _Refit) -> bool:
+        """Whether ``other`` fits the same rows, targets, columns and constraints (then it gives the same trees)."""
+        return (self.launched_at == other.launched_at and self.names == other.names
+                and self.monotone == other.monotone and np.array_equal(self.columns, other.columns)
+                and np.array_equal(self.y, other.y) and np.array_equal(self.X, other.X))
 
     def _indexed(self, trees: TreeArrays) -> TreeArrays:
         """``trees`` with their splits pointing at index columns (the walk reads the whole index vector)."""
@@ -187,6 +195,170 @@ def _scatter_plan(index: FeatureIndex, names: tuple[str, ...], fixed: Mapping[st
     return template, np.ascontiguousarray(np.vstack([positions[take], take]).astype(np.int64))
 
 
+def _learn_in_runs(corrector: RLS, observations: Sequence[tuple[Mapping[str, float], float]]) -> None:
+    """:meth:`RLS.learn_one <predictor.regressors.least_squares.RLS.learn_one>` of each ``(x, y)`` in turn: the
+    rows that fit the model as it is in compiled runs (:func:`~predictor.regressors.rls_kernel.learn_rows_fits`),
+    those that grow it one at a time."""
+    rows: list[np.ndarray] = []
+    targets: list[float] = []
+
+    def flush() -> None:
+        if rows:
+            learn_rows_fits(corrector, np.stack(rows), np.asarray(targets))
+            rows.clear()
+            targets.clear()
+
+    for x, y in observations:
+        names, values = tuple(x), np.fromiter(x.values(), dtype=float, count=len(x))
+        row = scaled_row(corrector, names, values)
+        if row is None:
+            corrector.index.positions(names)  # a layout of known names not yet seen: cached
+            row = scaled_row(corrector, names, values)
+        if row is None:
+            flush()
+            corrector.learn_vector(corrector.vectorize_row(names, values, grow=True), y)
+        else:
+            rows.append(row)
+            targets.append(y)
+    flush()
+
+
+class WindowAhead:
+    """The window of a :class:`BoostedResidual` kept ahead of it over observations it is about to learn,
+    so that each refit starts as soon as its inputs are known rather than when the model gets there.
+
+    Call :meth:`learn_parts` with each coming observation, in order, before the model learns it.
+    Where the model will launch a refit, the refit of the same inputs starts now (in the model's
+    worker) and is left with the model, which takes it when it launches (checking that the inputs
+    are the same; otherwise it starts its own). A refit depends on its inputs alone, so the model
+    learns and answers exactly as without this; its swaps wait less, since their fits started
+    earlier. :attr:`pending` counts the refits started ahead and not taken yet. With ``threads``, every
+    other refit runs in a thread of this process (LightGBM trains without the GIL) rather than in the
+    worker: two fits at once, where cores are free.
+
+    Examples
+    --------
+    >>> model = BoostedResidual(refit_every=20, first_fit=20, swap_after=5, n_estimators=10, worker="thread")
+    >>> rows = [({"size": float(i % 10)}, {"kind": "ab"[i % 2]}, 3.0 * (i % 10)) for i in range(60)]
+    >>> ahead = WindowAhead(model)
+    >>> for numeric, categories, y in rows[:25]:
+    ...     ahead.learn_parts(numeric, categories, y)
+    >>> ahead.pending
+    1
+    >>> for numeric, categories, y in rows:
+    ...     model.learn_parts(numeric, categories, y)
+    >>> ahead.pending, model.n_refits
+    (0, 2)
+    """
+
+    def __init__(self, model: BoostedResidual, threads: bool = False):
+        self.threads = threads
+        self._started = 0
+        shadow = object.__new__(BoostedResidual)
+        shadow.__dict__.update(model.__dict__)  # settings and counts; what it writes is copied below
+        shadow._index = copy.deepcopy(model._index)
+        shadow._codes = {key: dict(codes) for key, codes in model._codes.items()}
+        shadow._rows, shadow._targets = model._rows.copy(), model._targets.copy()
+        shadow._row_plans, shadow._ahead = None, {}
+        self._shadow = shadow
+        self._model = model
+
+    @property
+    def pending(self) -> int:
+        """Refits started ahead that the model has not taken yet."""
+        return len(self._model._ahead)
+
+    def learn_parts(self, numeric: Mapping[str, float], categories: Mapping[str, str], y: float) -> None:
+        """Put the coming observation in the window ahead (what :meth:`BoostedResidual.learn_parts` stores),
+        starting the refit the model will launch here, if any."""
+        shadow = self._shadow
+        coded, _ = shadow._views(numeric, categories, grow=True)
+        shadow._store(shadow._index.vector(coded, grow=True), float(y))
+        shadow._count += 1
+        if shadow._count >= shadow._next_refit:
+            shadow._next_refit = shadow._count + min(shadow.refit_every, shadow._count)
+            refit = shadow._refit_inputs()
+            model = self._model
+            if refit is not None and model.background and shadow._count > model._count:
+                self._started += 1
+                refit.start(model._params(), "thread" if self.threads and self._started % 2 == 0 else model.worker)
+                model._ahead[shadow._count] = refit
+
+
+class ResidualRun:
+    """A :class:`BoostedResidual` stepped over runs of observations, the corrector's steps compiled.
+
+    :meth:`step` learns an observation as :meth:`BoostedResidual.learn_parts` does (the window, the
+    counts) but leaves its corrector step queued; it declines (``False``) an observation that must be
+    learned one at a time by ``learn_parts``, after :meth:`flush`: before the first trees, one whose
+    learning launches a refit or swaps the trees, one of a category never learned, one that would
+    grow the corrector (a new name, a column's first non-zero value). :meth:`flush` takes the queued
+    corrector steps in one compiled call (:func:`~predictor.regressors.rls_kernel.learn_rows_fits`)
+    and returns each queued observation's value before it was learned (the trees' plus the
+    corrector's): what :meth:`BoostedResidual.predict_parts` answers there, within rounding.
+    Nothing else may learn on the model while steps are queued.
+    """
+
+    def __init__(self, model: BoostedResidual):
+        self.model = model
+        self._tree_rows: list[np.ndarray] = []
+        self._rows: list[np.ndarray] = []
+        self._targets: list[float] = []
+
+    def __len__(self) -> int:
+        return len(self._targets)
+
+    def step(self, numeric: Mapping[str, float], categories: Mapping[str, str], y: float) -> bool:
+        """Learn the observation, its corrector step queued; ``False`` (nothing done) where it must go through
+        :meth:`BoostedResidual.learn_parts`."""
+        model = self.model
+        count = model._count + 1
+        pending = model._pending
+        if (model._trees is None or count >= model._next_refit
+                or (pending is not None and count - pending.launched_at >= model.swap_after)
+                or not math.isfinite(y)):
+            return False
+        codes = model._codes
+        for key, value in categories.items():
+            known = codes.get(key)
+            if known is None or value not in known:
+                return False
+        coded, onehot = model._views(numeric, categories, grow=False)
+        corrector, names = model._corrector, tuple(onehot)
+        values = np.fromiter(onehot.values(), dtype=float, count=len(onehot))
+        row = scaled_row(corrector, names, values)
+        if row is None:
+            corrector.index.positions(names)  # a layout of known names not yet seen by this corrector: cached
+            row = scaled_row(corrector, names, values)
+            if row is None:
+                return False
+        vector = model._index.vector(coded, grow=True)
+        self._tree_rows.append(vector)
+        self._rows.append(row)
+        self._targets.append(y)
+        model._changed()
+        model._store(vector, y)
+        model._count = count
+        model._mean += (y - model._mean) / min(count, model.window)
+        if pending is not None:
+            model._corrector_rows.append((onehot, y, vector))
+        return True
+
+    def flush(self) -> np.ndarray:
+        """The queued corrector steps, learned; each queued observation's value before it was learned."""
+        if not self._targets:
+            return np.zeros(0)
+        model = self.model
+        assert model._trees is not None
+        tree = model._trees.predict_matrix(model._pad(self._tree_rows))
+        targets = np.asarray(self._targets)
+        corrector, _ = learn_rows_fits(model._corrector, np.stack(self._rows), targets - tree)
+        self._tree_rows.clear()
+        self._rows.clear()
+        self._targets.clear()
+        return tree + corrector
+
+
 class BoostedResidual(base.Regressor):
     """Gradient-boosted trees refitted in the background, plus an RLS corrector on their residual.
 
@@ -288,6 +460,8 @@ class BoostedResidual(base.Regressor):
         self.n_refits = 0
         self.n_refit_failures = 0
         self._row_plans: dict | None = None  # this model version's row plans (None: none asked yet), not state
+        self._ahead: dict[int, _Refit] = {}  # refits started ahead by a WindowAhead, by launch count; not state
+        self._last_prediction: tuple | None = None  # the last dict-path prediction's work (see learn_parts); not state
 
     # ------------------------------------------------------------------ river's conventions
     @classmethod
@@ -348,18 +522,36 @@ class BoostedResidual(base.Regressor):
         self._learn(*self._split(x, grow=True), y)
 
     def learn_parts(self, numeric: Mapping[str, float], categories: Mapping[str, str], y: float) -> None:
-        """:meth:`learn_one` of the dict of ``numeric`` and ``categories`` (the hot path: no type tests)."""
+        """:meth:`learn_one` of the dict of ``numeric`` and ``categories`` (the hot path: no type tests).
+
+        Right after :meth:`predict_parts` of the same two dicts (a prequential step), with nothing
+        learned in between, the prediction's views, vectors and trees' value are reused where learning
+        would make the same ones (every name and category known, no column's first value)."""
+        last, self._last_prediction = self._last_prediction, None
+        if last is not None and last[0] is numeric and last[1] is categories:
+            self._learn(*last[2:4], y, *last[4:])
+            return
         self._learn(*self._views(numeric, categories, grow=True), y)
 
-    def _learn(self, coded: dict[str, float], numeric: dict[str, float], y: float) -> None:
+    def _learn(self, coded: dict[str, float], numeric: dict[str, float], y: float,
+               vector: np.ndarray | None = None, tree: float | None = None, scaled: np.ndarray | None = None) -> None:
+        """Learn one observation; ``vector``, ``tree`` and ``scaled``: its trees' vector, their value there
+        and its corrector's scaled vector where they are known to be what learning makes."""
         self._changed()
         y = float(y)
         if not math.isfinite(y):
             raise ValueError(f"y: must be finite, got {y!r}")
         if self._count == 0 and self.background and self.worker == "process":
             _warm_worker()
-        vector = self._index.vector(coded, grow=True)
-        self._corrector.learn_one(numeric, y - self._tree_value(vector))
+        if vector is None:
+            vector = self._index.vector(coded, grow=True)
+            tree = self._tree_value(vector)
+        elif tree is None:
+            tree = self._tree_value(vector)
+        if scaled is None:
+            self._corrector.learn_one(numeric, y - tree)
+        else:
+            self._corrector.learn_vector(scaled, y - tree)
         self._store(vector, y)
         self._count += 1
         self._mean += (y - self._mean) / min(self._count, self.window)
@@ -393,20 +585,30 @@ class BoostedResidual(base.Regressor):
                 "learning_rate": self.learning_rate, "min_child_samples": self.min_child_samples,
                 "max_bin": self.max_bin, "seed": self.seed}
 
-    def _launch(self) -> None:
-        """Start a refit on the window (columns in name order, so that their order of arrival does not matter)."""
+    def _refit_inputs(self) -> _Refit | None:
+        """A refit of the window as it is (columns in name order, so that their order of arrival does not
+        matter), not started; ``None`` while there is no column."""
         n = min(self._count, self.window)
         names_by_column = {c: name for name, c in self._index.columns.items()}
         columns = np.array(sorted(names_by_column, key=names_by_column.__getitem__), dtype=np.int64)
         names = tuple(names_by_column[c] for c in columns.tolist())
         monotone = [int(bool(self._prefixes) and name.startswith(self._prefixes)) for name in names]
         if columns.size == 0:
+            return None
+        return _Refit(self._count, self._rows[:n][:, columns], self._targets[:n].copy(), names, columns, monotone)
+
+    def _launch(self) -> None:
+        """Start a refit on the window (or take the one :class:`WindowAhead` started on the same inputs)."""
+        refit = self._refit_inputs()
+        if refit is None:
             return
-        X = self._rows[:n][:, columns]
-        refit = _Refit(self._count, X, self._targets[:n].copy(), names, columns, monotone)
+        ahead = self._ahead.pop(self._count, None) if self._ahead else None
         self._pending = refit
         self._corrector_rows = []
-        refit.start(self._params(), self.worker if self.background else "call")
+        if ahead is not None and self.background and ahead.same_inputs(refit):
+            self._pending = ahead  # the same inputs, hence the same trees: started earlier
+        else:
+            refit.start(self._params(), self.worker if self.background else "call")
         if self.swap_after == 0:
             self._swap()
 
@@ -425,8 +627,8 @@ class BoostedResidual(base.Regressor):
         self._corrector = self._new_corrector()
         if rows:
             values = trees.predict_matrix(self._pad([v for _, _, v in rows]))
-            for (numeric, y, _), value in zip(rows, values.tolist(), strict=True):
-                self._corrector.learn_one(numeric, y - value)
+            _learn_in_runs(self._corrector, [(numeric, y - value)
+                                             for (numeric, y, _), value in zip(rows, values.tolist(), strict=True)])
 
     @staticmethod
     def _pad(vectors: Sequence[np.ndarray]) -> np.ndarray:
@@ -451,7 +653,22 @@ class BoostedResidual(base.Regressor):
 
     def predict_dicts(self, numeric: Mapping[str, float], categories: Mapping[str, str]) -> float:
         """:meth:`predict_parts` through the dict views (the reference the planned path equals)."""
-        return self._predict(*self._views(numeric, categories, grow=False))
+        coded, onehot = self._views(numeric, categories, grow=False)
+        vector = self._index.vector(coded, grow=False)
+        tree = self._tree_value(vector)
+        corrector = self._corrector
+        names = tuple(onehot)
+        scaled = scaled_row(corrector, names, np.fromiter(onehot.values(), dtype=float, count=len(onehot)))
+        if scaled is None:  # learning this row would change the corrector (or its layout is new to it)
+            value = tree + corrector.predict_vector(corrector.vectorize_row(
+                names, np.fromiter(onehot.values(), dtype=float, count=len(onehot)), grow=False))
+        else:  # the vector vectorize gives, with or without grow
+            value = tree + corrector.predict_vector(scaled)
+        codes_known = all(coded[key] >= 0 for key in categories)
+        if codes_known and self._index.positions(tuple(coded))[1] is None:
+            # learning would make the same views and trees' vector (and the corrector's row, where scaled)
+            self._last_prediction = (numeric, categories, coded, onehot, vector, tree, scaled)
+        return value
 
     def predict_row(self, names: tuple[str, ...], values: np.ndarray,
                     categories: tuple[tuple[str, str], ...]) -> float:
@@ -475,8 +692,10 @@ class BoostedResidual(base.Regressor):
         return plan.predict(values)
 
     def _changed(self) -> None:
-        """A new model version begins (an observation, a swap, a category code): the plans are forgotten."""
+        """A new model version begins (an observation, a swap, a category code): the plans are forgotten,
+        and so is the last prediction's work."""
         self._row_plans = None
+        self._last_prediction = None
 
     def _row_plan(self, names: tuple[str, ...], categories: tuple[tuple[str, str], ...]) -> _RowPlan | None:
         """The :class:`_RowPlan` of a layout in this model version (``None``: use the dicts).
@@ -595,12 +814,16 @@ class BoostedResidual(base.Regressor):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_row_plans", None)  # a cache of the columns and codes, not state
+        state.pop("_ahead", None)  # refits started early on inputs the model will have: not state
+        state.pop("_last_prediction", None)  # a cache of one prediction's work
         return state
 
     def __setstate__(self, state: dict) -> None:
         state.setdefault("max_bin", 255)  # a snapshot from before max_bin was a setting: LightGBM's default
         self.__dict__.update(state)
         self._row_plans = None
+        self._ahead = {}
+        self._last_prediction = None
         pending = self._pending
         if pending is not None and self.background:
             pending.start(self._params(), self.worker)  # redo the refit a pickle interrupted (same inputs, same trees)

@@ -229,8 +229,13 @@ def test_ensemble_one_pass_equals_predict_then_learn():
 
 def test_ensemble_keeps_the_old_registry_name_and_variants():
     assert type(create("ensemble")).__name__ == "EnsemblePredictor"
-    assert create("ensemble").experts == "rls,tree:max_bin=63,sgd"
-    assert create("ensemble")._experts[1].max_bin == 63
+    ensemble = create("ensemble")
+    assert ensemble.experts == "rls,tree:max_bin=63,n_estimators=100,learning_rate=0.3,refit_every=2000,sgd"
+    tree = ensemble.expert_predictors[1]
+    assert (tree.name, tree.max_bin, tree.n_estimators, tree.learning_rate, tree.refit_every) == ("tree", 63, 100, 0.3, 2000)
+    assert list(ensemble.weights) == ["rls", "tree:max_bin=63,n_estimators=100,learning_rate=0.3,refit_every=2000", "sgd"]
+    with pytest.raises(ValueError, match="experts"):
+        create("ensemble:experts='rls,ensemble:eta=2.0'")
     check_predictor(lambda: create("ensemble:experts='rls,static'"), default_records(30))
 
 
