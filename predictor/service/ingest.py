@@ -25,6 +25,8 @@ from typing import Any
 
 from predictor.calibration.conformal import BoundSource
 from predictor.calibration.shapes import QueryShape
+from predictor.predictors.base import LatencyPredictor
+from predictor.predictors.ensemble import EnsemblePredictor
 from predictor.predictors.rls import RlsPredictor
 from predictor.prequential import blocks as fastreplay
 from predictor.records import rules
@@ -348,19 +350,22 @@ class Ingest:
         (not such an ``rls`` or ``sgd``, or fewer than ``fewest`` records). A single record goes this
         way too, so that every record is learned by the same arithmetic whatever block it is in.
 
+        An ``ensemble`` whose experts all go this way goes this way too: each expert over the block by
+        its kernel, then the weights stepped record by record (the experts learn apart from the weights,
+        so each one's predictions are those the ensemble's own step would get).
+
         The kernel learns the whole block, then the gate checks its predictions in order; where it
         refuses a record, model and gates are restored and only the records before it are learned
         again, so that nothing after a refused record learned it.
         """
         state = self.state
         predictor = state.predictor
-        if len(block) < fewest or not fastreplay.supports(predictor):
+        if len(block) < fewest or not _compiles(predictor):
             return None
         # what a refusal of the gate restores (no gate: nothing is refused, nothing to keep)
         restore = None if state.gates is None else _restore_point(state)
         knows: list[bool] = []
-        predicted = fastreplay.prequential_blocks(predictor, [t.record for t in block],  # type: ignore[arg-type]
-                                               block=len(block), knows=knows).predicted
+        predicted = _prequential_compiled(predictor, [t.record for t in block], knows)
         if state.gates is not None:
             for at, (taken, value, known) in enumerate(zip(block, predicted, knows, strict=True)):
                 if known and state.gates.check(taken.kind, value, taken.record.latency_ms, taken.source) is not None:
@@ -514,6 +519,28 @@ class Ingest:
             self.state.n_rejected += 1
         if len(report.rejections) < self.state.config.max_rejections_reported:
             report.rejections.append(rejection)
+
+
+def _compiles(predictor: LatencyPredictor) -> bool:
+    """Whether :meth:`Ingest._learn_compiled` learns ``predictor``: an ``rls`` or ``sgd`` the compiled
+    kernels take (:func:`~predictor.prequential.blocks.supports`), or an ``ensemble`` of such experts."""
+    if isinstance(predictor, EnsemblePredictor):
+        return all(fastreplay.supports(expert) for expert in predictor.expert_predictors)
+    return fastreplay.supports(predictor)
+
+
+def _prequential_compiled(predictor: LatencyPredictor, records: list[Record], knows: list[bool]) -> list[float]:
+    """Each record's prediction before ``predictor`` (see :func:`_compiles`) learned it, learning them all;
+    ``knows`` gets whether each one's solo latency was known just before it was learned."""
+    if not isinstance(predictor, EnsemblePredictor):
+        return fastreplay.prequential_blocks(predictor, records, block=len(records), knows=knows).predicted
+    columns = [fastreplay.prequential_blocks(expert, records, block=len(records)).predicted
+               for expert in predictor.expert_predictors]
+    predicted = []
+    for at, record in enumerate(records):
+        knows.append(predictor.knows_solo(record))
+        predicted.append(predictor.combine_learn(record, [column[at] for column in columns]))
+    return predicted
 
 
 def _restore_point(state: ServiceState) -> Callable[[], None]:

@@ -18,6 +18,7 @@ import pytest
 
 from predictor import snapshot
 from predictor.analysis.admission_replay import partial_overlap_records, replay
+from predictor.predictors import create
 from predictor.records.record import RecordError
 from predictor.service import Service, ServiceConfig
 from predictor.service.ingest import MESSAGE_END
@@ -104,7 +105,27 @@ def test_blocks_learn_exactly_what_records_one_by_one_learn_where_nothing_is_com
         assert snapshot.dump_state(part) == snapshot.dump_state(_parts(many)[name]), name
 
 
-@pytest.mark.parametrize("predictor", ["rls", "sgd"])
+ENSEMBLE = "ensemble:experts='rls,sgd'"
+
+
+def test_an_ensemble_of_compiled_experts_learns_its_blocks_as_it_learns_record_by_record():
+    """Each expert over a block by its kernel, then the weights record by record: the predictions and
+    the weights of the ensemble's own ``predict_learn_one``, record after record."""
+    records = _records()
+    config = dataclasses.replace(CONFIG, predictor=ENSEMBLE, outlier_gate=False)
+    service = _blocks(records, 256, config)
+    reference = create(ENSEMBLE)
+    for record in records:
+        reference.predict_learn_one(record)
+    learned = service.state.predictor
+    np.testing.assert_allclose(learned.predict_many(records), reference.predict_many(records), rtol=1e-9)
+    for key in {r.batch.model for r in records}:
+        weights, expected = learned.key_weights(key), reference.key_weights(key)
+        assert weights.keys() == expected.keys()
+        np.testing.assert_allclose(list(weights.values()), list(expected.values()), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("predictor", ["rls", "sgd", ENSEMBLE])
 def test_refused_outliers_in_a_block_are_not_learned_by_what_follows(predictor):
     records = _records(400)
     outliers = (256, 300, 310)  # the first record of a block, then two in its middle
