@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from predictor.calibration.conformal import BoundSource
+from predictor.predictors import DEFAULT
 from predictor.records.record import BatchSpec
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.errors import FIELD_KEY
@@ -189,7 +190,7 @@ def test_batch_start_end_feed_the_live_view(client):
 
 def test_get_status(client):
     status = client.status()
-    assert status.ready and status.predictor == "rls"
+    assert status.ready and status.predictor == DEFAULT
     assert status.observations_learned >= 500 and status.coverage_confidence == 0.99
     assert 0 < status.rolling_mape < 100 and 0.8 < status.coverage <= 1
     assert [k.device_kind for k in status.device_kinds] == ["SimGPU"]

@@ -297,7 +297,9 @@ def test_shards_learn_their_device_kinds_and_metrics_sum_over_workers(tmp_path):
 def test_answers_given_by_workers_are_linked_to_their_observations_by_the_learner(tmp_path, warm_log):
     cpus = sorted(os.sched_getaffinity(0))
     learner_cpus, worker_cpus = ({cpus[-1]}, set(cpus[:-1])) if len(cpus) > 1 else (set(cpus), set(cpus))
-    server = start_server(tmp_path, "--workers", "2", "--warm-start", str(warm_log), "--learner-nice", "3",
+    # an rls learner: its answering workers load neither scikit-learn nor river (an sgd expert needs river)
+    server = start_server(tmp_path, "--workers", "2", "--predictor", "rls", "--warm-start", str(warm_log),
+                          "--learner-nice", "3",
                           "--learner-policy", "batch", "--learner-cpus", ",".join(map(str, learner_cpus)),
                           "--worker-cpus", ",".join(map(str, worker_cpus)), "--pin-workers", name="linking",
                           timeout=240)

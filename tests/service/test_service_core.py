@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from predictor.calibration.conformal import BoundSource
+from predictor.predictors import DEFAULT
 from predictor.records.record import BatchSpec, record_to_dict
 from predictor.service import (
     Candidate,
@@ -88,7 +89,7 @@ def test_predict_explicit_co_runners_slows_down(service):
     assert crowded.bound_source is BoundSource.DEVICE_KIND and 30 <= crowded.residuals < 800
     assert crowded.query_shape == "overlap/nosig" and not crowded.fallback
     assert crowded.device_kind == "SimGPU"  # learned from the observations of sim0
-    assert crowded.observations_learned == 800 and crowded.predictor == "rls"
+    assert crowded.observations_learned == 800 and crowded.predictor == DEFAULT
 
 
 def test_remaining_time_becomes_overlap(service):
@@ -374,7 +375,7 @@ def test_observation_with_batch_id_ends_the_running_batch(service):
 def test_status(service):
     status = service.status()
     assert status.ready and status.observations_learned == 800
-    assert status.predictor == "rls" and status.coverage_confidence == 0.99
+    assert status.predictor == DEFAULT and status.coverage_confidence == 0.99
     assert 0 < status.rolling_mape < 50
     assert 0.9 < status.coverage <= 1.0
     (kind,) = status.device_kinds

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from predictor import snapshot as snap
+from predictor.predictors import DEFAULT
 from predictor.records.record import BatchSpec
 from predictor.service import (
     CoRunnerSource,
@@ -76,7 +77,7 @@ def test_restore_gives_identical_predictions(trained, records, tmp_path):
 def test_close_writes_a_final_snapshot(trained, tmp_path):
     trained.close()
     header, _ = snap.read_header(tmp_path / "state" / SNAPSHOT_FILE)
-    assert header["observations"] == 400 and header["predictor"] == "rls"
+    assert header["observations"] == 400 and header["predictor"] == DEFAULT
     assert not trained.ready
 
 
