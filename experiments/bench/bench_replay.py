@@ -1,28 +1,43 @@
-"""Replay throughput: ``predictor replay`` on about a million records, end to end.
+"""Replay throughput: ``predictor replay`` end to end, each run beside a process that only reads the file.
 
-Resamples a log (by default the shipped dataset) with replacement into a
-compressed log of ``n_records`` lines, giving each a fresh increasing
-``start_s`` so it is a time-ordered stream, then measures in one run:
+Resamples a log (by default the shipped dataset) with replacement into a compressed log of
+``n_records`` lines, giving each a fresh increasing ``start_s`` so it is a time-ordered stream, then,
+``repeats`` times, interleaved:
 
-* the floor: reading and validating the compressed log (no prediction);
-* ``predictor replay LOG --predictor rls --prequential`` end to end;
-* the same with the ``fine`` feature set (smaller model).
+* the floor: a Python process that only gunzips the log and ``json.loads`` each line;
+* each of ``runs``: ``predictor replay LOG --predictor NAME [FLAGS]`` as a process of its own (the
+  default protocol, the 75/25 split, unless a run says ``--prequential``).
 
-Reports records per second and the ratio of each replay to the floor.
+Reports per run the median and spread (lowest, highest) of its records per second and their ratio
+to the floor of the same repeat, of its CPU per record (every thread of the process, start-up
+included) and the floor's CPU over it (the ratio per core), and the ratio of the default split to
+the default prequential replay. Wall-clock figures on a shared machine move with its load: read
+the ratios, each taken against the floor of its own repeat, and on a loaded machine the CPU ones.
 
-Run: ``.venv/bin/python -m experiments.bench.bench_replay`` (``--n-records 1000000``)
+Run: ``.venv/bin/python -m experiments.bench.bench_replay`` (``--n-records 200000 --repeats 3``,
+``--keep-log true``: the resampled log kept for the next run;
+``--runs "rls --prequential,rls,solo"``: a run is a predictor spec, then any ``predictor replay`` flags)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
+import resource
+import shlex
+import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from experiments.common import DEFAULT_DATASET, ROOT, finish, relative, start
-from predictor.records.logio import RecordWriter, iter_records, read_records
+from predictor.records.logio import RecordWriter, read_records
+
+FLOOR = ("import gzip, json, sys\n"
+         "with gzip.open(sys.argv[1], 'rt', encoding='utf-8') as stream:\n"
+         "    print(sum(1 for line in stream if json.loads(line)))\n")
+"""The floor's program: gunzip the log and ``json.loads`` each line (what any reader of it must do)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,9 +45,11 @@ class Config:
     """The study's settings; each field is also a ``--field`` option."""
 
     source: str = str(DEFAULT_DATASET)
-    n_records: int = 1_000_000
-    predictors: tuple[str, ...] = ("rls", "rls:features='fine'", "sgd")
+    n_records: int = 200_000
+    runs: tuple[str, ...] = ("rls --prequential", "rls", "solo", "static", "ewma", "sgd", "sgd --prequential")
+    repeats: int = 3
     seed: int = 0
+    keep_log: bool = False
 
 
 def resample(source: str, target, n: int, seed: int) -> None:
@@ -44,29 +61,66 @@ def resample(source: str, target, n: int, seed: int) -> None:
             writer.write(dataclasses.replace(rng.choice(records), start_s=float(i) * 0.01))
 
 
+def timed_process(command: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system, every thread) of running ``command`` from the repository root."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    begin = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+    wall = time.perf_counter() - begin
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def replay_command(log: Path, run: str) -> list[str]:
+    """The ``predictor replay`` command of ``run`` (``"SPEC [FLAGS]"``)."""
+    spec, *flags = shlex.split(run)
+    return [sys.executable, "-m", "predictor.cli", "replay", relative(log.resolve()), "--predictor", spec, *flags]
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, lowest and highest of ``values``."""
+    return {"median": statistics.median(values), "low": min(values), "high": max(values)}
+
+
 def main() -> None:
-    """Resample the log, time the read floor and each ``predictor replay``; print and write the results."""
+    """Resample the log; time the floor and every run, interleaved; print and write the results."""
     config, out = start("bench_replay", Config(), __doc__.splitlines()[0])
     log = out / f"resampled-{config.n_records}.jsonl.gz"
     if not log.exists():
         resample(config.source, log, config.n_records, config.seed)
-    begin = time.perf_counter()
-    n = sum(1 for _ in iter_records(log))
-    floor = n / (time.perf_counter() - begin)
-    results: dict = {"n_records": n, "read_and_validate_per_s": floor, "replay": {}}
-    print(f"floor: read and validate {n:,} records at {floor:,.0f} records/s")
-    for spec in config.predictors:
-        summary = out / f"replay-{spec.split(':')[0]}-{len(results['replay'])}.json"
-        begin = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-m", "predictor.cli", "replay", relative(log.resolve()), "--predictor", spec,
-             "--prequential", "--json", str(summary.resolve())],
-            check=True, stdout=subprocess.DEVNULL, cwd=ROOT,  # from the root: the summary names the log relatively
-        )
-        rate = n / (time.perf_counter() - begin)
-        results["replay"][spec] = {"records_per_s": rate, "ratio_to_floor": rate / floor}
-        print(f"replay {spec}: {rate:,.0f} records/s end to end ({rate / floor:.2f} x the read floor)")
-    log.unlink()
+    n = config.n_records
+    subprocess.run(replay_command(log, "rls --prequential"), check=True, stdout=subprocess.DEVNULL,
+                   cwd=ROOT)  # compiled kernels cached on disk before any timing
+    repeats: list[dict[str, dict[str, float]]] = []
+    for repeat in range(config.repeats):
+        wall, cpu = timed_process([sys.executable, "-c", FLOOR, str(log)])
+        floor = {"records_per_s": n / wall, "cpu_us_per_record": 1e6 * cpu / n, "ratio_to_floor": 1.0,
+                 "cpu_ratio_to_floor": 1.0}
+        measured = {"floor": floor}
+        for run in config.runs:
+            wall, cpu = timed_process(replay_command(log, run))
+            measured[run] = {"records_per_s": n / wall, "cpu_us_per_record": 1e6 * cpu / n,
+                             "ratio_to_floor": n / wall / floor["records_per_s"],
+                             "cpu_ratio_to_floor": floor["cpu_us_per_record"] / (1e6 * cpu / n)}
+        repeats.append(measured)
+        print(f"repeat {repeat + 1}: " + ", ".join(f"{name} {m['ratio_to_floor']:.2f}x" for name, m in measured.items()))
+    summary = {name: {key: spread([r[name][key] for r in repeats]) for key in repeats[0][name]}
+               for name in repeats[0]}
+    print(f"{n:,} records, median (lowest-highest) of {config.repeats} repeats, each beside the floor of its repeat")
+    print(f"{'run':<26} {'rec/s':>9} {'x floor':>17} {'us CPU/rec':>18} {'x floor, CPU':>17}")
+    for name, figures in summary.items():
+        rate, ratio, cpu, per_cpu = (figures[k] for k in ("records_per_s", "ratio_to_floor", "cpu_us_per_record",
+                                                          "cpu_ratio_to_floor"))
+        print(f"{name:<26} {rate['median']:>9,.0f} {ratio['median']:>5.2f} ({ratio['low']:.2f}-{ratio['high']:.2f})"
+              f" {cpu['median']:>6.1f} ({cpu['low']:.1f}-{cpu['high']:.1f})"
+              f" {per_cpu['median']:>5.2f} ({per_cpu['low']:.2f}-{per_cpu['high']:.2f})")
+    results: dict = {"n_records": n, "repeats": repeats, "summary": summary}
+    if "rls" in summary and "rls --prequential" in summary:
+        split = spread([r["rls"]["records_per_s"] / r["rls --prequential"]["records_per_s"] for r in repeats])
+        results["split_over_prequential"] = split
+        print(f"split / prequential (rls): {split['median']:.2f} ({split['low']:.2f}-{split['high']:.2f})")
+    if not config.keep_log:
+        log.unlink()
     finish(out, results)
 
 

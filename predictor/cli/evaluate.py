@@ -8,20 +8,21 @@ import json
 import math
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
-from predictor.analysis.admission_replay import ReplayResult, replay
-from predictor.analysis.plots import error_cdf, rolling_error
 from predictor.cli.progress import progress_bar
 from predictor.predictors import create
-from predictor.prequential.blocks import prequential_blocks, supports
+from predictor.prequential.blocks import predict_rows, prequential_blocks, supports
 from predictor.prequential.evaluation import Scored, run_prequential, run_split, split_records, summarize
 from predictor.records.logio import read_records
 from predictor.records.record import Record
 from predictor.records.typed_decoding import ColocRow, record_of
-from predictor.service.config import ServiceConfig
+
+if TYPE_CHECKING:
+    from predictor.analysis.admission_replay import ReplayResult
 
 DEFAULT_PREDICTORS = "solo,static,ewma,sgd,rls"
 EVALUATE_EPILOG = """\
@@ -72,7 +73,9 @@ def score(spec: str, records: list, args: argparse.Namespace, advance) -> Scored
 
     Where the blockwise replay applies (:func:`~predictor.prequential.blocks.supports`: rls or sgd at
     their defaults), the prequential mode, and the split mode's training part, are learned in compiled
-    blocks: the same state within 1e-9 as learning record by record (a prediction changes no state)."""
+    blocks: the same state within 1e-9 as learning record by record (a prediction changes no state);
+    the scored part is predicted per block (:func:`~predictor.prequential.blocks.predict_rows`), or with
+    ``keep_learning`` replayed prequentially after the training part."""
     predictor = create(spec, seed=args.seed)
     blockwise = supports(predictor)
     if args.prequential:
@@ -83,16 +86,14 @@ def score(spec: str, records: list, args: argparse.Namespace, advance) -> Scored
         return run_prequential(predictor, map(as_record, records), progress=advance)
     if blockwise:
         train, test = split_records(records, args.split, args.seed)
-        prequential_blocks(predictor, train, overlap=not args.serial)  # type: ignore[arg-type]
-        advance(len(train))
-        scored = Scored()
-        for row in test:
-            record = as_record(row)
-            scored.add(predictor.predict_one(record), record.latency_ms)  # type: ignore[arg-type]
-            if args.keep_learning:
-                predictor.learn_one(record)
-        advance(len(test))
-        return scored
+        measured = [row.latency_ms for row in test]
+        if args.keep_learning:  # each scored record predicted, then learned: the prequential replay of them all
+            predicted = prequential_blocks(predictor, [*train, *test], overlap=not args.serial).predicted[len(train):]
+        else:
+            prequential_blocks(predictor, train, overlap=not args.serial)  # type: ignore[arg-type]
+            predicted = predict_rows(predictor, test)
+        advance(len(records))
+        return Scored(predicted, measured)  # type: ignore[arg-type]
     return run_split(predictor, list(map(as_record, records)), split=args.split, seed=args.seed,
                      keep_learning=args.keep_learning, progress=advance)
 
@@ -150,6 +151,11 @@ def split_predictor_list(text: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``predictor evaluate``."""
+    # imported here: ``predictor replay`` (which shares this module's scoring) never needs the service
+    from predictor.analysis.admission_replay import replay
+    from predictor.analysis.plots import error_cdf, rolling_error
+    from predictor.service.config import ServiceConfig
+
     console = Console()
     specs = split_predictor_list(args.predictors)
     output: dict = {"protocol": protocol_label(args), "seed": args.seed, "datasets": {}}

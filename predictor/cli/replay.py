@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import textwrap
 import time
@@ -15,6 +16,7 @@ from predictor.predictors import create
 from predictor.prequential.blocks import fast_prequential
 from predictor.prequential.evaluation import run_prequential, summarize
 from predictor.records.logio import ReadReport, iter_records, iter_rows
+from predictor.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD, collector
 
 REPLAY_EPILOG = """\
 Examples:
@@ -48,20 +50,24 @@ def run(args: argparse.Namespace) -> int:
     """Entry of ``predictor replay``."""
     started = time.perf_counter()
     report = ReadReport()
-    if args.prequential:  # a stream: never held in memory
-        if args.reference:
-            records = iter_records(args.log, tolerant=args.tolerant, report=report, inflate_ahead=not args.serial)
-            scored = run_prequential(create(args.predictor, seed=args.seed), records)
+    # the collector as a serving process runs it (predictor.runtime.gc_tuning): young objects collected
+    # less often, and the split's rows, alive to the end, frozen once read (never traversed again)
+    with collector(DEFAULT_YOUNG_THRESHOLD):
+        if args.prequential:  # a stream: never held in memory
+            if args.reference:
+                records = iter_records(args.log, tolerant=args.tolerant, report=report, inflate_ahead=not args.serial)
+                scored = run_prequential(create(args.predictor, seed=args.seed), records)
+            else:
+                scored = fast_prequential(args.log, args.predictor, seed=args.seed, tolerant=args.tolerant,
+                                          report=report, overlap=not args.serial)
+            loaded = started
         else:
-            scored = fast_prequential(args.log, args.predictor, seed=args.seed, tolerant=args.tolerant,
-                                      report=report, overlap=not args.serial)
-        loaded = started
-    else:
-        # rows read like records (the replay's fast reader); a record is built only where one is needed
-        records = list(iter_rows(args.log, tolerant=args.tolerant, report=report, inflate_ahead=not args.serial))
-        loaded = time.perf_counter()
-        with progress_bar(args.predictor, total=len(records)) as advance:
-            scored = score(args.predictor, records, args, advance)
+            # rows read like records (the replay's fast reader); a record is built only where one is needed
+            records = list(iter_rows(args.log, tolerant=args.tolerant, report=report, inflate_ahead=not args.serial))
+            gc.freeze()
+            loaded = time.perf_counter()
+            with progress_bar(args.predictor, total=len(records)) as advance:
+                scored = score(args.predictor, records, args, advance)
     finished = time.perf_counter()
     count = report.accepted
     summary = summarize(scored)

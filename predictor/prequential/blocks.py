@@ -27,6 +27,9 @@ rows read like records (:mod:`predictor.records.typed_decoding`; no record built
 work: this one decodes and computes the features, a second learns each block while the next is
 read (:class:`~predictor.runtime.kernel_thread.KernelThread`; the compiled call releases the GIL),
 a third inflates a ``.gz`` log ahead (:mod:`predictor.records.inflate_ahead`).
+
+The split replay learns its training part so, and predicts its scored part with
+:func:`predict_rows`: the model's answers per row layout at once, in NumPy.
 """
 
 from __future__ import annotations
@@ -34,12 +37,12 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
-from predictor.features.extract import RowLayout, planned_parts
+from predictor.features.extract import RowLayout, fine_features, planned_parts
 from predictor.predictors import create
 from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
 from predictor.predictors.rls import RlsPredictor
@@ -52,6 +55,7 @@ from predictor.runtime.kernel_thread import KernelThread
 
 if TYPE_CHECKING:
     from predictor.predictors.sgd_kernel import SgdBlock, SgdRows
+    from predictor.regressors.least_squares import RLS
     from predictor.regressors.rls_kernel import PlannedBlock, PlannedRun
 
 BLOCK = 1024
@@ -302,6 +306,89 @@ def _unscaled_terms(row: RowLayout, unscaled: np.ndarray) -> tuple[tuple[int, ..
         else:
             singles.append(int(row.keys[u - count - row.left.size]))
     return tuple(singles), tuple(pairs)
+
+
+def predict_rows(predictor: LatencyPredictor, records: Sequence[Record | ColocRow]) -> list[float]:
+    """What :meth:`~predictor.predictors.base.LatencyPredictor.predict_one` answers for each of ``records``
+    (or rows read like them), the predictor learning nothing meanwhile: the split replay's scored part.
+
+    For ``rls`` and ``sgd`` as :func:`supports` takes them, the rows are computed per row layout at once
+    (per record its features, for ``rls`` before their products,
+    :func:`~predictor.features.extract.planned_parts`; their products, scaling and the model's weights
+    per layout in NumPy): the same numbers within rounding (the sum's terms added in another order);
+    any other predictor record by record.
+    """
+    if not supports(predictor):
+        return [predictor.predict_one(record_of(r) if isinstance(r, ColocRow) else r) for r in records]
+    n = len(records)
+    solo = np.fromiter(map(predictor.solo_latency, records), dtype=float, count=n)  # type: ignore[arg-type]
+    log_target = predictor.log_target  # type: ignore[attr-defined]
+    if predictor.name == "sgd":
+        slowdowns = slowdowns_of(_sgd_raw_predictions(predictor, records), log_target)
+    elif (model := predictor._models.get("")) is None:  # type: ignore[attr-defined]
+        slowdowns = np.ones(n)  # nothing learned yet: slowdown 1, as predict_slowdown says
+    else:
+        slowdowns = slowdowns_of(_raw_predictions(model, predictor.features, records), log_target)  # type: ignore[attr-defined]
+    return clipped_latencies(solo, slowdowns, *predictor._slowdown_range).tolist()  # type: ignore[arg-type]
+
+
+def _sgd_raw_predictions(predictor: LatencyPredictor, records: Sequence[Record | ColocRow]) -> np.ndarray:
+    """The ``sgd`` pipeline's raw answer of each record's fine features, per set of names at once
+    (:meth:`SgdPredictor._matrix_predictor <predictor.predictors.sgd.SgdPredictor._matrix_predictor>`)."""
+    groups: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
+    for i, record in enumerate(records):
+        features = fine_features(record)  # type: ignore[arg-type]
+        group = groups.setdefault(tuple(features), ([], []))
+        group[0].append(i)
+        group[1].extend(features.values())
+    raw = np.zeros(len(records))
+    for names, (rows, values) in groups.items():
+        predict = predictor._matrix_predictor(names)  # type: ignore[attr-defined]
+        raw[rows] = predict(np.array(values, dtype=float).reshape(len(rows), len(names)))
+    return raw
+
+
+def _raw_predictions(model: RLS, features: str, records: Sequence[Record | ColocRow]) -> np.ndarray:
+    """``model.predict_vector(model.vectorize_row(..., grow=False))`` of each record's features: each
+    value scaled by its column's scale (0 where the column has none) times the predicting weight, a
+    name the model does not know ignored."""
+    size = model.index.size
+    scale = model._column_scale[:size]
+    weights = model.predicting_weights()[:size]
+
+    def terms(values: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        at = scale[columns]
+        return np.divide(values, at, out=np.zeros(values.shape), where=at > 0) * weights[columns]
+
+    groups: dict[RowLayout, tuple[list[int], list[float]]] = {}
+    extra_rows: list[int] = []
+    extra_columns: list[int] = []
+    extra_values: list[float] = []
+    columns = model.index.columns
+    for i, record in enumerate(records):
+        layout, base, identity = planned_parts(record, features)
+        group = groups.get(layout)
+        if group is None:
+            group = groups[layout] = ([], [])
+        group[0].append(i)
+        group[1].extend(base.values())
+        for name, value in identity.items():
+            column = columns.get(name)
+            if column is not None:
+                extra_rows.append(i)
+                extra_columns.append(column)
+                extra_values.append(value)
+    raw = np.full(len(records), float(terms(np.ones(1), np.zeros(1, dtype=np.intp))[0]))  # the intercept's
+    for layout, (rows, bases) in groups.items():
+        count = len(layout.names) - layout.left.size - layout.keys.size
+        base = np.array(bases, dtype=float).reshape(len(rows), count)
+        values = np.concatenate((base, base[:, layout.left] * base[:, layout.right], base[:, layout.keys]), axis=1)
+        positions, known = model.index.positions(layout.names)
+        if known is not None:
+            values, positions = values[:, known], positions[known]
+        raw[rows] += terms(values, positions).sum(axis=1)
+    np.add.at(raw, extra_rows, terms(np.array(extra_values, dtype=float), np.array(extra_columns, dtype=np.intp)))
+    return raw
 
 
 def fast_prequential(source: str | os.PathLike | IO[str], spec: str = "rls", *, seed: int = 0,
