@@ -1,7 +1,7 @@
 """Ingest throughput: records learned per CPU second by a real service, by blocks and record by record.
 
 Feeds the first ``max_records`` records of a log, in messages of ``message`` records, to
-a fresh :class:`~predictor.service.core.Service` (``rls``, observation log on in a
+a fresh :class:`~predictor.service.core.Service` (the default learner, observation log on in a
 temporary state directory, fsync as configured) through
 :meth:`~predictor.service.core.Service.report_observations`, and measures the CPU
 seconds of the ingest (``time.process_time``). Variants, run interleaved ``repeats``
@@ -13,10 +13,11 @@ times so that they share the machine's load:
 * ``service, no replay``: ``admission_replay=False`` (the admission-time questions about
   each record are not replayed): the share of the replay;
 * ``service, no replay, no gate``: also ``outlier_gate=False``;
-* ``learning, per record``: the ``rls`` predictor alone, ``predict_learn_one`` per record
+* ``learning, per record``: the predictor alone, ``predict_learn_one`` per record
   (:func:`~predictor.prequential.evaluation.run_prequential`);
-* ``learning, blockwise``: the same steps by the compiled kernel over blocks of 256
-  (:func:`~predictor.prequential.blocks.prequential_blocks`).
+* ``learning, blockwise``: the same steps by the compiled kernel over blocks
+  (:func:`~predictor.prequential.blocks.prequential_blocks`; an ensemble's experts each by theirs,
+  :func:`~predictor.prequential.tree_blocks.prequential_tree_blocks`).
 
 Reports medians of records per CPU second, each variant's ratio to ``service, per record`` and its
 CPU per record as a multiple of ``learning, blockwise`` (issue 42's target for ``service``: at
@@ -43,7 +44,8 @@ import time
 from collections.abc import Callable
 
 from experiments.common import DEFAULT_DATASET, finish, start
-from predictor.predictors import create
+from predictor.predictors import DEFAULT, create
+from predictor.prequential import tree_blocks
 from predictor.prequential.blocks import prequential_blocks, supports
 from predictor.prequential.evaluation import run_prequential
 from predictor.records.logio import read_records
@@ -63,7 +65,7 @@ class Config:
     max_records: int = 4096
     message: int = 256
     repeats: int = 3
-    predictor: str = "rls"
+    predictor: str = DEFAULT  # the service's default learner
     gc_young: int = DEFAULT_YOUNG_THRESHOLD
     fleets: tuple[str, ...] = ()
 
@@ -97,6 +99,8 @@ def learning_seconds(records: list[Record], spec: str, blockwise: bool) -> float
     begin = time.process_time()
     if blockwise and supports(predictor):
         prequential_blocks(predictor, records)  # type: ignore[arg-type]
+    elif blockwise and tree_blocks.supports(predictor):
+        tree_blocks.prequential_tree_blocks(predictor, records)
     else:
         run_prequential(predictor, records)
     return time.process_time() - begin

@@ -50,6 +50,7 @@ from experiments.bench.echo_server import method_path
 from experiments.bench.rpc_load import ClientPool
 from experiments.bench.rpc_servers import ServerProcess, echo_main, service_main
 from experiments.common import finish, start
+from predictor.predictors import DEFAULT
 from predictor.records.record import BatchSpec
 from predictor.rpc import columns, convert
 from predictor.rpc.names import METHOD_PREFIX
@@ -69,7 +70,7 @@ STREAMS = ("ReportObservations", "ReportObservations (batched)")
 class Config:
     """The study's settings; each field is also a ``--field`` option."""
 
-    predictor: str = "rls"
+    predictor: str = DEFAULT  # the service's default learner
     outlier_gate: bool = True
     warm_records: int = 3000
     n_queries: int = 64

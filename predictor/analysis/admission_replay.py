@@ -35,7 +35,7 @@ import numpy as np
 
 from predictor.calibration.shapes import count_bucket, count_label
 from predictor.predictors import create
-from predictor.prequential import blocks
+from predictor.prequential import blocks, tree_blocks
 from predictor.prequential.evaluation import run_prequential, summarize
 from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.service.config import ServiceConfig
@@ -68,11 +68,16 @@ def admission_form(record: Record) -> Record:
 
 
 def prequential_mape(records: Sequence[Record], spec: str) -> float:
-    """MAPE (%) of ``create(spec)`` predicting each record, then learning it, in order (blockwise where
-    :func:`~predictor.prequential.blocks.supports` says so: the same predictions)."""
+    """MAPE (%) of ``create(spec)`` predicting each record, then learning it, in order (by the fastest
+    exact path: :mod:`~predictor.prequential.blocks`, :mod:`~predictor.prequential.tree_blocks`; the same
+    predictions)."""
     predictor = create(spec)
-    scored = (blocks.prequential_blocks(predictor, records) if blocks.supports(predictor)
-              else run_prequential(predictor, records))
+    if blocks.supports(predictor):
+        scored = blocks.prequential_blocks(predictor, records)
+    elif tree_blocks.supports(predictor):
+        scored = tree_blocks.prequential_tree_blocks(predictor, records)
+    else:
+        scored = run_prequential(predictor, records)
     return 100.0 * summarize(scored)["mape"]
 
 

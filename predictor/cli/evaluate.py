@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from predictor.cli.progress import progress_bar
-from predictor.predictors import create
+from predictor.predictors import DEFAULT, create
+from predictor.prequential import tree_blocks
 from predictor.prequential.blocks import predict_rows, prequential_blocks, supports
 from predictor.prequential.evaluation import Scored, run_prequential, run_split, split_records, summarize
 from predictor.records.logio import read_records
@@ -24,7 +25,7 @@ from predictor.records.typed_decoding import ColocRow, record_of
 if TYPE_CHECKING:
     from predictor.analysis.admission_replay import ReplayResult
 
-DEFAULT_PREDICTORS = "solo,static,ewma,sgd,rls"
+DEFAULT_PREDICTORS = ";".join(dict.fromkeys(("solo", "static", "ewma", "sgd", "rls", DEFAULT)))
 EVALUATE_EPILOG = """\
 Examples:
   predictor evaluate predictor/data/cpu-default.jsonl.gz
@@ -75,15 +76,24 @@ def score(spec: str, records: list, args: argparse.Namespace, advance) -> Scored
     their defaults), the prequential mode, and the split mode's training part, are learned in compiled
     blocks: the same state within 1e-9 as learning record by record (a prediction changes no state);
     the scored part is predicted per block (:func:`~predictor.prequential.blocks.predict_rows`), or with
-    ``keep_learning`` replayed prequentially after the training part."""
+    ``keep_learning`` replayed prequentially after the training part. A ``tree`` or an ``ensemble`` learns
+    by :func:`~predictor.prequential.tree_blocks.prequential_tree_blocks` (the same state within 1e-9)."""
     predictor = create(spec, seed=args.seed)
     blockwise = supports(predictor)
+    by_expert = not blockwise and tree_blocks.supports(predictor)
     if args.prequential:
-        if blockwise:
-            scored = prequential_blocks(predictor, records, overlap=not args.serial)  # type: ignore[arg-type]
+        if blockwise or by_expert:
+            scored = (prequential_blocks(predictor, records, overlap=not args.serial) if blockwise  # type: ignore[arg-type]
+                      else tree_blocks.prequential_tree_blocks(predictor, records))
             advance(len(records))
             return scored
         return run_prequential(predictor, map(as_record, records), progress=advance)
+    if by_expert and not args.keep_learning:
+        train, test = split_records(records, args.split, args.seed)
+        tree_blocks.prequential_tree_blocks(predictor, train)
+        test_records = [as_record(row) for row in test]
+        advance(len(records))
+        return Scored(predictor.predict_many(test_records), [r.latency_ms for r in test_records])  # type: ignore[misc]
     if blockwise:
         train, test = split_records(records, args.split, args.seed)
         measured = [row.latency_ms for row in test]

@@ -12,7 +12,8 @@ from rich.console import Console
 
 from predictor.cli.evaluate import add_protocol_arguments, protocol_label, results_table, score
 from predictor.cli.progress import progress_bar
-from predictor.predictors import create
+from predictor.predictors import DEFAULT, create
+from predictor.prequential import tree_blocks
 from predictor.prequential.blocks import fast_prequential
 from predictor.prequential.evaluation import run_prequential, summarize
 from predictor.records.logio import ReadReport, iter_records, iter_rows
@@ -20,7 +21,7 @@ from predictor.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD, collector
 
 REPLAY_EPILOG = """\
 Examples:
-  predictor replay predictor/data/cpu-default.jsonl.gz                 # rls, 75% train / 25% scored
+  predictor replay predictor/data/cpu-default.jsonl.gz                 # the default learner, 75% train / 25% scored
   predictor replay run.jsonl.gz --predictor rls:forgetting=0.99 --prequential
   predictor replay run.jsonl.gz --predictor sgd --prequential --tolerant --json sgd.json
 """
@@ -35,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=REPLAY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("log", help="coloc/v1 log (.jsonl or .jsonl.gz)")
-    parser.add_argument("--predictor", default="rls", help="name or name:key=value,... (default rls)")
+    parser.add_argument("--predictor", default=DEFAULT, help=f"name or name:key=value,... (default {DEFAULT})")
     add_protocol_arguments(parser)
     parser.add_argument("--reference", action="store_true",
                         help="with --prequential: learn record by record in Python, never in compiled blocks "
@@ -57,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
             if args.reference:
                 records = iter_records(args.log, tolerant=args.tolerant, report=report, inflate_ahead=not args.serial)
                 scored = run_prequential(create(args.predictor, seed=args.seed), records)
+            elif tree_blocks.supports(predictor := create(args.predictor, seed=args.seed)):
+                scored = tree_blocks.prequential_tree_blocks(predictor, iter_rows(
+                    args.log, tolerant=args.tolerant, report=report, inflate_ahead=not args.serial))
             else:
                 scored = fast_prequential(args.log, args.predictor, seed=args.seed, tolerant=args.tolerant,
                                           report=report, overlap=not args.serial)

@@ -30,7 +30,7 @@ BUILT_IN = {
     "tree": "predictor.predictors.tree:TreePredictor",
 }
 REGISTRY: dict[str, type[LatencyPredictor] | str] = dict(BUILT_IN)
-DEFAULT = "rls"
+DEFAULT = "ensemble:experts='rls,sgd'"
 """The learner a service, a replay, an evaluation and the demo use unless told otherwise (``--predictor``)."""
 
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from predictor.features.contention import is_contention
-from predictor.predictors import available, create
+from predictor.predictors import DEFAULT, available, create
 from predictor.records.colocations import CoLocations
 from predictor.records.logio import iter_records
 from predictor.records.record import BatchSpec, CoRunner, Record
@@ -48,7 +48,7 @@ def _attrs(model: str) -> dict[str, float]:
     return {"l2_util": l2, "dram_util": dram}
 
 
-@pytest.fixture(scope="module", params=available())
+@pytest.fixture(scope="module", params=sorted({*available(), DEFAULT}))
 def trained(request) -> Service:
     service = Service(ServiceConfig(predictor=request.param, observation_log=False, outlier_gate=False))
     service.open()
@@ -120,7 +120,7 @@ def test_every_registered_predictor_is_covered(trained):
     predictors' own guarantee to the others."""
     predictor = trained.state.predictor
     assert monotone.direct(predictor) == predictor.monotone_in_crowding()
-    if trained.predictor_name in ("rls", "sgd", "static", "ewma", "solo"):
+    if trained.predictor_name in ("rls", "sgd", "static", "ewma", "solo", "ensemble:experts='rls,sgd'"):
         assert predictor.monotone_in_crowding()
 
 

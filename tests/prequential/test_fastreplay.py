@@ -235,7 +235,7 @@ def test_split_replay_learns_its_training_part_in_blocks_as_run_split(tmp_path):
     records = _records()[:400]
     write_records(path, records)
     out = tmp_path / "split.json"
-    assert main(["replay", str(path), "--json", str(out)]) == 0
+    assert main(["replay", str(path), "--predictor", "rls", "--json", str(out)]) == 0
     got = json.loads(out.read_text())["summary"]
     expected = summarize(run_split(create("rls"), records))
     assert got["n"] == expected["n"] == 100

@@ -68,7 +68,7 @@ def test_any_records_predicted_as_record_by_record(learned, drawn):
 
 
 @pytest.mark.parametrize("keep_learning", [False, True])
-@pytest.mark.parametrize("spec", ["rls", "rls:features='fine'", "sgd", "ewma"])
+@pytest.mark.parametrize("spec", ["rls", "rls:features='fine'", "sgd", "ewma", "ensemble:experts='rls,sgd'"])
 def test_split_replay_scores_what_run_split_scores(tmp_path, spec, keep_learning):
     """``predictor replay LOG`` (the CLI's :func:`~predictor.cli.evaluate.score` over decoded rows): the
     scored part's predictions of :func:`~predictor.prequential.evaluation.run_split` over the records."""

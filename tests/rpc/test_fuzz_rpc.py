@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -693,11 +694,13 @@ def test_any_numbers_in_observations_never_break_the_model(served, data):
 
 
 def model_bytes(service: Service) -> bytes:
-    """The predictor, calibrator and monitor alone (not the outlier gates), each pickled on its own: a
-    refused record restores the predictor from a pickle, whose strings are then its own, not shared
-    with the monitor's (the same values)."""
-    return b"".join(dump_state(part) for part in (service.state.predictor, service.state.calibrator,
-                                                  service.state.monitor))
+    """The predictor, calibrator and monitor alone (not the outlier gates), each pickled on its own after
+    a round trip through a pickle: a refused record may restore the predictor from a pickle (an
+    ``ensemble``), whose strings are then its own, not shared with the monitor's, and whose attribute
+    names are interned (the same values, pickled in another layout); a round trip gives every state
+    that layout."""
+    return b"".join(dump_state(pickle.loads(dump_state(part)))
+                    for part in (service.state.predictor, service.state.calibrator, service.state.monitor))
 
 
 def unary_ok(served: Served, method: str, message: object) -> bytes:
