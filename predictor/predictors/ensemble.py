@@ -17,7 +17,7 @@ Every expert learns every record, so each key can change its choice at any time.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -161,6 +161,33 @@ class EnsemblePredictor(LatencyPredictor):
                     total = total + weight * np.log(predicted[at])
             out[at] = np.exp(total)
         return out
+
+    def colocation_form(self, rows: CoLocations, subset: np.ndarray) -> Callable[[np.ndarray], np.ndarray] | None:
+        """:meth:`predict_colocations` of rows ``subset`` as a function of the overlaps: each weighted
+        expert's own form, combined as :meth:`predict_colocations` combines their answers (the same sum,
+        term by term). ``None`` where the rows have several keys (``split_by="device_kind"``) or a
+        weighted expert has no form."""
+        if not len(rows):
+            return None
+        if self.split_by == "device_kind":
+            if len(set(rows.device_kinds)) > 1:
+                return None
+            key = rows.device_kinds[0]
+        else:
+            key = self._key(rows.alone())
+        weighted = [(weight, expert) for weight, expert in zip(self._normalised(self._errors_of(key), self.eta),
+                                                              self._experts, strict=True) if weight > 0]
+        forms = [expert.colocation_form(rows, subset) for _, expert in weighted]
+        if any(form is None for form in forms):
+            return None
+
+        def latencies(overlaps: np.ndarray) -> np.ndarray:
+            total: np.ndarray | float = 0.0
+            for (weight, _), form in zip(weighted, forms, strict=True):
+                total = total + weight * np.log(form(overlaps))  # type: ignore[misc]
+            return np.exp(total)
+
+        return latencies
 
     def predict_slowdown(self, record: Record) -> float:
         """The combined latency over the solo latency used for ``record``."""

@@ -141,7 +141,7 @@ def test_negative_attributes_do_not_break_monotonicity():
         assert all(_not_lower(b, a) for a, b in zip(answers, answers[1:], strict=False)), answers
 
 
-@pytest.mark.parametrize("name", ["rls:features='fine'", "rls"])
+@pytest.mark.parametrize("name", ["rls:features='fine'", "rls", DEFAULT])
 def test_rows_that_differ_in_overlaps_share_one_clipped_form(name):
     """Rows are clipped once per cache: rows that differ only in their overlaps get the same clipped
     attributes (and cache), each with its own overlaps, and answer as rows clipped afresh do."""

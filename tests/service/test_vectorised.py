@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from predictor.calibration.conformal import ResidualWindow
 from predictor.features.extract import feature_matrix, fine_features, interaction_features
-from predictor.predictors import create
+from predictor.predictors import DEFAULT, create
 from predictor.records.colocations import CoLocations
 from predictor.records.record import BatchSpec, RecordError
 from predictor.regressors.least_squares import RLS
@@ -72,7 +72,7 @@ def learned():
     predictors = {}
     for spec in ("rls", "rls:split_by='device_kind'", "rls:split_by='model'", "rls:features='fine'",
                  "rls:features='coarse'", "rls:log_target=False", "solo", "sgd", "ensemble",
-                 "ensemble:split_by='device_kind'"):
+                 "ensemble:split_by='device_kind'", DEFAULT, "ensemble:experts='rls,sgd',split_by='device_kind'"):
         predictor = create(spec)
         for record in synthetic_records(600, seed=1, device_kind="SimGPU"):
             predictor.learn_one(record)
@@ -135,6 +135,25 @@ def test_sgd_colocation_form_answers_as_each_record_and_leaves_river_as_it_was(l
         assert {name: m.get() for name, m in maxima.items()} == before
         records = rows.with_overlaps(overlaps).records()
         np.testing.assert_allclose(fast, [predictor.predict_one(records[i]) for i in subset], rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("spec", [DEFAULT, "ensemble:experts='rls,sgd',split_by='device_kind'"])
+def test_an_ensemble_of_experts_with_forms_has_a_form_that_answers_as_its_rows(learned, spec):
+    """The default ensemble's form (each expert's, combined as the rows' answers are) gives
+    ``predict_colocations`` of the rows at any overlaps; with several device kinds among the rows,
+    split by kind, it has none (the rows are predicted)."""
+    predictor = learned[spec]
+    rows = random_rows(random.Random(4), 60)
+    subset = np.arange(0, len(rows), 2)
+    form = predictor.colocation_form(rows, subset)
+    assert form is not None
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        overlaps = rng.random(rows.overlaps.size)
+        np.testing.assert_allclose(form(overlaps), predictor.predict_colocations(rows.with_overlaps(overlaps))[subset],
+                                   rtol=1e-12, atol=0)
+    assert (predictor.colocation_form(random_rows(random.Random(5), 30, kinds=("SimGPU", "other")), subset[:5])
+            is None) == (predictor.split_by == "device_kind")
 
 
 def test_predict_colocations_with_unseen_features(learned):
