@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from predictor.cli import main
-from predictor.predictors import create
+from predictor.predictors import DEFAULT, create
 from predictor.prequential.evaluation import Scored, run_prequential, run_split, split_records, summarize
 from predictor.records.importers.igniter import import_igniter
 from predictor.records.logio import write_records
@@ -65,7 +65,7 @@ def test_evaluate_cli_table_json_and_plots(tmp_path, igniter_config, capsys):
     printed = capsys.readouterr().out
     assert "igniter" in printed and "MAPE" in printed
     results = json.loads(out.read_text())["datasets"]["igniter"]["predictors"]
-    assert set(results) == {"solo", "static", "ewma", "sgd", "rls"}
+    assert set(results) == {"solo", "static", "ewma", "sgd", "rls", DEFAULT}  # DEFAULT_PREDICTORS
     for summary in results.values():
         assert set(summary) == {"mape", "p50", "p90", "p95", "p99", "under_rate", "n"} and summary["n"] == 375
     # interference is real in this data: modelling it must beat ignoring it
