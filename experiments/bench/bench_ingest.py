@@ -46,7 +46,6 @@ from collections.abc import Callable
 from experiments.common import DEFAULT_DATASET, finish, start
 from predictor.predictors import DEFAULT, create
 from predictor.prequential import tree_blocks
-from predictor.prequential.blocks import prequential_blocks, supports
 from predictor.prequential.evaluation import run_prequential
 from predictor.records.logio import read_records
 from predictor.records.record import Record
@@ -97,10 +96,8 @@ def learning_seconds(records: list[Record], spec: str, blockwise: bool) -> float
     """CPU seconds of a prequential pass of a fresh ``spec`` predictor over ``records``."""
     predictor = create(spec)
     begin = time.process_time()
-    if blockwise and supports(predictor):
-        prequential_blocks(predictor, records)  # type: ignore[arg-type]
-    elif blockwise and tree_blocks.supports(predictor):
-        tree_blocks.prequential_tree_blocks(predictor, records)
+    if blockwise:
+        tree_blocks.fastest_prequential(predictor, records)
     else:
         run_prequential(predictor, records)
     return time.process_time() - begin

@@ -35,8 +35,8 @@ import numpy as np
 
 from predictor.calibration.shapes import count_bucket, count_label
 from predictor.predictors import create
-from predictor.prequential import blocks, tree_blocks
-from predictor.prequential.evaluation import run_prequential, summarize
+from predictor.prequential import tree_blocks
+from predictor.prequential.evaluation import summarize
 from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
@@ -69,16 +69,8 @@ def admission_form(record: Record) -> Record:
 
 def prequential_mape(records: Sequence[Record], spec: str) -> float:
     """MAPE (%) of ``create(spec)`` predicting each record, then learning it, in order (by the fastest
-    exact path: :mod:`~predictor.prequential.blocks`, :mod:`~predictor.prequential.tree_blocks`; the same
-    predictions)."""
-    predictor = create(spec)
-    if blocks.supports(predictor):
-        scored = blocks.prequential_blocks(predictor, records)
-    elif tree_blocks.supports(predictor):
-        scored = tree_blocks.prequential_tree_blocks(predictor, records)
-    else:
-        scored = run_prequential(predictor, records)
-    return 100.0 * summarize(scored)["mape"]
+    exact path: :func:`~predictor.prequential.tree_blocks.fastest_prequential`)."""
+    return 100.0 * summarize(tree_blocks.fastest_prequential(create(spec), list(records)))["mape"]
 
 
 def information_floor(records: Sequence[Record], spec: str) -> float:

@@ -46,38 +46,48 @@ def supports(predictor: LatencyPredictor) -> bool:
     return type(predictor) in (TreePredictor, EnsemblePredictor)
 
 
+def fastest_prequential(predictor: LatencyPredictor, records: list[Record], *,
+                        refits_ahead: int = REFITS_AHEAD) -> Scored:
+    """:func:`~predictor.prequential.evaluation.run_prequential` of any ``predictor`` by its fastest exact
+    path: compiled blocks (:func:`~predictor.prequential.blocks.supports`), the replay of this module
+    (:func:`supports`), else record by record."""
+    if blocks.supports(predictor):
+        return blocks.prequential_blocks(predictor, records)
+    if supports(predictor):
+        return prequential_tree_blocks(predictor, records, refits_ahead=refits_ahead)
+    return run_prequential(predictor, records)
+
+
 def prequential_tree_blocks(predictor: LatencyPredictor, records: Iterable[Record | ColocRow], *,
-                            refits_ahead: int = REFITS_AHEAD) -> Scored:
+                            refits_ahead: int = REFITS_AHEAD, knows: list[bool] | None = None) -> Scored:
     """:func:`~predictor.prequential.evaluation.run_prequential` of a ``tree`` or ``ensemble`` ``predictor``
     (see :func:`supports`), its refits started ahead.
 
     ``records``: records, or decoded rows read like them (:func:`~predictor.records.logio.iter_rows`),
     read whole first (the experts of an ensemble go over them one after another).
     ``refits_ahead``: most refits started before the learner gets to them (``0``: none, the reference's timing).
+    ``knows``: when given, of an ``ensemble``, whether each record's solo latency was known just before it
+    was learned is appended to it (as :func:`~predictor.prequential.blocks.prequential_blocks` does).
     """
     if not supports(predictor):
         raise ValueError(f"the tree replay takes a tree or an ensemble predictor, got {predictor.name!r}")
     if refits_ahead < 0:
         raise ValueError(f"refits_ahead must be >= 0, got {refits_ahead!r}")
+    if knows is not None and not isinstance(predictor, EnsemblePredictor):
+        raise ValueError("knows is filled for an ensemble only")
     stream = [record_of(r) if isinstance(r, ColocRow) else r for r in records]
     scored = Scored()
     if isinstance(predictor, EnsemblePredictor):
-        columns = [_expert_predictions(expert, stream, refits_ahead) for expert in predictor.expert_predictors]
+        columns = [fastest_prequential(expert, stream, refits_ahead=refits_ahead).predicted
+                   for expert in predictor.expert_predictors]
         for i, record in enumerate(stream):
+            if knows is not None:
+                knows.append(predictor.knows_solo(record))
             scored.add(predictor.combine_learn(record, [column[i] for column in columns]), record.latency_ms)  # type: ignore[arg-type]
         return scored
     scored.predicted = _tree_predictions(predictor, stream, refits_ahead)  # type: ignore[arg-type]
     scored.measured = [record.latency_ms for record in stream]  # type: ignore[misc]
     return scored
-
-
-def _expert_predictions(expert: LatencyPredictor, stream: list[Record], refits_ahead: int) -> list[float]:
-    """``expert``'s prequential predictions over ``stream``, by its fastest exact path."""
-    if blocks.supports(expert):
-        return blocks.prequential_blocks(expert, stream).predicted
-    if type(expert) is TreePredictor:
-        return _tree_predictions(expert, stream, refits_ahead)
-    return run_prequential(expert, stream).predicted
 
 
 def _tree_predictions(predictor: TreePredictor, stream: list[Record], refits_ahead: int) -> list[float]:

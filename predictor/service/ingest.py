@@ -29,6 +29,7 @@ from predictor.predictors.base import LatencyPredictor
 from predictor.predictors.ensemble import EnsemblePredictor
 from predictor.predictors.rls import RlsPredictor
 from predictor.prequential import blocks as fastreplay
+from predictor.prequential import tree_blocks
 from predictor.records import rules
 from predictor.records.logio import ReadReport, iter_records
 from predictor.records.record import (
@@ -532,15 +533,9 @@ def _compiles(predictor: LatencyPredictor) -> bool:
 def _prequential_compiled(predictor: LatencyPredictor, records: list[Record], knows: list[bool]) -> list[float]:
     """Each record's prediction before ``predictor`` (see :func:`_compiles`) learned it, learning them all;
     ``knows`` gets whether each one's solo latency was known just before it was learned."""
-    if not isinstance(predictor, EnsemblePredictor):
-        return fastreplay.prequential_blocks(predictor, records, block=len(records), knows=knows).predicted
-    columns = [fastreplay.prequential_blocks(expert, records, block=len(records)).predicted
-               for expert in predictor.expert_predictors]
-    predicted = []
-    for at, record in enumerate(records):
-        knows.append(predictor.knows_solo(record))
-        predicted.append(predictor.combine_learn(record, [column[at] for column in columns]))
-    return predicted
+    if isinstance(predictor, EnsemblePredictor):
+        return tree_blocks.prequential_tree_blocks(predictor, records, knows=knows).predicted
+    return fastreplay.prequential_blocks(predictor, records, block=len(records), knows=knows).predicted
 
 
 def _restore_point(state: ServiceState) -> Callable[[], None]:
