@@ -19,13 +19,21 @@ p99s again from the moment the client sent it, which leaves out the client's own
 line sets the shedding service against the issue's targets, absolute and relative to the echo's p99 at
 the same rate (the floor of this machine and client).
 
+With ``--pin`` (the default on a machine of 2 or more cores), the client processes run on the first
+half of the machine's cores and the servers on the other half, as a client on another machine would:
+the client's lateness then does not depend on how much CPU the server under test uses, and the
+figures are per server core.
+
 Run: ``.venv/bin/python -m experiments.bench.bench_overload`` (``--seconds``, ``--factor``, ...).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -40,6 +48,30 @@ from predictor.rpc.overload import DEFAULT_ANSWER_THREADS, DEFAULT_SHED_WAIT_MS
 from predictor.runtime.gil import DEFAULT_SWITCH_INTERVAL_MS
 
 PATH = METHOD_PREFIX + "PredictLatency"
+
+
+def halves() -> tuple[set[int], set[int]] | None:
+    """The client's cores and the servers' cores (the first half and the rest of this process's), or
+    ``None`` on a single core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    middle = len(cores) // 2
+    return set(cores[:middle]), set(cores[middle:])
+
+
+@contextlib.contextmanager
+def started_on(cores: set[int] | None) -> Iterator[None]:
+    """Processes started inside run on ``cores`` (they inherit this process's affinity); ``None``: as is."""
+    if cores is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def offer(pool: ClientPool, target: str, path: str, payloads: list[bytes], rate: float, seconds: float,
@@ -87,24 +119,33 @@ def main(argv: list[str] | None = None) -> None:
                              "`predictor serve`'s)")
     parser.add_argument("--deadline-s", type=float, default=1.0, help="each call's client deadline (default 1)")
     parser.add_argument("--clients", type=int, default=1, help="client processes (default 1)")
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                        help="client on the first half of the cores, servers on the rest (default on; "
+                             "--no-pin: every process anywhere)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    split = halves() if args.pin else None
+    client_cores, server_cores = split if split else (None, None)
 
     requests = bench_rpc.build_requests(bench_rpc.Config(seed=args.seed, ingest_records=100))
     payloads = requests["PredictLatency"]
     spec = {"predictor": "rls", "warm_records": 2000, "seed": args.seed, "devices": bench_rpc.DEVICES,
             "metrics": True, "max_workers": 8, "max_concurrent_rpcs": 64, "max_candidates": 1024}
-    pool = ClientPool(args.clients)
+    with started_on(client_cores):
+        pool = ClientPool(args.clients)
     servers: list[ServerProcess] = []
     try:
-        shedding = ServerProcess(service_main, {**spec, "shed_wait_ms": args.shed_wait_ms,
-                                                "answer_threads": args.answer_threads,
-                                                "switch_interval_s": args.switch_interval_ms / 1e3})
-        servers.append(shedding)
-        queueing = ServerProcess(service_main, spec)
-        servers.append(queueing)
+        with started_on(server_cores):
+            shedding = ServerProcess(service_main, {**spec, "shed_wait_ms": args.shed_wait_ms,
+                                                    "answer_threads": args.answer_threads,
+                                                    "switch_interval_s": args.switch_interval_ms / 1e3})
+            servers.append(shedding)
+            queueing = ServerProcess(service_main, spec)
+            servers.append(queueing)
         canned = {"PredictLatency": bench_rpc.canned_responses(shedding.target, requests)["PredictLatency"]}
-        echo = ServerProcess(echo_main, {"max_workers": 8, "server": "thread", "unary": canned, "streams": {}})
+        with started_on(server_cores):
+            echo = ServerProcess(echo_main, {"max_workers": 8, "server": "thread", "unary": canned,
+                                             "streams": {}})
         servers.append(echo)
         capacity = args.capacity or offer(pool, queueing.target, PATH, payloads, args.saturating_rate, args.seconds,
                                           args.deadline_s, args.clients)["answered_per_s"]
@@ -123,7 +164,9 @@ def main(argv: list[str] | None = None) -> None:
             server.stop()
         pool.close()
     measured = "given" if args.capacity else f"answered when offered {args.saturating_rate:,.0f}/s"
-    print(f"capacity ({measured}): {capacity:,.0f} calls/s; offered "
+    placement = (f"client on cores {sorted(client_cores)}, servers on cores {sorted(server_cores)}"
+                 if client_cores else "every process on any core")
+    print(f"{placement}; capacity ({measured}): {capacity:,.0f} calls/s; offered "
           f"{args.factor:g}x = {rate:,.0f} calls/s for {args.seconds:g} s, client deadline {args.deadline_s:g} s")
     header = ("server", "calls", "answered", "refused", "cancelled", "other", "refused p99 ms", "refused max ms",
               "answered p50 ms", "answered p99 ms", "refused p99 from send ms", "answered p99 from send ms")

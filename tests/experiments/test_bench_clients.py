@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ import grpc
 import pytest
 
 from experiments.bench import h2load_clients
+from experiments.bench.bench_overload import halves, started_on
 from experiments.bench.cpu_accounting import descendants, process_cpu_seconds, tree_cpu_seconds
 from predictor.rpc.names import METHOD_PREFIX
 from predictor.rpc.protos import pb2
@@ -115,3 +117,18 @@ def test_open_loop_warm_up_waits_out_refusals_and_fails_on_other_errors():
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         asyncio.run(run(b"broken"))
     assert raised.value.code() == grpc.StatusCode.INTERNAL and len(calls) == 1
+
+
+def test_overload_bench_pins_children_and_restores_itself():
+    """``started_on``: a process started inside runs on the given cores; this process's own cores come back."""
+    split = halves()
+    if split is None:
+        pytest.skip("a single core: nothing to pin")
+    client_cores, server_cores = split
+    assert client_cores and server_cores and not client_cores & server_cores
+    before = os.sched_getaffinity(0)
+    with started_on(server_cores):
+        child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                               capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == str(sorted(server_cores))
+    assert os.sched_getaffinity(0) == before
