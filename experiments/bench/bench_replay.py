@@ -8,6 +8,10 @@ Resamples a log (by default the shipped dataset) with replacement into a compres
 * each of ``runs``: ``predictor replay LOG --predictor NAME [FLAGS]`` as a process of its own (the
   default protocol, the 75/25 split, unless a run says ``--prequential``).
 
+Start-up, ``repeats`` times beside the same runs: the CPU of ``predictor --help`` and of each run over the
+log's first ``startup_records`` records (what a call costs before its records do), beside the floor's
+over them.
+
 Reports per run the median and spread (lowest, highest) of its records per second and their ratio
 to the floor of the same repeat, of its CPU per record (every thread of the process, start-up
 included) and the floor's CPU over it (the ratio per core), and the ratio of the default split to
@@ -16,12 +20,14 @@ the ratios, each taken against the floor of its own repeat, and on a loaded mach
 
 Run: ``.venv/bin/python -m experiments.bench.bench_replay`` (``--n-records 200000 --repeats 3``,
 ``--keep-log true``: the resampled log kept for the next run;
-``--runs "rls --prequential,rls,solo"``: a run is a predictor spec, then any ``predictor replay`` flags)
+``--runs "rls --prequential,rls,solo"``: a run is a predictor spec, then any ``predictor replay`` flags;
+``default`` names the default learner, :data:`predictor.predictors.DEFAULT`, whose spec holds a comma)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 import resource
 import shlex
@@ -32,7 +38,8 @@ import time
 from pathlib import Path
 
 from experiments.common import DEFAULT_DATASET, ROOT, finish, relative, start
-from predictor.records.logio import RecordWriter, read_records
+from predictor.predictors.registry import DEFAULT
+from predictor.records.logio import RecordWriter, iter_records, read_records
 
 FLOOR = ("import gzip, json, sys\n"
          "with gzip.open(sys.argv[1], 'rt', encoding='utf-8') as stream:\n"
@@ -46,10 +53,12 @@ class Config:
 
     source: str = str(DEFAULT_DATASET)
     n_records: int = 200_000
-    runs: tuple[str, ...] = ("rls --prequential", "rls", "solo", "static", "ewma", "sgd", "sgd --prequential")
+    runs: tuple[str, ...] = ("rls --prequential", "rls", "default", "default --prequential", "solo", "static", "ewma",
+                             "sgd", "sgd --prequential")
     repeats: int = 3
     seed: int = 0
     keep_log: bool = False
+    startup_records: int = 1000
 
 
 def resample(source: str, target, n: int, seed: int) -> None:
@@ -59,6 +68,24 @@ def resample(source: str, target, n: int, seed: int) -> None:
     with RecordWriter(target) as writer:
         for i in range(n):
             writer.write(dataclasses.replace(rng.choice(records), start_s=float(i) * 0.01))
+
+
+def startup(log: Path, out: Path, config: Config) -> dict[str, dict[str, float]]:
+    """CPU seconds (median, lowest, highest of ``repeats``) of ``predictor --help``, of the floor and of
+    each run over the first ``startup_records`` records of ``log``."""
+    small = out / f"first-{config.startup_records}.jsonl.gz"
+    with RecordWriter(small) as writer:
+        for record in itertools.islice(iter_records(log), config.startup_records):
+            writer.write(record)
+    commands = {"predictor --help": [sys.executable, "-m", "predictor.cli", "--help"],
+                "floor": [sys.executable, "-c", FLOOR, str(small)],
+                **{run: replay_command(small, run) for run in config.runs}}
+    cpu: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(config.repeats):
+        for name, command in commands.items():
+            cpu[name].append(timed_process(command)[1])
+    small.unlink()
+    return {name: spread(values) for name, values in cpu.items()}
 
 
 def timed_process(command: list[str]) -> tuple[float, float]:
@@ -72,8 +99,9 @@ def timed_process(command: list[str]) -> tuple[float, float]:
 
 
 def replay_command(log: Path, run: str) -> list[str]:
-    """The ``predictor replay`` command of ``run`` (``"SPEC [FLAGS]"``)."""
+    """The ``predictor replay`` command of ``run`` (``"SPEC [FLAGS]"``; the spec ``default``: :data:`DEFAULT`)."""
     spec, *flags = shlex.split(run)
+    spec = DEFAULT if spec == "default" else spec
     return [sys.executable, "-m", "predictor.cli", "replay", relative(log.resolve()), "--predictor", spec, *flags]
 
 
@@ -115,6 +143,11 @@ def main() -> None:
               f" {cpu['median']:>6.1f} ({cpu['low']:.1f}-{cpu['high']:.1f})"
               f" {per_cpu['median']:>5.2f} ({per_cpu['low']:.2f}-{per_cpu['high']:.2f})")
     results: dict = {"n_records": n, "repeats": repeats, "summary": summary}
+    if config.startup_records:
+        results["startup_cpu_s"] = started = startup(log, out, config)
+        print(f"start-up: CPU seconds over the first {config.startup_records:,} records, median (lowest-highest)")
+        for name, figures in started.items():
+            print(f"{name:<26} {figures['median']:>6.2f} ({figures['low']:.2f}-{figures['high']:.2f})")
     if "rls" in summary and "rls --prequential" in summary:
         split = spread([r["rls"]["records_per_s"] / r["rls --prequential"]["records_per_s"] for r in repeats])
         results["split_over_prequential"] = split

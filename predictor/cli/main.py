@@ -2,9 +2,10 @@
 
 Each sub-command lives in its own module of :mod:`predictor.cli` exposing
 ``register(subparsers)``, which adds its parser and sets ``func`` to a callable
-taking the parsed arguments and returning an exit status. Importing a
-sub-command module is cheap: what its command needs (gRPC, the workload,
-``torch``) is imported when the command runs.
+taking the parsed arguments and returning an exit status. :func:`main` imports
+only the module of the command given (:data:`COMMANDS` names the others and
+their help lines for ``predictor --help``); what a command needs at run time
+(gRPC, the workload, ``torch``) its module imports when the command runs.
 """
 
 from __future__ import annotations
@@ -16,17 +17,19 @@ import sys
 
 from predictor.runtime import threads
 
-COMMAND_MODULES = (
-    "predictor.cli.importing",
-    "predictor.cli.replay",
-    "predictor.cli.evaluate",
-    "predictor.cli.collect",
-    "predictor.cli.serve",
-    "predictor.cli.query",
-    "predictor.cli.report",
-    "predictor.cli.demo",
-    "predictor.cli.state",
-)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "import": ("predictor.cli.importing", "convert a third-party dataset to a coloc/v1 log"),
+    "replay": ("predictor.cli.replay", "stream a coloc/v1 log through one predictor"),
+    "evaluate": ("predictor.cli.evaluate", "compare predictors on coloc/v1 logs"),
+    "collect": ("predictor.cli.collect", "run a real co-located inference workload and log co-location records"),
+    "serve": ("predictor.cli.serve", "run the prediction service (gRPC, health, reflection, Prometheus metrics)"),
+    "query": ("predictor.cli.query", "ask a running service: predict, deadline, rank, plan, status"),
+    "report": ("predictor.cli.report", "stream a coloc/v1 log into a running service (exactly once)"),
+    "demo": ("predictor.cli.demo", "the service, the real CPU workload and a sample scheduler, end to end"),
+    "state": ("predictor.cli.state", "work on saved service states (merge shards)"),
+}
+"""Each command: the module that registers it, and its help line (the same as the module gives it)."""
+COMMAND_MODULES = tuple(module for module, _ in COMMANDS.values())
 
 MAIN_EPILOG = """\
 Examples:
@@ -39,8 +42,16 @@ Examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``predictor`` argument parser with every sub-command registered.
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``predictor`` argument parser.
+
+    Parameters
+    ----------
+    command
+        ``None``: every sub-command registered by its module. A name of :data:`COMMANDS`: that one
+        registered by its module, the others by name and help line alone (no options, no ``func``),
+        so that only its module is imported; ``""``: all by name and help line (enough to say which
+        command the arguments choose, and for ``predictor --help``).
 
     Returns
     -------
@@ -61,8 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"BLAS threads per process (default ${threads.ENV_VAR}, else {threads.DEFAULT_THREADS}; 0 = leave as is)",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    for name, (module, help_line) in COMMANDS.items():
+        if command is None or name == command:
+            importlib.import_module(module).register(subparsers)
+        else:
+            subparsers.add_parser(name, help=help_line, add_help=False)
     return parser
 
 
@@ -79,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     int
         The exit status: 0 on success, 2 on a bad input (``ValueError``, ``OSError``), 130 on Ctrl-C.
     """
-    args = build_parser().parse_args(argv)
+    chosen, _ = build_parser("").parse_known_args(argv)  # which command: argparse's own reading, nothing imported
+    args = build_parser(chosen.command).parse_args(argv)
     try:
         threads.pin_blas_threads(args.blas_threads)
         if args.blas_threads is not None:  # the processes it starts (predictor serve --workers N) limit theirs alike

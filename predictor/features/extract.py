@@ -524,17 +524,32 @@ class EwmaCoLocation:
         self._state: dict[str, Features] = {}
 
     def _smoothed(self, record: Record) -> tuple[Features, Features]:
-        current = coarse_features(record)
-        shared = {k: v for k, v in current.items() if not k.startswith(OWN)}
-        shared.update({SIGNAL + k: v for k, v in record.signals.items() if k not in OUTCOME_SIGNALS})
+        # the co-runner part of coarse_features (its sums in its order, co:count last), then the signals
+        shared: Features = {}
+        runners = record.co_runners
+        if runners:
+            get = shared.get
+            for runner in runners:
+                for key, value in runner.attrs.items():
+                    name = CO + key
+                    shared[name] = get(name, 0.0) + value
+            shared[COUNT] = float(len(runners))
+        for key, value in record.signals.items():
+            if key not in OUTCOME_SIGNALS:
+                shared[SIGNAL + key] = value
         previous = self._state.get(record.device)
         if previous is None:
-            smoothed = dict(shared)
+            smoothed = shared
         else:
-            keys = previous.keys() | shared.keys()
             a = self.alpha
-            smoothed = {k: a * shared.get(k, 0.0) + (1 - a) * previous.get(k, 0.0) for k in keys}
-        features = {k: v for k, v in current.items() if k.startswith(OWN)}
+            b = 1 - a
+            get = previous.get
+            smoothed = {k: a * v + b * get(k, 0.0) for k, v in shared.items()}
+            if len(smoothed) != len(previous) or not smoothed.keys() >= previous.keys():
+                for k, v in previous.items():  # a key absent from this record counts as 0
+                    if k not in smoothed:
+                        smoothed[k] = a * 0.0 + b * v
+        features = own_features(record)
         features.update(smoothed)
         return features, smoothed
 

@@ -32,8 +32,21 @@ class EwmaPredictor(StaticPredictor):
         self.alpha = alpha
         self._smoother = EwmaCoLocation(alpha)
 
+    _taken: tuple[Record, Features] | None = None  # within predict_learn_one: its record's features, the step taken
+
     def features(self, record: Record, *, learning: bool) -> Features:
         """Coarse features smoothed per device; ``learning`` advances the smoothing state."""
+        taken = self._taken
+        if taken is not None and taken[0] is record:
+            return taken[1]
         if learning:
             return self._smoother.update(record)
         return self._smoother.features(record)
+
+    def predict_learn_one(self, record: Record) -> float:
+        """Predict ``record``'s latency, then learn from it: both halves read its features smoothed once."""
+        self._taken = (record, self._smoother.update(record))  # the features before the step, the step taken
+        try:
+            return super().predict_learn_one(record)
+        finally:
+            del self._taken  # the class's None again: nothing of it kept, nor pickled
