@@ -20,6 +20,11 @@ the error once the batch ran (a prequential replay of the same records by the sa
 the information floor (the same replay of the records as the admission-time question knows them:
 every overlap full, no signals; :func:`~predictor.analysis.admission_replay.information_floor`).
 
+``--demo-logs LOG,...``: also each log saved by ``predictor demo --save LOG``, replayed as the demo asked
+its questions (:func:`~predictor.analysis.admission_replay.replay_demo`: co-runners by their time
+left, the demo's service settings, warm-started from the embedded data, the first ``--demo-warmup``
+seconds unscored), beside the same two yardsticks over the warm start and the log.
+
 Run: ``.venv/bin/python -m experiments.studies.admission_replay`` (about a minute); ``--monotone false``
 lets each co-runner count use its own centre and width (exact conditional coverage, no
 monotonicity guarantee).
@@ -34,12 +39,20 @@ from experiments.common import finish, start
 from experiments.datasets import load
 from predictor.analysis.admission_replay import (
     SLO,
+    ReplayResult,
+    admission_form,
+    after_warmup,
     information_floor,
     partial_overlap_records,
     prequential_mape,
+    prequential_mape_after,
     replay,
+    replay_demo,
 )
+from predictor.cli.datasets import EMBEDDED_DATASET
+from predictor.cli.demo import DEMO_SHAPE_WINDOW
 from predictor.predictors import DEFAULT as DEFAULT_PREDICTOR
+from predictor.records.logio import read_records
 from predictor.service.config import ServiceConfig
 
 
@@ -57,6 +70,8 @@ class Config:
     seed: int = 0
     block: int = 1  # records per ReportObservations message (1: each learned before the next question; see replay)
     yardsticks: bool = True  # also the error once run and the admission-information floor (two prequential replays)
+    demo_logs: tuple[str, ...] = ()  # logs saved by `predictor demo --save LOG`, replayed as the demo asked
+    demo_warmup: float = 15.0  # seconds of each demo log unscored (the demo's warm-up)
 
 
 def table(results: dict) -> str:
@@ -91,6 +106,23 @@ def yardstick_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def summary(r: ReplayResult, seconds: float) -> dict:
+    """What the results keep of one replay: counts, time, and the scores of each slice."""
+    return {
+        "records": r.records,
+        "answered": r.answered,
+        "refused": r.refused,
+        "fallback": r.fallback,
+        "seconds": seconds,
+        "rows": [
+            {"slice": label, "n": s.n, "cov95": s.coverage(0.95), "cov99": s.coverage(0.99),
+             "width95": s.width(0.95), "width99": s.width(0.99), "mape": s.mape, "solo_mape": s.solo_mape,
+             "admitted": s.admission_rate, "met": s.met_rate}
+            for label, s in r.rows()
+        ],
+    }
+
+
 def main() -> None:
     """Run the study and print its table."""
     config, out = start("admission_replay", Config(), __doc__.splitlines()[0])
@@ -107,24 +139,28 @@ def main() -> None:
     for name, records in datasets.items():
         began = time.perf_counter()
         r = replay(records, name, service_config, block=config.block)
-        results[name] = {
-            "records": r.records,
-            "answered": r.answered,
-            "refused": r.refused,
-            "fallback": r.fallback,
-            "seconds": time.perf_counter() - began,
-            "rows": [
-                {"slice": label, "n": s.n, "cov95": s.coverage(0.95), "cov99": s.coverage(0.99),
-                 "width95": s.width(0.95), "width99": s.width(0.99), "mape": s.mape, "solo_mape": s.solo_mape,
-                 "admitted": s.admission_rate, "met": s.met_rate}
-                for label, s in r.rows()
-            ],
-        }
+        results[name] = summary(r, time.perf_counter() - began)
         if config.yardsticks:
             results[name]["observed_mape"] = prequential_mape(records, config.predictor)
             results[name]["floor_mape"] = information_floor(records, config.predictor)
         print(f"{name}: {r.records} records, {r.answered} answered, {r.refused} refused (nothing learned yet), "
               f"{r.fallback} from the fallback, {results[name]['seconds']:.1f} s")
+    warm = read_records(EMBEDDED_DATASET)[0] if config.demo_logs else []
+    demo_config = ServiceConfig(predictor=config.predictor, default_confidence=0.95, coverage_confidence=0.95,
+                                shape_window=DEMO_SHAPE_WINDOW, snapshot_every_s=0, observation_log=False)
+    for path in config.demo_logs:
+        began = time.perf_counter()
+        records = read_records(path)[0]
+        r = replay_demo(records, demo_config, str(EMBEDDED_DATASET), config.demo_warmup)
+        name = f"demo {path}"
+        results[name] = summary(r, time.perf_counter() - began)
+        if config.yardsticks:
+            scored = after_warmup(records, config.demo_warmup)
+            results[name]["observed_mape"] = prequential_mape_after(warm, records, config.predictor, scored)
+            results[name]["floor_mape"] = prequential_mape_after([admission_form(w) for w in warm],
+                                                                 [admission_form(x) for x in records],
+                                                                 config.predictor, scored)
+        print(f"{name}: {r.answered} scored of {r.records} questions, {results[name]['seconds']:.1f} s")
     print(table(results))
     if config.yardsticks:
         print(yardstick_table(results))

@@ -12,6 +12,10 @@ of co-runners. Answers refused for want of any basis (nothing learned yet) are c
 the batch partially, with device signals that reflect the crowding: the information an
 admission-time question lacks.
 
+:func:`replay_demo` asks the questions the demo's scheduler asked (:func:`demo_questions`: co-runners
+by their time left, reconstructed from a log saved by ``predictor demo --save``) in the order the
+demo asked them and learned the records, offline and deterministic.
+
 :func:`information_floor` measures what that lack costs any learner: the prequential error of a
 learner that sees each record only as the admission-time question sees it (:func:`admission_form`:
 every overlap full, no signals). An answer before dispatch cannot be expected to beat it; the error
@@ -40,10 +44,12 @@ from predictor.prequential.evaluation import summarize
 from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
-from predictor.service.errors import FailedPrecondition
+from predictor.service.errors import FailedPrecondition, ServiceError
 from predictor.service.types import CoRunnerSource, PlannedCoRunner, Query, Status
 
 LEVELS = (0.95, 0.99)
+MAX_BATCH_S = 10.0
+"""No batch of a demo log runs longer than this (seconds): :func:`demo_questions` looks no further back."""
 SLO = 2.0
 """Deadline of a batch, as a multiple of its solo latency, for the admission rate."""
 
@@ -214,6 +220,97 @@ def _replay_block(service: Service, records: list[Record], result: ReplayResult)
         uppers = {c: a.upper_bound_ms for c, a in answers.items()}
         for target in (result.total, result.by_count.setdefault(count_bucket(len(record.co_runners)), Slice())):
             target.add(actual, first.latency_ms, uppers, record.solo_latency_ms)
+
+
+def demo_questions(records: Sequence[Record], lag_s: float = 0.1) -> list[tuple[int, Query | None]]:
+    """The demo's scheduler and observation stream, reconstructed from a saved demo log (``predictor
+    demo --save LOG``: the records of one device, two workers): in time order, ``(i, query)`` for the
+    question asked about record ``i``'s batch at its start and ``(i, None)`` for record ``i`` learned,
+    ``lag_s`` after its end (the collector's emission delay).
+
+    As the demo asks it (:class:`~predictor.cli.demo.SampleScheduler`): the batch beside it is the
+    one running on the other worker when it starts (the latest started before it that has not ended),
+    given by its time left (its solo latency less the time it has run), no signals, its solo latency,
+    and a batch id (``b{i}``) that its observation carries. A batch dispatched while both workers were
+    busy was asked about earlier than its start: this reconstruction asks it at its start.
+    """
+    starts = sorted(range(len(records)), key=lambda i: records[i].start_s or 0.0)
+    events: list[tuple[float, int, int, Query | None]] = []
+    for position, i in enumerate(starts):
+        record = records[i]
+        start = record.start_s or 0.0
+        runners: tuple[PlannedCoRunner, ...] = ()
+        for j in (starts[k] for k in range(position - 1, -1, -1)):
+            other = records[j]
+            other_start = other.start_s or 0.0
+            assert other.latency_ms is not None
+            if other_start + other.latency_ms / 1e3 > start:
+                left = max((other.solo_latency_ms or other.latency_ms) - 1e3 * (start - other_start), 0.0)
+                runners = (PlannedCoRunner(other.batch.model, other.batch.batch_size, other.batch.attrs,
+                                           remaining_ms=left),)
+                break
+            if start - other_start > MAX_BATCH_S:
+                break
+        query = Query(device=record.device, batch=record.batch, device_kind=record.device_kind, co_runners=runners,
+                      co_runner_source=CoRunnerSource.EXPLICIT, solo_latency_ms=record.solo_latency_ms,
+                      batch_id=f"b{i}")
+        assert record.latency_ms is not None
+        events.append((start, 0, i, query))
+        events.append((start + record.latency_ms / 1e3 + lag_s, 1, i, None))
+    events.sort(key=lambda e: (e[0], e[1]))
+    return [(i, query) for _, _, i, query in events]
+
+
+def after_warmup(records: Sequence[Record], warmup_s: float) -> np.ndarray:
+    """Whether each record of a demo log started ``warmup_s`` or more after the first one (the demo
+    scores those: before, every batch is dispatched and nothing is scored)."""
+    starts = np.array([r.start_s or 0.0 for r in records], dtype=float)
+    return starts >= (starts.min() if starts.size else 0.0) + warmup_s
+
+
+def replay_demo(records: Sequence[Record], config: ServiceConfig, warm_start: str | None = None,
+                warmup_s: float = 0.0) -> ReplayResult:
+    """Ask a fresh service (warm-started from ``warm_start``) the demo's questions about a saved demo
+    log's records, learning each record as the demo's stream delivers it (:func:`demo_questions`);
+    the answers about the records :func:`after_warmup` are scored, per number of co-runners the
+    question named. Records the service refuses to learn (its outlier gate) are skipped, as the
+    demo's stream reports them."""
+    scored = after_warmup(records, warmup_s)
+    service = Service(config)
+    service.open(warm_start=warm_start)
+    result = ReplayResult("demo")
+    for i, query in demo_questions(records):
+        record = records[i]
+        if query is None:
+            try:
+                service.observe(record, f"b{i}")
+            except ServiceError:
+                pass
+            continue
+        result.records += 1
+        first = service.predict(query, LEVELS[0])
+        wider = service.predict(dataclasses.replace(query, batch_id=""), LEVELS[1])
+        if not scored[i]:
+            continue
+        assert record.latency_ms is not None
+        result.answered += 1
+        result.fallback += first.fallback
+        uppers = {LEVELS[0]: first.upper_bound_ms, LEVELS[1]: wider.upper_bound_ms}
+        for target in (result.total, result.by_count.setdefault(count_bucket(len(query.co_runners)), Slice())):
+            target.add(record.latency_ms, first.latency_ms, uppers, record.solo_latency_ms)
+    result.status = service.status()
+    service.close()
+    return result
+
+
+def prequential_mape_after(before: Sequence[Record], records: Sequence[Record], spec: str,
+                           scored: np.ndarray | None = None) -> float:
+    """MAPE (%) of ``create(spec)`` on the ``scored`` ones of ``records`` (default: all), replayed
+    prequentially after ``before`` (a warm start)."""
+    predicted = np.asarray(tree_blocks.fastest_prequential(create(spec), [*before, *records]).predicted)[len(before):]
+    measured = np.array([r.latency_ms for r in records], dtype=float)
+    keep = np.ones(measured.size, dtype=bool) if scored is None else scored
+    return float(100.0 * np.mean(np.abs(predicted - measured)[keep] / measured[keep])) if keep.any() else math.nan
 
 
 def partial_overlap_records(n: int, seed: int = 0, noise: float = 0.08) -> list[Record]:

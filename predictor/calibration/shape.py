@@ -54,6 +54,9 @@ LINKED = "linked:"
 GRID = (0.9, 0.95, 0.99)
 """Confidence levels whose miss rates adaptive conformal inference tracks per cell."""
 MIN_SPREAD = 0.01
+CENTRE_Z = 2.0
+"""Standard errors by which a running centre is shrunk towards 0 before it corrects a point answer
+(:func:`centre_noise`)."""
 MAX_ANSWERED = 4096
 """Most factors a frozen copy keeps (its cache is emptied when full)."""
 MAX_PACKED = 256
@@ -130,7 +133,11 @@ class ShapeCalibrator:
 
     **Calibrated point answer**: the prediction times ``exp(m)`` (its shape's running centre)
     removes the bias an information gap causes (zero signals make predictions low, co-runners of
-    unknown overlap taken as fully overlapping make them high).
+    unknown overlap taken as fully overlapping make them high). A running centre is a mean of few
+    recent residuals, so each is first shrunk towards 0 by :data:`CENTRE_Z` of its standard errors
+    (:func:`centre_noise`, soft thresholding): a centre within its own noise corrects nothing, and
+    the largest of several centres (monotone, below) is not the largest of their noises. The bound
+    uses the centres as they are.
 
     **Monotone in crowding** (``monotone``): the centre and the width of ``k`` co-runners are the
     largest centre and the largest width ``s z_(k)`` of the counts ``0..k`` (an idle device, one
@@ -153,7 +160,8 @@ class ShapeCalibrator:
         Step of adaptive conformal inference (0: off); a level ``c`` uses at most
         ``0.1 (1 - c)``, so rare misses move rare levels little.
     spread_rate
-        Weight of a new residual in the running centre and spread.
+        Weight of a new residual in the running centre and spread (it also sets how noisy a
+        centre is, so how far a point answer's centres are shrunk: :attr:`noise`).
     min_spread_n
         Residuals a (shape, kind, count, model) key needs before its own spread is used.
     monotone
@@ -204,6 +212,11 @@ class ShapeCalibrator:
 
     _answered: dict[tuple, tuple[list[_Term], tuple[float, Bound]]] | None = None  # (also for ones pickled before it)
     _packed: dict[tuple, _Packed | None] | None = None
+
+    @property
+    def noise(self) -> float:
+        """:func:`centre_noise` of the running centres: how far a point answer's centres are shrunk."""
+        return centre_noise(self.spread_rate)
 
     def frozen(self, copies: WindowCopies | None = None) -> ShapeCalibrator:
         """An independent copy to answer from while this one goes on learning (windows copied on
@@ -359,7 +372,7 @@ class ShapeCalibrator:
                 return found
         check_confidence(confidence)
         terms = self._terms(shape, kind, count, model, confidence)
-        found = (terms, _factors(terms))
+        found = (terms, _factors(terms, self.noise))
         if answered is not None:
             if len(answered) >= MAX_ANSWERED:
                 answered.clear()
@@ -376,10 +389,10 @@ class ShapeCalibrator:
         if confidence in GRID:
             levels = self._terms_levels(shape, kind, count, model, GRID)
             at = GRID.index(confidence)
-            correction, bound = _factors([cell_terms[at] for cell_terms in levels])
+            correction, bound = _factors([cell_terms[at] for cell_terms in levels], self.noise)
         else:
             levels = None
-            correction, bound = _factors(self._terms(shape, kind, count, model, confidence))
+            correction, bound = _factors(self._terms(shape, kind, count, model, confidence), self.noise)
         residual = self.add(shape, kind, count, model, actual=actual, predicted=predicted, levels=levels)
         return correction, bound, residual
 
@@ -387,8 +400,8 @@ class ShapeCalibrator:
                          confidence: float) -> np.ndarray | None:
         """The predictive distribution of a cell as log factors on a raw prediction, sorted:
         ``centre + s * z`` for the normalised residuals ``z`` of the window the cell's bound is
-        read from (its own, or the one it borrows), centred as the calibrated point answer is
-        (:meth:`factors`); ``None`` when the cell answers from the fallback (no residuals).
+        read from (its own, or the one it borrows), centred as the bound is (the largest centre of
+        its terms, unshrunk); ``None`` when the cell answers from the fallback (no residuals).
         What composing bounds of several answers convolves (:mod:`predictor.pipeline.compose`)."""
         check_confidence(confidence)
         terms = self._terms(shape, kind, count, model, confidence)
@@ -586,11 +599,51 @@ def _largest(terms: list[_Term]) -> float:
     return _centre(terms) + max(widths)
 
 
-def _factors(terms: list[_Term]) -> tuple[float, Bound]:
-    """The correction and the bound of a 1 ms prediction of a cell's terms (see :meth:`ShapeCalibrator.factors`)."""
+@functools.lru_cache(maxsize=64)
+def centre_noise(rate: float, z: float = CENTRE_Z) -> float:
+    """``z`` standard errors of a running centre (:class:`Spread` at weight ``rate``), in units of
+    its mean absolute deviation ``s``: residuals of spread ``sqrt(pi / 2) s`` (normal), averaged
+    with exponential weights ``rate``, err by ``sqrt(rate / (2 - rate))`` of that.
+
+    >>> round(centre_noise(0.1), 3)
+    0.575
+    """
+    if not 0.0 < rate <= 1.0:
+        raise ValueError(f"rate must lie in (0, 1], got {rate!r}")
+    return z * math.sqrt(math.pi / 2.0) * math.sqrt(rate / (2.0 - rate))
+
+
+def shrunk(m: float, s: float, noise: float) -> float:
+    """A centre ``m`` of spread ``s`` soft-thresholded by ``noise * s`` (:func:`centre_noise`): 0
+    within it, else moved towards 0 by it.
+
+    >>> shrunk(0.05, 0.1, 0.575), round(shrunk(-0.2, 0.1, 0.575), 4)
+    (0.0, -0.1425)
+    """
+    return math.copysign(max(abs(m) - noise * s, 0.0), m)
+
+
+def _point_centre(terms: list[_Term], noise: float) -> float:
+    """The log correction of a point answer: the largest of the terms' centres, each
+    :func:`shrunk`, leaving out cells with no residuals anywhere (a guess); 0 when every one is."""
+    centre = 0.0
+    learned = False
+    for t in terms:
+        if t.source is BoundSource.FALLBACK:
+            continue
+        c = shrunk(t.m, t.s, noise)
+        if not learned or c > centre:
+            centre = c
+        learned = True
+    return centre
+
+
+def _factors(terms: list[_Term], noise: float) -> tuple[float, Bound]:
+    """The correction and the bound of a 1 ms prediction of a cell's terms (see :meth:`ShapeCalibrator.factors`);
+    ``noise``: the calibrator's :func:`centre_noise`."""
     own = terms[-1]
     log_factor = _largest(terms)
-    correction = math.exp(min(max(_centre(terms), -700.0), 700.0))
+    correction = math.exp(min(max(_point_centre(terms, noise), -700.0), 700.0))
     return correction, Bound(math.exp(min(log_factor, 700.0)), own.source, own.n)
 
 

@@ -487,7 +487,7 @@ class _Block:
             np.array([(1.0 - level) / 20.0 for level in GRID]),
             np.array([min(5.0 * (1.0 - level), 0.5) for level in GRID]),
             bool(cal.gamma), cal.scaled, cal.min_residuals, cal.min_spread_n, cal.max_cells, cal.spread_rate,
-            MIN_SPREAD, self.out_centre, self.out_lf, self.out_src, self.out_n,
+            MIN_SPREAD, self.out_centre, self.out_lf, self.out_src, self.out_n, cal.noise,
         )
         self._store(win_len, win_sorted, win_ring, win_head, win_added, spread_keys, sp_m, sp_s, sp_n,
                     alpha_cells, al_exists, al)

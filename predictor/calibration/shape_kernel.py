@@ -48,16 +48,18 @@ def _spread(ids, sp_m, sp_s, sp_n, min_spread_n, scaled, min_spread):
 @njit(cache=True, nogil=True)
 def _level(plan, onem_c, ai, denom, fallback_lf, tm_lf, tm_m, tm_src,
            plan_start, term_look, term_wide, lk_win, lk_alpha, lk_spread, lk_src, wd_win, wd_spread,
-           win_len, win_sorted, sp_m, sp_s, sp_n, al, al_exists, min_residuals, min_spread_n, scaled, min_spread):
-    """The bound of one plan at one level (``ShapeCalibrator._terms`` then ``_centre`` and
-    ``_largest``): the log correction, the log factor, and the source and residual count of the
-    query's own (last) term. ``tm_*``: scratch room for the terms."""
+           win_len, win_sorted, sp_m, sp_s, sp_n, al, al_exists, min_residuals, min_spread_n, scaled, min_spread,
+           noise):
+    """The bound of one plan at one level (``ShapeCalibrator._terms`` then ``_point_centre``, ``_centre``
+    and ``_largest``): the log correction (each centre shrunk by ``noise``), the log factor, and the
+    source and residual count of the query's own (last) term. ``tm_*``: scratch room for the terms."""
     first, last = plan_start[plan], plan_start[plan + 1]
     centre = 0.0
+    point = 0.0
     any_learned = False
     own_n = 0
     for t in range(first, last):
-        lf, m, src, n = fallback_lf, 0.0, FALLBACK, 0
+        lf, m, s, src, n = fallback_lf, 0.0, 0.0, FALLBACK, 0
         found = False
         for q in range(term_look[t], term_look[t + 1]):
             w = lk_win[q]
@@ -85,8 +87,11 @@ def _level(plan, onem_c, ai, denom, fallback_lf, tm_lf, tm_m, tm_src,
         at = t - first
         tm_lf[at], tm_m[at], tm_src[at] = lf, m, src
         if src != FALLBACK:
+            shrunk = math.copysign(max(abs(m) - noise * s, 0.0), m)
             if not any_learned or m > centre:
                 centre = m
+            if not any_learned or shrunk > point:
+                point = shrunk
             any_learned = True
         own_n = n
     own = last - 1 - first
@@ -100,7 +105,7 @@ def _level(plan, onem_c, ai, denom, fallback_lf, tm_lf, tm_m, tm_src,
             if not any_width or width > widest:
                 widest = width
             any_width = True
-    return centre, centre + widest, tm_src[own], own_n
+    return point, centre + widest, tm_src[own], own_n
 
 
 @njit(cache=True, nogil=True)
@@ -145,7 +150,7 @@ def learn_block(win_exists, win_len, win_sorted, win_ring, win_head, win_pool, w
                 it_plan, it_resid, it_score, it_win, it_spread, it_alpha, it_out, it_onem, it_ai, it_denom,
                 it_fallback, grid_onem, grid_fallback, ad_gamma, ad_lo, ad_hi,
                 adapt, scaled, min_residuals, min_spread_n, max_cells, spread_rate, min_spread,
-                out_centre, out_lf, out_src, out_n):
+                out_centre, out_lf, out_src, out_n, noise):
     """``score`` (items with ``it_score``) or ``add`` (the others) of each item in order.
 
     Levels ``0 .. len(grid) - 1`` of an item are the grid's, level ``len(grid)`` its own
@@ -178,13 +183,13 @@ def learn_block(win_exists, win_len, win_sorted, win_ring, win_head, win_pool, w
                 c, lf, src, n = _level(plan, grid_onem[g], g, grid_onem[g], grid_fallback[g], tm_lf, tm_m, tm_src,
                                        plan_start, term_look, term_wide, lk_win, lk_alpha, lk_spread, lk_src,
                                        wd_win, wd_spread, win_len, win_sorted, sp_m, sp_s, sp_n, al, al_exists,
-                                       min_residuals, min_spread_n, scaled, min_spread)
+                                       min_residuals, min_spread_n, scaled, min_spread, noise)
                 largest[g], srcs[g] = lf, src
             else:
                 c, lf, src, n = _level(plan, it_onem[i], it_ai[i], it_denom[i], it_fallback[i], tm_lf, tm_m, tm_src,
                                        plan_start, term_look, term_wide, lk_win, lk_alpha, lk_spread, lk_src,
                                        wd_win, wd_spread, win_len, win_sorted, sp_m, sp_s, sp_n, al, al_exists,
-                                       min_residuals, min_spread_n, scaled, min_spread)
+                                       min_residuals, min_spread_n, scaled, min_spread, noise)
             if wanted:
                 out_centre[i], out_lf[i], out_src[i], out_n[i] = c, lf, src, n
         if adapting:
