@@ -78,7 +78,8 @@ def supports(predictor: LatencyPredictor) -> bool:
 
 
 def prequential_blocks(predictor: LatencyPredictor, records: Iterable[Record | ColocRow], block: int = BLOCK,
-                       knows: list[bool] | None = None, overlap: bool = False) -> Scored:
+                       knows: list[bool] | None = None, overlap: bool = False,
+                       kept: KeptPlans | None = None) -> Scored:
     """:func:`~predictor.prequential.evaluation.run_prequential` of ``predictor`` (see :func:`supports`), blockwise.
 
     ``records``: records, or decoded rows read like them (:func:`~predictor.records.logio.iter_rows`; a row
@@ -92,17 +93,80 @@ def prequential_blocks(predictor: LatencyPredictor, records: Iterable[Record | C
     while this one reads the next: the same arithmetic in the same order, so the same results to the
     bit; faster where a second core is free. A block in flight when the records stop (an error
     included) is learned whole before this returns or raises.
+
+    ``kept``: where an ``rls`` predictor's row plans are kept from call to call (:class:`KeptPlans`):
+    the same results, with each row layout planned once over the calls.
     """
     if not supports(predictor):
         raise ValueError("the blockwise replay takes rls with split_by=None, clip=0 and drift_reset=False, "
                          "or sgd with its own pipeline")
-    rows: _RlsRows | SgdRows = predictor.block_rows() if predictor.name == "sgd" else _RlsRows(predictor)  # type: ignore[attr-defined,arg-type]
+    rows: _RlsRows | SgdRows
+    if predictor.name == "sgd":
+        rows = predictor.block_rows()  # type: ignore[attr-defined]
+    else:
+        rows = kept.rows(predictor) if kept is not None else _RlsRows(predictor)  # type: ignore[arg-type]
     worker = KernelThread("replay-kernel") if overlap else None
     try:
         return _prequential_blocks(predictor, rows, records, block, knows, worker)
     finally:
         if worker is not None:
             worker.close()
+        if kept is not None and isinstance(rows, _RlsRows):
+            kept.keep(rows)
+
+
+class KeptPlans:
+    """The ``rls`` row plans of :func:`prequential_blocks`, kept from one call to the next on the same
+    predictor (a learner that takes its records a few at a time, as the service's ingest does), so that
+    each row layout is planned once rather than once per call.
+
+    A plan holds the model's columns and scales as they were when it was made; the kept plans are
+    used only while the model is the one they were made for and nothing has changed it since the
+    last call but that call (its learned counts, columns, scales and arrays as they were left):
+    anything else (a reference step between calls, a restore, another model) starts them afresh.
+    :meth:`forget` drops them at once.
+
+    >>> kept = KeptPlans()
+    >>> scored = prequential_blocks(predictor, first_records, kept=kept)  # doctest: +SKIP
+    >>> scored = prequential_blocks(predictor, next_records, kept=kept)  # doctest: +SKIP
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[_RlsRows, tuple]] = {}  # by the predictor's id (the rows hold it)
+
+    def rows(self, predictor: RlsPredictor) -> _RlsRows:
+        """The kept rows of ``predictor`` where their plans still fit its model, else fresh ones."""
+        found = self._kept.pop(id(predictor), None)
+        if found is not None and found[0].predictor is predictor and found[1] == _fingerprint(predictor):
+            return found[0]
+        return _RlsRows(predictor)
+
+    def keep(self, rows: _RlsRows) -> None:
+        """Keep ``rows`` (their run finished) for the next call on their predictor."""
+        if rows.run is None and not rows.plan_of_row:
+            while len(self._kept) >= MAX_KEPT:  # the longest kept first (a predictor since replaced)
+                del self._kept[next(iter(self._kept))]
+            self._kept[id(rows.predictor)] = (rows, _fingerprint(rows.predictor))
+
+    def forget(self) -> None:
+        """Drop every kept plan."""
+        self._kept.clear()
+
+
+MAX_KEPT = 8
+"""The most predictors :class:`KeptPlans` keeps plans for (an ensemble's experts, one each)."""
+
+
+def _fingerprint(predictor: RlsPredictor) -> tuple:
+    """What a kept plan depends on, as the model stands: which model, index and column scales (by
+    identity: a restore or a reference step's growth rebinds them), and the counts learning moves."""
+    model = predictor._models.get("")
+    if model is None:
+        return (None,)
+    index = model.index
+    return (model, index, index.columns, model._column_scale, model._weights.size, index.size,
+            len(index.columns), index.dropped, model.n_updates, model.n_refused, model.n_resets,
+            model._all_scaled)
 
 
 class _RlsRows:

@@ -47,19 +47,21 @@ def supports(predictor: LatencyPredictor) -> bool:
 
 
 def fastest_prequential(predictor: LatencyPredictor, records: list[Record], *,
-                        refits_ahead: int = REFITS_AHEAD) -> Scored:
+                        refits_ahead: int = REFITS_AHEAD, kept: blocks.KeptPlans | None = None) -> Scored:
     """:func:`~predictor.prequential.evaluation.run_prequential` of any ``predictor`` by its fastest exact
     path: compiled blocks (:func:`~predictor.prequential.blocks.supports`), the replay of this module
-    (:func:`supports`), else record by record."""
+    (:func:`supports`), else record by record. ``kept``: the ``rls`` row plans kept from call to call
+    (:class:`~predictor.prequential.blocks.KeptPlans`)."""
     if blocks.supports(predictor):
-        return blocks.prequential_blocks(predictor, records)
+        return blocks.prequential_blocks(predictor, records, kept=kept)
     if supports(predictor):
-        return prequential_tree_blocks(predictor, records, refits_ahead=refits_ahead)
+        return prequential_tree_blocks(predictor, records, refits_ahead=refits_ahead, kept=kept)
     return run_prequential(predictor, records)
 
 
 def prequential_tree_blocks(predictor: LatencyPredictor, records: Iterable[Record | ColocRow], *,
-                            refits_ahead: int = REFITS_AHEAD, knows: list[bool] | None = None) -> Scored:
+                            refits_ahead: int = REFITS_AHEAD, knows: list[bool] | None = None,
+                            kept: blocks.KeptPlans | None = None) -> Scored:
     """:func:`~predictor.prequential.evaluation.run_prequential` of a ``tree`` or ``ensemble`` ``predictor``
     (see :func:`supports`), its refits started ahead.
 
@@ -68,6 +70,8 @@ def prequential_tree_blocks(predictor: LatencyPredictor, records: Iterable[Recor
     ``refits_ahead``: most refits started before the learner gets to them (``0``: none, the reference's timing).
     ``knows``: when given, of an ``ensemble``, whether each record's solo latency was known just before it
     was learned is appended to it (as :func:`~predictor.prequential.blocks.prequential_blocks` does).
+    ``kept``: an ``ensemble``'s ``rls`` experts' row plans kept from call to call
+    (:class:`~predictor.prequential.blocks.KeptPlans`).
     """
     if not supports(predictor):
         raise ValueError(f"the tree replay takes a tree or an ensemble predictor, got {predictor.name!r}")
@@ -78,7 +82,7 @@ def prequential_tree_blocks(predictor: LatencyPredictor, records: Iterable[Recor
     stream = [record_of(r) if isinstance(r, ColocRow) else r for r in records]
     scored = Scored()
     if isinstance(predictor, EnsemblePredictor):
-        columns = [fastest_prequential(expert, stream, refits_ahead=refits_ahead).predicted
+        columns = [fastest_prequential(expert, stream, refits_ahead=refits_ahead, kept=kept).predicted
                    for expert in predictor.expert_predictors]
         for i, record in enumerate(stream):
             if knows is not None:

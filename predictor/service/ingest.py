@@ -94,6 +94,8 @@ class Ingest:
         self.state = state
         config = state.config
         self.rate_limiter = RateLimiter(config.rate_limit, config.rate_burst) if config.rate_limit > 0 else None
+        self.kept = fastreplay.KeptPlans()
+        """The compiled learner's row plans, kept from block to block (:meth:`_learn_compiled`)."""
         self.replay: Callable[[Sequence[Record], ModelVersion, Filling],
                               list[list[tuple[QueryShape, float]]]] | None = None
         """Degraded replay: the admission-time answers about each observed batch of a block, asked
@@ -237,12 +239,17 @@ class Ingest:
         if self.replay is None:
             return [[] for _ in part]
         state = self.state
-        base = state.replay_base()
-        version = Publisher.live(state.generation, base.predictor, state.calibrator, state.admission.calibrator,
-                                 base.sequence)
+        if state.sequence % state.config.replay_every_records == 0 and len(part) == state.config.replay_every_records:
+            # a part from a replay boundary to the next: its base is the model and filling as they stand,
+            # and nothing after this part reads it (the next part takes the next base): no copy
+            predictor, filling, sequence = state.predictor, state.filling, state.sequence
+        else:
+            base = state.replay_base()
+            predictor, filling, sequence = base.predictor, base.filling, base.sequence
+        version = Publisher.live(state.generation, predictor, state.calibrator, state.admission.calibrator, sequence)
         records = [t.record for t in part]
-        answers = self.replay(records, version, base.filling)
-        return [answer if base.predictor.knows_key(record) else []
+        answers = self.replay(records, version, filling)
+        return [answer if predictor.knows_key(record) else []
                 for record, answer in zip(records, answers, strict=True)]
 
     def _guesses(self, part: list[_Taken], outcomes: list[float | ServiceError], known: list[bool]) -> list[bool]:
@@ -366,11 +373,12 @@ class Ingest:
         # what a refusal of the gate restores (no gate: nothing is refused, nothing to keep)
         restore = None if state.gates is None else _restore_point(state)
         knows: list[bool] = []
-        predicted = _prequential_compiled(predictor, [t.record for t in block], knows)
+        predicted = _prequential_compiled(predictor, [t.record for t in block], knows, self.kept)
         if state.gates is not None:
             for at, (taken, value, known) in enumerate(zip(block, predicted, knows, strict=True)):
                 if known and state.gates.check(taken.kind, value, taken.record.latency_ms, taken.source) is not None:
                     restore()  # type: ignore[misc]
+                    self.kept.forget()
                     return self._learn_compiled(block[:at], fewest=1) if at else []
         for taken, value in zip(block, predicted, strict=True):
             self._score(taken.record, taken.kind, value)
@@ -530,18 +538,21 @@ def _compiles(predictor: LatencyPredictor) -> bool:
     return fastreplay.supports(predictor)
 
 
-def _prequential_compiled(predictor: LatencyPredictor, records: list[Record], knows: list[bool]) -> list[float]:
+def _prequential_compiled(predictor: LatencyPredictor, records: list[Record], knows: list[bool],
+                          kept: fastreplay.KeptPlans) -> list[float]:
     """Each record's prediction before ``predictor`` (see :func:`_compiles`) learned it, learning them all;
-    ``knows`` gets whether each one's solo latency was known just before it was learned."""
+    ``knows`` gets whether each one's solo latency was known just before it was learned; ``kept``: the
+    row plans kept from call to call."""
     if isinstance(predictor, EnsemblePredictor):
-        return tree_blocks.prequential_tree_blocks(predictor, records, knows=knows).predicted
-    return fastreplay.prequential_blocks(predictor, records, block=len(records), knows=knows).predicted
+        return tree_blocks.prequential_tree_blocks(predictor, records, knows=knows, kept=kept).predicted
+    return fastreplay.prequential_blocks(predictor, records, block=len(records), knows=knows, kept=kept).predicted
 
 
 def _restore_point(state: ServiceState) -> Callable[[], None]:
     """What brings the state's predictor and outlier gates back to where they are now (a refusal
     of the gate undoes the learning since): their own restore points where they have them (the
-    arrays learning changes in place, copied), else a pickle of both."""
+    arrays learning changes in place, copied), else a pickle of both, in which an ensemble's ``rls``
+    experts are held by their own restore points (restored in place, not pickled)."""
     predictor, gates = state.predictor, state.gates
     if type(predictor) is RlsPredictor and gates is not None:
         learned, checked = predictor.restore_point(), gates.restore_point()
@@ -551,9 +562,40 @@ def _restore_point(state: ServiceState) -> Callable[[], None]:
             gates.restore(checked)
 
         return restore
+    if isinstance(predictor, EnsemblePredictor) and _experts_held(predictor):
+        return _ensemble_restore_point(state, predictor)
     saved = pickle.dumps((predictor, gates), protocol=pickle.HIGHEST_PROTOCOL)
 
     def unpickle() -> None:
         state.predictor, state.gates = pickle.loads(saved)
 
     return unpickle
+
+
+def _experts_held(predictor: EnsemblePredictor) -> bool:
+    """Whether ``predictor`` holds its experts in its ``_experts`` list (what :func:`_ensemble_restore_point` restores)."""
+    held = vars(predictor).get("_experts")
+    experts = predictor.expert_predictors
+    return type(held) is list and len(held) == len(experts) and all(a is b for a, b in zip(held, experts, strict=True))
+
+
+def _ensemble_restore_point(state: ServiceState, predictor: EnsemblePredictor) -> Callable[[], None]:
+    """:func:`_restore_point` of an ensemble: its ``rls`` experts by their own restore points (restored
+    in place), the rest of it and the gates by a pickle (the ensemble restored in place too)."""
+    experts = predictor.expert_predictors
+    points = {at: expert.restore_point() for at, expert in enumerate(experts) if type(expert) is RlsPredictor}
+    names = list(vars(predictor))  # restored in this order (a pickle of it, a snapshot, writes them so)
+    rest = {name: value for name, value in vars(predictor).items() if name != "_experts"}
+    saved = pickle.dumps((rest, [None if at in points else expert for at, expert in enumerate(experts)], state.gates),
+                         protocol=pickle.HIGHEST_PROTOCOL)
+
+    def restore() -> None:
+        rest, others, gates = pickle.loads(saved)
+        for at, point in points.items():
+            experts[at].restore(point)  # type: ignore[attr-defined]
+        rest["_experts"] = [experts[at] if at in points else other for at, other in enumerate(others)]
+        vars(predictor).clear()
+        vars(predictor).update((name, rest[name]) for name in names)
+        state.gates = gates
+
+    return restore

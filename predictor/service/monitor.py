@@ -16,9 +16,11 @@ Examples
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -223,34 +225,51 @@ class ShapeMonitor:
         return ShapeStats(source, shape, ANY, ANY, -1, n, hits / n if n else None, ape / n if n else None)
 
     def slices(self, max_rows: int = 400) -> list[ShapeStats]:
-        """Per source and shape: all answers, then per co-runner count, per device kind and per model."""
+        """Per source and shape: all answers, then per co-runner count, per device kind and per model
+        (the first ``max_rows`` of them)."""
         # one pass over the cells, each slice summed in the order :meth:`summary` sums it
         sliced: dict[tuple[str, str], tuple[dict, dict, dict]] = {}
         for (source, shape, kind, model, count), (n, hits, ape) in self._counts.items():
             per = sliced.get((source, shape))
             if per is None:
                 per = sliced[(source, shape)] = ({}, {}, {})
-            for table, value in zip(per, (count, kind, model), strict=True):
-                total = table.get(value)
-                if total is None:
-                    table[value] = [n, hits, 0.0 + ape]
-                else:
-                    total[0] += n
-                    total[1] += hits
-                    total[2] += ape
-        rows: list[ShapeStats] = []
+            by_count, by_kind, by_model = per
+            total = by_count.get(count)
+            if total is None:
+                by_count[count] = [n, hits, 0.0 + ape]
+            else:
+                total[0] += n
+                total[1] += hits
+                total[2] += ape
+            total = by_kind.get(kind)
+            if total is None:
+                by_kind[kind] = [n, hits, 0.0 + ape]
+            else:
+                total[0] += n
+                total[1] += hits
+                total[2] += ape
+            total = by_model.get(model)
+            if total is None:
+                by_model[model] = [n, hits, 0.0 + ape]
+            else:
+                total[0] += n
+                total[1] += hits
+                total[2] += ape
+        return list(itertools.islice(self._slice_rows(sliced), max_rows))
+
+    def _slice_rows(self, sliced: dict[tuple[str, str], tuple[dict, dict, dict]]) -> Iterator[ShapeStats]:
+        """:meth:`slices`'s rows in order, from the per-slice totals ``sliced``."""
         for source, shape in self.sources():
-            rows.append(self.summary(source, shape))
+            yield self.summary(source, shape)
             by_count, by_kind, by_model = sliced.get((source, shape), ({}, {}, {}))
             for c in sorted(by_count):
-                rows.append(_stats(source, shape, ANY, ANY, c, by_count[c]))
+                yield _stats(source, shape, ANY, ANY, c, by_count[c])
             for kd in sorted(by_kind):  # ANY names no kind: summary's own answer, the totals
-                rows.append(self.summary(source, shape, kind=kd) if kd == ANY else
-                            _stats(source, shape, kd, ANY, -1, by_kind[kd]))
+                yield (self.summary(source, shape, kind=kd) if kd == ANY else
+                       _stats(source, shape, kd, ANY, -1, by_kind[kd]))
             for m in sorted(by_model):
-                rows.append(self.summary(source, shape, model=m) if m == ANY else
-                            _stats(source, shape, ANY, m, -1, by_model[m]))
-        return rows[:max_rows]
+                yield (self.summary(source, shape, model=m) if m == ANY else
+                       _stats(source, shape, ANY, m, -1, by_model[m]))
 
 
 def _stats(source: str, shape: str, kind: str, model: str, count: int, total: list) -> ShapeStats:

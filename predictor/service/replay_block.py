@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from predictor.calibration.shapes import QueryShape
+from predictor.predictors.base import LatencyPredictor
 from predictor.records import rules
 from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.runtime.gil_yield import point as gil_point
@@ -172,10 +173,13 @@ def _latency(answering: Answering, records: Sequence[Record], question: Question
     :meth:`Answering.predict_plan <predictor.service.answering.Answering.predict_plan>` of its
     :class:`~predictor.service.answering.Planned`, or, where that takes the per-record way (a
     predictor monotone itself, no attribute to clip, no co-runner given by remaining time: always
-    so here), the predictor's own ``predict_many`` of the planned record, which is what it computes."""
+    so here), the predictor's own ``predict_many`` of the planned record, which is what it computes
+    (its ``predict_one`` where ``predict_many`` is the base class's, which calls it)."""
     planned = question_planned(records[question[0]], question)
     record, predictor = planned.record, model.predictor
     if monotone.direct(predictor, record.batch.attrs) and not monotone.needs_clipping(record):
+        if type(predictor).predict_many is LatencyPredictor.predict_many:
+            return float(predictor.predict_one(record))
         return float(predictor.predict_many([record])[0])
     try:
         return float(answering.predict_plan(planned, model)[0][0])

@@ -201,6 +201,37 @@ def test_plans_started_afresh_past_their_bound_give_the_same_bits(monkeypatch):
     np.testing.assert_array_equal(a._s, b._s)
 
 
+@pytest.mark.parametrize("stream", ["log", "fleet"])
+def test_plans_kept_from_call_to_call_give_the_bits_of_fresh_plans(stream):
+    """Records learned a few at a time (the service's parts), the row plans kept from call to call
+    (:class:`~predictor.prequential.blocks.KeptPlans`): the same predictions and state, to the bit, as
+    with plans made afresh by every call, also where the model changes between calls (a reference step,
+    a restore), which starts the kept plans afresh."""
+    from predictor.prequential.blocks import KeptPlans
+
+    records = _records() if stream == "log" else fleet_records(1200, models=40, device_kinds=4, seed=5)
+    kept, fresh = create("rls"), create("rls")
+    plans = KeptPlans()
+    for number, at in enumerate(range(0, len(records), 16)):
+        part = records[at:at + 16]
+        if number % 7 == 3:  # a step between calls: the reference's, growing the model where it grows
+            assert kept.predict_learn_one(part[0]) == fresh.predict_learn_one(part[0])
+            part = part[1:]
+        points = (kept.restore_point(), fresh.restore_point()) if number % 11 == 5 else None
+        got = prequential_blocks(kept, part, block=len(part), kept=plans)
+        expected = prequential_blocks(fresh, part, block=len(part))
+        assert got.predicted == expected.predicted
+        if points is not None:  # learned, then undone: the kept plans must not outlive it
+            kept.restore(points[0])
+            fresh.restore(points[1])
+    a, b = kept._models[""], fresh._models[""]
+    assert a.index.columns == b.index.columns and a.index.dropped == b.index.dropped
+    assert (a.n_updates, a.n_refused, kept._scale, kept._seen) == (b.n_updates, b.n_refused, fresh._scale, fresh._seen)
+    np.testing.assert_array_equal(a._weights, b._weights)
+    np.testing.assert_array_equal(a._s, b._s)
+    np.testing.assert_array_equal(a._column_scale, b._column_scale)
+
+
 @pytest.mark.parametrize("spec", ["rls", "rls:features='fine'"])
 def test_a_fleet_past_the_feature_cap_replays_blockwise_as_the_reference(spec):
     """Many models (a column per model and per pair of models, past the feature index's cap): the names

@@ -15,13 +15,14 @@ import pickle
 
 import numpy as np
 import pytest
+from test_one_truth import differs
 
 from predictor import snapshot
 from predictor.analysis.admission_replay import partial_overlap_records, replay
 from predictor.predictors import create
 from predictor.records.record import RecordError
 from predictor.service import Service, ServiceConfig
-from predictor.service.ingest import MESSAGE_END
+from predictor.service.ingest import MESSAGE_END, _restore_point
 from predictor.service.replay_block import replay_block, replay_record
 
 CONFIG = ServiceConfig(snapshot_every_s=0, observation_log=False)
@@ -140,6 +141,21 @@ def test_refused_outliers_in_a_block_are_not_learned_by_what_follows(predictor):
                 for r in report.report_observations([(x, "") for x in records[at:at + 128]]).rejections]
     assert [(r.index, r.field) for r in rejected] == [(i - 256, "record.latency_ms") for i in outliers]
     _assert_same_learning(one, many, records[-100:])
+
+
+@pytest.mark.parametrize("predictor", ["rls", "sgd", ENSEMBLE])
+def test_a_restore_point_brings_the_predictor_and_gates_back_to_the_bit(predictor):
+    """What a refusal of the gate restores (an ensemble's ``rls`` experts by their own restore points,
+    the rest pickled): the learned state as it was, to the bit, whatever was learned since."""
+    records = _records(500)
+    service = _blocks(records[:300], 100, dataclasses.replace(CONFIG, predictor=predictor))
+    state = service.state
+    before = copy.deepcopy((state.predictor, state.gates))
+    restore = _restore_point(state)
+    service.report_observations([(r, "") for r in records[300:]])
+    assert differs((state.predictor, state.gates), before) is not None
+    restore()
+    assert differs((state.predictor, state.gates), before) is None
 
 
 def test_blocks_of_one_calibrate_admission_exactly_as_records_one_by_one():
