@@ -17,10 +17,11 @@ Every expert learns every record, so each key can change its choice at any time.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from predictor.features.window import at_window
 from predictor.predictors.base import LatencyPredictor
 from predictor.predictors.registry import create
 from predictor.records.colocations import CoLocations
@@ -189,6 +190,24 @@ class EnsemblePredictor(LatencyPredictor):
 
         return latencies
 
+    def window_latency(self, record: Record, remaining_ms: Sequence[float | None]) -> Callable[[float], float] | None:
+        """See the base class: each weighted expert's own window path where it has one (else its
+        ``predict_one`` of the record at the window), combined as :meth:`predict_one` combines them
+        (the same sum, term by term); the weights of ``record``'s key looked up once."""
+        if (type(self).predict_one is not EnsemblePredictor.predict_one
+                or type(self).predict_many is not LatencyPredictor.predict_many):
+            return None
+        weighted = [(weight, expert) for weight, expert in zip(self._normalised(self._errors_for(record), self.eta),
+                                                              self._experts, strict=True) if weight > 0]
+        paths = [expert.window_latency(record, remaining_ms) or _per_record(expert, record, remaining_ms)
+                 for _, expert in weighted]
+        weights = [weight for weight, _ in weighted]
+
+        def latency(window: float) -> float:
+            return math.exp(sum(w * math.log(path(window)) for w, path in zip(weights, paths, strict=True)))
+
+        return latency
+
     def predict_slowdown(self, record: Record) -> float:
         """The combined latency over the solo latency used for ``record``."""
         return self.predict_one(record) / self.solo_latency(record)
@@ -239,3 +258,8 @@ class EnsemblePredictor(LatencyPredictor):
             # a key seen for the first time starts from the overall errors
             self._key_errors[key] = updated(self._key_errors.get(key, self._errors))
         self._errors = updated(self._errors)
+
+
+def _per_record(expert: LatencyPredictor, record: Record, remaining_ms: Sequence[float | None]) -> Callable[[float], float]:
+    """``expert``'s latency of ``record`` at a window (:func:`~predictor.features.window.at_window`), record by record."""
+    return lambda window: expert.predict_many([at_window(record, remaining_ms, window)])[0]

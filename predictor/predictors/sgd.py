@@ -10,6 +10,7 @@ from river import linear_model, optim, preprocessing
 
 from predictor.features.contention import is_contention
 from predictor.features.extract import feature_form, feature_matrix, fine_features
+from predictor.features.window import at_window, fine_program, overlap_at
 from predictor.predictors import sgd_kernel
 from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
 from predictor.records.colocations import CoLocations
@@ -85,6 +86,48 @@ class SgdPredictor(LatencyPredictor):
                 largest = 0.0 if found is None else found.get()
                 total += weight * (value / largest if largest else 0.0)
         return total + linear.intercept
+
+    def window_latency(self, record: Record, remaining_ms: Sequence[float | None]) -> Callable[[float], float] | None:
+        """See the base class: the record's fine features as a function of the overlaps
+        (:func:`~predictor.features.window.fine_program`), each feature's weight and scale looked up
+        once, summed in :meth:`raw_prediction`'s order."""
+        if (type(self).predict_slowdown is not SgdPredictor.predict_slowdown
+                or type(self).predict_many is not LatencyPredictor.predict_many
+                or type(self).predict_one is not LatencyPredictor.predict_one):
+            return None
+        moving = [(i, ms) for i, ms in enumerate(remaining_ms) if ms is not None]
+        if not moving:
+            return None
+        overlaps = [runner.overlap for runner in record.co_runners]
+        for i, ms in moving:
+            overlaps[i] = ms  # zero exactly where every window's overlap is (remaining ms > 0: never 0)
+        program = fine_program(record, overlaps)
+        if program is None:
+            return None
+        maxima = self._model["MaxAbsScaler"].abs_max
+        linear = self._model["LinearRegression"]
+        weights = linear._weights
+        terms = []  # (slot, weight, column's largest magnitude) of the names with a weight, in order
+        for slot, name in enumerate(program.names):
+            weight = weights.get(name)
+            if weight is not None:
+                found = maxima.get(name)
+                terms.append((slot, weight, 0.0 if found is None else found.get()))
+        intercept, solo, log_target = linear.intercept, self.solo_latency(record), self.log_target
+
+        def latency(window: float) -> float:
+            for i, ms in moving:
+                overlaps[i] = overlap_at(ms, window)
+            values = program.values(overlaps)
+            if values is None:  # an overlap fell to 0: the names change, the record's own path
+                return self.predict_many([at_window(record, remaining_ms, window)])[0]
+            total = 0.0
+            for slot, weight, largest in terms:
+                total += weight * (values[slot] / largest if largest else 0.0)
+            value = total + intercept
+            return self._latency_of(solo, math.exp(min(value, 10.0)) if log_target else value)
+
+        return latency
 
     def predict_colocations(self, rows: CoLocations) -> np.ndarray:
         """All rows at once: one matrix of their fine features, each value scaled and weighted as

@@ -31,8 +31,12 @@ _EMPTY = MappingProxyType({})
 
 @njit(cache=True, nogil=True, inline="always")
 def _varint(buf: np.ndarray, i: int) -> tuple[int, int]:
-    value = 0
-    shift = 0
+    value = np.int64(buf[i])
+    if value < 0x80:  # one byte: most tags, lengths and small numbers
+        return value, i + 1
+    value &= 0x7F
+    shift = 7
+    i += 1
     while True:
         b = np.int64(buf[i])
         i += 1
@@ -43,9 +47,11 @@ def _varint(buf: np.ndarray, i: int) -> tuple[int, int]:
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _double(buf: np.ndarray, i: int, scratch: np.ndarray) -> float:
-    scratch[:] = buf[i : i + 8]
-    return scratch.view(np.float64)[0]
+def _double(buf: np.ndarray, i: int, raw: np.ndarray, scratch: np.ndarray) -> float:
+    """The little-endian double at ``buf[i:i + 8]``, through ``scratch`` (one float64) and ``raw`` (its 8 bytes)."""
+    for k in range(8):
+        raw[k] = buf[i + k]
+    return scratch[0]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -72,7 +78,7 @@ def _printable(buf: np.ndarray, start: int, stop: int) -> bool:
 
 
 @njit(cache=True, nogil=True)
-def _entry(buf: np.ndarray, i: int, stop: int, scratch: np.ndarray) -> tuple[int, int, float, bool]:
+def _entry(buf: np.ndarray, i: int, stop: int, raw: np.ndarray, scratch: np.ndarray) -> tuple[int, int, float, bool]:
     """A ``map<string, double>`` entry in ``buf[i:stop]``: key start, key stop, value, whether read."""
     key_start, key_stop, value = i, i, 0.0
     while i < stop:
@@ -83,7 +89,7 @@ def _entry(buf: np.ndarray, i: int, stop: int, scratch: np.ndarray) -> tuple[int
             key_start, key_stop = i, i + length
             i += length
         elif field == 2 and wire == 1:
-            value = _double(buf, i, scratch)
+            value = _double(buf, i, raw, scratch)
             i += 8
         else:
             i = _skip(buf, i, wire)
@@ -94,6 +100,44 @@ def _entry(buf: np.ndarray, i: int, stop: int, scratch: np.ndarray) -> tuple[int
 
 
 @njit(cache=True, nogil=True)
+def _count(buf: np.ndarray) -> tuple[int, int, int]:
+    """The candidates, co-runners and map entries of a serialised request (protobuf parsed it: it is
+    well formed), walking only the fields that hold them; :func:`_scan` checks the rest."""
+    n = r = m = 0
+    i, end = 0, buf.size
+    while i < end:
+        tag, i = _varint(buf, i)
+        if tag != (_CANDIDATES << 3 | 2):
+            i = _skip(buf, i, tag & 7)
+            if i < 0:
+                return n, r, m
+            continue
+        length, i = _varint(buf, i)
+        c_stop = i + length
+        n += 1
+        while i < c_stop:
+            tag, i = _varint(buf, i)
+            if tag == (3 << 3 | 2):
+                length, i = _varint(buf, i)
+                r_stop = i + length
+                r += 1
+                while i < r_stop:
+                    tag, i = _varint(buf, i)
+                    if tag == (3 << 3 | 2):
+                        m += 1
+                    i = _skip(buf, i, tag & 7)
+                    if i < 0:
+                        return n, r, m
+            else:
+                if tag == (5 << 3 | 2):
+                    m += 1
+                i = _skip(buf, i, tag & 7)
+                if i < 0:
+                    return n, r, m
+    return n, r, m
+
+
+@njit(cache=True, nogil=True)
 def _scan(buf: np.ndarray, fill: bool, cand: np.ndarray, runner: np.ndarray, runner_f: np.ndarray,
           maps: np.ndarray, map_values: np.ndarray) -> tuple[int, int, int, bool]:
     """One pass over a serialised request: counts (candidates, co-runners, map entries) and, with
@@ -101,7 +145,8 @@ def _scan(buf: np.ndarray, fill: bool, cand: np.ndarray, runner: np.ndarray, run
     ``runner`` rows: model span, batch size, has overlap, has remaining; ``runner_f`` rows:
     overlap, remaining; ``maps`` rows: owner (candidate for a signal, ``-1 - runner`` for an
     attribute), key span. The last item: whether every field was taken."""
-    scratch = np.empty(8, np.uint8)
+    scratch = np.empty(1, np.float64)
+    raw = scratch.view(np.uint8)
     n = r = m = 0
     i, end = 0, buf.size
     while i < end:
@@ -113,6 +158,8 @@ def _scan(buf: np.ndarray, fill: bool, cand: np.ndarray, runner: np.ndarray, run
             continue
         length, i = _varint(buf, i)
         c_stop = i + length
+        if fill and n >= cand.shape[0]:
+            return n, r, m, False
         if fill:
             cand[n, 0] = cand[n, 1] = cand[n, 2] = cand[n, 3] = cand[n, 4] = cand[n, 5] = 0
         while i < c_stop:
@@ -129,6 +176,8 @@ def _scan(buf: np.ndarray, fill: bool, cand: np.ndarray, runner: np.ndarray, run
             elif field == 3 and wire == 2:
                 length, i = _varint(buf, i)
                 r_stop = i + length
+                if fill and r >= runner.shape[0]:
+                    return n, r, m, False
                 if fill:
                     runner[r, 0] = runner[r, 1] = runner[r, 2] = runner[r, 3] = runner[r, 4] = 0
                     runner_f[r, 0] = runner_f[r, 1] = 0.0
@@ -149,8 +198,10 @@ def _scan(buf: np.ndarray, fill: bool, cand: np.ndarray, runner: np.ndarray, run
                             runner[r, 2] = np.int64(np.int32(value & 0xFFFFFFFF))
                     elif field == 3 and wire == 2:
                         length, i = _varint(buf, i)
-                        key_start, key_stop, value, ok = _entry(buf, i, i + length, scratch)
+                        key_start, key_stop, value, ok = _entry(buf, i, i + length, raw, scratch)
                         if not ok:
+                            return n, r, m, False
+                        if fill and m >= maps.shape[0]:
                             return n, r, m, False
                         if fill:
                             maps[m, 0], maps[m, 1], maps[m, 2] = -1 - r, key_start, key_stop
@@ -159,7 +210,7 @@ def _scan(buf: np.ndarray, fill: bool, cand: np.ndarray, runner: np.ndarray, run
                         i += length
                     elif (field == 4 or field == 5) and wire == 1:
                         if fill:
-                            runner_f[r, field - 4] = _double(buf, i, scratch)
+                            runner_f[r, field - 4] = _double(buf, i, raw, scratch)
                             runner[r, field - 1] = 1
                         i += 8
                     else:
@@ -173,8 +224,10 @@ def _scan(buf: np.ndarray, fill: bool, cand: np.ndarray, runner: np.ndarray, run
                     cand[n, 4] = value
             elif field == 5 and wire == 2:
                 length, i = _varint(buf, i)
-                key_start, key_stop, value, ok = _entry(buf, i, i + length, scratch)
+                key_start, key_stop, value, ok = _entry(buf, i, i + length, raw, scratch)
                 if not ok:
+                    return n, r, m, False
+                if fill and m >= maps.shape[0]:
                     return n, r, m, False
                 if fill:
                     maps[m, 0], maps[m, 1], maps[m, 2] = n, key_start, key_stop
@@ -202,8 +255,8 @@ def _intern(buf: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> tuple[np.
     distinct = 0
     for k in range(starts.size):
         h = np.uint64(14695981039346656037)
-        for b in buf[starts[k] : stops[k]]:
-            h = (h ^ np.uint64(b)) * np.uint64(1099511628211)
+        for q in range(starts[k], stops[k]):
+            h = (h ^ np.uint64(buf[q])) * np.uint64(1099511628211)
         slot = np.int64(h & np.uint64(size - 1))
         while True:
             j = table[slot]
@@ -230,15 +283,14 @@ def _intern(buf: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> tuple[np.
 @njit(cache=True, nogil=True)
 def _columns(buf: np.ndarray) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                                        np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_scan` counted, then filled, and every name (devices, kinds, models, map keys, in that
-    order) numbered by :func:`_intern`: whether every field was taken, the columns of :func:`_scan`,
+    """Counted by :func:`_count`, then filled by :func:`_scan`, and every name (devices, kinds, models,
+    map keys, in that order) numbered by :func:`_intern`: whether every field was taken, the columns of :func:`_scan`,
     each name's number and the span of each distinct name. One compiled call per request."""
-    empty_i, empty_f = np.zeros((0, 6), np.int64), np.zeros((0, 2))
-    n, r, m, ok = _scan(buf, False, empty_i, empty_i, empty_f, empty_i, np.zeros(0))
+    n, r, m = _count(buf)
     cand, runner = np.zeros((n, 6), np.int64), np.zeros((r, 5), np.int64)
     runner_f, maps, map_values = np.zeros((r, 2)), np.zeros((m, 3), np.int64), np.zeros(m)
-    if ok:
-        _scan(buf, True, cand, runner, runner_f, maps, map_values)
+    found = _scan(buf, True, cand, runner, runner_f, maps, map_values)
+    ok = found[3] and found[0] == n and found[1] == r and found[2] == m
     starts = np.concatenate((cand[:, 0], cand[:, 2], runner[:, 0], maps[:, 1]))
     stops = np.concatenate((cand[:, 1], cand[:, 3], runner[:, 1], maps[:, 2]))
     ids, first = _intern(buf, starts, stops)
@@ -251,7 +303,7 @@ def _keyed(rows: int, owners: np.ndarray, names: list[str], ids: np.ndarray,
     keyed matrix whose keys are sorted; ``None`` where an owner gives a key twice."""
     if not owners.size:
         return [_EMPTY] * rows
-    present = np.unique(ids).tolist()
+    present = np.flatnonzero(np.bincount(ids, minlength=len(names))).tolist()  # the numbers used, ascending
     keys = sorted(map(names.__getitem__, present))
     column = np.empty(len(names), np.int64)
     column[present] = [keys.index(names[j]) for j in present]
@@ -271,7 +323,8 @@ def read(raw: bytes) -> dict[str, Any] | None:
         return None
     n, r = cand.shape[0], runner.shape[0]
     names = [raw[a:b].decode("ascii") for a, b in zip(starts.tolist(), stops.tolist(), strict=True)]
-    name_of = names.__getitem__
+    name_of = np.empty(len(names), dtype=object)  # a number's name, gathered by NumPy
+    name_of[:] = names
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(cand[:, 5], out=offsets[1:])
     key_ids = ids[2 * n + r:]
@@ -282,12 +335,12 @@ def read(raw: bytes) -> dict[str, Any] | None:
     if signals is None or attrs is None:
         return None
     return {
-        "devices": list(map(name_of, ids[:n].tolist())),
-        "device_kinds": list(map(name_of, ids[n:2 * n].tolist())),
+        "devices": name_of[ids[:n]].tolist(),
+        "device_kinds": name_of[ids[n:2 * n]].tolist(),
         "source_codes": cand[:, 4],
         "signals": signals,
         "offsets": offsets,
-        "models": list(map(name_of, ids[2 * n:2 * n + r].tolist())),
+        "models": name_of[ids[2 * n:2 * n + r]].tolist(),
         "batch_sizes": runner[:, 2].tolist(),
         "attrs": attrs,
         "overlaps": np.where(has_overlap, runner_f[:, 0], 0.0),

@@ -46,19 +46,28 @@ def _put_varint(out: np.ndarray, p: int, value: int) -> int:
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _put_double(out: np.ndarray, p: int, tag: int, value: float, scratch: np.ndarray) -> int:
+def _put_double(out: np.ndarray, p: int, tag: int, value: float, scratch: np.ndarray, raw: np.ndarray) -> int:
+    """``tag`` then ``value``'s 8 little-endian bytes, through ``scratch`` (one float64) and ``raw`` (its bytes)."""
     out[p] = tag
-    scratch.view(np.float64)[0] = value
-    out[p + 1 : p + 9] = scratch
+    scratch[0] = value
+    for k in range(8):
+        out[p + 1 + k] = raw[k]
     return p + 9
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _copy(out: np.ndarray, p: int, buf: np.ndarray, start: int, stop: int) -> int:
+    """``buf[start:stop]`` written at ``out[p:]`` byte by byte (the spans are short); the position after."""
+    for k in range(stop - start):
+        out[p + k] = buf[start + k]
+    return p + stop - start
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _put_bytes(out: np.ndarray, p: int, tag: int, buf: np.ndarray, start: int, stop: int) -> int:
     out[p] = tag
     p = _put_varint(out, p + 1, stop - start)
-    out[p : p + stop - start] = buf[start:stop]
-    return p + stop - start
+    return _copy(out, p, buf, start, stop)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -126,14 +135,12 @@ def _put_path(out: np.ndarray, p: int, local: int, head: np.ndarray, tail: np.nd
     out[p] = 0xF2  # Prediction.estimated = 30, length-delimited
     out[p + 1] = 0x01
     p = _put_varint(out, p + 2, head.size + digits + tail.size)
-    out[p : p + head.size] = head
-    p += head.size
+    p = _copy(out, p, head, 0, head.size)
     for d in range(digits - 1, -1, -1):
         out[p + d] = 48 + local % 10
         local //= 10
     p += digits
-    out[p : p + tail.size] = tail
-    return p + tail.size
+    return _copy(out, p, tail, 0, tail.size)
 
 
 @njit(cache=True, nogil=True)
@@ -145,7 +152,8 @@ def _write(out: np.ndarray, order: np.ndarray, row_template: np.ndarray, templat
            paths_off: np.ndarray, moving: np.ndarray, filled: np.ndarray, extra: np.ndarray, extra_off: np.ndarray,
            runner_size: np.ndarray, prediction_size: np.ndarray, placement_size: np.ndarray,
            head: np.ndarray, tail: np.ndarray) -> int:
-    scratch = np.empty(8, np.uint8)
+    scratch = np.empty(1, np.float64)
+    raw = scratch.view(np.uint8)
     p = 0
     for rank in range(order.size):
         i = order[rank]
@@ -159,20 +167,19 @@ def _write(out: np.ndarray, order: np.ndarray, row_template: np.ndarray, templat
             out[p] = 0x18
             out[p + 1] = 1
             p += 2
-        p = _put_double(out, p, 0x21, slack[i], scratch)
-        p = _put_double(out, p, 0x29, probability[i], scratch)
+        p = _put_double(out, p, 0x21, slack[i], scratch, raw)
+        p = _put_double(out, p, 0x29, probability[i], scratch, raw)
         out[p] = 0x38
         p = _put_varint(out, p + 1, i)
         out[p] = 0x32  # Placement.prediction = 6
         p = _put_varint(out, p + 1, prediction_size[rank])
         t = row_template[i]
-        out[p : p + template_off[t + 1] - template_off[t]] = templates[template_off[t] : template_off[t + 1]]
-        p += template_off[t + 1] - template_off[t]
-        p = _put_double(out, p, 0x09, latency[i], scratch)
+        p = _copy(out, p, templates, template_off[t], template_off[t + 1])
+        p = _put_double(out, p, 0x09, latency[i], scratch, raw)
         if solo_per_row:
-            p = _put_double(out, p, 0x11, solo[i], scratch)
-        p = _put_double(out, p, 0x19, latency[i] / solo[i], scratch)
-        p = _put_double(out, p, 0x21, upper[i], scratch)
+            p = _put_double(out, p, 0x11, solo[i], scratch, raw)
+        p = _put_double(out, p, 0x19, latency[i] / solo[i], scratch, raw)
+        p = _put_double(out, p, 0x21, upper[i], scratch, raw)
         for j in range(offsets[i], offsets[i + 1]):
             out[p] = 0x52  # Prediction.co_runners = 10
             p = _put_varint(out, p + 1, runner_size[j])
@@ -187,16 +194,15 @@ def _write(out: np.ndarray, order: np.ndarray, row_template: np.ndarray, templat
                     out[p] = 0x1A
                     p = _put_varint(out, p + 1, 1 + _vsize(k) + k + 9)
                     p = _put_bytes(out, p, 0x0A, keys, key_off[c], key_off[c + 1])
-                    p = _put_double(out, p, 0x11, attrs[j, c], scratch)
-            p = _put_double(out, p, 0x21, overlaps[j], scratch)
+                    p = _put_double(out, p, 0x11, attrs[j, c], scratch, raw)
+            p = _put_double(out, p, 0x21, overlaps[j], scratch, raw)
         for j in range(paths_off[i], paths_off[i + 1]):
             if moving[j]:
                 p = _put_path(out, p, j - paths_off[i], head, tail)
         for j in range(paths_off[i], paths_off[i + 1]):
             if filled[j]:
                 p = _put_path(out, p, j - paths_off[i], head, tail)
-        out[p : p + extra_off[i + 1] - extra_off[i]] = extra[extra_off[i] : extra_off[i + 1]]
-        p += extra_off[i + 1] - extra_off[i]
+        p = _copy(out, p, extra, extra_off[i], extra_off[i + 1])
     return p
 
 

@@ -66,6 +66,19 @@ def test_wire_reader_reads_what_protobuf_reads(cands):
         _same(columns.candidate_columns_from_pb(request.candidates), got)
 
 
+def test_names_alike_at_both_ends_are_told_apart():
+    """Names that differ only in the middle (a fleet's usual device names) are different names."""
+    devices = [f"rack-aa-{i:04d}-node-bb" for i in range(40)] * 2
+    request = pb2.RankPlacementsRequest(batch=convert.batch_to_pb(BATCH), deadline_ms=5.0, candidates=[
+        pb2.PlacementCandidate(device=d, device_kind="L4", co_runners=[pb2.CoRunner(
+            model=f"model-xx-{i % 7}-yy-model", batch_size=1, attrs={f"attr-1234{i % 3}5678": 0.5}, overlap=0.5)])
+        for i, d in enumerate(devices)])
+    got = _read(request.SerializeToString())
+    assert got is not None
+    _same(columns.candidate_columns_from_pb(request.candidates), got)
+    assert list(got.devices) == devices
+
+
 def _names(request) -> list[str]:
     out = []
     for c in request.candidates:
