@@ -16,6 +16,7 @@ Every expert learns every record, so each key can change its choice at any time.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Iterable, Sequence
 
@@ -218,6 +219,16 @@ class EnsemblePredictor(LatencyPredictor):
         if record.latency_ms is None:
             raise ValueError("latency_ms: required to learn from a record")
         return self.combine_learn(record, [expert.predict_learn_one(record) for expert in self._experts])
+
+    def frozen(self) -> EnsemblePredictor:
+        """An independent copy for predicting only (see the base class): each expert's own
+        :meth:`~predictor.predictors.base.LatencyPredictor.frozen`, the running errors copied."""
+        twin = copy.copy(self)
+        twin._solo = self._solo.copy()
+        twin._experts = [expert.frozen() for expert in self._experts]
+        twin._errors = list(self._errors)
+        twin._key_errors = {key: list(errors) for key, errors in self._key_errors.items()}
+        return twin
 
     @property
     def expert_predictors(self) -> tuple[LatencyPredictor, ...]:

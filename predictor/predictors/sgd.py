@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import math
+from collections import defaultdict
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 import numpy as np
-from river import linear_model, optim, preprocessing
+from river import linear_model, optim, preprocessing, stats, utils
 
 from predictor.features.contention import is_contention
 from predictor.features.extract import feature_form, feature_matrix, fine_features
@@ -15,6 +18,8 @@ from predictor.predictors import sgd_kernel
 from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
 from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
+
+_largest = attrgetter("abs_max")  # what a river AbsMax's get() answers
 
 
 class SgdPredictor(LatencyPredictor):
@@ -181,6 +186,58 @@ class SgdPredictor(LatencyPredictor):
         for name in features:
             if is_contention(name) and weights[name] < 0:
                 weights[name] = 0.0
+
+    def restore_point(self) -> dict:
+        """The predictor's learned state now, for :meth:`restore` to bring it back to after more
+        learning (what a refused record undoes, :mod:`predictor.service.ingest`): the scaler's maxima
+        and the weights by value (learning changes them in place), the attributes of the scaler, the
+        linear model and its optimizer (learning rebinds them), the solo profile copied."""
+        scaler, linear = self._model["MaxAbsScaler"], self._model["LinearRegression"]
+        state = dict(self.__dict__)
+        state["_solo"] = self._solo.copy()
+        return {
+            "predictor": state,
+            "scaler": dict(vars(scaler)),
+            "maxima": dict(zip(scaler.abs_max, map(_largest, scaler.abs_max.values()), strict=True)),
+            "linear": dict(vars(linear)),
+            "optimizer": dict(vars(linear.optimizer)),
+            "weights": linear._weights.to_dict(),
+        }
+
+    def restore(self, point: dict) -> None:
+        """Bring the predictor back to the state of ``point`` (from :meth:`restore_point`; used once),
+        its pipeline's objects restored in place: the names learned since dropped (learning only adds
+        names, at the end), every maximum and weight set back."""
+        self.__dict__.clear()
+        self.__dict__.update(point["predictor"])
+        scaler, linear = self._model["MaxAbsScaler"], self._model["LinearRegression"]
+        for model, saved in ((scaler, point["scaler"]), (linear, point["linear"]),
+                             (linear.optimizer, point["optimizer"])):
+            vars(model).clear()
+            vars(model).update(saved)
+        maxima, kept = scaler.abs_max, point["maxima"]
+        for name in [name for name in maxima if name not in kept]:
+            del maxima[name]
+        for name, value in kept.items():
+            maxima[name].abs_max = value
+        linear._weights.clear()
+        linear._weights.update(point["weights"])
+
+    def frozen(self) -> SgdPredictor:
+        """An independent copy for predicting only (see the base class): a pipeline of its own holding
+        the scaler's maxima and the weights as they are now."""
+        scaler, linear = self._model["MaxAbsScaler"], self._model["LinearRegression"]
+        twin = copy.copy(self)
+        twin._solo = self._solo.copy()
+        twin_scaler = copy.copy(scaler)
+        maxima = twin_scaler.abs_max = defaultdict(stats.AbsMax)
+        for name, found in scaler.abs_max.items():
+            maxima[name].abs_max = found.abs_max
+        twin_linear = copy.copy(linear)
+        twin_linear.optimizer = copy.copy(linear.optimizer)
+        twin_linear._weights = utils.VectorDict(linear._weights.to_dict())
+        twin._model = twin_scaler | twin_linear
+        return twin
 
     def learns_in_blocks(self) -> bool:
         """Whether the compiled block step (:class:`~predictor.predictors.sgd_kernel.SgdRun`) learns this

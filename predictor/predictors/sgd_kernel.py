@@ -25,6 +25,8 @@ river's state into arrays and writes it back.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,6 +40,8 @@ from predictor.records.typed_decoding import ColocRow
 
 if TYPE_CHECKING:
     from predictor.predictors.sgd import SgdPredictor
+
+_largest = attrgetter("abs_max")
 
 MAX_LAYOUTS = 4096
 """Distinct row layouts an :class:`SgdRows` keeps columns for (keyed by identity: bounded however many)."""
@@ -117,23 +121,31 @@ class SgdRun:
         self.predictor = predictor
         scaler, linear = predictor._model["MaxAbsScaler"], predictor._model["LinearRegression"]
         learned = linear._weights.to_dict()
-        self._index: dict[str, int] = {}
-        self._names: list[str] = []
-        self._learned: list[bool] = []  # whether river's weights hold the column (learned, or from the start)
-        self._contention: list[bool] = []  # whether the column's weight is kept non-negative
-        for name in (*scaler.abs_max, *learned):
-            self._column(name)
+        maxima = scaler.abs_max
+        # the scaler's names, then the weights' names it lacks, numbered in that order
+        self._names: list[str] = list(maxima)
+        self._index: dict[str, int] = dict(zip(self._names, range(len(self._names)), strict=True))
+        scaled = len(self._names)
         for name in learned:
-            self._learned[self._index[name]] = True
+            if name not in self._index:
+                self._index[name] = len(self._names)
+                self._names.append(name)
         d = len(self._names)
+        # whether river's weights hold the column (learned, or from the start)
+        self._learned: list[bool] = list(map(learned.__contains__, self._names))
+        # whether the column's weight is kept non-negative
+        self._contention: list[bool] = list(map(is_contention, self._names))
+        # the columns finish() writes back (besides those numbered since): those blocks learned, those
+        # marked learned by columns(), those the scaler lacks
+        self._written: list[np.ndarray] = [np.arange(scaled, d, dtype=np.int64)]
+        self._numbered = d
         self.weights = np.zeros(max(d, 16))
         self.abs_max = np.zeros(max(d, 16))
         self.contention = np.zeros(max(d, 16), dtype=np.bool_)
         self.contention[:d] = self._contention
         self._flagged = d  # the columns whose flags are in the array
-        for name, at in self._index.items():
-            self.weights[at] = learned.get(name, 0.0)
-            self.abs_max[at] = scaler.abs_max[name].get() if name in scaler.abs_max else 0.0
+        self.weights[:d] = list(map(learned.get, self._names, repeat(0.0)))
+        self.abs_max[:scaled] = list(map(_largest, maxima.values()))  # each AbsMax's get()
         self.state = np.array([float(linear.intercept)])
         self.steps = 0
         self.constants = (float(linear.optimizer.learning_rate), float(linear.intercept_lr.get(0)),
@@ -155,6 +167,7 @@ class SgdRun:
         at = np.fromiter(map(self._column, names), dtype=np.int64, count=len(names))
         for column in at.tolist():
             self._learned[column] = True
+        self._written.append(at)
         return at
 
     def block(self, offsets: np.ndarray, positions: np.ndarray, values: np.ndarray,
@@ -172,6 +185,7 @@ class SgdRun:
                                                < len(self._names)):
             raise ValueError("each value needs a column numbered by columns()")
         self.steps += targets.size
+        self._written.append(positions)
         return SgdBlock(self, (offsets, positions, values, targets), len(self._names))
 
     def _grow(self, columns: int) -> None:
@@ -193,11 +207,15 @@ class SgdRun:
         self._finished = True
         self._grow(len(self._names))  # columns numbered after the last block: unlearned, but the scaler has them
         scaler, linear = self.predictor._model["MaxAbsScaler"], self.predictor._model["LinearRegression"]
-        weights, maxima = self.weights.tolist(), self.abs_max.tolist()
-        for at, name in enumerate(self._names):
-            scaler.abs_max[name].abs_max = maxima[at]
-            if self._learned[at]:
-                linear._weights[name] = weights[at]
+        # only these columns can differ from river's state (new names inserted in their columns' order)
+        written = np.unique(np.concatenate([*self._written, np.arange(self._numbered, len(self._names))]))
+        weights, maxima = self.weights[written].tolist(), self.abs_max[written].tolist()
+        names, learned = self._names, self._learned
+        for at, weight, largest in zip(written.tolist(), weights, maxima, strict=True):
+            name = names[at]
+            scaler.abs_max[name].abs_max = largest
+            if learned[at]:
+                linear._weights[name] = weight
         linear.intercept = float(self.state[0])
         linear.optimizer.n_iterations += self.steps
 

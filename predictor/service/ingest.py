@@ -27,7 +27,6 @@ from predictor.calibration.conformal import BoundSource
 from predictor.calibration.shapes import QueryShape
 from predictor.predictors.base import LatencyPredictor
 from predictor.predictors.ensemble import EnsemblePredictor
-from predictor.predictors.rls import RlsPredictor
 from predictor.prequential import blocks as fastreplay
 from predictor.prequential import tree_blocks
 from predictor.records import rules
@@ -552,9 +551,9 @@ def _restore_point(state: ServiceState) -> Callable[[], None]:
     """What brings the state's predictor and outlier gates back to where they are now (a refusal
     of the gate undoes the learning since): their own restore points where they have them (the
     arrays learning changes in place, copied), else a pickle of both, in which an ensemble's ``rls``
-    experts are held by their own restore points (restored in place, not pickled)."""
+    and ``sgd`` experts are held by their own restore points (restored in place, not pickled)."""
     predictor, gates = state.predictor, state.gates
-    if type(predictor) is RlsPredictor and gates is not None:
+    if _restores_in_place(predictor) and gates is not None:
         learned, checked = predictor.restore_point(), gates.restore_point()
 
         def restore() -> None:
@@ -572,6 +571,14 @@ def _restore_point(state: ServiceState) -> Callable[[], None]:
     return unpickle
 
 
+def _restores_in_place(predictor: object) -> bool:
+    """Whether ``predictor``'s own class defines ``restore_point``/``restore`` (``rls``, ``sgd``; a subclass
+    that adds state of its own does not inherit the claim). Read by name, so that a service that never
+    learns ``sgd`` never imports it (nor river, nor scikit-learn)."""
+    own = vars(type(predictor))
+    return "restore_point" in own and "restore" in own
+
+
 def _experts_held(predictor: EnsemblePredictor) -> bool:
     """Whether ``predictor`` holds its experts in its ``_experts`` list (what :func:`_ensemble_restore_point` restores)."""
     held = vars(predictor).get("_experts")
@@ -580,22 +587,27 @@ def _experts_held(predictor: EnsemblePredictor) -> bool:
 
 
 def _ensemble_restore_point(state: ServiceState, predictor: EnsemblePredictor) -> Callable[[], None]:
-    """:func:`_restore_point` of an ensemble: its ``rls`` experts by their own restore points (restored
-    in place), the rest of it and the gates by a pickle (the ensemble restored in place too)."""
+    """:func:`_restore_point` of an ensemble: its ``rls`` and ``sgd`` experts and the gates by their own
+    restore points (restored in place), the rest of it by a pickle (the ensemble restored in place too)."""
     experts = predictor.expert_predictors
-    points = {at: expert.restore_point() for at, expert in enumerate(experts) if type(expert) is RlsPredictor}
+    points = {at: expert.restore_point() for at, expert in enumerate(experts)  # type: ignore[attr-defined]
+              if _restores_in_place(expert)}
+    gates = state.gates
+    checked = None if gates is None else gates.restore_point()
     names = list(vars(predictor))  # restored in this order (a pickle of it, a snapshot, writes them so)
     rest = {name: value for name, value in vars(predictor).items() if name != "_experts"}
-    saved = pickle.dumps((rest, [None if at in points else expert for at, expert in enumerate(experts)], state.gates),
+    saved = pickle.dumps((rest, [None if at in points else expert for at, expert in enumerate(experts)]),
                          protocol=pickle.HIGHEST_PROTOCOL)
 
     def restore() -> None:
-        rest, others, gates = pickle.loads(saved)
+        rest, others = pickle.loads(saved)
         for at, point in points.items():
             experts[at].restore(point)  # type: ignore[attr-defined]
         rest["_experts"] = [experts[at] if at in points else other for at, other in enumerate(others)]
         vars(predictor).clear()
         vars(predictor).update((name, rest[name]) for name in names)
+        if gates is not None:
+            gates.restore(checked)
         state.gates = gates
 
     return restore

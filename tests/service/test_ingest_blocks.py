@@ -20,6 +20,7 @@ from test_one_truth import differs
 from predictor import snapshot
 from predictor.analysis.admission_replay import partial_overlap_records, replay
 from predictor.predictors import create
+from predictor.predictors.sgd import SgdPredictor
 from predictor.records.record import RecordError
 from predictor.service import Service, ServiceConfig
 from predictor.service.ingest import MESSAGE_END, _restore_point
@@ -151,11 +152,21 @@ def test_a_restore_point_brings_the_predictor_and_gates_back_to_the_bit(predicto
     service = _blocks(records[:300], 100, dataclasses.replace(CONFIG, predictor=predictor))
     state = service.state
     before = copy.deepcopy((state.predictor, state.gates))
+    weights = _sgd_weights(state.predictor)
     restore = _restore_point(state)
     service.report_observations([(r, "") for r in records[300:]])
     assert differs((state.predictor, state.gates), before) is not None
+    assert not weights or differs(_sgd_weights(state.predictor), weights) is not None
     restore()
     assert differs((state.predictor, state.gates), before) is None
+    assert differs(_sgd_weights(state.predictor), weights) is None
+
+
+def _sgd_weights(predictor) -> list[list[tuple[str, float]]]:
+    """The weights, in order, of ``predictor`` or its experts that are ``sgd`` (river keeps them in a
+    ``VectorDict``, whose items :func:`differs` does not see)."""
+    sgds = [p for p in (predictor, *getattr(predictor, "expert_predictors", ())) if isinstance(p, SgdPredictor)]
+    return [list(p._model["LinearRegression"]._weights.to_dict().items()) for p in sgds]
 
 
 def test_blocks_of_one_calibrate_admission_exactly_as_records_one_by_one():
