@@ -164,6 +164,21 @@ def fine_program(record: Record, overlaps: Sequence[float] | None = None) -> Fin
     return FineProgram(tuple(slots), tuple(initial), tuple(terms), tuple(crosses), zero)
 
 
+def moving_program(record: Record, remaining_ms: Sequence[float | None]) -> tuple[list, list, FineProgram] | None:
+    """What a predictor's window path follows ``record`` by: the moving co-runners ``(index,
+    remaining ms)``, the overlaps (the moving ones at their remaining ms: zero exactly where every
+    window's overlap is, as remaining ms > 0 is never 0) and the record's :class:`FineProgram` over
+    them; ``None`` when no co-runner moves or the program does not hold (:func:`fine_program`)."""
+    moving = [(i, ms) for i, ms in enumerate(remaining_ms) if ms is not None]
+    if not moving:
+        return None
+    overlaps = [runner.overlap for runner in record.co_runners]
+    for i, ms in moving:
+        overlaps[i] = ms
+    program = fine_program(record, overlaps)
+    return None if program is None else (moving, overlaps, program)
+
+
 def overlap_at(remaining_ms: float, window: float) -> float:
     """The overlap of a co-runner with ``remaining_ms`` left in a window of ``window`` ms:
     ``min(remaining / window, 1)``, or 1 for an idle window (<= 0)."""

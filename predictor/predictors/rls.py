@@ -27,7 +27,7 @@ from predictor.features.extract import (
     interaction_values,
     row_layout,
 )
-from predictor.features.window import WindowForm, at_window, fine_program, overlap_at
+from predictor.features.window import WindowForm, at_window, moving_program, overlap_at
 from predictor.predictors.base import LatencyPredictor, QuadraticLatencies, clipped_latencies, slowdowns_of
 from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
@@ -218,15 +218,10 @@ class RlsPredictor(LatencyPredictor):
                 or type(self).predict_one is not LatencyPredictor.predict_one):
             return None
         model = self._models.get(self._key(record))
-        moving = [(i, ms) for i, ms in enumerate(remaining_ms) if ms is not None]
-        if model is None or not moving:
+        found = None if model is None else moving_program(record, remaining_ms)
+        if found is None:
             return None
-        overlaps = [runner.overlap for runner in record.co_runners]
-        for i, ms in moving:
-            overlaps[i] = ms  # zero exactly where every window's overlap is (remaining ms > 0: never 0)
-        program = fine_program(record, overlaps)
-        if program is None:
-            return None
+        moving, overlaps, program = found
         layout = row_layout(program.names, record.batch.model) if self.features == "interactions" else None
         if self.features == "interactions" and layout is None:
             return None

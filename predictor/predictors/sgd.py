@@ -13,7 +13,7 @@ from river import linear_model, optim, preprocessing, stats, utils
 
 from predictor.features.contention import is_contention
 from predictor.features.extract import feature_form, feature_matrix, fine_features
-from predictor.features.window import at_window, fine_program, overlap_at
+from predictor.features.window import at_window, moving_program, overlap_at
 from predictor.predictors import sgd_kernel
 from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
 from predictor.records.colocations import CoLocations
@@ -100,15 +100,10 @@ class SgdPredictor(LatencyPredictor):
                 or type(self).predict_many is not LatencyPredictor.predict_many
                 or type(self).predict_one is not LatencyPredictor.predict_one):
             return None
-        moving = [(i, ms) for i, ms in enumerate(remaining_ms) if ms is not None]
-        if not moving:
+        found = moving_program(record, remaining_ms)
+        if found is None:
             return None
-        overlaps = [runner.overlap for runner in record.co_runners]
-        for i, ms in moving:
-            overlaps[i] = ms  # zero exactly where every window's overlap is (remaining ms > 0: never 0)
-        program = fine_program(record, overlaps)
-        if program is None:
-            return None
+        moving, overlaps, program = found
         maxima = self._model["MaxAbsScaler"].abs_max
         linear = self._model["LinearRegression"]
         weights = linear._weights
