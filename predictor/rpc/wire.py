@@ -105,10 +105,16 @@ class Serialized:
     __hash__ = None  # type: ignore[assignment]  (as a message's)
 
 
-def serializer(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
-    """A method's response serialiser that also sends a :class:`Serialized` answer's bytes as they are."""
+def serializer(serialize: Callable[..., bytes]) -> Callable[[Any], bytes]:
+    """A method's response serialiser that also sends a :class:`Serialized` answer's bytes as they are.
+
+    A message is written deterministically (``map`` entries sorted by key): protobuf otherwise writes a
+    map in its hash table's order, which follows the process's hash seed, so that two processes (the
+    answering workers of ``predictor serve --workers N``, or a restarted server) would send the same
+    answer as different bytes.
+    """
 
     def serialized(response: Any) -> bytes:
-        return response.data if type(response) is Serialized else serialize(response)
+        return response.data if type(response) is Serialized else serialize(response, deterministic=True)
 
     return serialized

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -96,3 +100,27 @@ def test_a_serialized_answer_is_sent_as_written_and_read_as_its_message():
     assert send(response) == response.SerializeToString()  # any other answer as protobuf writes it
     assert answer == response and answer.placements[0].device == "gpu1" and answer.deadline_ms == 5.0
     assert answer.SerializeToString(deterministic=True) == response.SerializeToString(deterministic=True)
+
+
+_WRITE_ANSWER = """
+import sys
+from predictor.rpc import wire
+from predictor.rpc.protos import pb2
+m = pb2()
+answer = m.PredictLatencyResponse(prediction=m.Prediction(latency_ms=3.0, co_runners=[
+    m.CoRunner(model="bert", attrs={f"attr{i}": float(i) for i in range(16)})]))
+sys.stdout.write(wire.serializer(type(answer).SerializeToString)(answer).hex())
+"""
+
+
+def test_an_answer_with_maps_is_the_same_bytes_in_every_process():
+    """A co-runner's attributes (a ``map``) are written in key order, not in the order of a hash table
+    seeded per process: the same answer from two processes is the same bytes."""
+    written = set()
+    for seed in ("0", "1", "2", "3"):
+        done = subprocess.run([sys.executable, "-c", _WRITE_ANSWER], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed})
+        written.add(done.stdout)
+    assert len(written) == 1
+    answer = pb2().PredictLatencyResponse.FromString(bytes.fromhex(written.pop()))
+    assert dict(answer.prediction.co_runners[0].attrs) == {f"attr{i}": float(i) for i in range(16)}
