@@ -1,29 +1,27 @@
-"""``sgd``: online linear regression by SGD (river) on fine-grained features."""
+"""``sgd``: online linear regression by SGD (river's pipeline, :mod:`~predictor.predictors.sgd_model`) on
+fine-grained features."""
 
 from __future__ import annotations
 
 import copy
 import math
-from collections import defaultdict
 from collections.abc import Callable, Sequence
-from operator import attrgetter
 
 import numpy as np
-from river import linear_model, optim, preprocessing, stats, utils
 
 from predictor.features.contention import is_contention
 from predictor.features.extract import feature_form, feature_matrix, fine_features
 from predictor.features.window import at_window, moving_program, overlap_at
 from predictor.predictors import sgd_kernel
 from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
+from predictor.predictors.sgd_model import SgdModel
 from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
 
-_largest = attrgetter("abs_max")  # what a river AbsMax's get() answers
-
 
 class SgdPredictor(LatencyPredictor):
-    """river's ``MaxAbsScaler | LinearRegression`` learning the (log) slowdown.
+    """river's ``MaxAbsScaler | LinearRegression`` (:class:`~predictor.predictors.sgd_model.SgdModel`)
+    learning the (log) slowdown.
 
     Parameters
     ----------
@@ -63,12 +61,14 @@ class SgdPredictor(LatencyPredictor):
         self.l2 = l2
         self.log_target = log_target
         self.non_negative = non_negative
-        self._model = preprocessing.MaxAbsScaler() | linear_model.LinearRegression(
-            optimizer=optim.SGD(learning_rate),
-            intercept_init=0.0 if log_target else 1.0,
-            intercept_lr=intercept_lr,
-            l2=l2,
-        )
+        self._model = SgdModel(learning_rate=learning_rate, intercept_init=0.0 if log_target else 1.0,
+                               intercept_lr=intercept_lr, l2=l2)
+
+    def __setstate__(self, state: dict) -> None:
+        # a state pickled before SgdModel holds river's pipeline (which brings river in itself): converted
+        if not isinstance(state.get("_model"), SgdModel):
+            state = {**state, "_model": SgdModel.from_pipeline(state["_model"])}
+        self.__dict__.update(state)
 
     def predict_slowdown(self, record: Record) -> float:
         """The linear model's slowdown (``exp`` of it, capped at ``e**10``, with ``log_target``)."""
@@ -76,21 +76,11 @@ class SgdPredictor(LatencyPredictor):
         return math.exp(min(value, 10.0)) if self.log_target else value
 
     def raw_prediction(self, features: dict[str, float]) -> float:
-        """River's ``predict_one`` of the pipeline, to the bit (each value over its column's maximum, 0
-        where that is 0, times its weight, summed in the features' order from 0, as ``VectorDict.dot``
-        sums, plus the intercept), without what ``predict_one`` writes: the scaler's entry (maximum 0)
-        for each name it has not seen. An answer reads the model; answering threads share it."""
-        maxima = self._model["MaxAbsScaler"].abs_max
-        linear = self._model["LinearRegression"]
-        weights = linear._weights
-        total = 0.0
-        for name, value in features.items():
-            weight = weights.get(name)
-            if weight is not None:  # a name without a weight adds nothing to river's dot
-                found = maxima.get(name)
-                largest = 0.0 if found is None else found.get()
-                total += weight * (value / largest if largest else 0.0)
-        return total + linear.intercept
+        """The model's raw prediction (:meth:`SgdModel.predict_one
+        <predictor.predictors.sgd_model.SgdModel.predict_one>`: river's ``predict_one`` to the bit, without
+        the scaler's entry river adds for a name it has not seen). An answer reads the model; answering
+        threads share it."""
+        return self._model.predict_one(features)
 
     def window_latency(self, record: Record, remaining_ms: Sequence[float | None]) -> Callable[[float], float] | None:
         """See the base class: the record's fine features as a function of the overlaps
@@ -104,16 +94,14 @@ class SgdPredictor(LatencyPredictor):
         if found is None:
             return None
         moving, overlaps, program = found
-        maxima = self._model["MaxAbsScaler"].abs_max
-        linear = self._model["LinearRegression"]
-        weights = linear._weights
+        model = self._model
+        maxima, weights = model.abs_max, model.weights
         terms = []  # (slot, weight, column's largest magnitude) of the names with a weight, in order
         for slot, name in enumerate(program.names):
             weight = weights.get(name)
             if weight is not None:
-                found = maxima.get(name)
-                terms.append((slot, weight, 0.0 if found is None else found.get()))
-        intercept, solo, log_target = linear.intercept, self.solo_latency(record), self.log_target
+                terms.append((slot, weight, maxima.get(name, 0.0)))
+        intercept, solo, log_target = model.intercept, self.solo_latency(record), self.log_target
 
         def latency(window: float) -> float:
             for i, ms in moving:
@@ -153,15 +141,13 @@ class SgdPredictor(LatencyPredictor):
     def _matrix_predictor(self, names: Sequence[str]) -> Callable[[np.ndarray], np.ndarray]:
         """The linear model's raw answer of each row of a matrix of the features ``names``: each value over
         its column's largest magnitude seen (0 where that is 0, as river's ``MaxAbsScaler``), times its
-        weight, summed, plus the intercept. Nothing is added to river's state (its ``predict_one`` adds the
-        names it has not seen, with maximum 0)."""
-        maxima = self._model["MaxAbsScaler"].abs_max
-        linear = self._model["LinearRegression"]
-        weights = linear._weights.to_dict()
-        largest = np.array([maxima[name].get() if name in maxima else 0.0 for name in names])
+        weight, summed, plus the intercept. Nothing is added to the model."""
+        model = self._model
+        maxima, weights = model.abs_max, model.weights
+        largest = np.array([maxima.get(name, 0.0) for name in names])
         weight = np.array([weights.get(name, 0.0) for name in names])
         known, divisor = largest != 0.0, np.where(largest != 0.0, largest, 1.0)
-        intercept = float(linear.intercept)
+        intercept = float(model.intercept)
 
         def predict(values: np.ndarray) -> np.ndarray:
             return np.where(known, values / divisor, 0.0) @ weight + intercept
@@ -177,67 +163,41 @@ class SgdPredictor(LatencyPredictor):
 
     def _project(self, features: dict[str, float]) -> None:
         """Clip to 0 the negative weights of the contention features just updated."""
-        weights = self._model["LinearRegression"]._weights
+        weights = self._model.weights
         for name in features:
             if is_contention(name) and weights[name] < 0:
                 weights[name] = 0.0
 
     def restore_point(self) -> dict:
         """The predictor's learned state now, for :meth:`restore` to bring it back to after more
-        learning (what a refused record undoes, :mod:`predictor.service.ingest`): the scaler's maxima
-        and the weights by value (learning changes them in place), the attributes of the scaler, the
-        linear model and its optimizer (learning rebinds them), the solo profile copied."""
-        scaler, linear = self._model["MaxAbsScaler"], self._model["LinearRegression"]
+        learning (what a refused record undoes, :mod:`predictor.service.ingest`): its attributes, the
+        solo profile and the model copied."""
         state = dict(self.__dict__)
         state["_solo"] = self._solo.copy()
-        return {
-            "predictor": state,
-            "scaler": dict(vars(scaler)),
-            "maxima": dict(zip(scaler.abs_max, map(_largest, scaler.abs_max.values()), strict=True)),
-            "linear": dict(vars(linear)),
-            "optimizer": dict(vars(linear.optimizer)),
-            "weights": linear._weights.to_dict(),
-        }
+        return {"predictor": state, "model": dict(vars(self._model)), "maxima": dict(self._model.abs_max),
+                "weights": dict(self._model.weights)}
 
     def restore(self, point: dict) -> None:
         """Bring the predictor back to the state of ``point`` (from :meth:`restore_point`; used once),
-        its pipeline's objects restored in place: the names learned since dropped (learning only adds
-        names, at the end), every maximum and weight set back."""
+        its model restored in place."""
         self.__dict__.clear()
         self.__dict__.update(point["predictor"])
-        scaler, linear = self._model["MaxAbsScaler"], self._model["LinearRegression"]
-        for model, saved in ((scaler, point["scaler"]), (linear, point["linear"]),
-                             (linear.optimizer, point["optimizer"])):
-            vars(model).clear()
-            vars(model).update(saved)
-        maxima, kept = scaler.abs_max, point["maxima"]
-        for name in [name for name in maxima if name not in kept]:
-            del maxima[name]
-        for name, value in kept.items():
-            maxima[name].abs_max = value
-        linear._weights.clear()
-        linear._weights.update(point["weights"])
+        model = self._model
+        vars(model).clear()
+        vars(model).update(point["model"])
+        model.abs_max, model.weights = point["maxima"], point["weights"]
 
     def frozen(self) -> SgdPredictor:
-        """An independent copy for predicting only (see the base class): a pipeline of its own holding
-        the scaler's maxima and the weights as they are now."""
-        scaler, linear = self._model["MaxAbsScaler"], self._model["LinearRegression"]
+        """An independent copy for predicting only (see the base class): a model of its own holding the
+        scaler's maxima and the weights as they are now."""
         twin = copy.copy(self)
         twin._solo = self._solo.copy()
-        twin_scaler = copy.copy(scaler)
-        maxima = twin_scaler.abs_max = defaultdict(stats.AbsMax)
-        for name, found in scaler.abs_max.items():
-            maxima[name].abs_max = found.abs_max
-        twin_linear = copy.copy(linear)
-        twin_linear.optimizer = copy.copy(linear.optimizer)
-        twin_linear._weights = utils.VectorDict(linear._weights.to_dict())
-        twin._model = twin_scaler | twin_linear
+        twin._model = self._model.copy()
         return twin
 
     def learns_in_blocks(self) -> bool:
         """Whether the compiled block step (:class:`~predictor.predictors.sgd_kernel.SgdRun`) learns this
-        predictor as it would learn itself: the pipeline it builds (constant step sizes, squared loss,
-        no L1 or L2 penalty)."""
+        predictor as it would learn itself: no L2 penalty."""
         return type(self) is SgdPredictor and sgd_kernel.supports(self)
 
     def block_rows(self) -> sgd_kernel.SgdRows:

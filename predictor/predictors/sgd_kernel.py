@@ -1,8 +1,8 @@
-"""The ``sgd`` predictor's steps (river's ``MaxAbsScaler | LinearRegression`` with plain SGD), compiled
-(numba) over a block of rows.
+"""The ``sgd`` predictor's steps (river's ``MaxAbsScaler | LinearRegression`` with plain SGD,
+:class:`~predictor.predictors.sgd_model.SgdModel`), compiled (numba) over a block of rows.
 
-Over a block of rows the arithmetic river does per observation (three dicts, the pipeline's plan, a
-handful of method calls) runs here in one compiled loop, each row given as its columns and values
+Over a block of rows the arithmetic the model does per observation (three dicts, a loop over each) runs
+here in one compiled loop, each row given as its columns and values
 (sparse: the names it has):
 
 1. the prediction before learning, from the scaler's maxima as they stand: ``w . (x / m) + b``
@@ -18,30 +18,27 @@ handful of method calls) runs here in one compiled loop, each row given as its c
 
 Every sum and product is the reference's in the reference's order, so the raw predictions and the
 learned state are river's to the bit (``tests/predictors/test_sgd_kernel.py``: hypothesis, warm models, blocks
-cut anywhere, extreme values included). The reference stays the definition: :class:`SgdRun` reads
-river's state into arrays and writes it back.
+cut anywhere, extreme values included). The model stays the definition: :class:`SgdRun` reads its state
+into arrays and writes it back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
-from river import linear_model, optim
 
 from predictor.features.contention import is_contention
 from predictor.features.extract import RowLayout, planned_row
+from predictor.predictors.sgd_model import SgdModel
 from predictor.records.record import Record
 from predictor.records.typed_decoding import ColocRow
 
 if TYPE_CHECKING:
     from predictor.predictors.sgd import SgdPredictor
-
-_largest = attrgetter("abs_max")
 
 MAX_LAYOUTS = 4096
 """Distinct row layouts an :class:`SgdRows` keeps columns for (keyed by identity: bounded however many)."""
@@ -93,35 +90,29 @@ def _sgd_rows(offsets, positions, values, targets, weights, abs_max, contention,
 
 def supports(predictor: object) -> bool:
     """Whether :class:`SgdRun` learns ``predictor`` as it would learn itself: an ``sgd`` predictor whose
-    pipeline is the one it builds (constant step sizes, squared loss, no L1 or L2 penalty)."""
+    model is an :class:`~predictor.predictors.sgd_model.SgdModel` without L2 penalty."""
     if getattr(predictor, "name", None) != "sgd":
         return False
-    linear = predictor._model["LinearRegression"]
-    return (type(linear) is linear_model.LinearRegression and type(linear.optimizer) is optim.SGD
-            and type(linear.optimizer.lr) is optim.schedulers.Constant
-            and type(linear.intercept_lr) is optim.schedulers.Constant
-            and type(linear.loss) is optim.losses.Squared and linear.l1 == 0 and linear.l2 == 0
-            and type(linear.initializer) is optim.initializers.Zeros
-            and predictor._model["MaxAbsScaler"].window_size is None)
+    model = getattr(predictor, "_model", None)
+    return type(model) is SgdModel and model.l2 == 0
 
 
 class SgdRun:
     """An ``sgd`` predictor's model learned over successive blocks of rows (:meth:`block`), each in one
     compiled call (:meth:`SgdBlock.compute`, which releases the GIL and may run on another thread).
 
-    The state is read from river's objects once, held by the run, and written back by :meth:`finish`;
-    until then the pipeline is the run's. Columns are numbered as names come (:meth:`columns`, on the
+    The state is read from the model once, held by the run, and written back by :meth:`finish`;
+    until then the model is the run's. Columns are numbered as names come (:meth:`columns`, on the
     caller's thread); the arrays grow when a block is computed, after the block before it (blocks are
     computed one at a time, in the order they are made).
     """
 
     def __init__(self, predictor: SgdPredictor):
         if not supports(predictor):
-            raise ValueError("SgdRun takes an sgd predictor with its own pipeline (constant steps, no penalty)")
+            raise ValueError("SgdRun takes an sgd predictor with its own model (no L2 penalty)")
         self.predictor = predictor
-        scaler, linear = predictor._model["MaxAbsScaler"], predictor._model["LinearRegression"]
-        learned = linear._weights.to_dict()
-        maxima = scaler.abs_max
+        model = predictor._model
+        learned, maxima = model.weights, model.abs_max
         # the scaler's names, then the weights' names it lacks, numbered in that order
         self._names: list[str] = list(maxima)
         self._index: dict[str, int] = dict(zip(self._names, range(len(self._names)), strict=True))
@@ -131,7 +122,7 @@ class SgdRun:
                 self._index[name] = len(self._names)
                 self._names.append(name)
         d = len(self._names)
-        # whether river's weights hold the column (learned, or from the start)
+        # whether the model's weights hold the column (learned, or from the start)
         self._learned: list[bool] = list(map(learned.__contains__, self._names))
         # whether the column's weight is kept non-negative
         self._contention: list[bool] = list(map(is_contention, self._names))
@@ -145,11 +136,11 @@ class SgdRun:
         self.contention[:d] = self._contention
         self._flagged = d  # the columns whose flags are in the array
         self.weights[:d] = list(map(learned.get, self._names, repeat(0.0)))
-        self.abs_max[:scaled] = list(map(_largest, maxima.values()))  # each AbsMax's get()
-        self.state = np.array([float(linear.intercept)])
+        self.abs_max[:scaled] = list(maxima.values())
+        self.state = np.array([float(model.intercept)])
         self.steps = 0
-        self.constants = (float(linear.optimizer.learning_rate), float(linear.intercept_lr.get(0)),
-                          float(linear.clip_gradient), bool(predictor.non_negative))
+        self.constants = (float(model.learning_rate), float(model.intercept_lr), float(model.clip_gradient),
+                          bool(predictor.non_negative))
         self._finished = False
 
     def _column(self, name: str) -> int:
@@ -201,23 +192,24 @@ class SgdRun:
             self._flagged = columns
 
     def finish(self) -> None:
-        """Write the learned state back into river's objects (after the last block's :meth:`~SgdBlock.compute`)."""
+        """Write the learned state back into the model (after the last block's :meth:`~SgdBlock.compute`)."""
         if self._finished:
             return
         self._finished = True
         self._grow(len(self._names))  # columns numbered after the last block: unlearned, but the scaler has them
-        scaler, linear = self.predictor._model["MaxAbsScaler"], self.predictor._model["LinearRegression"]
-        # only these columns can differ from river's state (new names inserted in their columns' order)
+        model = self.predictor._model
+        # only these columns can differ from the model's state (new names inserted in their columns' order)
         written = np.unique(np.concatenate([*self._written, np.arange(self._numbered, len(self._names))]))
         weights, maxima = self.weights[written].tolist(), self.abs_max[written].tolist()
         names, learned = self._names, self._learned
+        model_maxima, model_weights = model.abs_max, model.weights
         for at, weight, largest in zip(written.tolist(), weights, maxima, strict=True):
             name = names[at]
-            scaler.abs_max[name].abs_max = largest
+            model_maxima[name] = largest
             if learned[at]:
-                linear._weights[name] = weight
-        linear.intercept = float(self.state[0])
-        linear.optimizer.n_iterations += self.steps
+                model_weights[name] = weight
+        model.intercept = float(self.state[0])
+        model.n_iterations += self.steps
 
 
 class SgdBlock:
@@ -275,14 +267,14 @@ class SgdRows:
         return block
 
     def learned(self, block: SgdBlock, targets: np.ndarray) -> None:
-        """Nothing beyond the predictions: river's pipeline keeps no running scale."""
+        """Nothing beyond the predictions: the model keeps no running scale."""
 
     def restart(self) -> None:
         """Row layouts afresh (never needed: every row fits)."""
         self.layouts.clear()
 
     def finish(self) -> None:
-        """Write the learned state back into river's objects (the last block learned)."""
+        """Write the learned state back into the model (the last block learned)."""
         if self.run is not None:
             self.run.finish()
             self.run = None

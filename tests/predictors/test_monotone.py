@@ -187,7 +187,7 @@ def test_contention_weights_are_non_negative(name):
         assert any(model._weights[c] < 0 for c, n in names.items() if is_contention(n))  # it wanted to
         assert all(weights[c] >= 0 for c, n in names.items() if is_contention(n))
     elif name == "sgd":
-        weights = predictor._model["LinearRegression"].weights
+        weights = predictor._model.weights
         assert all(w >= 0 for n, w in weights.items() if is_contention(n))
     else:
         assert all(predictor._weights[c] >= 0 for n, c in predictor._index.columns.items() if is_contention(n))

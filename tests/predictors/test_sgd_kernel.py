@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from river_sgd import river_pipeline
 
+from predictor.features.contention import is_contention
 from predictor.predictors import create
 from predictor.predictors.sgd import SgdPredictor
 from predictor.predictors.sgd_kernel import SgdRun, supports
+from predictor.predictors.sgd_model import SgdModel
 
 NAMES = ("own:a", "log_batch", "co:b", "co:count", "co_model:m", "x:a", "sig:util", "pair:m|n")
 """Feature names, contention ones (``co:``, ``co_model:``, ``x:``, ``pair:``) among them."""
@@ -32,13 +35,19 @@ def streams(draw):
 
 
 def _reference(predictor: SgdPredictor, rows: list[tuple[dict[str, float], float]]) -> list[float]:
-    """River's raw prediction of each row before learning it, as :class:`SgdPredictor` steps."""
+    """River's raw prediction of each row before learning it, as :class:`SgdPredictor` steps, by river's
+    own pipeline (holding the predictor's state, written back into the predictor after)."""
+    pipeline = river_pipeline(predictor._model)
+    weights = pipeline["LinearRegression"]._weights
     out = []
     for features, target in rows:
-        out.append(predictor._model.predict_one(features))
-        predictor._model.learn_one(features, target)
+        out.append(pipeline.predict_one(features))
+        pipeline.learn_one(features, target)
         if predictor.non_negative:
-            predictor._project(features)
+            for name in features:
+                if is_contention(name) and weights[name] < 0:
+                    weights[name] = 0.0
+    predictor._model = SgdModel.from_pipeline(pipeline)
     return out
 
 
@@ -60,9 +69,8 @@ def _compiled(predictor: SgdPredictor, rows: list[tuple[dict[str, float], float]
 
 
 def _state(predictor: SgdPredictor) -> tuple:
-    scaler, linear = predictor._model["MaxAbsScaler"], predictor._model["LinearRegression"]
-    return (linear._weights.to_dict(), {k: v.get() for k, v in scaler.abs_max.items()}, linear.intercept,
-            linear.optimizer.n_iterations)
+    model = predictor._model
+    return dict(model.weights), dict(model.abs_max), model.intercept, model.n_iterations
 
 
 @settings(max_examples=60, deadline=None)
@@ -100,7 +108,7 @@ def test_new_names_past_the_arrays_and_a_finished_run():
     expected = _reference(reference, rows)
     assert _compiled(compiled, rows, [1, 20]) == expected
     assert _state(compiled) == _state(reference)
-    assert min(compiled._model["LinearRegression"]._weights.to_dict().values()) >= 0.0  # projected
+    assert min(compiled._model.weights.values()) >= 0.0  # projected
     run = SgdRun(compiled)
     run.finish()
     with pytest.raises(RuntimeError, match="finished"):
@@ -133,4 +141,5 @@ def test_raw_prediction_is_rivers_predict_one_and_writes_nothing(warm, asked):
     before = _state(predictor)
     got = [predictor.raw_prediction(features) for features, _ in asked[0]]
     _assert_same(_state(predictor), before)
-    _assert_same(got, [predictor._model.predict_one(features) for features, _ in asked[0]])
+    river = river_pipeline(predictor._model)
+    _assert_same(got, [river.predict_one(features) for features, _ in asked[0]])

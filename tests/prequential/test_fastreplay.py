@@ -41,14 +41,14 @@ def test_blockwise_replay_equals_the_reference(spec):
 
 
 def _sgd_state(predictor) -> tuple:
-    scaler, linear = predictor._model["MaxAbsScaler"], predictor._model["LinearRegression"]
-    return (linear._weights.to_dict(), {k: v.get() for k, v in scaler.abs_max.items()}, linear.intercept,
-            linear.optimizer.n_iterations, predictor.n_learned, predictor._slowdown_range)
+    model = predictor._model
+    return (dict(model.weights), dict(model.abs_max), model.intercept, model.n_iterations, predictor.n_learned,
+            predictor._slowdown_range)
 
 
 @pytest.mark.parametrize("spec", ["sgd", "sgd:log_target=False", "sgd:non_negative=False,learning_rate=0.05"])
 def test_blockwise_sgd_replay_equals_the_reference(tmp_path, spec):
-    """``sgd`` learned in compiled blocks (:mod:`predictor.predictors.sgd_kernel`): river's state to the
+    """``sgd`` learned in compiled blocks (:mod:`predictor.predictors.sgd_kernel`): river's pipeline's state (the model's) to the
     bit, the predictions within NumPy's ``exp`` against ``math.exp``; from decoded rows and on the kernel
     thread, the same bits."""
     from predictor.records.logio import iter_rows

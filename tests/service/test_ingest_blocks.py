@@ -89,14 +89,14 @@ def test_blocks_learn_what_records_one_by_one_learn_compiled_within_rounding():
 
 def test_sgd_blocks_learn_what_records_one_by_one_learn():
     """An ``sgd`` service learns its blocks in compiled steps too (:mod:`predictor.predictors.sgd_kernel`):
-    river's weights to the bit, and what learns from the predictions alike."""
+    the model's weights to the bit, and what learns from the predictions alike."""
     records = _records()
     config = dataclasses.replace(CONFIG, predictor="sgd")
     one, many = _per_record(records, config), _blocks(records, 256, config)
     assert one.state.predictor.n_learned > 600
     _assert_same_learning(one, many, records[-100:])
-    a, b = (s.state.predictor._model["LinearRegression"] for s in (one, many))
-    assert (a._weights.to_dict(), a.intercept) == (b._weights.to_dict(), b.intercept)
+    a, b = (s.state.predictor._model for s in (one, many))
+    assert (a.weights, a.intercept) == (b.weights, b.intercept)
 
 
 def test_blocks_learn_exactly_what_records_one_by_one_learn_where_nothing_is_compiled():
@@ -163,10 +163,9 @@ def test_a_restore_point_brings_the_predictor_and_gates_back_to_the_bit(predicto
 
 
 def _sgd_weights(predictor) -> list[list[tuple[str, float]]]:
-    """The weights, in order, of ``predictor`` or its experts that are ``sgd`` (river keeps them in a
-    ``VectorDict``, whose items :func:`differs` does not see)."""
+    """The weights, in order, of ``predictor`` or its experts that are ``sgd``."""
     sgds = [p for p in (predictor, *getattr(predictor, "expert_predictors", ())) if isinstance(p, SgdPredictor)]
-    return [list(p._model["LinearRegression"]._weights.to_dict().items()) for p in sgds]
+    return [list(p._model.weights.items()) for p in sgds]
 
 
 def test_blocks_of_one_calibrate_admission_exactly_as_records_one_by_one():

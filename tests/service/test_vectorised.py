@@ -114,16 +114,16 @@ def test_predict_colocations_equals_predict_one(learned, spec):
     np.testing.assert_allclose(fast, slow, rtol=1e-12, atol=0)
 
 
-def test_sgd_colocation_form_answers_as_each_record_and_leaves_river_as_it_was(learned):
+def test_sgd_colocation_form_answers_as_each_record_and_leaves_the_model_as_it_was(learned):
     """``sgd``'s form of some rows (what a fixed point over windows asks) gives each record's
-    ``predict_one`` at any overlaps; neither it nor ``predict_colocations`` adds to river's scaler the
-    names it has not seen (``predict_one`` does, with maximum 0)."""
+    ``predict_one`` at any overlaps; neither it nor ``predict_colocations`` adds to the model's scaler the
+    names it has not seen (river's ``predict_one`` does, with maximum 0)."""
     import copy
 
     predictor = copy.deepcopy(learned["sgd"])
     rows = random_rows(random.Random(2), 80)
-    maxima = predictor._model["MaxAbsScaler"].abs_max
-    before = {name: m.get() for name, m in maxima.items()}
+    maxima = predictor._model.abs_max
+    before = dict(maxima)
     subset = np.arange(0, len(rows), 3)
     form = predictor.colocation_form(rows, subset)
     assert form is not None
@@ -132,7 +132,7 @@ def test_sgd_colocation_form_answers_as_each_record_and_leaves_river_as_it_was(l
         overlaps = rng.random(rows.overlaps.size)
         fast = form(overlaps)
         predictor.predict_colocations(rows.with_overlaps(overlaps))
-        assert {name: m.get() for name, m in maxima.items()} == before
+        assert maxima == before
         records = rows.with_overlaps(overlaps).records()
         np.testing.assert_allclose(fast, [predictor.predict_one(records[i]) for i in subset], rtol=1e-12, atol=0)
 
