@@ -3,7 +3,7 @@
 Adds, around :class:`~predictor.regressors.least_squares.RLS`:
 
 * optional separate models per key (``split_by="device_kind"`` or ``"model"``);
-* a drift detector (river's ADWIN) on the absolute residuals per model; on an
+* a drift detector (ADWIN) on the absolute residuals per model; on an
   alarm the covariance is re-opened so the model re-learns quickly;
 * robust learning: residuals beyond ``clip`` times a running scale of recent
   absolute residuals are clipped (Huber-style), so a burst of absurd
@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,11 +30,8 @@ from predictor.features.window import WindowForm, at_window, moving_program, ove
 from predictor.predictors.base import LatencyPredictor, QuadraticLatencies, clipped_latencies, slowdowns_of
 from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
-from predictor.regressors.drift_detector import adwin_class
+from predictor.regressors.drift_detector import Adwin
 from predictor.regressors.least_squares import RLS
-
-if TYPE_CHECKING:
-    from river.drift import ADWIN
 
 SPLIT_KEYS = (None, "device_kind", "model", "device")
 WARMUP = 30
@@ -110,12 +106,10 @@ class RlsPredictor(LatencyPredictor):
         if not 0 < drift_delta < 1:
             raise ValueError(f"drift_delta must lie in (0, 1), got {drift_delta!r}")
         self.drift_delta = drift_delta
-        if drift_reset:
-            adwin_class()  # river's drift package: imported now, and only if used
         self.clip = clip
         self.non_negative = non_negative
         self._models: dict[str, RLS] = {}
-        self._detectors: dict[str, ADWIN] = {}
+        self._detectors: dict[str, Adwin] = {}
         self._scale: dict[str, float] = {}
         self._seen: dict[str, int] = {}
         self.n_drifts = 0
@@ -136,7 +130,7 @@ class RlsPredictor(LatencyPredictor):
                 self.forgetting, self.delta, self.max_trace, non_negative_contention=self.non_negative
             )
             if self.drift_reset:
-                self._detectors[key] = adwin_class()(delta=self.drift_delta)
+                self._detectors[key] = Adwin(delta=self.drift_delta)
         return model
 
     def _features(self, record: Record) -> tuple[tuple[str, ...], np.ndarray]:

@@ -22,13 +22,9 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from predictor.regressors.drift_detector import adwin_class
+from predictor.regressors.drift_detector import Adwin
 from predictor.service.types import DriftAlarm, ShapeStats
-
-if TYPE_CHECKING:
-    from river.drift import ADWIN
 
 MAX_ALARMS = 20
 ALL = "*"
@@ -44,7 +40,7 @@ class _KindStats:
     calibrated_covered: int = 0
     alarms: int = 0
     error_sum: float = 0.0
-    detector: ADWIN = field(default_factory=lambda: adwin_class()())
+    detector: Adwin = field(default_factory=Adwin)
 
 
 class ErrorMonitor:

@@ -28,7 +28,6 @@ from predictor.calibration.shapes import ADMISSION
 from predictor.predictors import LatencyPredictor, create
 from predictor.records.logio import ReadReport
 from predictor.records.record import Record
-from predictor.regressors.drift_detector import adwin_class
 from predictor.service.admission import AdmissionCalibration, AnswerMemory
 from predictor.service.config import ServiceConfig
 from predictor.service.durability import livelog, wal
@@ -236,8 +235,7 @@ class ServiceState:
         )
 
     def new_monitor(self) -> ErrorMonitor:
-        """A fresh error monitor, river's drift package imported now (the first observation would pay it)."""
-        adwin_class()
+        """A fresh error monitor."""
         return ErrorMonitor(self.config.error_window, self.config.coverage_window)
 
     def new_admission(self) -> AdmissionCalibration:

@@ -22,7 +22,6 @@ from typing import Any
 from predictor.service.admission import AdmissionCalibration
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
-from predictor.service.monitor import ErrorMonitor
 from predictor.service.published import ModelVersion
 from predictor.service.replicas.answer_forwarding import ForwardedMemory
 from predictor.service.replicas.shards import SHARD, ShardMap
@@ -63,11 +62,6 @@ class WorkerState(ServiceState):
         if self._outboxes is not None:
             admission.memory = ForwardedMemory(self._outboxes, self.config.answer_memory)
         return admission
-
-    def new_monitor(self) -> ErrorMonitor:
-        """An error monitor that stays empty (the learners score observations), without importing river's
-        drift package (:mod:`predictor.regressors.drift_detector`)."""
-        return ErrorMonitor(self.config.error_window, self.config.coverage_window)
 
     def published(self) -> bool:
         """Whether every shard's learner has published a first version."""
