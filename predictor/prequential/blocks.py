@@ -1,7 +1,7 @@
 """Prequential replay with the RLS or SGD updates compiled over blocks of records.
 
 For the ``rls`` predictor at its defaults (one model, no clipping, no drift reset) and the ``sgd``
-pipeline (river's ``MaxAbsScaler | LinearRegression``), :func:`prequential_blocks` does what
+model (river's ``MaxAbsScaler | LinearRegression`` arithmetic, :mod:`~predictor.predictors.sgd_model`), :func:`prequential_blocks` does what
 :func:`~predictor.prequential.evaluation.run_prequential` does record by record
 (:meth:`~predictor.predictors.base.LatencyPredictor.predict_learn_one`) in another order of work,
 not of arithmetic. ``predictor replay --prequential`` and ``predictor evaluate --prequential`` run
@@ -21,7 +21,7 @@ it for such a predictor (``--reference``: record by record):
    (under ``sgd`` every record fits: a new name is a new column).
 
 The predictions and the learned state equal the reference's within rounding
-(``tests/prequential/test_fastreplay.py``: 1e-9; ``sgd``: river's state to the bit). Lines are decoded into
+(``tests/prequential/test_fastreplay.py``: 1e-9; ``sgd``: the reference's state to the bit). Lines are decoded into
 rows read like records (:mod:`predictor.records.typed_decoding`; no record built per line). With
 ``overlap`` (:func:`fast_prequential`'s default; ``--serial`` turns it off) three threads share the
 work: this one decodes and computes the features, a second learns each block while the next is
@@ -69,7 +69,7 @@ def supports(predictor: LatencyPredictor) -> bool:
     """Whether :func:`prequential_blocks` applies: ``rls`` with one model, no clipping and no drift reset
     (its defaults; the non-negative projection of the contention weights is compiled too), or ``sgd``
     with the pipeline it builds (:meth:`SgdPredictor.learns_in_blocks
-    <predictor.predictors.sgd.SgdPredictor.learns_in_blocks>`; river is loaded only by an ``sgd``
+    <predictor.predictors.sgd.SgdPredictor.learns_in_blocks>`; ``sgd`` is imported only by an ``sgd``
     predictor, never here)."""
     if predictor.name == "sgd":
         return predictor.learns_in_blocks()  # type: ignore[attr-defined]

@@ -574,7 +574,7 @@ def _restore_point(state: ServiceState) -> Callable[[], None]:
 def _restores_in_place(predictor: object) -> bool:
     """Whether ``predictor``'s own class defines ``restore_point``/``restore`` (``rls``, ``sgd``; a subclass
     that adds state of its own does not inherit the claim). Read by name, so that a service that never
-    learns ``sgd`` never imports it (nor river, nor scikit-learn)."""
+    learns ``sgd`` never imports it."""
     own = vars(type(predictor))
     return "restore_point" in own and "restore" in own
 
