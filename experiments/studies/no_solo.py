@@ -45,7 +45,7 @@ import time
 import numpy as np
 
 from experiments.datasets import load
-from predictor.predictors import create
+from predictor.predictors import DEFAULT, create
 from predictor.predictors.tree import TreePredictor
 from predictor.prequential.evaluation import run_split, split_records, summarize
 from predictor.records.record import BatchSpec, CoRunner, Record
@@ -73,10 +73,10 @@ class Config:
     noise: float = 0.03
     split: float = 0.75
     loco_configs: int = 6
-    predictors: tuple[str, ...] = ("solo", "rls", "sgd", "tree", "tree:work=False", PREVIOUS_TREE, "ensemble")
-    loco_predictors: tuple[str, ...] = ("rls", "tree")
+    predictors: tuple[str, ...] = ("solo", "rls", "sgd", "tree", "tree:work=False", PREVIOUS_TREE, "ensemble", DEFAULT)
+    loco_predictors: tuple[str, ...] = ("rls", "tree", DEFAULT)
     datasets: tuple[str, ...] = ("gpulet", "igniter")
-    dataset_predictors: tuple[str, ...] = ("rls", "tree", "ensemble")
+    dataset_predictors: tuple[str, ...] = ("rls", "sgd", "tree", "ensemble", DEFAULT)
     data: str = ""
     seed: int = 0
 
@@ -264,6 +264,8 @@ def run(config: Config) -> dict:
                "split": evaluate_split(records, config), "loco": evaluate_loco(records, config)}
     split = results["split"]
     results["tree_over_offline"] = split["tree"]["mape"] / split["offline-lightgbm"]["mape"]
+    if DEFAULT in split:
+        results["default_over_offline"] = split[DEFAULT]["mape"] / split["offline-lightgbm"]["mape"]
     if "rls" in split:
         results["rls_over_tree"] = split["rls"]["mape"] / split["tree"]["mape"]
     results["datasets"] = {}

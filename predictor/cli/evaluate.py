@@ -90,12 +90,14 @@ def score(spec: str, records: list, args: argparse.Namespace, advance) -> Scored
         return run_prequential(predictor, map(as_record, records), progress=advance)
     if by_expert and not args.keep_learning:
         train, test = split_records(records, args.split, args.seed)
+        predictor.learn_solo(train)  # type: ignore[arg-type]  (as run_split's fit)
         tree_blocks.prequential_tree_blocks(predictor, train)
         test_records = [as_record(row) for row in test]
         advance(len(records))
         return Scored(predictor.predict_many(test_records), [r.latency_ms for r in test_records])  # type: ignore[misc]
     if blockwise:
         train, test = split_records(records, args.split, args.seed)
+        predictor.learn_solo(train)  # type: ignore[arg-type]  (as run_split's fit)
         measured = [row.latency_ms for row in test]
         if args.keep_learning:  # each scored record predicted, then learned: the prequential replay of them all
             predicted = prequential_blocks(predictor, [*train, *test], overlap=not args.serial).predicted[len(train):]

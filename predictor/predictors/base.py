@@ -210,10 +210,28 @@ class LatencyPredictor(ABC):
         return predicted
 
     def fit(self, records: Iterable[Record]) -> LatencyPredictor:
-        """Learn from a training set; online predictors learn one by one."""
+        """Learn from a training set: the solo profiles first (:meth:`learn_solo`), so that every
+        slowdown is learned over a solo latency the whole set informs (where records carry none,
+        a profile's early guesses would teach the learner slowdowns over other baselines than
+        the ones it answers over), then each record one by one, as online."""
+        records = list(records)
+        self.learn_solo(records)
         for record in records:
             self.learn_one(record)
         return self
+
+    def learn_solo(self, records: Sequence[Record]) -> None:
+        """Take the ``records`` that carry no solo latency into the solo profile, and into those of the
+        predictors this one is made of (``expert_predictors``, where it has them), ahead of learning
+        them (:meth:`fit`, and the training part of every split replay). Learning them afterwards takes
+        each in again: the profile's means and lowest values end as they would with each record taken
+        in once (its shifts and fits about so). Records with a solo latency are left to learning: the
+        profile answers theirs as given."""
+        for record in records:
+            if record.solo_latency_ms is None:
+                self._solo.learn(record)
+        for expert in getattr(self, "expert_predictors", ()):
+            expert.learn_solo(records)
 
     def params(self) -> dict[str, object]:
         """Constructor arguments, for cloning and reporting."""

@@ -10,13 +10,23 @@ import pytest
 from experiments.studies.no_solo import (
     Config,
     config_key,
+    evaluate_split,
     markdown,
     no_solo_records,
     offline_lightgbm,
     run,
     without_solo,
 )
+from predictor.predictors import DEFAULT
+from predictor.records.importers.gpulet import import_gpulet
 from predictor.records.importers.igniter import import_igniter
+
+DEFAULT_WITHOUT_SOLO = {"synthetic": 5.65, "gpulet": 4.42, "igniter": 1.36}
+"""The default learner's MAPE (%) on each dataset's 75/25 split with no solo latency in any record
+(``docs/results.md``, "Sixth round: the default learner without solo latency"): when a change moves
+them on purpose, update both together."""
+WITHIN_OFFLINE = 1.2
+"""The target: the default's MAPE at most this multiple of the offline LightGBM fit's on the same split."""
 
 
 def test_records_carry_no_solo_latency_and_depend_on_attributes():
@@ -72,3 +82,18 @@ def test_real_data_without_solo_beside_the_offline_fit(igniter_config):
     assert set(split) == {"rls", "tree", "offline-lightgbm"}
     assert split["tree"]["mape"] < split["rls"]["mape"]  # without solo, the attributes decide
     assert "igniter with its solo latencies removed" in markdown(results)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset", sorted(DEFAULT_WITHOUT_SOLO))
+def test_the_default_learner_without_solo_beside_the_offline_fit(dataset, request):
+    if dataset == "synthetic":
+        records = no_solo_records(Config().records, seed=0)
+    elif dataset == "gpulet":
+        records = list(import_gpulet(request.getfixturevalue("gpulet_folder")))
+    else:
+        records = list(import_igniter(request.getfixturevalue("igniter_config")))
+    split = evaluate_split(without_solo(records), Config(), (DEFAULT,))
+    default, offline = split[DEFAULT]["mape"], split["offline-lightgbm"]["mape"]
+    assert 100 * default == pytest.approx(DEFAULT_WITHOUT_SOLO[dataset], abs=0.1), "the default's MAPE moved"
+    assert default <= WITHIN_OFFLINE * offline, f"{default:.4f} against the offline fit's {offline:.4f}"

@@ -4,6 +4,7 @@ answers what ``predict_one`` answers record by record, within rounding."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 
 import numpy as np
@@ -67,13 +68,17 @@ def test_any_records_predicted_as_record_by_record(learned, drawn):
                                    rtol=1e-9)
 
 
+@pytest.mark.parametrize("solo", [True, False], ids=["solo", "no-solo"])
 @pytest.mark.parametrize("keep_learning", [False, True])
 @pytest.mark.parametrize("spec", ["rls", "rls:features='fine'", "sgd", "ewma", "ensemble:experts='rls,sgd'"])
-def test_split_replay_scores_what_run_split_scores(tmp_path, spec, keep_learning):
+def test_split_replay_scores_what_run_split_scores(tmp_path, spec, keep_learning, solo):
     """``predictor replay LOG`` (the CLI's :func:`~predictor.cli.evaluate.score` over decoded rows): the
-    scored part's predictions of :func:`~predictor.prequential.evaluation.run_split` over the records."""
+    scored part's predictions of :func:`~predictor.prequential.evaluation.run_split` over the records,
+    also where records carry no solo latency (the training part's solo profile taken in first by both)."""
     path = tmp_path / "log.jsonl.gz"
     records = list(itertools.islice(read_records(DEFAULT_DATASET)[0], 4000))
+    if not solo:
+        records = [dataclasses.replace(r, solo_latency_ms=None) for r in records]
     write_records(path, records)
     args = argparse.Namespace(prequential=False, split=0.75, seed=0, keep_learning=keep_learning, serial=False)
     got = score(spec, list(iter_rows(path)), args, lambda _n: None)
