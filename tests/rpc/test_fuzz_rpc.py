@@ -13,6 +13,7 @@ they were. Undecodable bytes, oversized messages, streams cut short and cancelle
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import pickle
@@ -694,13 +695,22 @@ def test_any_numbers_in_observations_never_break_the_model(served, data):
 
 
 def model_bytes(service: Service) -> bytes:
-    """The predictor, calibrator and monitor alone (not the outlier gates), each pickled on its own after
-    a round trip through a pickle: a refused record may restore the predictor from a pickle (an
-    ``ensemble``), whose strings are then its own, not shared with the monitor's, and whose attribute
-    names are interned (the same values, pickled in another layout); a round trip gives every state
-    that layout."""
-    return b"".join(dump_state(pickle.loads(dump_state(part)))
+    """The predictor, calibrator and monitor alone (not the outlier gates), each pickled on its own
+    without pickle's memo (``Pickler.fast``), after a round trip through a pickle: their values, whatever
+    objects they share. A refused record may restore the predictor from a pickle (an ``ensemble``), whose
+    strings and tuples are then its own, not shared with other parts, and whose attribute names are
+    interned: the same values, which a memo would write in another layout."""
+    return b"".join(_unshared(pickle.loads(dump_state(part)))
                     for part in (service.state.predictor, service.state.calibrator, service.state.monitor))
+
+
+def _unshared(value: object) -> bytes:
+    """``value`` pickled with no memo: an object met twice is written twice (no cycles expected)."""
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.fast = True
+    pickler.dump(value)
+    return buffer.getvalue()
 
 
 def unary_ok(served: Served, method: str, message: object) -> bytes:
