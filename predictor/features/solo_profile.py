@@ -76,6 +76,12 @@ class SoloProfile:
         self._total = 0.0
         self._count = 0
 
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle; a profile pickled before configurations were profiled gets empty ones (it answers as it did)."""
+        self.__dict__.update(state)
+        for name in ("_config_alone", "_config_typical", "_shift", "_fits"):
+            self.__dict__.setdefault(name, {})
+
     def copy(self) -> SoloProfile:
         """An independent copy (the tables hold immutable values: shallow copies suffice)."""
         twin = SoloProfile.__new__(SoloProfile)

@@ -4,6 +4,7 @@ size and own attributes) before per key, and a training set's profile learned ah
 from __future__ import annotations
 
 import math
+import pickle
 
 import pytest
 
@@ -128,3 +129,17 @@ def test_fit_learns_the_profiles_of_an_ensembles_experts_too():
     for profile in (fitted._solo, *(expert._solo for expert in fitted.expert_predictors)):
         assert profile._count == 2 * len(TRAINING)  # taken in ahead, then as learned: the same means
         assert profile.estimate(Record("d", batch(0.25), None)) == pytest.approx(4.0)
+
+
+def test_a_profile_pickled_before_configurations_loads_and_answers_as_it_did():
+    """A snapshot written before the per-configuration profile holds a profile without its tables: it
+    loads with them empty, answers what it answered, and learns on."""
+    old = SoloProfile()
+    for latency, size in ((4.0, 2), (9.0, 4)):
+        old.learn(Record("cpu0", BatchSpec("mlp", size), latency))
+    for name in ("_config_alone", "_config_typical", "_shift", "_fits"):
+        del old.__dict__[name]
+    loaded = pickle.loads(pickle.dumps(old))
+    assert loaded.estimate(Record("cpu0", BatchSpec("mlp", 8), None)) == 18.0
+    loaded.learn(Record("cpu0", BatchSpec("mlp", 8), 20.0))
+    assert loaded.copy().estimate(Record("cpu0", BatchSpec("mlp", 8), None)) == 20.0
