@@ -174,18 +174,15 @@ class SgdPredictor(LatencyPredictor):
         solo profile and the model copied."""
         state = dict(self.__dict__)
         state["_solo"] = self._solo.copy()
-        return {"predictor": state, "model": dict(vars(self._model)), "maxima": dict(self._model.abs_max),
-                "weights": dict(self._model.weights)}
+        return {"predictor": state, "model": self._model.copy()}
 
     def restore(self, point: dict) -> None:
         """Bring the predictor back to the state of ``point`` (from :meth:`restore_point`; used once),
         its model restored in place."""
         self.__dict__.clear()
         self.__dict__.update(point["predictor"])
-        model = self._model
-        vars(model).clear()
-        vars(model).update(point["model"])
-        model.abs_max, model.weights = point["maxima"], point["weights"]
+        vars(self._model).clear()
+        vars(self._model).update(vars(point["model"]))
 
     def frozen(self) -> SgdPredictor:
         """An independent copy for predicting only (see the base class): a model of its own holding the
