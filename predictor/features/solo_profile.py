@@ -72,14 +72,13 @@ class SoloProfile:
         self._config_alone: dict[Configuration, tuple[float, int]] = {}
         self._config_typical: dict[Configuration, tuple[float, int, float]] = {}
         self._shift: dict[str, tuple[float, int]] = {}
-        self._fits: dict[str, _LogLatencyFit] = {}
         self._total = 0.0
         self._count = 0
 
     def __setstate__(self, state: dict) -> None:
         """Unpickle; a profile pickled before configurations were profiled gets empty ones (it answers as it did)."""
         self.__dict__.update(state)
-        for name in ("_config_alone", "_config_typical", "_shift", "_fits"):
+        for name in ("_config_alone", "_config_typical", "_shift"):
             self.__dict__.setdefault(name, {})
 
     def copy(self) -> SoloProfile:
@@ -92,7 +91,6 @@ class SoloProfile:
         twin._config_alone = dict(self._config_alone)
         twin._config_typical = dict(self._config_typical)
         twin._shift = dict(self._shift)
-        twin._fits = {model: fit.copy() for model, fit in self._fits.items()}
         return twin
 
     def _has_room(self, key: Key) -> bool:
@@ -124,12 +122,7 @@ class SoloProfile:
         typical = self._config_typical.get(config)
         if typical is None and len(self._config_typical) >= self.max_keys:
             return
-        log_latency = math.log(latency)
-        log_mean, n = _mean_with(typical and typical[:2], log_latency)  # type: ignore[arg-type]
-        fit = self._fits.get(config[0])
-        if fit is None:
-            fit = self._fits[config[0]] = _LogLatencyFit(tuple(name for name, _ in config[2]))
-        fit.learn(config, log_latency)
+        log_mean, n = _mean_with(typical and typical[:2], math.log(latency))  # type: ignore[arg-type]
         self._config_typical[config] = (log_mean, n, math.exp(log_mean))
         if alone:
             self._config_alone[config] = _mean_with(self._config_alone.get(config), latency)
@@ -169,10 +162,9 @@ class SoloProfile:
             if config in self._config_alone:
                 return self._config_alone[config][0]
             typical = self._config_typical.get(config)
-            fit = self._fits.get(model) if typical is None else None
-            if typical is not None or (fit is not None and fit.ready()):
+            value = typical[2] if typical is not None else _fitted_latency(self._config_typical, config)
+            if value is not None:
                 shift = self._shift.get(model)
-                value = typical[2] if typical is not None else fit.estimate(config)  # type: ignore[union-attr]
                 return value / (math.exp(shift[0]) if shift else 1.0)
         if key in self._alone:
             return self._alone[key][0]
@@ -191,42 +183,34 @@ def _mean_with(mean_and_count: tuple[float, int] | None, value: float) -> tuple[
     return mean + (value - mean) / (n + 1), n + 1
 
 
-class _LogLatencyFit:
-    """Least squares of a model's log latencies on its configurations' batch size and attributes
-    (each attribute ``a`` and ``log a``, 0 where ``a <= 0``; ``names`` those of its first record),
-    lightly ridged: a typical latency for a configuration never seen."""
+RIDGE = 1e-3
+"""The ridge of :func:`_fitted_latency`'s least squares (its intercept not ridged)."""
 
-    RIDGE = 1e-3
 
-    def __init__(self, names: tuple[str, ...]):
-        self.names = names
-        size = 2 + 2 * len(names)
-        self._gram = np.zeros((size, size))
-        self._moment = np.zeros(size)
-        self._n = 0
+def _fitted_latency(typical: dict[Configuration, tuple[float, int, float]], config: Configuration) -> float | None:
+    """A typical latency for ``config``, a configuration never seen: the least squares, lightly ridged, of
+    the log latencies of its model's records on their configurations' batch size and attributes (each
+    ``a`` and ``log a``, 0 where ``a <= 0``; the attributes of the model's first configuration), from
+    each configuration's mean log latency and count (``typical``); ``None`` until the model's records
+    number twice the unknowns."""
+    seen = [(other, log_mean, n) for other, (log_mean, n, _) in typical.items() if other[0] == config[0]]
+    if not seen:
+        return None
+    names = tuple(name for name, _ in seen[0][0][2])
+    size = 2 + 2 * len(names)
+    counts = np.array([n for _, _, n in seen], dtype=float)
+    if counts.sum() < 2 * size:
+        return None
+    rows = np.array([_fit_row(other, names) for other, _, _ in seen])
+    ridge = RIDGE * np.eye(size)
+    ridge[0, 0] = 0.0
+    moment = rows.T @ (counts * np.array([log_mean for _, log_mean, _ in seen]))
+    weights = np.linalg.solve((rows * counts[:, None]).T @ rows + ridge, moment)
+    return math.exp(min(float(_fit_row(config, names) @ weights), 50.0))
 
-    def copy(self) -> _LogLatencyFit:
-        twin = _LogLatencyFit(self.names)
-        twin._gram, twin._moment, twin._n = self._gram.copy(), self._moment.copy(), self._n
-        return twin
 
-    def _row(self, config: Configuration) -> np.ndarray:
-        attrs = dict(config[2])
-        values = [value if math.isfinite(value := attrs.get(name, 0.0)) else 0.0 for name in self.names]
-        return np.array([1.0, math.log(config[1]), *values, *(math.log(v) if v > 0 else 0.0 for v in values)])
-
-    def learn(self, config: Configuration, log_latency: float) -> None:
-        row = self._row(config)
-        self._gram += np.outer(row, row)
-        self._moment += log_latency * row
-        self._n += 1
-
-    def ready(self) -> bool:
-        """Whether enough records were taken in (twice the unknowns)."""
-        return self._n >= 2 * self._moment.size
-
-    def estimate(self, config: Configuration) -> float:
-        ridge = self.RIDGE * np.eye(self._moment.size)
-        ridge[0, 0] = 0.0
-        weights = np.linalg.solve(self._gram + ridge, self._moment)
-        return math.exp(min(float(self._row(config) @ weights), 50.0))
+def _fit_row(config: Configuration, names: tuple[str, ...]) -> np.ndarray:
+    """``config``'s row of :func:`_fitted_latency`: 1, log batch size, the attributes ``names``, their logs."""
+    attrs = dict(config[2])
+    values = [value if math.isfinite(value := attrs.get(name, 0.0)) else 0.0 for name in names]
+    return np.array([1.0, math.log(config[1]), *values, *(math.log(v) if v > 0 else 0.0 for v in values)])

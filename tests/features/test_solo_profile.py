@@ -137,7 +137,7 @@ def test_a_profile_pickled_before_configurations_loads_and_answers_as_it_did():
     old = SoloProfile()
     for latency, size in ((4.0, 2), (9.0, 4)):
         old.learn(Record("cpu0", BatchSpec("mlp", size), latency))
-    for name in ("_config_alone", "_config_typical", "_shift", "_fits"):
+    for name in ("_config_alone", "_config_typical", "_shift"):
         del old.__dict__[name]
     loaded = pickle.loads(pickle.dumps(old))
     assert loaded.estimate(Record("cpu0", BatchSpec("mlp", 8), None)) == 18.0
