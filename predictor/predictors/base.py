@@ -221,17 +221,14 @@ class LatencyPredictor(ABC):
         return self
 
     def learn_solo(self, records: Sequence[Record]) -> None:
-        """Take the ``records`` that carry no solo latency into the solo profile, and into those of the
-        predictors this one is made of (``expert_predictors``, where it has them), ahead of learning
-        them (:meth:`fit`, and the training part of every split replay). Learning them afterwards takes
-        each in again: the profile's means and lowest values end as they would with each record taken
-        in once (its shifts and fits about so). Records with a solo latency are left to learning: the
-        profile answers theirs as given."""
+        """Take the ``records`` that carry no solo latency into the solo profile, ahead of learning them
+        (:meth:`fit`, and the training part of every split replay; a predictor made of others takes them
+        into theirs too). Learning them afterwards takes each in again: the profile's means and lowest
+        values end as they would with each record taken in once (its shifts about so). Records with a
+        solo latency are left to learning: the profile answers theirs as given."""
         for record in records:
             if record.solo_latency_ms is None:
                 self._solo.learn(record)
-        for expert in getattr(self, "expert_predictors", ()):
-            expert.learn_solo(records)
 
     def params(self) -> dict[str, object]:
         """Constructor arguments, for cloning and reporting."""

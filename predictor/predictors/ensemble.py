@@ -136,6 +136,12 @@ class EnsemblePredictor(LatencyPredictor):
                 settle()
         return self
 
+    def learn_solo(self, records: Sequence[Record]) -> None:
+        """See the base class: this ensemble's solo profile and each expert's."""
+        super().learn_solo(records)
+        for expert in self._experts:
+            expert.learn_solo(records)
+
     def _combine(self, record: Record, predictions: list[float]) -> float:
         weights = self._normalised(self._errors_for(record), self.eta)
         return math.exp(sum(w * math.log(p) for w, p in zip(weights, predictions, strict=True) if w > 0))
