@@ -142,6 +142,7 @@ class SgdRun:
         self.constants = (float(model.learning_rate), float(model.intercept_lr), float(model.clip_gradient),
                           bool(predictor.non_negative))
         self._finished = False
+        self._left: tuple | None = None  # the model as finish() left it (see reopen)
 
     def _column(self, name: str) -> int:
         at = self._index.get(name)
@@ -210,6 +211,29 @@ class SgdRun:
                 model_weights[name] = weight
         model.intercept = float(self.state[0])
         model.n_iterations += self.steps
+        self._left = _fingerprint(self.predictor)
+
+    def reopen(self) -> bool:
+        """Take up a finished run for more blocks, its arrays as they were left, where the model is
+        still as :meth:`finish` left it (nothing else learned, restored or rebound it since); returns
+        whether it could (else the run stays finished, and a fresh one reads the model)."""
+        left, now = self._left, _fingerprint(self.predictor)
+        if not self._finished or left is None or any(a is not b for a, b in zip(left[:3], now[:3], strict=True)) \
+                or left[3:] != now[3:]:
+            return False
+        self._finished = False
+        self._written = [np.arange(len(self._names), len(self._names), dtype=np.int64)]
+        self._numbered = len(self._names)
+        self.steps = 0
+        return True
+
+
+def _fingerprint(predictor: SgdPredictor) -> tuple:
+    """What a finished run's arrays mirror, as the model stands: the model and its dicts (compared by
+    identity: a restore rebinds them), then what learning moves (sizes, steps, intercept)."""
+    model = predictor._model
+    return (model, model.weights, model.abs_max, len(model.weights), len(model.abs_max), model.n_iterations,
+            model.intercept)
 
 
 class SgdBlock:
@@ -232,7 +256,8 @@ class SgdBlock:
 class SgdRows:
     """The ``sgd`` replay's pending rows: per record its ``fine`` features' values and their columns
     (one list of columns per distinct row layout); learned by a
-    :class:`SgdRun`, which numbers new names itself (every row fits)."""
+    :class:`SgdRun`, which numbers new names itself (every row fits), and kept from one replay to the
+    next while nothing else changes the model (:meth:`SgdRun.reopen`)."""
 
     def __init__(self, predictor: SgdPredictor):
         self.predictor = predictor
@@ -244,8 +269,9 @@ class SgdRows:
 
     def add(self, record: Record | ColocRow, flush: Callable[[], None]) -> bool:
         """Queue ``record``'s row (always: a new name is a new column of the run)."""
-        if self.run is None:
+        if self.run is None or self.run._finished and not self.run.reopen():
             self.run = SgdRun(self.predictor)
+            self.layouts.clear()
         row, base = planned_row(record, "fine")
         columns = self.layouts.get(row)
         if columns is None:
@@ -274,8 +300,8 @@ class SgdRows:
         self.layouts.clear()
 
     def finish(self) -> None:
-        """Write the learned state back into the model (the last block learned)."""
+        """Write the learned state back into the model (the last block learned). The rows may be used
+        again (:class:`~predictor.prequential.blocks.KeptPlans`): the run is taken up where the model is
+        as it was left, else a fresh one reads it."""
         if self.run is not None:
             self.run.finish()
-            self.run = None
-            self.layouts.clear()

@@ -102,7 +102,7 @@ def prequential_blocks(predictor: LatencyPredictor, records: Iterable[Record | C
                          "or sgd with its own pipeline")
     rows: _RlsRows | SgdRows
     if predictor.name == "sgd":
-        rows = predictor.block_rows()  # type: ignore[attr-defined]
+        rows = kept.sgd_rows(predictor) if kept is not None else predictor.block_rows()  # type: ignore[attr-defined]
     else:
         rows = kept.rows(predictor) if kept is not None else _RlsRows(predictor)  # type: ignore[arg-type]
     worker = KernelThread("replay-kernel") if overlap else None
@@ -111,14 +111,15 @@ def prequential_blocks(predictor: LatencyPredictor, records: Iterable[Record | C
     finally:
         if worker is not None:
             worker.close()
-        if kept is not None and isinstance(rows, _RlsRows):
+        if kept is not None:
             kept.keep(rows)
 
 
 class KeptPlans:
     """The ``rls`` row plans of :func:`prequential_blocks`, kept from one call to the next on the same
     predictor (a learner that takes its records a few at a time, as the service's ingest does), so that
-    each row layout is planned once rather than once per call.
+    each row layout is planned once rather than once per call; and an ``sgd`` predictor's run, so that
+    its arrays are read from the model once rather than once per call (:meth:`sgd_rows`).
 
     A plan holds the model's columns and scales as they were when it was made; the kept plans are
     used only while the model is the one they were made for and nothing has changed it since the
@@ -132,21 +133,37 @@ class KeptPlans:
     """
 
     def __init__(self) -> None:
-        self._kept: dict[int, tuple[_RlsRows, tuple]] = {}  # by the predictor's id (the rows hold it)
+        self._kept: dict[int, tuple[_RlsRows | SgdRows, tuple | None]] = {}  # by the predictor's id (the rows hold it)
 
     def rows(self, predictor: RlsPredictor) -> _RlsRows:
         """The kept rows of ``predictor`` where their plans still fit its model, else fresh ones."""
         found = self._kept.pop(id(predictor), None)
-        if found is not None and found[0].predictor is predictor and found[1] == _fingerprint(predictor):
+        if found is not None and isinstance(found[0], _RlsRows) and found[0].predictor is predictor \
+                and found[1] == _fingerprint(predictor):
             return found[0]
         return _RlsRows(predictor)
 
-    def keep(self, rows: _RlsRows) -> None:
+    def sgd_rows(self, predictor: LatencyPredictor) -> SgdRows:
+        """The kept rows of an ``sgd`` ``predictor`` (their run taken up where the model is as it left it,
+        :meth:`SgdRun.reopen <predictor.predictors.sgd_kernel.SgdRun.reopen>`), else fresh ones."""
+        found = self._kept.pop(id(predictor), None)
+        if found is not None and found[0].predictor is predictor and found[1] is None:
+            return found[0]
+        return predictor.block_rows()  # type: ignore[attr-defined]
+
+    def keep(self, rows: _RlsRows | SgdRows) -> None:
         """Keep ``rows`` (their run finished) for the next call on their predictor."""
-        if rows.run is None and not rows.plan_of_row:
-            while len(self._kept) >= MAX_KEPT:  # the longest kept first (a predictor since replaced)
-                del self._kept[next(iter(self._kept))]
-            self._kept[id(rows.predictor)] = (rows, _fingerprint(rows.predictor))
+        if isinstance(rows, _RlsRows):
+            if rows.run is not None or rows.plan_of_row:
+                return
+            fingerprint: tuple | None = _fingerprint(rows.predictor)
+        elif rows.offsets[1:]:  # rows queued and never learned
+            return
+        else:
+            fingerprint = None  # the run checks the model itself
+        while len(self._kept) >= MAX_KEPT:  # the longest kept first (a predictor since replaced)
+            del self._kept[next(iter(self._kept))]
+        self._kept[id(rows.predictor)] = (rows, fingerprint)
 
     def forget(self) -> None:
         """Drop every kept plan."""

@@ -232,6 +232,50 @@ def test_plans_kept_from_call_to_call_give_the_bits_of_fresh_plans(stream):
     np.testing.assert_array_equal(a._column_scale, b._column_scale)
 
 
+@pytest.mark.parametrize("stream", ["log", "fleet"])
+def test_an_sgd_run_kept_from_call_to_call_gives_the_bits_of_fresh_runs(stream, monkeypatch):
+    """``sgd`` learned a few records at a time with its run kept (:meth:`KeptPlans.sgd_rows
+    <predictor.prequential.blocks.KeptPlans.sgd_rows>`): the same predictions and model, to the bit, as a
+    fresh run per call; the kept run is taken up by every call but those after a change of the model
+    from outside (a reference step, a restore), which read the model afresh."""
+    from predictor.predictors.sgd_kernel import SgdRun
+    from predictor.prequential.blocks import KeptPlans
+
+    opened = []
+    open_run = SgdRun.__init__
+
+    def counted(run, predictor):
+        opened.append(predictor)
+        open_run(run, predictor)
+
+    monkeypatch.setattr(SgdRun, "__init__", counted)
+    records = _records() if stream == "log" else fleet_records(1200, models=40, device_kinds=4, seed=5)
+    kept, fresh = create("sgd"), create("sgd")
+    plans = KeptPlans()
+    disrupted = 0  # calls after a change of the kept model from outside
+    restored = False
+    for number, at in enumerate(range(0, len(records), 16)):
+        part = records[at:at + 16]
+        stepped = number % 7 == 3
+        if stepped:  # a step between calls: the reference's
+            assert kept.predict_learn_one(part[0]) == fresh.predict_learn_one(part[0])
+            part = part[1:]
+        disrupted += number > 0 and (stepped or restored)
+        points = (kept.restore_point(), fresh.restore_point()) if number % 11 == 5 else None
+        got = prequential_blocks(kept, part, block=len(part), kept=plans)
+        expected = prequential_blocks(fresh, part, block=len(part))
+        assert got.predicted == expected.predicted
+        restored = points is not None
+        if restored:  # learned, then undone: the kept run must not outlive it
+            kept.restore(points[0])
+            fresh.restore(points[1])
+    a, b = kept._model, fresh._model
+    assert list(a.weights.items()) == list(b.weights.items())
+    assert list(a.abs_max.items()) == list(b.abs_max.items())
+    assert (a.intercept, a.n_iterations) == (b.intercept, b.n_iterations)
+    assert opened.count(kept) == 1 + disrupted < number
+
+
 @pytest.mark.parametrize("spec", ["rls", "rls:features='fine'"])
 def test_a_fleet_past_the_feature_cap_replays_blockwise_as_the_reference(spec):
     """Many models (a column per model and per pair of models, past the feature index's cap): the names
