@@ -43,6 +43,25 @@ PROJECT_EVERY = 32
 MIN_SEARCH_GAP = 8
 """Updates at least between a search and one made because a row's prediction clipped one of its
 contention weights (a stream whose rows keep clipping costs a search per 8 updates at most)."""
+SEARCH_COLUMNS = 128
+"""Columns up to which the pinned set is searched on :data:`PROJECT_EVERY` and :data:`MIN_SEARCH_GAP`;
+past them both grow as the square of the columns (:func:`search_schedule`)."""
+
+
+def search_schedule(columns: int) -> tuple[int, int]:
+    """The updates between two scheduled searches of the pinned set, and at least between a search and
+    one made for a clipped row, in a model of ``columns`` columns: :data:`PROJECT_EVERY` and
+    :data:`MIN_SEARCH_GAP` up to :data:`SEARCH_COLUMNS` columns, times ``ceil((columns / SEARCH_COLUMNS)^2)``
+    past them. A search's cost grows faster than the square of the columns (a factor of the pinned
+    block, the gain's solves over the free ones), so searching costs less per update in a model of
+    many columns than in one of few, not more.
+
+    >>> search_schedule(123), search_schedule(257)
+    ((32, 8), (160, 40))
+    """
+    factor = max(1, math.ceil((columns / SEARCH_COLUMNS) ** 2))
+    return PROJECT_EVERY * factor, MIN_SEARCH_GAP * factor
+
 
 
 @functools.lru_cache(maxsize=8)
@@ -291,7 +310,8 @@ class RLS:
         anew every :data:`PROJECT_EVERY` updates, and after an update whose row was predicted
         with one of its own contention weights clipped (:meth:`_clips`: the pinned set had gone
         stale for rows like it) once :data:`MIN_SEARCH_GAP` updates have passed since the last
-        search, by :meth:`learn_vector`, so they depend on the history learned only, not on when
+        search (both longer in a model of more than :data:`SEARCH_COLUMNS` columns:
+        :func:`search_schedule`), by :meth:`learn_vector`, so they depend on the history learned only, not on when
         predictions were asked; they are reused in between (``O(d |A|)`` per update). The result
         is always feasible, so predictions are monotone whichever gain was used.
         """
@@ -436,8 +456,8 @@ class RLS:
         constrained = self.non_negative_contention
         after = self.n_updates + 1  # the update this step makes, if taken
         # whether the row, as predicted before the step, clipped a weight: only where that searches
-        stale = (constrained and after % PROJECT_EVERY != 0 and after - self.searched_at() >= MIN_SEARCH_GAP
-                 and self._clips(vector))
+        every, gap = search_schedule(self._weights.size)
+        stale = constrained and after % every != 0 and after - self.searched_at() >= gap and self._clips(vector)
         lam = self.forgetting
         c = self._scale
         with np.errstate(over="ignore", invalid="ignore"):
@@ -467,5 +487,5 @@ class RLS:
             self._trace_s *= self._scale
             self._scale = 1.0
         self.n_updates += 1
-        if constrained and (stale or self.n_updates % PROJECT_EVERY == 0):
+        if constrained and (stale or self.n_updates % every == 0):
             self.search_pinned()

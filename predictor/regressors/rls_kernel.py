@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit
 
 from predictor.regressors.gain_kernel import find_gain as _find_gain
-from predictor.regressors.least_squares import MIN_SEARCH_GAP, PROJECT_EVERY, RESCALE_ABOVE, RLS
+from predictor.regressors.least_squares import RESCALE_ABOVE, RLS, search_schedule
 
 MIRROR_FROM = 64
 """Columns from which a run keeps the lower triangle as the upper's mirror (the same products) and
@@ -433,7 +433,7 @@ class _Run:
         """The kernels' arguments after the rows: the learning constants and the projection's state."""
         model = self.model
         return (float(model.forgetting), float(model.delta), float(model.trace_bound), RESCALE_ABOVE,
-                self.mask, self.pinned, self.gain, PROJECT_EVERY, MIN_SEARCH_GAP, self.mirrored)
+                self.mask, self.pinned, self.gain, *search_schedule(self.weights.size), self.mirrored)
 
     def finish(self) -> None:
         """Write the learned state back into the model."""

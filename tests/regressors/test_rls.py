@@ -8,7 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from predictor.regressors.least_squares import MIN_SEARCH_GAP, PROJECT_EVERY, RLS
+from predictor.regressors.least_squares import (
+    MIN_SEARCH_GAP,
+    PROJECT_EVERY,
+    RLS,
+    SEARCH_COLUMNS,
+    search_schedule,
+)
 
 values = st.floats(min_value=-10, max_value=10, allow_nan=False, allow_infinity=False)
 
@@ -205,6 +211,20 @@ def test_the_pinned_set_is_searched_on_schedule_and_after_a_clipped_row(seed, wi
     for clipped, searched, updates, gap in _search_stream(seed, width, contention, forgetting, 3 * PROJECT_EVERY):
         expected = updates % PROJECT_EVERY == 0 or clipped and gap >= MIN_SEARCH_GAP
         assert searched == expected, (updates, clipped, gap, searched)
+
+
+def test_a_model_wider_than_search_columns_searches_less_often():
+    """Past SEARCH_COLUMNS columns the schedule and the gap grow with the square of the columns
+    (``search_schedule``): a wide model is searched on the longer schedule and after clipped rows the
+    longer gap after the previous search, and never between."""
+    width = SEARCH_COLUMNS + 30
+    every, gap_needed = search_schedule(width)
+    assert (every, gap_needed) == (2 * PROJECT_EVERY, 2 * MIN_SEARCH_GAP)
+    steps = _search_stream(seed=3, width=width, contention=width - 10, forgetting=0.98, n=3 * every)
+    for clipped, searched, updates, gap in steps:
+        assert searched == (updates % every == 0 or clipped and gap >= gap_needed), (updates, clipped, gap, searched)
+    assert any(searched and updates % every for _, searched, updates, _ in steps)  # a clipped row's search
+    assert any(updates % PROJECT_EVERY == 0 and updates % every and not searched for _, searched, updates, _ in steps)
 
 
 def test_a_clipped_row_searches_between_the_scheduled_searches():
