@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
                 scored = run_prequential(create(args.predictor, seed=args.seed), records)
             elif tree_blocks.supports(predictor := create(args.predictor, seed=args.seed)):
                 scored = tree_blocks.prequential_tree_blocks(predictor, iter_rows(
-                    args.log, tolerant=args.tolerant, report=report, inflate_ahead=not args.serial))
+                    args.log, tolerant=args.tolerant, report=report, inflate_ahead=not args.serial),
+                    overlap=not args.serial)
             else:
                 scored = fast_prequential(args.log, args.predictor, seed=args.seed, tolerant=args.tolerant,
                                           report=report, overlap=not args.serial)

@@ -47,21 +47,23 @@ def supports(predictor: LatencyPredictor) -> bool:
 
 
 def fastest_prequential(predictor: LatencyPredictor, records: list[Record], *,
-                        refits_ahead: int = REFITS_AHEAD, kept: blocks.KeptPlans | None = None) -> Scored:
+                        refits_ahead: int = REFITS_AHEAD, kept: blocks.KeptPlans | None = None,
+                        overlap: bool = False) -> Scored:
     """:func:`~predictor.prequential.evaluation.run_prequential` of any ``predictor`` by its fastest exact
     path: compiled blocks (:func:`~predictor.prequential.blocks.supports`), the replay of this module
     (:func:`supports`), else record by record. ``kept``: the ``rls`` row plans kept from call to call
-    (:class:`~predictor.prequential.blocks.KeptPlans`)."""
+    (:class:`~predictor.prequential.blocks.KeptPlans`); ``overlap``: compiled blocks learned on a second
+    thread while the next are made (the same results to the bit; for long streams)."""
     if blocks.supports(predictor):
-        return blocks.prequential_blocks(predictor, records, kept=kept)
+        return blocks.prequential_blocks(predictor, records, kept=kept, overlap=overlap)
     if supports(predictor):
-        return prequential_tree_blocks(predictor, records, refits_ahead=refits_ahead, kept=kept)
+        return prequential_tree_blocks(predictor, records, refits_ahead=refits_ahead, kept=kept, overlap=overlap)
     return run_prequential(predictor, records)
 
 
 def prequential_tree_blocks(predictor: LatencyPredictor, records: Iterable[Record | ColocRow], *,
                             refits_ahead: int = REFITS_AHEAD, knows: list[bool] | None = None,
-                            kept: blocks.KeptPlans | None = None) -> Scored:
+                            kept: blocks.KeptPlans | None = None, overlap: bool = False) -> Scored:
     """:func:`~predictor.prequential.evaluation.run_prequential` of a ``tree`` or ``ensemble`` ``predictor``
     (see :func:`supports`), its refits started ahead.
 
@@ -72,6 +74,8 @@ def prequential_tree_blocks(predictor: LatencyPredictor, records: Iterable[Recor
     was learned is appended to it (as :func:`~predictor.prequential.blocks.prequential_blocks` does).
     ``kept``: an ``ensemble``'s ``rls`` experts' row plans kept from call to call
     (:class:`~predictor.prequential.blocks.KeptPlans`).
+    ``overlap``: an ``ensemble``'s compiled experts learn each block on a second thread while the next is
+    made (:func:`~predictor.prequential.blocks.prequential_blocks`; the same results to the bit).
     """
     if not supports(predictor):
         raise ValueError(f"the tree replay takes a tree or an ensemble predictor, got {predictor.name!r}")
@@ -82,7 +86,7 @@ def prequential_tree_blocks(predictor: LatencyPredictor, records: Iterable[Recor
     stream = [record_of(r) if isinstance(r, ColocRow) else r for r in records]
     scored = Scored()
     if isinstance(predictor, EnsemblePredictor):
-        columns = [fastest_prequential(expert, stream, refits_ahead=refits_ahead, kept=kept).predicted
+        columns = [fastest_prequential(expert, stream, refits_ahead=refits_ahead, kept=kept, overlap=overlap).predicted
                    for expert in predictor.expert_predictors]
         for i, record in enumerate(stream):
             if knows is not None:

@@ -87,7 +87,8 @@ def test_default_tree_and_ensemble_on_the_embedded_data_equal_the_reference():
 @pytest.mark.parametrize("experts", ["rls,sgd", "rls,tree,solo"])
 def test_ensemble_replay_equals_the_reference(tmp_path, experts):
     """Each expert by its own fastest path (blockwise rls and sgd, the tree's runs, others record by record),
-    then the weights: the same predictions; from decoded rows too."""
+    then the weights: the same predictions; from decoded rows too; with the blocks learned on a second
+    thread, the same to the bit."""
 
     def ensemble():
         made = create(f"ensemble:experts='{experts}'")
@@ -98,10 +99,13 @@ def test_ensemble_replay_equals_the_reference(tmp_path, experts):
     records = _streams()["synthetic"] + _shipped(400)
     path = tmp_path / "log.jsonl.gz"
     write_records(path, records)
-    fast, on_rows, slow = ensemble(), ensemble(), ensemble()
+    fast, on_rows, slow, overlapped = ensemble(), ensemble(), ensemble(), ensemble()
     expected = run_prequential(slow, records).predicted
-    np.testing.assert_allclose(prequential_tree_blocks(fast, records).predicted, expected, rtol=1e-9)
+    got = prequential_tree_blocks(fast, records).predicted
+    np.testing.assert_allclose(got, expected, rtol=1e-9)
     np.testing.assert_allclose(prequential_tree_blocks(on_rows, iter_rows(path)).predicted, expected, rtol=1e-9)
+    assert prequential_tree_blocks(overlapped, iter_rows(path), overlap=True).predicted == got
+    assert overlapped.weights == fast.weights
     assert (fast.n_learned, fast._slowdown_range) == (slow.n_learned, slow._slowdown_range)
     assert fast.weights == pytest.approx(slow.weights, rel=1e-9)
 
