@@ -156,9 +156,13 @@ class SgdRun:
     def columns(self, names: Sequence[str]) -> np.ndarray:
         """The columns of ``names`` (new names get the next ones), marked as learned: a row of these
         names is about to be learned."""
-        at = np.fromiter(map(self._column, names), dtype=np.int64, count=len(names))
+        try:  # every name numbered already: looked up alone
+            at = np.fromiter(map(self._index.__getitem__, names), dtype=np.int64, count=len(names))
+        except KeyError:
+            at = np.fromiter(map(self._column, names), dtype=np.int64, count=len(names))
+        learned = self._learned
         for column in at.tolist():
-            self._learned[column] = True
+            learned[column] = True
         self._written.append(at)
         return at
 
