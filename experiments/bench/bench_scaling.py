@@ -6,7 +6,7 @@ number of device kinds at 6 models; the most co-runners a batch has at 6 models)
 overlap-weighted co-runner pressure, 3% noise) and measures, ``repeats`` times, in this process:
 
 * the floor: gunzip and ``json.loads`` every line of the same file;
-* ``predictor replay LOG --prequential`` (:func:`~predictor.prequential.blocks.fast_prequential`,
+* ``predictor replay LOG --prequential`` (:func:`~predictor.prequential.tree_blocks.replay_log`,
   the learner ``predictor``) and ``predictor replay LOG`` (its 75/25 split, the CLI's own
   :func:`~predictor.cli.evaluate.score`);
 * ingest: a :class:`~predictor.service.core.Service` (no log, no snapshots) learning the records
@@ -39,7 +39,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from experiments.common import finish, start  # noqa: E402
 from predictor.cli.evaluate import score  # noqa: E402
-from predictor.prequential.blocks import fast_prequential  # noqa: E402
+from predictor.prequential.tree_blocks import replay_log  # noqa: E402
 from predictor.records.logio import RecordWriter, iter_rows  # noqa: E402
 from predictor.service.config import ServiceConfig  # noqa: E402
 from predictor.service.core import Service  # noqa: E402
@@ -116,12 +116,12 @@ def measure(config: Config, models: int, kinds: int, co_runners: int, folder: Pa
     with RecordWriter(log) as writer:
         for record in records:
             writer.write(record)
-    fast_prequential(log, config.predictor, limit=200)  # compiled kernels loaded
+    replay_log(log, config.predictor)  # compiled kernels loaded
     runs = []
     for _ in range(config.repeats):
         run: dict = {}
         for name, work in (("floor", lambda: _floor(log)),
-                           ("prequential", lambda: len(fast_prequential(log, config.predictor).measured)),
+                           ("prequential", lambda: len(replay_log(log, config.predictor).measured)),
                            ("split", lambda: _split(log, config.predictor))):
             wall, cpu, n = _timed(work)
             run[name] = {"records_per_s": n / wall, "cpu_us_per_record": 1e6 * cpu / n}

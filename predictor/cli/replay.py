@@ -14,7 +14,6 @@ from predictor.cli.evaluate import add_protocol_arguments, protocol_label, resul
 from predictor.cli.progress import progress_bar
 from predictor.predictors import DEFAULT, create
 from predictor.prequential import tree_blocks
-from predictor.prequential.blocks import fast_prequential
 from predictor.prequential.evaluation import run_prequential, summarize
 from predictor.records.logio import ReadReport, iter_records, iter_rows
 from predictor.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD, collector
@@ -58,13 +57,9 @@ def run(args: argparse.Namespace) -> int:
             if args.reference:
                 records = iter_records(args.log, tolerant=args.tolerant, report=report, inflate_ahead=not args.serial)
                 scored = run_prequential(create(args.predictor, seed=args.seed), records)
-            elif tree_blocks.supports(predictor := create(args.predictor, seed=args.seed)):
-                scored = tree_blocks.prequential_tree_blocks(predictor, iter_rows(
-                    args.log, tolerant=args.tolerant, report=report, inflate_ahead=not args.serial),
-                    overlap=not args.serial)
             else:
-                scored = fast_prequential(args.log, args.predictor, seed=args.seed, tolerant=args.tolerant,
-                                          report=report, overlap=not args.serial)
+                scored = tree_blocks.replay_log(args.log, args.predictor, seed=args.seed, tolerant=args.tolerant,
+                                                report=report, overlap=not args.serial)
             loaded = started
         else:
             # rows read like records (the replay's fast reader); a record is built only where one is needed

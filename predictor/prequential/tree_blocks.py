@@ -24,13 +24,16 @@ The predictions and the learned state equal the reference's (``tests/prequential
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
+from predictor.predictors import create
 from predictor.predictors.base import LatencyPredictor
 from predictor.predictors.ensemble import EnsemblePredictor
 from predictor.predictors.tree import TreePredictor
 from predictor.prequential import blocks
 from predictor.prequential.evaluation import Scored, run_prequential
+from predictor.records.logio import ReadReport, iter_rows
 from predictor.records.record import Record
 from predictor.records.typed_decoding import ColocRow, record_of
 from predictor.regressors.boosted import ResidualRun, WindowAhead
@@ -59,6 +62,20 @@ def fastest_prequential(predictor: LatencyPredictor, records: list[Record], *,
     if supports(predictor):
         return prequential_tree_blocks(predictor, records, refits_ahead=refits_ahead, kept=kept, overlap=overlap)
     return run_prequential(predictor, records)
+
+
+def replay_log(source: str | os.PathLike, spec: str, *, seed: int = 0, tolerant: bool = False,
+               report: ReadReport | None = None, overlap: bool = True) -> Scored:
+    """``predictor replay LOG --prequential``: the log ``source`` replayed prequentially through
+    ``create(spec)`` by its fastest exact path: :func:`prequential_tree_blocks` for a ``tree`` or an
+    ``ensemble`` (the default learner), else :func:`~predictor.prequential.blocks.fast_prequential`.
+    ``tolerant``: skip bad lines; ``report``: filled in as the read progresses; ``overlap``: learn on a
+    second thread and inflate on a third (the same results to the bit)."""
+    predictor = create(spec, seed=seed)
+    if supports(predictor):
+        rows = iter_rows(source, tolerant=tolerant, report=report, inflate_ahead=overlap)
+        return prequential_tree_blocks(predictor, rows, overlap=overlap)
+    return blocks.fast_prequential(source, spec, seed=seed, tolerant=tolerant, report=report, overlap=overlap)
 
 
 def prequential_tree_blocks(predictor: LatencyPredictor, records: Iterable[Record | ColocRow], *,
