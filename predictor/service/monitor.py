@@ -175,24 +175,32 @@ class ShapeMonitor:
     def __init__(self, window: int = 2000, max_keys: int = 20_000):
         self.window = window
         self.max_keys = max_keys
-        self._counts: dict[tuple[str, str, str, str, int], list[float]] = {}
-        self._totals: dict[tuple[str, str], list[float]] = {}
+        # (answers, covered, sum of APE) per cell and per (source, shape): tuples, replaced on update, so
+        # that a copy of the dicts is a view of the counts as they stand (frozen)
+        self._counts: dict[tuple[str, str, str, str, int], tuple[int, int, float]] = {}
+        self._totals: dict[tuple[str, str], tuple[int, int, float]] = {}
         self._recent: dict[tuple[str, str], deque] = {}
 
     def update(self, source: str, shape: str, kind: str, model: str, count: int, *, actual: float,
                predicted: float, covered: bool, calibrated: bool = True) -> None:
         """Score one answer (``calibrated``: its bound came from residuals, not a guess)."""
         ape = abs(actual - predicted) / actual * 100.0
-        key = (source, shape, kind, model, count)
-        cells = [self._totals.setdefault((source, shape), [0, 0, 0.0])]
-        if key in self._counts or len(self._counts) < self.max_keys:
-            cells.append(self._counts.setdefault(key, [0, 0, 0.0]))
-        for cell in cells:
-            cell[0] += 1
-            cell[1] += bool(covered)
-            cell[2] += ape
+        key, hit = (source, shape, kind, model, count), bool(covered)
+        n, hits, total = self._totals.get((source, shape), (0, 0, 0.0))
+        self._totals[(source, shape)] = (n + 1, hits + hit, total + ape)
+        cell = self._counts.get(key)
+        if cell is not None or len(self._counts) < self.max_keys:
+            n, hits, total = (0, 0, 0.0) if cell is None else cell
+            self._counts[key] = (n + 1, hits + hit, total + ape)
         recent = self._recent.setdefault((source, shape), deque(maxlen=self.window))
         recent.append((bool(covered), ape))
+
+    def frozen(self) -> ShapeMonitor:
+        """A copy of the counts as they stand, for :meth:`summary` and :meth:`slices` later (a copy of
+        two dicts: their entries are never changed in place); its rolling windows are left empty."""
+        twin = ShapeMonitor(self.window, self.max_keys)
+        twin._counts, twin._totals = dict(self._counts), dict(self._totals)
+        return twin
 
     def sources(self) -> list[tuple[str, str]]:
         """``(source, shape)`` pairs scored so far, sorted."""

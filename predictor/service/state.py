@@ -39,7 +39,7 @@ from predictor.service.live.liveview import LiveView
 from predictor.service.live.memory import MemoryBook
 from predictor.service.live.queues import QueueBook
 from predictor.service.live.transfers import TransferBook
-from predictor.service.monitor import REPLAY, ErrorMonitor
+from predictor.service.monitor import REPLAY, ErrorMonitor, ShapeMonitor
 from predictor.service.published import ModelVersion, Publisher
 from predictor.service.types import KindStatus, LogStatus, Status
 
@@ -110,7 +110,8 @@ class ServiceState:
         self.memory = MemoryBook(clock, max_devices=config.max_devices)
         self.transfers = TransferBook(config.topology, alpha=config.transfer_alpha)
         self.lock = threading.RLock()
-        self._status_before_block: Status | None = None  # see learning_block
+        # see learning_block: the status as a block began, and its admission monitor's counts then
+        self._status_before_block: tuple[Status, ShapeMonitor] | None = None
         self._ready = False
         self._listeners: list[Callable[[bool], None]] = []
         self.started = time.time()
@@ -514,7 +515,9 @@ class ServiceState:
         began, which holds every write acknowledged before (each took the lock) and none of the
         block's records (acknowledged only after it)."""
         with self.lock:
-            self._status_before_block = self._status_now()
+            # the admission slices (a pass over every cell) made only if a status is asked meanwhile,
+            # from a copy of the counts
+            self._status_before_block = (self._status_now(admission_slices=False), self.admission.monitor.frozen())
             try:
                 yield
             finally:
@@ -526,9 +529,11 @@ class ServiceState:
         While a block is being learned, the status at the block's start, its clock and live view
         read now (:meth:`learning_block`); otherwise the status now."""
         if not self.lock.acquire(blocking=False):
-            before = self._status_before_block  # set only while a block holds the lock
-            if before is not None:
-                return dataclasses.replace(before, uptime_s=time.monotonic() - self._started_monotonic,
+            held = self._status_before_block  # set only while a block holds the lock
+            if held is not None:
+                before, slices = held
+                return dataclasses.replace(before, admission=tuple(slices.slices()),
+                                           uptime_s=time.monotonic() - self._started_monotonic,
                                            devices=len(self.live.devices()),
                                            batches_running=self.live.running_count())
             self.lock.acquire()
@@ -537,8 +542,9 @@ class ServiceState:
         finally:
             self.lock.release()
 
-    def _status_now(self) -> Status:
-        """The status as it stands (under the lock)."""
+    def _status_now(self, admission_slices: bool = True) -> Status:
+        """The status as it stands (under the lock); ``admission_slices=False``: without the admission
+        monitor's slices (``admission`` empty)."""
         with self.lock:
             monitor, calibrator, admission = self.monitor, self.calibrator, self.admission
             admitted = admission.monitor.rolling(REPLAY, ADMISSION)
@@ -570,7 +576,7 @@ class ServiceState:
                 observations_outliers=self.n_outliers,
                 observations_rate_limited=self.n_rate_limited,
                 log=self._log_status(),
-                admission=tuple(admission.monitor.slices()),
+                admission=tuple(admission.monitor.slices()) if admission_slices else (),
                 admission_coverage=admitted.coverage,
                 admission_mape=admitted.mape,
                 answers_linked=admission.n_linked,

@@ -15,12 +15,18 @@ from predictor.service.synthetic import synthetic_records
 WAIT_S = 30.0
 
 
-def held_open_service() -> tuple[Service, threading.Event, threading.Event]:
-    """A warm service whose next block of several records stops inside its lock until released."""
+def warm_service() -> Service:
+    """A service that learned 300 records one by one."""
     service = Service(ServiceConfig(snapshot_every_s=0))
     service.open()
     for record in synthetic_records(300, seed=1):
         service.observe(record)
+    return service
+
+
+def held_open_service() -> tuple[Service, threading.Event, threading.Event]:
+    """A warm service whose next block of several records stops inside its lock until released."""
+    service = warm_service()
     inside, release = threading.Event(), threading.Event()
     replay = service.ingest.replay
 
@@ -66,6 +72,37 @@ def test_status_answers_during_a_block_from_its_start_and_after_it_with_the_bloc
     after = service.status()
     assert after.observations_learned == 301 + len(block)
     assert service.state._status_before_block is None  # only while a block holds the lock
+
+
+def test_the_admission_slices_during_a_block_are_those_of_its_start_after_it_scored_its_answers():
+    """Held after the block's admission-time answers were scored (the admission monitor changed):
+    the status still gives the slices as they stood when the block began."""
+    service = warm_service()
+    admission = service.state.admission
+    inside, release = threading.Event(), threading.Event()
+    observe_block = admission.observe_block
+
+    def held(learned):
+        observe_block(learned)
+        if len(learned) > 1:
+            inside.set()
+            assert release.wait(WAIT_S)
+
+    admission.observe_block = held
+    before = service.status()
+    assert before.admission, "no admission slices to compare"
+    block = synthetic_records(40, seed=3)
+    stream = threading.Thread(target=lambda: service.report_observations([(r, "") for r in block]))
+    stream.start()
+    try:
+        assert inside.wait(WAIT_S)
+        assert tuple(admission.monitor.slices()) != before.admission  # the block's answers scored
+        during = status_in_thread(service)
+        assert during and comparable(during[0]) == comparable(before)
+    finally:
+        release.set()
+        stream.join(WAIT_S)
+    assert service.status().admission == tuple(admission.monitor.slices()) != before.admission
 
 
 def test_a_single_record_takes_the_lock_as_before():
