@@ -36,6 +36,14 @@ def clipped_latencies(solo: float, slowdowns: np.ndarray, low: float, high: floa
     return solo * np.minimum(np.maximum(slowdowns, low), high)
 
 
+def restores_in_place(predictor: object) -> bool:
+    """Whether ``predictor``'s own class defines ``restore_point`` and ``restore`` (``rls``, ``sgd``,
+    ``ensemble``: learning undone without a pickle, :mod:`predictor.service.ingest`; a subclass that adds
+    state of its own does not inherit the claim)."""
+    own = vars(type(predictor))
+    return "restore_point" in own and "restore" in own
+
+
 def slowdowns_of(raw: np.ndarray, log_target: bool) -> np.ndarray:
     """The slowdowns a linear model's raw answers stand for: ``exp(min(raw, 10))`` for a log target,
     ``raw`` otherwise."""

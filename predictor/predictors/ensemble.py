@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import copy
 import math
+import pickle
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
 from predictor.features.window import at_window
-from predictor.predictors.base import LatencyPredictor
+from predictor.predictors.base import LatencyPredictor, restores_in_place
 from predictor.predictors.registry import create
 from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
@@ -225,6 +226,33 @@ class EnsemblePredictor(LatencyPredictor):
         if record.latency_ms is None:
             raise ValueError("latency_ms: required to learn from a record")
         return self.combine_learn(record, [expert.predict_learn_one(record) for expert in self._experts])
+
+    def restore_point(self) -> dict:
+        """The ensemble's learned state now, for :meth:`restore` to bring it back to after more learning
+        (what a refused record undoes, :mod:`predictor.service.ingest`): each expert's own restore point
+        where its class has one (``rls``, ``sgd``), a pickle of the expert otherwise; the solo profile and
+        the per-key errors copied, the rest shared (learning rebinds it)."""
+        state = dict(self.__dict__)
+        state["_solo"] = self._solo.copy()
+        state["_key_errors"] = dict(self._key_errors)  # each key's errors are rebound, never changed in place
+        state["_experts"] = [(expert, expert.restore_point()) if restores_in_place(expert)  # type: ignore[attr-defined]
+                             else (None, pickle.dumps(expert, protocol=pickle.HIGHEST_PROTOCOL))
+                             for expert in self._experts]
+        return state
+
+    def restore(self, point: dict) -> None:
+        """Bring the ensemble back to the state of ``point`` (from :meth:`restore_point`; used once), the
+        experts that restore themselves in place."""
+        experts = []
+        for expert, saved in point["_experts"]:
+            if expert is None:
+                expert = pickle.loads(saved)
+            else:
+                expert.restore(saved)
+            experts.append(expert)
+        self.__dict__.clear()
+        self.__dict__.update(point)
+        self._experts = experts
 
     def frozen(self) -> EnsemblePredictor:
         """An independent copy for predicting only (see the base class): each expert's own

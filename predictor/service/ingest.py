@@ -25,7 +25,7 @@ from typing import Any
 
 from predictor.calibration.conformal import BoundSource
 from predictor.calibration.shapes import QueryShape
-from predictor.predictors.base import LatencyPredictor
+from predictor.predictors.base import LatencyPredictor, restores_in_place
 from predictor.predictors.ensemble import EnsemblePredictor
 from predictor.prequential import blocks as fastreplay
 from predictor.prequential import tree_blocks
@@ -370,7 +370,7 @@ class Ingest:
         if len(block) < fewest or not _compiles(predictor):
             return None
         # what a refusal of the gate restores (no gate: nothing is refused, nothing to keep)
-        restore = None if state.gates is None else _restore_point(state)
+        restore = None if state.gates is None else _restore_point(state, {t.kind for t in block})
         knows: list[bool] = []
         predicted = _prequential_compiled(predictor, [t.record for t in block], knows, self.kept)
         if state.gates is not None:
@@ -547,22 +547,20 @@ def _prequential_compiled(predictor: LatencyPredictor, records: list[Record], kn
     return fastreplay.prequential_blocks(predictor, records, block=len(records), knows=knows, kept=kept).predicted
 
 
-def _restore_point(state: ServiceState) -> Callable[[], None]:
+def _restore_point(state: ServiceState, kinds: set[str]) -> Callable[[], None]:
     """What brings the state's predictor and outlier gates back to where they are now (a refusal
-    of the gate undoes the learning since): their own restore points where they have them (the
-    arrays learning changes in place, copied), else a pickle of both, in which an ensemble's ``rls``
-    and ``sgd`` experts are held by their own restore points (restored in place, not pickled)."""
+    of the gate undoes the learning since; only the gates of ``kinds`` may check meanwhile): their
+    own restore points where they have them (the arrays learning changes in place, copied), else a
+    pickle of both."""
     predictor, gates = state.predictor, state.gates
-    if _restores_in_place(predictor) and gates is not None:
-        learned, checked = predictor.restore_point(), gates.restore_point()
+    if restores_in_place(predictor) and gates is not None:
+        learned, checked = predictor.restore_point(), gates.restore_point(kinds)  # type: ignore[attr-defined]
 
         def restore() -> None:
-            predictor.restore(learned)
+            predictor.restore(learned)  # type: ignore[attr-defined]
             gates.restore(checked)
 
         return restore
-    if isinstance(predictor, EnsemblePredictor) and _experts_held(predictor):
-        return _ensemble_restore_point(state, predictor)
     saved = pickle.dumps((predictor, gates), protocol=pickle.HIGHEST_PROTOCOL)
 
     def unpickle() -> None:
@@ -571,43 +569,3 @@ def _restore_point(state: ServiceState) -> Callable[[], None]:
     return unpickle
 
 
-def _restores_in_place(predictor: object) -> bool:
-    """Whether ``predictor``'s own class defines ``restore_point``/``restore`` (``rls``, ``sgd``; a subclass
-    that adds state of its own does not inherit the claim). Read by name, so that a service that never
-    learns ``sgd`` never imports it."""
-    own = vars(type(predictor))
-    return "restore_point" in own and "restore" in own
-
-
-def _experts_held(predictor: EnsemblePredictor) -> bool:
-    """Whether ``predictor`` holds its experts in its ``_experts`` list (what :func:`_ensemble_restore_point` restores)."""
-    held = vars(predictor).get("_experts")
-    experts = predictor.expert_predictors
-    return type(held) is list and len(held) == len(experts) and all(a is b for a, b in zip(held, experts, strict=True))
-
-
-def _ensemble_restore_point(state: ServiceState, predictor: EnsemblePredictor) -> Callable[[], None]:
-    """:func:`_restore_point` of an ensemble: its ``rls`` and ``sgd`` experts and the gates by their own
-    restore points (restored in place), the rest of it by a pickle (the ensemble restored in place too)."""
-    experts = predictor.expert_predictors
-    points = {at: expert.restore_point() for at, expert in enumerate(experts)  # type: ignore[attr-defined]
-              if _restores_in_place(expert)}
-    gates = state.gates
-    checked = None if gates is None else gates.restore_point()
-    names = list(vars(predictor))  # restored in this order (a pickle of it, a snapshot, writes them so)
-    rest = {name: value for name, value in vars(predictor).items() if name != "_experts"}
-    saved = pickle.dumps((rest, [None if at in points else expert for at, expert in enumerate(experts)]),
-                         protocol=pickle.HIGHEST_PROTOCOL)
-
-    def restore() -> None:
-        rest, others = pickle.loads(saved)
-        for at, point in points.items():
-            experts[at].restore(point)  # type: ignore[attr-defined]
-        rest["_experts"] = [experts[at] if at in points else other for at, other in enumerate(others)]
-        vars(predictor).clear()
-        vars(predictor).update((name, rest[name]) for name in names)
-        if gates is not None:
-            gates.restore(checked)
-        state.gates = gates
-
-    return restore

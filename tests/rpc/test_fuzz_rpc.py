@@ -13,7 +13,6 @@ they were. Undecodable bytes, oversized messages, streams cut short and cancelle
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import pickle
@@ -33,6 +32,7 @@ from predictor.rpc.server import create_server, stop_server
 from predictor.service import Service, ServiceConfig
 from predictor.service.synthetic import synthetic_records
 from predictor.snapshot import dump_state
+from tests.pickles import unshared
 
 pb2, pb2_grpc = load()
 PREFIX = METHOD_PREFIX
@@ -700,17 +700,8 @@ def model_bytes(service: Service) -> bytes:
     objects they share. A refused record may restore the predictor from a pickle (an ``ensemble``), whose
     strings and tuples are then its own, not shared with other parts, and whose attribute names are
     interned: the same values, which a memo would write in another layout."""
-    return b"".join(_unshared(pickle.loads(dump_state(part)))
+    return b"".join(unshared(pickle.loads(dump_state(part)))
                     for part in (service.state.predictor, service.state.calibrator, service.state.monitor))
-
-
-def _unshared(value: object) -> bytes:
-    """``value`` pickled with no memo: an object met twice is written twice (no cycles expected)."""
-    buffer = io.BytesIO()
-    pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
-    pickler.fast = True
-    pickler.dump(value)
-    return buffer.getvalue()
 
 
 def unary_ok(served: Served, method: str, message: object) -> bytes:

@@ -146,14 +146,14 @@ def test_refused_outliers_in_a_block_are_not_learned_by_what_follows(predictor):
 
 @pytest.mark.parametrize("predictor", ["rls", "sgd", ENSEMBLE])
 def test_a_restore_point_brings_the_predictor_and_gates_back_to_the_bit(predictor):
-    """What a refusal of the gate restores (an ensemble's ``rls`` experts by their own restore points,
-    the rest pickled): the learned state as it was, to the bit, whatever was learned since."""
+    """What a refusal of the gate restores (each predictor's own restore point; the gates of the kinds
+    checked since): the learned state as it was, to the bit, whatever was learned since."""
     records = _records(500)
     service = _blocks(records[:300], 100, dataclasses.replace(CONFIG, predictor=predictor))
     state = service.state
     before = copy.deepcopy((state.predictor, state.gates))
     weights = _sgd_weights(state.predictor)
-    restore = _restore_point(state)
+    restore = _restore_point(state, {r.device_kind or state.live.kind_of(r.device) for r in records[300:]})
     service.report_observations([(r, "") for r in records[300:]])
     assert differs((state.predictor, state.gates), before) is not None
     assert not weights or differs(_sgd_weights(state.predictor), weights) is not None

@@ -18,6 +18,7 @@ Examples
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from predictor.service.guards.robust import OutlierGate
 
@@ -67,17 +68,24 @@ class OutlierGates:
             f"of {math.exp(gate.threshold()):.3g}x for device kind {kind or '(none)'}; not learned"
         )
 
-    def restore_point(self) -> tuple[int, dict[str, tuple[OutlierGate, dict]]]:
-        """The gates' state now, for :meth:`restore` to bring them back to after more checks."""
-        return self.n_rejected, {kind: (gate, gate.restore_point()) for kind, gate in self._gates.items()}
+    def restore_point(self, kinds: Iterable[str] | None = None) -> tuple[int, dict[str, OutlierGate], list]:
+        """The gates' state now, for :meth:`restore` to bring them back to after more checks;
+        ``kinds``: the only device kinds checked meanwhile (only the gates they check are saved)."""
+        gates = self._gates
+        if kinds is None:
+            saved = list(gates.values())
+        else:
+            saved = list({id(gate): gate for gate in (gates.get(k, gates.get(self.SHARED)) for k in kinds)
+                          if gate is not None}.values())
+        return self.n_rejected, dict(gates), [(gate, gate.restore_point()) for gate in saved]
 
-    def restore(self, point: tuple[int, dict[str, tuple[OutlierGate, dict]]]) -> None:
+    def restore(self, point: tuple[int, dict[str, OutlierGate], list]) -> None:
         """Bring the gates back to the state of ``point`` (from :meth:`restore_point`; used once):
         the same gate objects, with the state they had; gates made since are dropped."""
-        self.n_rejected, gates = point
-        for gate, saved in gates.values():
-            gate.restore(saved)
-        self._gates = {kind: gate for kind, (gate, _) in gates.items()}
+        self.n_rejected, gates, saved = point
+        for gate, state in saved:
+            gate.restore(state)
+        self._gates = gates
 
     def kinds(self) -> list[str]:
         """The device kinds that have their own gate (the shared gate of further kinds left out)."""
