@@ -63,7 +63,6 @@ def search_schedule(columns: int) -> tuple[int, int]:
     return PROJECT_EVERY * factor, MIN_SEARCH_GAP * factor
 
 
-
 @functools.lru_cache(maxsize=8)
 def _upper_mask(size: int) -> np.ndarray:
     """Where a ``size x size`` matrix's upper triangle (the diagonal included) lies (read only)."""
