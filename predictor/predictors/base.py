@@ -63,12 +63,40 @@ class QuadraticLatencies:
     high: float
     log_target: bool
 
+    @property
+    def gather(self) -> np.ndarray:
+        """The co-runner of each (k, row) (:attr:`OverlapQuadratic.gather <predictor.features.extract.OverlapQuadratic.gather>`)."""
+        return self.quadratic.gather
+
     def latencies(self, o: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """The latencies of rows ``rows`` (``None``: all) at their overlaps ``o`` (most co-runners x
         rows; see :meth:`OverlapQuadratic.raw <predictor.features.extract.OverlapQuadratic.raw>`): the
         definition the compiled fixed point follows."""
         return clipped_latencies(self.solo, slowdowns_of(self.quadratic.raw(o, rows), self.log_target), self.low,
                                  self.high)
+
+
+@dataclass(frozen=True, eq=False)
+class WeightedLatencies:
+    """Latencies ``exp(sum(w * log(latency)))`` of the rows: a weighted geometric mean of several
+    :class:`QuadraticLatencies` of the same rows and co-runners (an ensemble's experts'; what the
+    compiled fixed point can run, :mod:`predictor.service.estimates.fixed_point_kernel`)."""
+
+    weights: tuple[float, ...]
+    parts: tuple[QuadraticLatencies, ...]
+
+    @property
+    def gather(self) -> np.ndarray:
+        """The co-runner of each (k, row), the parts' (all alike)."""
+        return self.parts[0].gather
+
+    def latencies(self, o: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """The latencies of rows ``rows`` (``None``: all) at their overlaps ``o``: each part's, combined
+        in the parts' order (the definition the compiled fixed point follows)."""
+        total: np.ndarray | float = 0.0
+        for weight, part in zip(self.weights, self.parts, strict=True):
+            total = total + weight * np.log(part.latencies(o, rows))
+        return np.exp(total)
 
 
 class LatencyPredictor(ABC):
@@ -172,7 +200,7 @@ class LatencyPredictor(ABC):
         return None
 
     def colocation_quadratic(self, rows: CoLocations, subset: np.ndarray,
-                             moving: np.ndarray) -> QuadraticLatencies | None:
+                             moving: np.ndarray) -> QuadraticLatencies | WeightedLatencies | None:
         """:meth:`predict_colocations` of rows ``subset`` as a quadratic of the overlaps of the
         co-runners flagged ``moving`` (the others at ``rows.overlaps``), where the predictor's answer
         is one (a linear model of the features); ``None`` where it is not."""

@@ -24,7 +24,12 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from predictor.features.window import at_window
-from predictor.predictors.base import LatencyPredictor, restores_in_place
+from predictor.predictors.base import (
+    LatencyPredictor,
+    QuadraticLatencies,
+    WeightedLatencies,
+    restores_in_place,
+)
 from predictor.predictors.registry import create
 from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
@@ -176,16 +181,9 @@ class EnsemblePredictor(LatencyPredictor):
         expert's own form, combined as :meth:`predict_colocations` combines their answers (the same sum,
         term by term). ``None`` where the rows have several keys (``split_by="device_kind"``) or a
         weighted expert has no form."""
-        if not len(rows):
+        weighted = self._weighted_experts(rows)
+        if weighted is None:
             return None
-        if self.split_by == "device_kind":
-            if len(set(rows.device_kinds)) > 1:
-                return None
-            key = rows.device_kinds[0]
-        else:
-            key = self._key(rows.alone())
-        weighted = [(weight, expert) for weight, expert in zip(self._normalised(self._errors_of(key), self.eta),
-                                                              self._experts, strict=True) if weight > 0]
         forms = [expert.colocation_form(rows, subset) for _, expert in weighted]
         if any(form is None for form in forms):
             return None
@@ -197,6 +195,34 @@ class EnsemblePredictor(LatencyPredictor):
             return np.exp(total)
 
         return latencies
+
+    def colocation_quadratic(self, rows: CoLocations, subset: np.ndarray,
+                             moving: np.ndarray) -> WeightedLatencies | None:
+        """:meth:`colocation_form` as each weighted expert's quadratic of the ``moving`` co-runners'
+        overlaps (:meth:`~predictor.predictors.base.LatencyPredictor.colocation_quadratic`), combined as
+        their answers are (:class:`~predictor.predictors.base.WeightedLatencies`: the same numbers up to
+        rounding). ``None`` where the rows have several keys or a weighted expert has no quadratic."""
+        weighted = self._weighted_experts(rows)
+        if weighted is None:
+            return None
+        parts = [expert.colocation_quadratic(rows, subset, moving) for _, expert in weighted]
+        if any(not isinstance(part, QuadraticLatencies) for part in parts):
+            return None
+        return WeightedLatencies(tuple(weight for weight, _ in weighted), tuple(parts))  # type: ignore[arg-type]
+
+    def _weighted_experts(self, rows: CoLocations) -> list[tuple[float, LatencyPredictor]] | None:
+        """The experts with a weight for the rows' key, and their weights; ``None`` where there are no rows
+        or they have several keys (``split_by="device_kind"``)."""
+        if not len(rows):
+            return None
+        if self.split_by == "device_kind":
+            if len(set(rows.device_kinds)) > 1:
+                return None
+            key = rows.device_kinds[0]
+        else:
+            key = self._key(rows.alone())
+        return [(weight, expert) for weight, expert in zip(self._normalised(self._errors_of(key), self.eta),
+                                                          self._experts, strict=True) if weight > 0]
 
     def window_latency(self, record: Record, remaining_ms: Sequence[float | None]) -> Callable[[float], float] | None:
         """See the base class: each weighted expert's own window path where it has one (else its

@@ -13,7 +13,7 @@ from predictor.features.contention import is_contention
 from predictor.features.extract import feature_form, feature_matrix, fine_features
 from predictor.features.window import at_window, moving_program, overlap_at
 from predictor.predictors import sgd_kernel
-from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
+from predictor.predictors.base import LatencyPredictor, QuadraticLatencies, clipped_latencies, slowdowns_of
 from predictor.predictors.sgd_model import SgdModel
 from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
@@ -137,6 +137,25 @@ class SgdPredictor(LatencyPredictor):
         solo = self.solo_latency(rows.alone())
         low, high = self._slowdown_range
         return lambda overlaps: clipped_latencies(solo, slowdowns_of(predict(form.values(overlaps)), self.log_target), low, high)
+
+    def colocation_quadratic(self, rows: CoLocations, subset: np.ndarray,
+                             moving: np.ndarray) -> QuadraticLatencies | None:
+        """:meth:`colocation_form` as a quadratic of the ``moving`` co-runners' overlaps, the others at
+        theirs (:meth:`FeatureForm.quadratic <predictor.features.extract.FeatureForm.quadratic>`, each
+        column's weight over its largest magnitude seen: the same numbers up to rounding). ``None``
+        where the rows have no form."""
+        form = feature_form(rows, "fine", subset) if len(rows) else None
+        if form is None:
+            return None
+        model = self._model
+        largest = np.array([model.abs_max.get(name, 0.0) for name in form.names])
+        weight = np.array([model.weights.get(name, 0.0) for name in form.names])
+        scaled = np.divide(weight, largest, out=np.zeros(len(form.names)), where=largest != 0.0)
+        gather = form.gather
+        quadratic = form.quadratic(scaled, float(model.intercept), np.append(rows.overlaps, 0.0)[gather],
+                                   np.append(moving, False)[gather])
+        low, high = self._slowdown_range
+        return QuadraticLatencies(quadratic, self.solo_latency(rows.alone()), low, high, self.log_target)
 
     def _matrix_predictor(self, names: Sequence[str]) -> Callable[[np.ndarray], np.ndarray]:
         """The linear model's raw answer of each row of a matrix of the features ``names``: each value over

@@ -548,7 +548,7 @@ class Answering:
         quadratic = monotone.overlap_quadratic(predictor, rows, moving, ~np.isnan(plan.remaining))
         if quadratic is not None:  # each row's search, compiled
 
-            found = fixed_point_kernel.fixed_points(quadratic, plan.remaining_of(quadratic.quadratic.gather), solo,
+            found = fixed_point_kernel.fixed_points(quadratic, plan.remaining_of(quadratic.gather), solo,
                                                     high, low)
         else:
             evaluate = monotone.overlap_latencies(predictor, rows, moving)

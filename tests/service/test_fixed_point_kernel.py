@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from predictor.features.extract import OverlapQuadratic
 from predictor.features.window import FineProgram, WindowForm
-from predictor.predictors.base import QuadraticLatencies
+from predictor.predictors.base import QuadraticLatencies, WeightedLatencies
 from predictor.service.estimates import monotone
 from predictor.service.estimates.fixed_point_kernel import fixed_points, window_of
 
@@ -51,6 +51,28 @@ def test_each_row_finds_the_single_row_searchs_point(problem):
 
         def latency(window: float, i: int = i) -> float:
             overlaps = np.minimum(remaining[:, i:i + 1] / window, 1.0) if window > 0 else np.ones((remaining.shape[0], 1))
+            return float(rows.latencies(overlaps, np.array([i]))[0])
+
+        assert float(found[i]) == monotone.fixed_point_one(latency, solo, high, low)
+
+
+@settings(max_examples=300, deadline=None)
+@given(problem=quadratic_rows(), other=quadratic_rows(), share=st.floats(0.05, 0.95))
+def test_each_row_of_a_weighted_pair_finds_the_single_row_searchs_point(problem, other, share):
+    """An ensemble's rows (:class:`WeightedLatencies` of two experts' quadratics of the same rows and
+    co-runners): the grid point the single-row search finds on the definition."""
+    first, remaining, solo, high, low = problem
+    second = other[0]
+    k, n = remaining.shape
+    coefficients = np.resize(second.quadratic.coefficients, first.quadratic.coefficients.shape)
+    second = QuadraticLatencies(OverlapQuadratic(first.quadratic.gather, coefficients), second.solo, second.low,
+                                second.high, second.log_target)
+    rows = WeightedLatencies((share, 1.0 - share), (first, second))
+    found = fixed_points(rows, remaining, solo, high, low)
+    for i in range(n):
+
+        def latency(window: float, i: int = i) -> float:
+            overlaps = np.minimum(remaining[:, i:i + 1] / window, 1.0) if window > 0 else np.ones((k, 1))
             return float(rows.latencies(overlaps, np.array([i]))[0])
 
         assert float(found[i]) == monotone.fixed_point_one(latency, solo, high, low)

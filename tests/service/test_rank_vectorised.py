@@ -52,7 +52,7 @@ KINDS = ("SimGPU", "", "NeverSeen")
 BATCH = BatchSpec("bert", 4, {"l2_util": 0.5, "dram_util": 0.4})
 
 
-@pytest.fixture(scope="module", params=["rls", "sgd"])
+@pytest.fixture(scope="module", params=["rls", "sgd", "ensemble:experts='rls,sgd'"])
 def service(request):
     svc = Service(ServiceConfig(predictor=request.param, snapshot_every_s=0, max_candidates=256,
                                 topology=parse_topology(TOPOLOGY)), clock=lambda: 100.0)

@@ -33,7 +33,7 @@ from predictor.calibration import cell_kernel, probability_kernel
 from predictor.features import quadratic_kernel
 from predictor.features.extract import OverlapQuadratic
 from predictor.features.window import FineProgram, WindowForm
-from predictor.predictors.base import QuadraticLatencies
+from predictor.predictors.base import QuadraticLatencies, WeightedLatencies
 from predictor.service.estimates.monotone import grid, grid_windows
 
 
@@ -58,16 +58,32 @@ def _latency(coefficients: np.ndarray, remaining: np.ndarray, i: int, window: fl
     return solo * min(max(s, low), high)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _combined(coefficients: np.ndarray, remaining: np.ndarray, i: int, window: float, solos: np.ndarray,
+              lows: np.ndarray, highs: np.ndarray, log_targets: np.ndarray, weights: np.ndarray) -> float:
+    """Row ``i``'s latency of the parts ``coefficients[e]`` (:func:`_latency` each): the one part's with
+    no weights, else ``exp(sum(weights[e] * log(latency_e)))`` (:class:`~predictor.predictors.base.WeightedLatencies`)."""
+    if weights.size == 0:
+        return _latency(coefficients[0], remaining, i, window, solos[0], lows[0], highs[0], log_targets[0])
+    total = 0.0
+    for e in range(weights.size):
+        total = total + weights[e] * math.log(
+            _latency(coefficients[e], remaining, i, window, solos[e], lows[e], highs[e], log_targets[e]))
+    return math.exp(total)
+
+
 @njit(cache=True, nogil=True)
-def _search(coefficients: np.ndarray, remaining: np.ndarray, solo: float, low: float, high: float,
-            log_target: bool, grid_low: float, scale: float, points: int, solo_grid: float, grid_min: float,
-            grid_max: float, windows: np.ndarray, out: np.ndarray) -> None:
+def _search(coefficients: np.ndarray, remaining: np.ndarray, solos: np.ndarray, lows: np.ndarray,
+            highs: np.ndarray, log_targets: np.ndarray, weights: np.ndarray, grid_low: float, scale: float,
+            points: int, solo_grid: float, grid_min: float, grid_max: float, windows: np.ndarray,
+            out: np.ndarray) -> None:
     """Per row, the index of its grid point (``fixed_point_one``'s search), the window at index ``j``
-    being ``windows[j]`` (:func:`~predictor.service.estimates.monotone.grid_windows`)."""
-    for i in range(coefficients.shape[1]):
+    being ``windows[j]`` (:func:`~predictor.service.estimates.monotone.grid_windows`); each row's latency
+    that of :func:`_combined` of the parts ``coefficients[e]``."""
+    for i in range(coefficients.shape[2]):
         w0 = solo_grid
-        f0 = _latency(coefficients, remaining, i, w0, solo, low, high, log_target)
-        f1 = _latency(coefficients, remaining, i, f0, solo, low, high, log_target)
+        f0 = _combined(coefficients, remaining, i, w0, solos, lows, highs, log_targets, weights)
+        f1 = _combined(coefficients, remaining, i, f0, solos, lows, highs, log_targets, weights)
         slope = (f1 - f0) / (f0 - w0) if abs(f0 - w0) > 1e-12 * solo_grid else 0.0
         if slope == slope:  # NaN stays NaN
             slope = min(slope, 0.0)
@@ -78,7 +94,7 @@ def _search(coefficients: np.ndarray, remaining: np.ndarray, solo: float, low: f
         start = int(min(max(math.floor((math.log(guess) - grid_low) / scale), 0.0), points - 1.0))
 
         window = windows[start]
-        first = window >= _latency(coefficients, remaining, i, window, solo, low, high, log_target)
+        first = window >= _combined(coefficients, remaining, i, window, solos, lows, highs, log_targets, weights)
         below, above = (-1, start) if first else (start, points)
         down, up = first, not first
         step = 1
@@ -87,7 +103,8 @@ def _search(coefficients: np.ndarray, remaining: np.ndarray, solo: float, low: f
             result = probe >= points
             if not result:
                 window = windows[probe]
-                result = window >= _latency(coefficients, remaining, i, window, solo, low, high, log_target)
+                result = window >= _combined(coefficients, remaining, i, window, solos, lows, highs, log_targets,
+                                             weights)
             if result:
                 above = probe
                 if down and probe == 0:
@@ -100,27 +117,34 @@ def _search(coefficients: np.ndarray, remaining: np.ndarray, solo: float, low: f
         while above - below > 1:
             mid = (below + above) // 2
             window = windows[mid]
-            if window >= _latency(coefficients, remaining, i, window, solo, low, high, log_target):
+            if window >= _combined(coefficients, remaining, i, window, solos, lows, highs, log_targets, weights):
                 above = mid
             else:
                 below = mid
         out[i] = above
 
 
-def fixed_points(latencies: QuadraticLatencies, remaining: np.ndarray, solo: float, high: float, low: float
-                 ) -> np.ndarray:
+def fixed_points(latencies: QuadraticLatencies | WeightedLatencies, remaining: np.ndarray, solo: float, high: float,
+                 low: float) -> np.ndarray:
     """The window of every row of ``latencies`` (:func:`~predictor.service.estimates.monotone.fixed_point`'s
     answer): ``remaining[k, row]`` the remaining time of the row's ``k``-th co-runner (0 for one
     whose overlap does not move: its coefficients are 0); ``solo``, ``high`` and ``low`` those of
     the grid searched (:func:`~predictor.service.estimates.monotone.grid`)."""
     grid_low, scale, points = grid(solo, high, low)
     windows = grid_windows(solo, high, low)
-    q = latencies.quadratic
-    out = np.empty(len(q), dtype=np.int64)
-    _search(np.ascontiguousarray(q.coefficients), np.ascontiguousarray(remaining, dtype=float), latencies.solo,
-            latencies.low, latencies.high, latencies.log_target, grid_low, scale, points, solo, solo * low,
-            solo * high, windows, out)
+    if isinstance(latencies, WeightedLatencies):
+        parts, weights = latencies.parts, np.array(latencies.weights, dtype=float)
+    else:
+        parts, weights = (latencies,), _NO_WEIGHTS
+    coefficients = np.stack([part.quadratic.coefficients for part in parts])
+    out = np.empty(coefficients.shape[2], dtype=np.int64)
+    _search(coefficients, np.ascontiguousarray(remaining, dtype=float),
+            *(np.array([getattr(part, name) for part in parts]) for name in ("solo", "low", "high", "log_target")),
+            weights, grid_low, scale, points, solo, solo * low, solo * high, windows, out)
     return windows[out]
+
+
+_NO_WEIGHTS = np.zeros(0)
 
 
 @njit(cache=True, nogil=True)
@@ -179,8 +203,9 @@ def _window_search(initial, terms, crosses, moving_of, overlaps, left, right, ke
     _window_coefficients(initial, terms, crosses, moving_of, overlaps, left, right, keys, weights, intercept, k,
                          coefficients[:, 0])
     out = np.empty(1, dtype=np.int64)
-    _search(coefficients, remaining.reshape(k, 1), solo, low, high, log_target, grid_low, scale, points,
-            solo_grid, grid_min, grid_max, windows, out)
+    _search(coefficients.reshape(1, 1 + k + k * k, 1), remaining.reshape(k, 1), np.array([solo]), np.array([low]),
+            np.array([high]), np.array([log_target]), np.zeros(0), grid_low, scale, points, solo_grid, grid_min,
+            grid_max, windows, out)
     return out[0]
 
 

@@ -40,7 +40,7 @@ from collections.abc import Callable
 import numpy as np
 
 from predictor.predictors import LatencyPredictor
-from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN, QuadraticLatencies
+from predictor.predictors.base import MAX_SLOWDOWN, MIN_SLOWDOWN, QuadraticLatencies, WeightedLatencies
 from predictor.records.colocations import CoLocations
 from predictor.records.keyed import KeyedMaps
 from predictor.records.record import Record
@@ -117,7 +117,7 @@ def overlap_latencies(
 
 
 def overlap_quadratic(predictor: LatencyPredictor, rows: CoLocations, subset: np.ndarray,
-                      moving: np.ndarray) -> QuadraticLatencies | None:
+                      moving: np.ndarray) -> QuadraticLatencies | WeightedLatencies | None:
     """:func:`overlap_latencies` as a quadratic of the overlaps of the co-runners flagged ``moving``
     (:meth:`~predictor.predictors.base.LatencyPredictor.colocation_quadratic`): ``None`` where the
     predictor does not answer directly or has none."""
