@@ -111,6 +111,20 @@ class WindowForm:
     log_target: bool
 
 
+@dataclass(frozen=True, eq=False)
+class WeightedWindowForms:
+    """A single query's answer as a weighted geometric mean of several :class:`WindowForm` of the same
+    moving co-runners (an ensemble's experts'), combined as
+    :class:`~predictor.predictors.base.WeightedLatencies` combines rows; ``solo``, ``low`` and
+    ``high``: those of the grid searched (the ensemble's)."""
+
+    weights: tuple[float, ...]
+    parts: tuple[WindowForm, ...]
+    solo: float
+    low: float
+    high: float
+
+
 def fine_program(record: Record, overlaps: Sequence[float] | None = None) -> FineProgram | None:
     """The :class:`FineProgram` of ``record`` for overlaps zero where ``overlaps`` are (default:
     the record's own); ``None`` where a name would be both summed and assigned (the dict path

@@ -24,7 +24,7 @@ from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
 
 if TYPE_CHECKING:
-    from predictor.features.window import WindowForm
+    from predictor.features.window import WeightedWindowForms, WindowForm
 
 MIN_SLOWDOWN = 0.05
 MAX_SLOWDOWN = 100.0
@@ -92,11 +92,16 @@ class WeightedLatencies:
 
     def latencies(self, o: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """The latencies of rows ``rows`` (``None``: all) at their overlaps ``o``: each part's, combined
-        in the parts' order (the definition the compiled fixed point follows)."""
+        in the parts' order with the C library's ``log`` and ``exp``, as the compiled fixed point
+        combines them (NumPy's may differ in the last bit)."""
         total: np.ndarray | float = 0.0
         for weight, part in zip(self.weights, self.parts, strict=True):
-            total = total + weight * np.log(part.latencies(o, rows))
-        return np.exp(total)
+            total = total + weight * _libm_log(part.latencies(o, rows))
+        return _libm_exp(total)
+
+
+_libm_log = np.vectorize(math.log, otypes=[float])
+_libm_exp = np.vectorize(math.exp, otypes=[float])
 
 
 class LatencyPredictor(ABC):
@@ -177,7 +182,7 @@ class LatencyPredictor(ABC):
         """
         return None
 
-    def window_form(self, record: Record, remaining_ms: Sequence[float | None]) -> WindowForm | None:
+    def window_form(self, record: Record, remaining_ms: Sequence[float | None]) -> WindowForm | WeightedWindowForms | None:
         """:meth:`window_latency` as data a compiled fixed point reads
         (:class:`~predictor.features.window.WindowForm`: the answer a quadratic of the moving
         co-runners' overlaps; the same numbers up to rounding). ``None`` (the default): the

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from predictor.features.window import at_window
+from predictor.features.window import WeightedWindowForms, WindowForm, at_window
 from predictor.predictors.base import (
     LatencyPredictor,
     QuadraticLatencies,
@@ -223,6 +223,22 @@ class EnsemblePredictor(LatencyPredictor):
             key = self._key(rows.alone())
         return [(weight, expert) for weight, expert in zip(self._normalised(self._errors_of(key), self.eta),
                                                           self._experts, strict=True) if weight > 0]
+
+    def window_form(self, record: Record, remaining_ms: Sequence[float | None]) -> WeightedWindowForms | None:
+        """See the base class: each weighted expert's own :class:`~predictor.features.window.WindowForm`,
+        combined as :meth:`window_latency` combines their answers (the same numbers up to rounding), the
+        grid this ensemble's; ``None`` where a weighted expert has none."""
+        if (type(self).predict_one is not EnsemblePredictor.predict_one
+                or type(self).predict_many is not LatencyPredictor.predict_many):
+            return None
+        weighted = [(weight, expert) for weight, expert in zip(self._normalised(self._errors_for(record), self.eta),
+                                                              self._experts, strict=True) if weight > 0]
+        parts = [expert.window_form(record, remaining_ms) for _, expert in weighted]
+        if not all(isinstance(part, WindowForm) for part in parts):
+            return None
+        low, high = self._slowdown_range
+        return WeightedWindowForms(tuple(weight for weight, _ in weighted), tuple(parts),  # type: ignore[arg-type]
+                                   self.solo_latency(record), low, high)
 
     def window_latency(self, record: Record, remaining_ms: Sequence[float | None]) -> Callable[[float], float] | None:
         """See the base class: each weighted expert's own window path where it has one (else its

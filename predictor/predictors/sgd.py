@@ -11,7 +11,7 @@ import numpy as np
 
 from predictor.features.contention import is_contention
 from predictor.features.extract import feature_form, feature_matrix, fine_features
-from predictor.features.window import at_window, moving_program, overlap_at
+from predictor.features.window import WindowForm, at_window, moving_program, overlap_at
 from predictor.predictors import sgd_kernel
 from predictor.predictors.base import LatencyPredictor, QuadraticLatencies, clipped_latencies, slowdowns_of
 from predictor.predictors.sgd_model import SgdModel
@@ -82,13 +82,35 @@ class SgdPredictor(LatencyPredictor):
         threads share it."""
         return self._model.predict_one(features)
 
+    def window_form(self, record: Record, remaining_ms: Sequence[float | None]) -> WindowForm | None:
+        """See the base class: the record's :class:`~predictor.features.window.FineProgram` with each
+        feature's weight over its column's largest magnitude seen (0 where either is missing)."""
+        if not self._own_answers():
+            return None
+        found = moving_program(record, remaining_ms)
+        if found is None:
+            return None
+        moving, overlaps, program = found
+        model = self._model
+        largest = np.array([model.abs_max.get(name, 0.0) for name in program.names])
+        weight = np.array([model.weights.get(name, 0.0) for name in program.names])
+        scaled = np.divide(weight, largest, out=np.zeros(len(program.names)), where=largest != 0.0)
+        low, high = self._slowdown_range
+        return WindowForm(program, None, float(model.intercept), scaled, tuple(overlaps), tuple(i for i, _ in moving),
+                          tuple(ms for _, ms in moving), self.solo_latency(record), low, high, self.log_target)
+
+    def _own_answers(self) -> bool:
+        """Whether this class answers as :class:`SgdPredictor` does (a subclass that changes an answer
+        gets no window paths)."""
+        return (type(self).predict_slowdown is SgdPredictor.predict_slowdown
+                and type(self).predict_many is LatencyPredictor.predict_many
+                and type(self).predict_one is LatencyPredictor.predict_one)
+
     def window_latency(self, record: Record, remaining_ms: Sequence[float | None]) -> Callable[[float], float] | None:
         """See the base class: the record's fine features as a function of the overlaps
         (:func:`~predictor.features.window.fine_program`), each feature's weight and scale looked up
         once, summed in :meth:`raw_prediction`'s order."""
-        if (type(self).predict_slowdown is not SgdPredictor.predict_slowdown
-                or type(self).predict_many is not LatencyPredictor.predict_many
-                or type(self).predict_one is not LatencyPredictor.predict_one):
+        if not self._own_answers():
             return None
         found = moving_program(record, remaining_ms)
         if found is None:

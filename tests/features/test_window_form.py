@@ -76,3 +76,50 @@ def test_a_query_with_remaining_times_is_answered_through_the_form():
     assert form.solo == predictor.solo_latency(train[0]) and (form.low, form.high) == (low, high)
     window = fixed_point_kernel.window_of(form)
     assert window == monotone.fixed_point_one(predictor.window_latency(train[0], [3.0]), form.solo, high, low)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(learnable_records, min_size=5, max_size=40),
+    st.lists(records, min_size=1, max_size=6),
+    st.sampled_from(["sgd", "ensemble:experts='rls,sgd'"]),
+    st.data(),
+)
+def test_sgd_and_the_default_ensemble_find_the_per_window_fixed_point(train, queries, spec, data):
+    """``sgd``'s form (its fine program, each weight over its column's largest magnitude) and the default
+    ensemble's (its experts' forms, weighted): the window the per-window search finds, and for ``sgd``
+    each window's prediction up to rounding."""
+    predictor = create(spec).fit(train)
+    low, high = predictor._slowdown_range
+    for record in (*queries, *train[:3]):
+        remaining = [data.draw(remaining_ms) for _ in record.co_runners]
+        form = predictor.window_form(record, remaining)
+        if form is None:
+            continue
+        if spec == "sgd":
+            latencies = _latencies(form)
+            for window in data.draw(st.lists(windows, min_size=1, max_size=4)):
+                o = np.array([[overlap_at(ms, window)] for ms in form.remaining]).reshape(-1, 1)
+                if any((overlap == 0.0) is not form.program.zero[i] for i, overlap in zip(form.moving, o[:, 0],
+                                                                                          strict=True)):
+                    continue
+                expected = predictor.predict_many([at_window(record, remaining, window)])[0]
+                assert latencies.latencies(o)[0] == pytest.approx(expected, rel=1e-9)
+        solo = predictor.solo_latency(record)
+        per_window = monotone.fixed_point_one(predictor.window_latency(record, remaining), solo, high, low)
+        assert (form.solo, form.low, form.high) == (solo, low, high)
+        assert fixed_point_kernel.window_of(form) == per_window
+
+
+def test_the_default_ensemble_answers_a_query_with_remaining_times_through_its_experts_forms():
+    train = [Record("gpu0", BatchSpec("a", 2, {"l2": 0.5}), 10.0 + i, solo_latency_ms=9.0,
+                    co_runners=(CoRunner("b", 1 + i % 3, {"l2": 0.2 + 0.05 * i}, overlap=0.5),)) for i in range(12)]
+    predictor = create("ensemble:experts='rls,sgd'").fit(train)
+    assert predictor.window_form(train[0], [None]) is None  # nothing moves
+    form = predictor.window_form(train[0], [3.0])
+    assert form is not None and [part.moving for part in form.parts] == [(0,), (0,)]
+    assert form.weights == pytest.approx(tuple(predictor.weights.values()))
+    assert create("ensemble:experts='rls,solo'").fit(train).window_form(train[0], [3.0]) is None  # solo has none
+    window = fixed_point_kernel.window_of(form)
+    low, high = predictor._slowdown_range
+    assert window == monotone.fixed_point_one(predictor.window_latency(train[0], [3.0]), form.solo, high, low)

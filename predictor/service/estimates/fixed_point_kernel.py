@@ -32,7 +32,7 @@ from numba import njit
 from predictor.calibration import cell_kernel, probability_kernel
 from predictor.features import quadratic_kernel
 from predictor.features.extract import OverlapQuadratic
-from predictor.features.window import FineProgram, WindowForm
+from predictor.features.window import FineProgram, WeightedWindowForms, WindowForm
 from predictor.predictors.base import QuadraticLatencies, WeightedLatencies
 from predictor.service.estimates.monotone import grid, grid_windows
 
@@ -233,13 +233,23 @@ def window_coefficients(form: WindowForm) -> np.ndarray:
     return out
 
 
-def window_of(form: WindowForm) -> float:
+def window_of(form: WindowForm | WeightedWindowForms) -> float:
     """The single query's window at its fixed point: :func:`~predictor.service.estimates.monotone.fixed_point_one`'s
     grid point over ``solo * [low, high]`` (the form's), searched (compiled, in one call) on the
-    quadratic of :func:`window_coefficients`."""
+    quadratic of :func:`window_coefficients`; of a weighted form, on its parts' quadratics combined
+    (:class:`~predictor.predictors.base.WeightedLatencies`)."""
     solo, low, high = form.solo, form.low, form.high
     grid_low, scale, points = grid(solo, high, low)
     windows = grid_windows(solo, high, low)
+    if isinstance(form, WeightedWindowForms):
+        parts = form.parts
+        coefficients = np.stack([window_coefficients(part) for part in parts])[:, :, None]
+        out = np.empty(1, dtype=np.int64)
+        _search(coefficients, np.array(parts[0].remaining, dtype=float).reshape(-1, 1),
+                *(np.array([getattr(part, name) for part in parts]) for name in ("solo", "low", "high", "log_target")),
+                np.array(form.weights, dtype=float), grid_low, scale, points, solo, solo * low, solo * high, windows,
+                out)
+        return float(windows[out[0]])
     index = _window_search(*_form_arguments(form), np.array(form.remaining, dtype=float), solo, low, high,
                            form.log_target, grid_low, scale, points, solo, solo * low, solo * high, windows)
     return float(windows[index])
