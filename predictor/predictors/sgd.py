@@ -85,9 +85,7 @@ class SgdPredictor(LatencyPredictor):
     def window_form(self, record: Record, remaining_ms: Sequence[float | None]) -> WindowForm | None:
         """See the base class: the record's :class:`~predictor.features.window.FineProgram` with each
         feature's weight over its column's largest magnitude seen (0 where either is missing)."""
-        if not self._own_answers():
-            return None
-        found = moving_program(record, remaining_ms)
+        found = self._window_program(record, remaining_ms)
         if found is None:
             return None
         moving, overlaps, program = found
@@ -99,20 +97,21 @@ class SgdPredictor(LatencyPredictor):
         return WindowForm(program, None, float(model.intercept), scaled, tuple(overlaps), tuple(i for i, _ in moving),
                           tuple(ms for _, ms in moving), self.solo_latency(record), low, high, self.log_target)
 
-    def _own_answers(self) -> bool:
-        """Whether this class answers as :class:`SgdPredictor` does (a subclass that changes an answer
+    def _window_program(self, record: Record, remaining_ms: Sequence[float | None]) -> tuple | None:
+        """The record's :func:`~predictor.features.window.moving_program`; ``None`` where nothing moves, or
+        where this class does not answer as :class:`SgdPredictor` does (a subclass that changes an answer
         gets no window paths)."""
-        return (type(self).predict_slowdown is SgdPredictor.predict_slowdown
-                and type(self).predict_many is LatencyPredictor.predict_many
-                and type(self).predict_one is LatencyPredictor.predict_one)
+        if (type(self).predict_slowdown is not SgdPredictor.predict_slowdown
+                or type(self).predict_many is not LatencyPredictor.predict_many
+                or type(self).predict_one is not LatencyPredictor.predict_one):
+            return None
+        return moving_program(record, remaining_ms)
 
     def window_latency(self, record: Record, remaining_ms: Sequence[float | None]) -> Callable[[float], float] | None:
         """See the base class: the record's fine features as a function of the overlaps
         (:func:`~predictor.features.window.fine_program`), each feature's weight and scale looked up
         once, summed in :meth:`raw_prediction`'s order."""
-        if not self._own_answers():
-            return None
-        found = moving_program(record, remaining_ms)
+        found = self._window_program(record, remaining_ms)
         if found is None:
             return None
         moving, overlaps, program = found

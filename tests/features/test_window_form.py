@@ -29,6 +29,18 @@ def _latencies(form) -> QuadraticLatencies:
     return QuadraticLatencies(quadratic, form.solo, form.low, form.high, form.log_target)
 
 
+def _assert_each_window(predictor, form, record, remaining, data) -> None:
+    """The form's quadratic answers, at a few windows, the prediction of the record built for each."""
+    latencies = _latencies(form)
+    for window in data.draw(st.lists(windows, min_size=1, max_size=4)):
+        expected = predictor.predict_many([at_window(record, remaining, window)])[0]
+        o = np.array([[overlap_at(ms, window)] for ms in form.remaining]).reshape(-1, 1)
+        if any((overlap == 0.0) is not form.program.zero[i] for i, overlap in zip(form.moving, o[:, 0],
+                                                                                  strict=True)):
+            continue  # the names change at this window: the record's own path answers it
+        assert latencies.latencies(o)[0] == pytest.approx(expected, rel=1e-9)
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(learnable_records, min_size=5, max_size=40),
@@ -50,14 +62,7 @@ def test_the_quadratic_is_each_windows_prediction_and_finds_the_same_fixed_point
                     or predictor.window_latency(record, remaining) is None
                     or not predictor._models[predictor._key(record)]._all_scaled)
             continue
-        latencies = _latencies(form)
-        for window in data.draw(st.lists(windows, min_size=1, max_size=4)):
-            expected = predictor.predict_many([at_window(record, remaining, window)])[0]
-            o = np.array([[overlap_at(ms, window)] for ms in form.remaining]).reshape(-1, 1)
-            if any((overlap == 0.0) is not form.program.zero[i] for i, overlap in zip(form.moving, o[:, 0],
-                                                                                      strict=True)):
-                continue  # the names change at this window: the record's own path answers it
-            assert latencies.latencies(o)[0] == pytest.approx(expected, rel=1e-9)
+        _assert_each_window(predictor, form, record, remaining, data)
         solo = predictor.solo_latency(record)
         per_window = monotone.fixed_point_one(predictor.window_latency(record, remaining), solo, high, low)
         assert (form.solo, form.low, form.high) == (solo, low, high)
@@ -97,14 +102,7 @@ def test_sgd_and_the_default_ensemble_find_the_per_window_fixed_point(train, que
         if form is None:
             continue
         if spec == "sgd":
-            latencies = _latencies(form)
-            for window in data.draw(st.lists(windows, min_size=1, max_size=4)):
-                o = np.array([[overlap_at(ms, window)] for ms in form.remaining]).reshape(-1, 1)
-                if any((overlap == 0.0) is not form.program.zero[i] for i, overlap in zip(form.moving, o[:, 0],
-                                                                                          strict=True)):
-                    continue
-                expected = predictor.predict_many([at_window(record, remaining, window)])[0]
-                assert latencies.latencies(o)[0] == pytest.approx(expected, rel=1e-9)
+            _assert_each_window(predictor, form, record, remaining, data)
         solo = predictor.solo_latency(record)
         per_window = monotone.fixed_point_one(predictor.window_latency(record, remaining), solo, high, low)
         assert (form.solo, form.low, form.high) == (solo, low, high)
