@@ -257,7 +257,7 @@ def window_of(form: WindowForm | WeightedWindowForms) -> float:
 
 def warm() -> None:
     """Compile the kernels now (or load them from the disk cache), on a two-row problem and a
-    single query's quadratic; and the one a ranking's probabilities are read with
+    single query's quadratic, alone and weighted (an ensemble's); and the one a ranking's probabilities are read with
     (:func:`predictor.calibration.probability_kernel.warm`), the one a ranking's quadratics are built with
     (:func:`predictor.features.quadratic_kernel.warm`), and the one its rows are grouped by calibration cell
     with (:func:`predictor.calibration.cell_kernel.warm`)."""
@@ -269,4 +269,6 @@ def warm() -> None:
                                                   np.zeros((1, 1, 2))), 1.0, 0.5, 2.0, True)
     fixed_points(rows, np.ones((1, 2)), 1.0, 2.0, 0.5)
     program = FineProgram(("own", "co"), (1.0, 0.0), ((1, 0, None),), (), (False,))
-    window_of(WindowForm(program, None, 0.0, np.ones(2), (0.5,), (0,), (3.0,), 1.0, 0.5, 2.0, True))
+    form = WindowForm(program, None, 0.0, np.ones(2), (0.5,), (0,), (3.0,), 1.0, 0.5, 2.0, True)
+    window_of(form)
+    window_of(WeightedWindowForms((0.5, 0.5), (form, form), 1.0, 0.5, 2.0))  # an ensemble's
