@@ -743,6 +743,7 @@ def run_demo(options: DemoOptions, console: Any = None) -> int:
     """Run the demo; returns the exit status."""
     from predictor.rpc.client import InterferenceClient  # heavy: grpc, not at CLI registration
     from predictor.rpc.server import create_server, stop_server  # heavy: grpc
+    from predictor.service.estimates import fixed_point_kernel  # heavy: numba
 
     console = console or Console()
     try:
@@ -764,6 +765,7 @@ def run_demo(options: DemoOptions, console: Any = None) -> int:
         + ("" if kinds.get(kind) else ": the service learns this kind during the warm-up"),
         highlight=False,
     )
+    fixed_point_kernel.warm()  # as predictor serve does: before the first ranking or moving query, not during it
     service = Service(ServiceConfig(
         predictor=options.predictor, default_confidence=options.confidence,
         coverage_confidence=options.confidence, shape_window=DEMO_SHAPE_WINDOW,
