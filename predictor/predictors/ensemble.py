@@ -221,6 +221,10 @@ class EnsemblePredictor(LatencyPredictor):
             key = rows.device_kinds[0]
         else:
             key = self._key(rows.alone())
+        return self._weighted(key)
+
+    def _weighted(self, key: str | None) -> list[tuple[float, LatencyPredictor]]:
+        """The experts with a weight for ``key``, and their weights, in the experts' order."""
         return [(weight, expert) for weight, expert in zip(self._normalised(self._errors_of(key), self.eta),
                                                           self._experts, strict=True) if weight > 0]
 
@@ -231,8 +235,7 @@ class EnsemblePredictor(LatencyPredictor):
         if (type(self).predict_one is not EnsemblePredictor.predict_one
                 or type(self).predict_many is not LatencyPredictor.predict_many):
             return None
-        weighted = [(weight, expert) for weight, expert in zip(self._normalised(self._errors_for(record), self.eta),
-                                                              self._experts, strict=True) if weight > 0]
+        weighted = self._weighted(self._key(record))
         parts = [expert.window_form(record, remaining_ms) for _, expert in weighted]
         if not all(isinstance(part, WindowForm) for part in parts):
             return None
@@ -247,8 +250,7 @@ class EnsemblePredictor(LatencyPredictor):
         if (type(self).predict_one is not EnsemblePredictor.predict_one
                 or type(self).predict_many is not LatencyPredictor.predict_many):
             return None
-        weighted = [(weight, expert) for weight, expert in zip(self._normalised(self._errors_for(record), self.eta),
-                                                              self._experts, strict=True) if weight > 0]
+        weighted = self._weighted(self._key(record))
         paths = [expert.window_latency(record, remaining_ms) or _per_record(expert, record, remaining_ms)
                  for _, expert in weighted]
         weights = [weight for weight, _ in weighted]

@@ -41,6 +41,18 @@ def _assert_each_window(predictor, form, record, remaining, data) -> None:
         assert latencies.latencies(o)[0] == pytest.approx(expected, rel=1e-9)
 
 
+def _assert_the_per_window_fixed_point(predictor, form, record, remaining) -> None:
+    """The form's grid is the predictor's, and its compiled search finds the per-window search's point."""
+    solo, (low, high) = predictor.solo_latency(record), predictor._slowdown_range
+    per_window = monotone.fixed_point_one(predictor.window_latency(record, remaining), solo, high, low)
+    assert (form.solo, form.low, form.high) == (solo, low, high)
+    assert fixed_point_kernel.window_of(form) == per_window
+
+
+TRAIN = [Record("gpu0", BatchSpec("a", 2, {"l2": 0.5}), 10.0 + i, solo_latency_ms=9.0,
+                co_runners=(CoRunner("b", 1 + i % 3, {"l2": 0.2 + 0.05 * i}, overlap=0.5),)) for i in range(12)]
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(learnable_records, min_size=5, max_size=40),
@@ -53,7 +65,6 @@ def _assert_each_window(predictor, form, record, remaining, data) -> None:
 def test_the_quadratic_is_each_windows_prediction_and_finds_the_same_fixed_point(
         train, queries, features, split_by, log_target, data):
     predictor = create("rls", features=features, split_by=split_by, log_target=log_target).fit(train)
-    low, high = predictor._slowdown_range
     for record in (*queries, *train[:3]):
         remaining = [data.draw(remaining_ms) for _ in record.co_runners]
         form = predictor.window_form(record, remaining)
@@ -63,15 +74,11 @@ def test_the_quadratic_is_each_windows_prediction_and_finds_the_same_fixed_point
                     or not predictor._models[predictor._key(record)]._all_scaled)
             continue
         _assert_each_window(predictor, form, record, remaining, data)
-        solo = predictor.solo_latency(record)
-        per_window = monotone.fixed_point_one(predictor.window_latency(record, remaining), solo, high, low)
-        assert (form.solo, form.low, form.high) == (solo, low, high)
-        assert fixed_point_kernel.window_of(form) == per_window
+        _assert_the_per_window_fixed_point(predictor, form, record, remaining)
 
 
 def test_a_query_with_remaining_times_is_answered_through_the_form():
-    train = [Record("gpu0", BatchSpec("a", 2, {"l2": 0.5}), 10.0 + i, solo_latency_ms=9.0,
-                    co_runners=(CoRunner("b", 1 + i % 3, {"l2": 0.2 + 0.05 * i}, overlap=0.5),)) for i in range(12)]
+    train = TRAIN
     predictor = create("rls").fit(train)
     assert predictor.window_form(train[0], [None]) is None  # nothing moves
     form = predictor.window_form(train[0], [3.0])
@@ -95,7 +102,6 @@ def test_sgd_and_the_default_ensemble_find_the_per_window_fixed_point(train, que
     ensemble's (its experts' forms, weighted): the window the per-window search finds, and for ``sgd``
     each window's prediction up to rounding."""
     predictor = create(spec).fit(train)
-    low, high = predictor._slowdown_range
     for record in (*queries, *train[:3]):
         remaining = [data.draw(remaining_ms) for _ in record.co_runners]
         form = predictor.window_form(record, remaining)
@@ -103,15 +109,11 @@ def test_sgd_and_the_default_ensemble_find_the_per_window_fixed_point(train, que
             continue
         if spec == "sgd":
             _assert_each_window(predictor, form, record, remaining, data)
-        solo = predictor.solo_latency(record)
-        per_window = monotone.fixed_point_one(predictor.window_latency(record, remaining), solo, high, low)
-        assert (form.solo, form.low, form.high) == (solo, low, high)
-        assert fixed_point_kernel.window_of(form) == per_window
+        _assert_the_per_window_fixed_point(predictor, form, record, remaining)
 
 
 def test_the_default_ensemble_answers_a_query_with_remaining_times_through_its_experts_forms():
-    train = [Record("gpu0", BatchSpec("a", 2, {"l2": 0.5}), 10.0 + i, solo_latency_ms=9.0,
-                    co_runners=(CoRunner("b", 1 + i % 3, {"l2": 0.2 + 0.05 * i}, overlap=0.5),)) for i in range(12)]
+    train = TRAIN
     predictor = create("ensemble:experts='rls,sgd'").fit(train)
     assert predictor.window_form(train[0], [None]) is None  # nothing moves
     form = predictor.window_form(train[0], [3.0])
