@@ -31,6 +31,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -715,18 +716,46 @@ class _FormParts:
 
 def feature_form(rows: CoLocations, features: str, subset: np.ndarray) -> FeatureForm | None:
     """The :class:`FeatureForm` of rows ``subset`` of ``rows`` (``None`` where :func:`feature_matrix`
-    is, or where a column could not be told apart). What serves every subset is kept in ``rows.cache``."""
+    is, or where a column could not be told apart). What serves every subset is kept in ``rows.cache``,
+    and so is the last subset's form: the ``fine`` form is the ``interactions`` one's first columns, so
+    learners of either features asking for the same rows share one (an ensemble's experts)."""
     if features not in ("fine", "interactions") or not rows.overlaps.size:
         return None
+    parts = _form_parts(rows, features)
+    if parts is None:
+        return None
+    subset = np.asarray(subset, dtype=np.intp)
+    last = rows.cache.get("feature_form_last")
+    if last is None or not np.array_equal(last[0], subset):
+        last = rows.cache["feature_form_last"] = (subset, parts.form(subset))
+    form = last[1]
+    if form.interactions is parts.interactions:
+        return form
+    return dataclasses.replace(form, names=parts.names, interactions=parts.interactions)
+
+
+def _form_parts(rows: CoLocations, features: str) -> _FormParts | None:
+    """The :class:`_FormParts` of ``rows`` for ``features`` (kept in ``rows.cache``): the ``interactions``
+    parts are the ``fine`` ones and the quantities' products."""
     key = ("feature_form", features)
     parts = rows.cache.get(key, False)
-    if parts is False:
-        parts = rows.cache[key] = _feature_form(rows, features)
-    return None if parts is None else parts.form(subset)
+    if parts is not False:
+        return parts
+    parts = _fine_form(rows) if features == "fine" else _form_parts(rows, "fine")
+    if parts is not None and features == "interactions":
+        keys = _quantity_keys(parts.names)
+        if keys is None:
+            parts = None
+        else:
+            extra, first, second = _interaction_layout(keys, rows.batch.model)
+            parts = dataclasses.replace(parts, names=parts.names + tuple(extra),
+                                        interactions=(_quantity_columns(parts.names, keys), first, second))
+    rows.cache[key] = parts
+    return parts
 
 
-def _feature_form(rows: CoLocations, features: str) -> _FormParts | None:
-    """The form of all rows: names in :func:`_fine_columns`' order (constant columns, then the
+def _fine_form(rows: CoLocations) -> _FormParts | None:
+    """The ``fine`` form of all rows: names in :func:`_fine_columns`' order (constant columns, then the
     overlap-weighted sums, then the crosses), without computing the sums."""
     layout = _layout(rows)
     if layout is None:
@@ -754,19 +783,11 @@ def _feature_form(rows: CoLocations, features: str) -> _FormParts | None:
     fixed = list(layout.fixed)
     columns = layout.fixed
     summed_names = list(summed)
-    interactions = None
-    extra: list[str] = []
-    if features == "interactions":
-        keys = _quantity_keys(names)
-        if keys is None:
-            return None
-        extra, first, second = _interaction_layout(keys, rows.batch.model)
-        interactions = (_quantity_columns(names, keys), first, second)
     per_runner = np.zeros((len(summed_names), r + 1))  # and a column of zeros, where padding gathers
     for j, name in enumerate(summed_names):
         per_runner[j, :r] = summed[name]
     return _FormParts(
-        names=names + tuple(extra),
+        names=names,
         width=len(names),
         fixed_at=np.array([index[n] for n in fixed], dtype=np.intp),
         fixed=np.stack([columns[n] for n in fixed]) if fixed else np.zeros((0, len(rows))),
@@ -775,5 +796,5 @@ def _feature_form(rows: CoLocations, features: str) -> _FormParts | None:
         offsets=rows.offsets,
         crosses=(np.array([c[0] for c in crosses], dtype=np.intp), np.array([c[1] for c in crosses], dtype=np.intp),
                  np.array([c[2] for c in crosses], dtype=float)),
-        interactions=interactions,
+        interactions=None,
     )

@@ -119,15 +119,19 @@ def test_packed_ranking_equals_each_candidate_checked_alone(service, specs, dead
 
 @settings(max_examples=60, deadline=None)
 @given(rows=st.lists(st.lists(runner, max_size=5), min_size=1, max_size=30), seed=st.integers(0, 2**32 - 1),
-       features=st.sampled_from(["fine", "interactions"]), signals=st.booleans())
-def test_feature_form_equals_the_feature_matrix(rows, seed, features, signals):
-    """The overlap form gives the matrix ``feature_matrix`` builds, for any overlaps and any subset of rows."""
+       features=st.sampled_from(["fine", "interactions"]), signals=st.booleans(),
+       other_first=st.sampled_from([None, "fine", "interactions"]))
+def test_feature_form_equals_the_feature_matrix(rows, seed, features, signals, other_first):
+    """The overlap form gives the matrix ``feature_matrix`` builds, for any overlaps and any subset of rows,
+    whichever form of the same rows was asked before (``other_first``: the two share their parts)."""
     rng = np.random.default_rng(seed)
     co_runners = [[(model, size, {"l2_util": MODELS[model][0]} if attrs else {"seq_len": 64.0}, overlap)
                    for model, size, _, overlap, _, attrs in row] for row in rows]
     built = CoLocations.build(BATCH, [f"d{i}" for i in range(len(rows))], co_runners,
                               signals=[{"sm_util": 0.5} if signals and i % 2 else {} for i in range(len(rows))])
     subset = np.flatnonzero(rng.random(len(rows)) < 0.6)
+    if other_first is not None:
+        feature_form(built, other_first, subset)
     form = feature_form(built, features, subset)
     if not built.overlaps.size:
         assert form is None
