@@ -1,7 +1,7 @@
 """PredictLatency's handler in situ: its CPU per call in a warm loop and between gRPC calls.
 
 The bench's server spends about twice the handler's warm-loop CPU on each answer. This study
-finds where: one process builds the service as the bench's server does (``rls``, 2,000 warm-up
+finds where: one process builds the service as the bench's server does (the default learner unless ``--predictor``, 2,000 warm-up
 records) and calls the servicer's ``PredictLatency`` directly on the bench's requests, timing
 each call's thread CPU (``time.thread_time_ns``), by stage, with something different run
 between calls:
@@ -52,6 +52,7 @@ import numpy as np
 from experiments.bench import bench_rpc
 from experiments.bench.rpc_servers import _build_service
 from experiments.common import finish, start
+from predictor.predictors.registry import DEFAULT
 from predictor.rpc import servicer as servicer_module
 from predictor.rpc.protos import pb2
 from predictor.rpc.servicer import InterferenceServicer
@@ -70,6 +71,7 @@ class Config:
     seed: int = 0
     rounds: int = 5
     warm_records: int = 2000
+    predictor: str = DEFAULT  # the service's default learner
 
 
 class StageClock:
@@ -173,7 +175,7 @@ def main() -> None:
     config, out = start("handler_in_situ", Config(), __doc__.splitlines()[0])
     sys.setswitchinterval(DEFAULT_SWITCH_INTERVAL_MS / 1e3)  # as `predictor serve` sets it
     bench = bench_rpc.Config(seed=config.seed)
-    service = _build_service({"predictor": "rls", "max_candidates": 1024, "warm_records": config.warm_records,
+    service = _build_service({"predictor": config.predictor, "max_candidates": 1024, "warm_records": config.warm_records,
                               "seed": config.seed, "devices": bench_rpc.DEVICES})
     fixed_point_kernel.warm()
     payloads = bench_rpc.build_requests(bench)["PredictLatency"]

@@ -182,11 +182,14 @@ class LatencyPredictor(ABC):
         """
         return None
 
-    def window_form(self, record: Record, remaining_ms: Sequence[float | None]) -> WindowForm | WeightedWindowForms | None:
+    def window_form(self, record: Record, remaining_ms: Sequence[float | None],
+                    program: tuple | None = None) -> WindowForm | WeightedWindowForms | None:
         """:meth:`window_latency` as data a compiled fixed point reads
         (:class:`~predictor.features.window.WindowForm`: the answer a quadratic of the moving
         co-runners' overlaps; the same numbers up to rounding). ``None`` (the default): the
-        predictor has none; the caller asks :meth:`window_latency`."""
+        predictor has none; the caller asks :meth:`window_latency`. ``program``:
+        :func:`~predictor.features.window.moving_program` of the record, where the caller made it
+        (an ensemble, once for its experts)."""
         return None
 
     def predict_many(self, records: list[Record]) -> list[float]:

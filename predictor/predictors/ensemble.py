@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from predictor.features.window import WeightedWindowForms, WindowForm, at_window
+from predictor.features.window import WeightedWindowForms, WindowForm, at_window, moving_program
 from predictor.predictors.base import (
     LatencyPredictor,
     QuadraticLatencies,
@@ -228,15 +228,21 @@ class EnsemblePredictor(LatencyPredictor):
         return [(weight, expert) for weight, expert in zip(self._normalised(self._errors_of(key), self.eta),
                                                           self._experts, strict=True) if weight > 0]
 
-    def window_form(self, record: Record, remaining_ms: Sequence[float | None]) -> WeightedWindowForms | None:
+    def window_form(self, record: Record, remaining_ms: Sequence[float | None],
+                    program: tuple | None = None) -> WeightedWindowForms | None:
         """See the base class: each weighted expert's own :class:`~predictor.features.window.WindowForm`,
         combined as :meth:`window_latency` combines their answers (the same numbers up to rounding), the
-        grid this ensemble's; ``None`` where a weighted expert has none."""
+        grid this ensemble's; ``None`` where a weighted expert has none. The record's
+        :func:`~predictor.features.window.moving_program` is made once, for every expert."""
         if (type(self).predict_one is not EnsemblePredictor.predict_one
                 or type(self).predict_many is not LatencyPredictor.predict_many):
             return None
+        if program is None:
+            program = moving_program(record, remaining_ms)
+            if program is None:  # nothing moves, or the program does not hold: no expert has a form
+                return None
         weighted = self._weighted(self._key(record))
-        parts = [expert.window_form(record, remaining_ms) for _, expert in weighted]
+        parts = [expert.window_form(record, remaining_ms, program) for _, expert in weighted]
         if not all(isinstance(part, WindowForm) for part in parts):
             return None
         low, high = self._slowdown_range

@@ -201,10 +201,12 @@ class RlsPredictor(LatencyPredictor):
         value = model.predict_vector(model.vectorize_row(*self._features(record), grow=False))
         return math.exp(min(value, 10.0)) if self.log_target else value
 
-    def _window_program(self, record: Record, remaining_ms: Sequence[float | None]) -> tuple | None:
+    def _window_program(self, record: Record, remaining_ms: Sequence[float | None],
+                        program: tuple | None = None) -> tuple | None:
         """What :meth:`window_latency` and :meth:`window_form` follow the record by: its model, the
         moving co-runners ``(index, remaining ms)``, the overlaps (the moving ones at their
-        remaining ms: zero exactly where every window's overlap is), its :class:`FineProgram`,
+        remaining ms: zero exactly where every window's overlap is), its :class:`FineProgram`
+        (these three: ``program`` where given, else :func:`~predictor.features.window.moving_program`),
         the interaction layout (``None`` for the fine features) and the feature names; ``None``
         where the predictor has no such path."""
         if (self.features not in ("fine", "interactions") or type(self).predict_slowdown is not RlsPredictor.predict_slowdown
@@ -212,7 +214,7 @@ class RlsPredictor(LatencyPredictor):
                 or type(self).predict_one is not LatencyPredictor.predict_one):
             return None
         model = self._models.get(self._key(record))
-        found = None if model is None else moving_program(record, remaining_ms)
+        found = None if model is None else program if program is not None else moving_program(record, remaining_ms)
         if found is None:
             return None
         moving, overlaps, program = found
@@ -221,10 +223,11 @@ class RlsPredictor(LatencyPredictor):
             return None
         return model, moving, overlaps, program, layout, program.names if layout is None else layout.names
 
-    def window_form(self, record: Record, remaining_ms: Sequence[float | None]) -> WindowForm | None:
+    def window_form(self, record: Record, remaining_ms: Sequence[float | None],
+                    program: tuple | None = None) -> WindowForm | None:
         """See the base class: the record's :class:`FineProgram` with its model's weight per
         feature (:meth:`RLS.row_coefficients <predictor.regressors.least_squares.RLS.row_coefficients>`)."""
-        found = self._window_program(record, remaining_ms)
+        found = self._window_program(record, remaining_ms, program)
         if found is None:
             return None
         model, moving, overlaps, program, layout, names = found

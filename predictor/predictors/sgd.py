@@ -82,10 +82,11 @@ class SgdPredictor(LatencyPredictor):
         threads share it."""
         return self._model.predict_one(features)
 
-    def window_form(self, record: Record, remaining_ms: Sequence[float | None]) -> WindowForm | None:
+    def window_form(self, record: Record, remaining_ms: Sequence[float | None],
+                    program: tuple | None = None) -> WindowForm | None:
         """See the base class: the record's :class:`~predictor.features.window.FineProgram` with each
         feature's weight over its column's largest magnitude seen (0 where either is missing)."""
-        found = self._window_program(record, remaining_ms)
+        found = self._window_program(record, remaining_ms, program)
         if found is None:
             return None
         moving, overlaps, program = found
@@ -97,15 +98,16 @@ class SgdPredictor(LatencyPredictor):
         return WindowForm(program, None, float(model.intercept), scaled, tuple(overlaps), tuple(i for i, _ in moving),
                           tuple(ms for _, ms in moving), self.solo_latency(record), low, high, self.log_target)
 
-    def _window_program(self, record: Record, remaining_ms: Sequence[float | None]) -> tuple | None:
-        """The record's :func:`~predictor.features.window.moving_program`; ``None`` where nothing moves, or
-        where this class does not answer as :class:`SgdPredictor` does (a subclass that changes an answer
-        gets no window paths)."""
+    def _window_program(self, record: Record, remaining_ms: Sequence[float | None],
+                        program: tuple | None = None) -> tuple | None:
+        """The record's :func:`~predictor.features.window.moving_program` (``program`` where given); ``None``
+        where nothing moves, or where this class does not answer as :class:`SgdPredictor` does (a subclass
+        that changes an answer gets no window paths)."""
         if (type(self).predict_slowdown is not SgdPredictor.predict_slowdown
                 or type(self).predict_many is not LatencyPredictor.predict_many
                 or type(self).predict_one is not LatencyPredictor.predict_one):
             return None
-        return moving_program(record, remaining_ms)
+        return program if program is not None else moving_program(record, remaining_ms)
 
     def window_latency(self, record: Record, remaining_ms: Sequence[float | None]) -> Callable[[float], float] | None:
         """See the base class: the record's fine features as a function of the overlaps
