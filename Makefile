@@ -14,10 +14,11 @@ STAMP := $(VENV)/.stamp-installed
 # when INTERFERENCE_DATA names the folder holding them (make test INTERFERENCE_DATA=/path/to/data),
 # and skip them otherwise: no default path points outside the checkout.
 
-.PHONY: setup demo test test-slow lint evaluate gpu-check clean
+.PHONY: setup front demo test test-slow lint evaluate gpu-check clean
 
 setup: $(STAMP)
 	$(MAKE) --no-print-directory protos
+	@$(MAKE) --no-print-directory front
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +31,20 @@ $(STAMP): pyproject.toml setup.py | $(BIN)/python
 
 PYTHON_VENV := $(BIN)/python
 include mk/protos.mk
+
+# The C++ admission front of `predictor serve --front` (predictor/rpc/front.py): built where g++ and
+# Debian's libgrpc++-dev are (apt-get install libgrpc++-dev); without them --front says so and its tests skip.
+FRONT := build/admission_front
+
+front: $(FRONT)
+
+$(FRONT): front/admission_front.cc
+	@if pkg-config --exists grpc++ 2>/dev/null; then \
+		mkdir -p build && g++ -O2 -std=c++17 -Wall -Wextra $< $$(pkg-config --cflags --libs grpc++) -o $@ \
+		&& echo "built $@"; \
+	else \
+		echo "not built: $@ needs libgrpc++-dev (apt-get install libgrpc++-dev); predictor serve --front is unavailable"; \
+	fi
 
 demo: setup
 	$(BIN)/predictor demo
@@ -51,4 +66,4 @@ gpu-check:
 	scripts/gpu_check.sh
 
 clean:
-	rm -rf $(VENV) predictor/rpc/generated/interference
+	rm -rf $(VENV) predictor/rpc/generated/interference build

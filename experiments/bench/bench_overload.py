@@ -8,6 +8,8 @@ sent at its scheduled time whatever became of the earlier ones, with a client de
 * the service shedding by time (``--shed-wait-ms``, ``predictor serve``'s default 5 ms), its answers on
   ``--answer-threads`` threads of their own (``predictor serve``'s default);
 * the same service queueing every call on its 8 threads (bounded by length only: 64 in flight);
+* with ``--front`` (the default once ``make front`` built it), the shedding service behind the C++
+  admission front (:mod:`predictor.rpc.front`, as ``predictor serve --front`` runs it);
 * the echo floor (:mod:`experiments.bench.echo_server`, 8 threads) answering canned responses of the same size.
 
 The service's capacity is the rate the queueing one answers when offered ``--saturating-rate`` calls/s
@@ -43,6 +45,7 @@ from experiments.bench import bench_rpc
 from experiments.bench.echo_server import method_path
 from experiments.bench.rpc_load import ClientPool
 from experiments.bench.rpc_servers import ServerProcess, echo_main, service_main
+from predictor.rpc.front import Front, front_binary
 from predictor.rpc.names import METHOD_PREFIX
 from predictor.rpc.overload import DEFAULT_ANSWER_THREADS, DEFAULT_SHED_WAIT_MS
 from predictor.runtime.gil import DEFAULT_SWITCH_INTERVAL_MS
@@ -122,6 +125,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                         help="client on the first half of the cores, servers on the rest (default on; "
                              "--no-pin: every process anywhere)")
+    parser.add_argument("--front", action=argparse.BooleanOptionalAction, default=front_binary() is not None,
+                        help="also the shedding service behind the C++ admission front (`predictor serve --front`; "
+                             "default on when `make front` built it)")
+    parser.add_argument("--front-limit", type=int, default=0,
+                        help="the front's answers in flight (default 0: twice --answer-threads, as serve's)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     split = halves() if args.pin else None
@@ -134,6 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     with started_on(client_cores):
         pool = ClientPool(args.clients)
     servers: list[ServerProcess] = []
+    front: Front | None = None
     try:
         with started_on(server_cores):
             shedding = ServerProcess(service_main, {**spec, "shed_wait_ms": args.shed_wait_ms,
@@ -147,6 +156,10 @@ def main(argv: list[str] | None = None) -> None:
             echo = ServerProcess(echo_main, {"max_workers": 8, "server": "thread", "unary": canned,
                                              "streams": {}})
         servers.append(echo)
+        if args.front:
+            with started_on(server_cores):
+                front = Front("127.0.0.1:0", shedding.target, limit=args.front_limit or 2 * args.answer_threads)
+                front.start()
         capacity = args.capacity or offer(pool, queueing.target, PATH, payloads, args.saturating_rate, args.seconds,
                                           args.deadline_s, args.clients)["answered_per_s"]
         rate = args.factor * capacity
@@ -154,12 +167,17 @@ def main(argv: list[str] | None = None) -> None:
             (f"service, shedding beyond {args.shed_wait_ms:g} ms ({args.answer_threads} answer threads, "
              f"switch interval {args.switch_interval_ms:g} ms)",
              offer(pool, shedding.target, PATH, payloads, rate, args.seconds, args.deadline_s, args.clients)),
+            *([(f"the same behind the admission front (at most {front.limit} answers in flight)",
+                offer(pool, f"127.0.0.1:{front.port}", PATH, payloads, rate, args.seconds, args.deadline_s,
+                      args.clients))] if front is not None else []),
             ("service, queueing (64 in flight)",
              offer(pool, queueing.target, PATH, payloads, rate, args.seconds, args.deadline_s, args.clients)),
             ("echo floor", offer(pool, echo.target, method_path("PredictLatency"), payloads, rate, args.seconds,
                                  args.deadline_s, args.clients)),
         ]
     finally:
+        if front is not None:
+            front.stop()
         for server in servers:
             server.stop()
         pool.close()
@@ -177,13 +195,14 @@ def main(argv: list[str] | None = None) -> None:
                           f"{r['other']:,}", f"{r['refused_p99_ms']:.1f}", f"{r['refused_max_ms']:.1f}",
                           f"{r['answered_p50_ms']:.1f}", f"{r['answered_p99_ms']:.1f}",
                           f"{r['refused_sent_p99_ms']:.1f}", f"{r['answered_sent_p99_ms']:.1f}"]))
-    echo_p99 = rows[2][1]["answered_p99_ms"]
-    echo_sent_p99 = rows[2][1]["answered_sent_p99_ms"]
-    shed = rows[0][1]
-    print(f"shedding against the targets: cancelled {shed['cancelled']} (0); refused p99 {shed['refused_p99_ms']:.1f} ms "
-          f"(<= 5 ms; <= echo p99 + 5 = {echo_p99 + 5:.1f} ms); answered p99 {shed['answered_p99_ms']:.1f} ms (<= 50 ms), "
-          f"{shed['answered_p99_ms'] / echo_p99:.2f}x the echo's p99 {echo_p99:.1f} ms (<= 3x); from the call's send: "
-          f"refused p99 {shed['refused_sent_p99_ms']:.1f} ms against the echo's p99 {echo_sent_p99:.1f} ms")
+    echo_p99 = rows[-1][1]["answered_p99_ms"]
+    echo_sent_p99 = rows[-1][1]["answered_sent_p99_ms"]
+    for name, shed in rows[:2] if front is not None else rows[:1]:
+        print(f"{name.partition(' (')[0]} against the targets: cancelled {shed['cancelled']} (0); refused p99 {shed['refused_p99_ms']:.1f} ms "
+              f"(<= 5 ms; <= echo p99 + 5 = {echo_p99 + 5:.1f} ms); answered p99 {shed['answered_p99_ms']:.1f} ms "
+              f"(<= 50 ms), {shed['answered_p99_ms'] / echo_p99:.2f}x the echo's p99 {echo_p99:.1f} ms (<= 3x); from "
+              f"the call's send: refused p99 {shed['refused_sent_p99_ms']:.1f} ms against the echo's p99 "
+              f"{echo_sent_p99:.1f} ms")
 
 
 if __name__ == "__main__":

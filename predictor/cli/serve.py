@@ -122,6 +122,21 @@ def register(subparsers: Any) -> None:
         f"others, so that streams never hold them; few, as they share the GIL with gRPC (default {DEFAULT_ANSWER_THREADS})",
     )
     parser.add_argument(
+        "--front",
+        action="store_true",
+        help="take calls in with the C++ admission front (`make front`; predictor.rpc.front): it listens on "
+        "--host:--port, forwards every call to this server on a loopback port and refuses the answers beyond "
+        "--front-limit in flight at once with RESOURCE_EXHAUSTED, however busy Python is (one process, "
+        "plaintext or bearer tokens; default off)",
+    )
+    parser.add_argument(
+        "--front-limit",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --front: the answers in flight behind it (default 0: twice --answer-threads)",
+    )
+    parser.add_argument(
         "--port-file", metavar="FILE", help="write the bound gRPC port to FILE once listening"
     )
     parser.add_argument(
@@ -385,6 +400,8 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         switch_interval_ms=args.switch_interval_ms,
         gc_young_threshold=args.gc_young_threshold,
         learner_yield_ms=args.learner_yield_ms,
+        front=args.front,
+        front_limit=args.front_limit,
     )
 
 

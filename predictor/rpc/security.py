@@ -85,6 +85,8 @@ from predictor.rpc.processes.options import ServeOptions
 
 PREFIX = METHOD_PREFIX
 WRITE_METHODS = frozenset({"ReportObservations", "ReportBatchStart", "ReportBatchEnd", "ReportBatchQueued"})
+FRONT_PEER_KEY = "x-predictor-peer"
+"""The metadata key the admission front (:mod:`predictor.rpc.front`) passes a caller's address under."""
 READ_METHODS = frozenset({"PredictLatency", "CheckDeadline", "RankPlacements", "PlanPipeline", "GetStatus"})
 READ, OBSERVE, METRICS, ADMIN = "read", "observe", "metrics", "admin"
 ROLES = (READ, OBSERVE, METRICS, ADMIN)
@@ -273,6 +275,9 @@ class AuthPolicy:
         With no credential configured, anyone who can connect may call the state-changing RPCs
         (``--allow-unauthenticated-writes``); default: only callers on this machine (loopback
         addresses, Unix sockets).
+    behind_front
+        The server is reached through the admission front (:mod:`predictor.rpc.front`, on loopback): a
+        caller's address is the one the front passes as :data:`FRONT_PEER_KEY` metadata.
     """
 
     token_digests: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
@@ -282,6 +287,7 @@ class AuthPolicy:
     token_roles: tuple[tuple[str, frozenset[str]], ...] = ()
     client_roles: tuple[tuple[str, frozenset[str]], ...] = ()
     open_writes: bool = False
+    behind_front: bool = False
 
     def __post_init__(self) -> None:
         if self.protect_reads and not self.enforced:
@@ -542,6 +548,11 @@ class AuthInterceptor(grpc.ServerInterceptor):
         self, name: str, metadata: Iterable[tuple[str, Any]], context: grpc.ServicerContext, protected: bool
     ) -> Caller:
         peer = peer_host(context.peer() or "")
+        if self.policy.behind_front:  # the caller's address as the front saw it (the front drops a caller's own)
+            forwarded = [value for key, value in metadata if key == FRONT_PEER_KEY]
+            if forwarded:
+                value = forwarded[0]
+                peer = peer_host(value if isinstance(value, str) else value.decode("latin-1"))
         headers = [value for key, value in metadata if key == AUTH_KEY]
         identity = ""
         if headers and self.policy.token_digests:  # without tokens configured, the header means nothing
@@ -727,6 +738,7 @@ def security_from_options(options: ServeOptions) -> tuple[Any, Any]:
         client_roles=tuple((name, roles) for name, roles in clients if roles is not None),
         protect_reads=options.protect_reads,
         open_writes=options.allow_unauthenticated_writes,
+        behind_front=options.front,
     )
     return credentials, policy
 

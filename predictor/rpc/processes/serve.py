@@ -30,6 +30,7 @@ import sys
 import threading
 from typing import Any
 
+from predictor.rpc.front import Front
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.overload import check_answer_threads
 from predictor.rpc.processes.options import ServeOptions, balanced_target, write_port_file
@@ -100,6 +101,14 @@ def serve(config: ServiceConfig, options: ServeOptions, stop: threading.Event | 
         print("predictor serve: error: --learner-cpus, --worker-cpus and --pin-workers need --workers 2 or more "
               "(one process learns and answers)", file=sys.stderr)
         return 2
+    if options.front and (options.workers > 1 or options.tls_cert is not None):
+        print("predictor serve: error: --front takes plaintext calls to one process (not with --workers N or "
+              "--tls-cert)", file=sys.stderr)
+        return 2
+    if options.front_limit < 0:
+        print(f"predictor serve: error: --front-limit must be >= 0 (0: twice --answer-threads), got "
+              f"{options.front_limit}", file=sys.stderr)
+        return 2
     if options.handler_cpus and options.workers > 1:
         print("predictor serve: error: --handler-cpus needs --workers 1 (the threads of one process; with "
               "--workers N, --worker-cpus and --pin-workers place the answering processes)", file=sys.stderr)
@@ -120,16 +129,27 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
     fixed_point_kernel.warm()  # before the first ranking or moving query, not during it
     service = Service(config)
     metrics = ServerMetrics(service)
-    try:
-        server, port = public_server(options, f"{options.host}:{options.port}", service, metrics,
-                                     credentials, policy, tracing)
+    try:  # behind the front: on loopback, any port
+        address = "127.0.0.1:0" if options.front else f"{options.host}:{options.port}"
+        server, port = public_server(options, address, service, metrics, credentials, policy, tracing)
     except OSError as exc:  # taken since the check above
         print(f"predictor serve: error: {exc}", file=sys.stderr)
         return 2
     server.start()
+    front = None
+    if options.front:
+        front = Front(f"{options.host}:{options.port}", f"127.0.0.1:{port}",
+                      limit=options.front_limit or 2 * options.answer_threads)
+        try:
+            port = front.start()
+        except OSError as exc:  # not built, or its port taken since the check above
+            print(f"predictor serve: error: {exc}", file=sys.stderr)
+            server.stop(0).wait()
+            return 2
     transport = "mutual TLS" if options.tls_client_ca else "TLS" if credentials is not None else "plaintext"
+    through = f", through the admission front (at most {front.limit} answers in flight)" if front else ""
     print(
-        f"predictor serve: listening on {options.host}:{port} ({transport}; NOT_SERVING until ready)",
+        f"predictor serve: listening on {options.host}:{port} ({transport}{through}; NOT_SERVING until ready)",
         flush=True,
     )
     print(f"predictor serve: {policy.describe()}", flush=True)
@@ -146,6 +166,8 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
             metrics_port = metrics.serve(options.metrics_port, options.metrics_host, metrics_policy(options, policy))
         except OSError as exc:
             print(f"predictor serve: error: cannot serve metrics: {exc}", file=sys.stderr)
+            if front is not None:
+                front.stop(0)
             server.stop(0).wait()
             return 2
         guarded = " (bearer token required)" if metrics_policy(options, policy) is not None else ""
@@ -158,6 +180,8 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
         said = service.open(options.state_dir, options.warm_start, ready=False)  # ready once started up, below
     except (SnapshotError, OSError, ValueError) as exc:
         print(f"predictor serve: error: {exc}", file=sys.stderr)
+        if front is not None:
+            front.stop(0)
         server.stop(0).wait()
         metrics.stop()
         return 2
@@ -175,6 +199,8 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
     print(f"predictor serve: {said}; predictor {config.predictor}; {durability}; SERVING", flush=True)
     stop.wait()
     print(f"predictor serve: stopping (grace {options.grace_s:g} s)", flush=True)
+    if front is not None:
+        front.stop(options.grace_s)
     stop_server(server, service, options.grace_s)
     metrics.stop()
     if tracing is not None:
