@@ -16,9 +16,11 @@ import threading
 
 import grpc
 import pytest
+from serve_process import start_server
 
 from predictor.records.record import BatchSpec
 from predictor.rpc import convert
+from predictor.rpc.client import InterferenceClient
 from predictor.rpc.front import Front, front_binary
 from predictor.rpc.protos import load
 from predictor.rpc.security import FRONT_PEER_KEY, AuthPolicy, TokenEntry
@@ -164,3 +166,17 @@ def test_predictor_serve_front_refuses_what_it_cannot_do():
         done = subprocess.run([sys.executable, "-m", "predictor.cli", "serve", "--port", "0", "--metrics-port", "0",
                                *args], capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and said in done.stderr
+
+
+def test_predictor_serve_front_answers_through_the_front(tmp_path):
+    served = start_server(tmp_path, "--front", "--front-limit", "3")
+    try:
+        with InterferenceClient(served.target) as client:
+            client.wait_ready(60)
+            assert client.report_observations(synthetic_records(300, seed=2)).accepted == 300
+            assert client.predict(QUERY).latency_ms > 0
+        output = served.wait_for("SERVING")
+        assert f"listening on 127.0.0.1:{served.port} (plaintext, through the admission front (at most 3 answers " \
+               "in flight)" in output
+    finally:
+        assert served.stop() == 0
