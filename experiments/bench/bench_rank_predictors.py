@@ -10,7 +10,7 @@ took (``predict_plan``: features, predictions and the fixed points of co-runners
 remaining time).
 
 Run: ``.venv/bin/python -m experiments.bench.bench_rank_predictors`` (``--predictors rls,sgd
---seconds 3``). Against another revision of the code (a ``git archive`` of it extracted to a
+--seconds 3``; ``--classic true --candidates 16``: the classic request, with a detailed answer, of 16). Against another revision of the code (a ``git archive`` of it extracted to a
 folder): ``PYTHONPATH=FOLDER .venv/bin/python experiments/bench/bench_rank_predictors.py``.
 """
 
@@ -39,6 +39,7 @@ class Config:
 
     predictors: tuple[str, ...] = ("rls", "sgd", "ensemble", "tree", "static", "ewma", "solo", "forest")
     candidates: int = 1024
+    classic: bool = False  # the classic request (repeated candidates) instead of the packed one
     seconds: float = 3.0
     warm_records: int = 2000
     seed: int = 0
@@ -85,9 +86,10 @@ def main() -> None:
     """Measure every predictor; print the table and write the results."""
     config, out = start("bench_rank_predictors", Config(), __doc__.splitlines()[0])
     requests = bench_rpc.build_requests(bench_rpc.Config(candidates=config.candidates, seed=config.seed))
-    payloads = packed_rank_requests(requests["RankPlacements"])
+    payloads = requests["RankPlacements"] if config.classic else packed_rank_requests(requests["RankPlacements"])
     results = {}
-    table = Table(title=f"RankPlacements, {config.candidates:,} packed candidates, handler in-process")
+    form = "classic" if config.classic else "packed"
+    table = Table(title=f"RankPlacements, {config.candidates:,} {form} candidates, handler in-process")
     for column in ("predictor", "CPU ms per call", "candidates per CPU s", "predict_plan's share"):
         table.add_column(column, justify="left" if column == "predictor" else "right")
     for spec in config.predictors:
