@@ -2,10 +2,11 @@
 //
 // It listens on --listen and forwards every call, unary or streaming, byte for byte with its metadata,
 // deadline and status, to the Python server at --backend (on loopback), the caller's address added as
-// x-predictor-peer metadata (so that the backend checks the caller's address, not the front's). Calls to the methods named by
-// --limited (the answers: PredictLatency, CheckDeadline, RankPlacements) are admitted while fewer than
-// --limit of them are in flight to the backend; beyond that each is refused with RESOURCE_EXHAUSTED
-// before its message is read. Intake and refusals run on gRPC's C++ threads, so a Python server busy
+// x-predictor-peer metadata (so that the backend checks the caller's address, not the front's). Calls to
+// the methods named by --limited (the answers, all unary: predictor serve names PredictLatency,
+// CheckDeadline, RankPlacements, PlanPipeline and GetStatus) are admitted while fewer than --limit of
+// them are in flight to the backend; beyond that each is refused with RESOURCE_EXHAUSTED before its
+// message is read. Intake and refusals run on gRPC's C++ threads, so a Python server busy
 // answering (holding its GIL) cannot delay them; the backend keeps its own shedding by time.
 //
 // Build: make front (g++ and Debian's libgrpc++-dev). Run: predictor serve --front (which starts it).
@@ -18,10 +19,10 @@
 
 #include <atomic>
 #include <csignal>
-#include <deque>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -40,8 +41,8 @@ struct Options {
 
 std::atomic<bool> stopping{false};
 
-// The metadata key the caller's own address is passed to the backend under (predictor.rpc.front.PEER_KEY);
-// a caller's own value of it is dropped.
+// The metadata key the caller's own address is passed to the backend under
+// (predictor.rpc.security.FRONT_PEER_KEY); a caller's own value of it is dropped.
 const char kPeerKey[] = "x-predictor-peer";
 
 void on_signal(int) { stopping = true; }
@@ -50,6 +51,25 @@ bool forwarded_header(const std::string& key) {
   // gRPC sets these itself on the forwarded call
   return !(key.empty() || key[0] == ':' || key.rfind("grpc-", 0) == 0 || key == "user-agent" ||
            key == "content-type" || key == "te");
+}
+
+// The backend's call as the caller's: its metadata (the caller's own x-predictor-peer dropped), the
+// caller's address as x-predictor-peer, and its deadline.
+void ask_as_caller(grpc::GenericCallbackServerContext* server, grpc::ClientContext* backend) {
+  for (const auto& [key, value] : server->client_metadata()) {
+    std::string k(key.data(), key.size());
+    if (forwarded_header(k) && k != kPeerKey) backend->AddMetadata(k, std::string(value.data(), value.size()));
+  }
+  backend->AddMetadata(kPeerKey, server->peer());
+  if (server->deadline() != std::chrono::system_clock::time_point::max()) backend->set_deadline(server->deadline());
+}
+
+// The backend's trailing metadata, passed on to the caller.
+void pass_trailers(const grpc::ClientContext& backend, grpc::GenericCallbackServerContext* server) {
+  for (const auto& [key, value] : backend.GetServerTrailingMetadata()) {
+    std::string k(key.data(), key.size());
+    if (forwarded_header(k)) server->AddTrailingMetadata(k, std::string(value.data(), value.size()));
+  }
 }
 
 // One call: the server side (what the caller sent the front) and the client side (the front's call to
@@ -61,14 +81,7 @@ class Proxy : public grpc::ServerGenericBidiReactor {
  public:
   Proxy(grpc::GenericCallbackServerContext* server, grpc::GenericStub* stub)
       : server_(server), client_(this) {
-    for (const auto& [key, value] : server->client_metadata()) {
-      std::string k(key.data(), key.size());
-      if (forwarded_header(k) && k != kPeerKey) context_.AddMetadata(k, std::string(value.data(), value.size()));
-    }
-    context_.AddMetadata(kPeerKey, server->peer());  // the caller's address, which the backend checks
-    if (server->deadline() != std::chrono::system_clock::time_point::max()) {
-      context_.set_deadline(server->deadline());
-    }
+    ask_as_caller(server, &context_);
     stub->PrepareBidiStreamingCall(&context_, server->method(), grpc::StubOptions(), &client_);
     client_.AddHold();  // while the caller may still send (released by ReleaseSending)
     client_.StartRead(&incoming_);
@@ -133,10 +146,7 @@ class Proxy : public grpc::ServerGenericBidiReactor {
   }
 
   void BackendDone(const grpc::Status& status) {
-    for (const auto& [key, value] : context_.GetServerTrailingMetadata()) {
-      std::string k(key.data(), key.size());
-      if (forwarded_header(k)) server_->AddTrailingMetadata(k, std::string(value.data(), value.size()));
-    }
+    pass_trailers(context_, server_);
     bool finish;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -191,14 +201,7 @@ class UnaryProxy : public grpc::ServerGenericBidiReactor {
  public:
   UnaryProxy(grpc::GenericCallbackServerContext* server, grpc::GenericStub* stub, std::atomic<int>* in_flight)
       : server_(server), stub_(stub), in_flight_(in_flight) {
-    for (const auto& [key, value] : server->client_metadata()) {
-      std::string k(key.data(), key.size());
-      if (forwarded_header(k) && k != kPeerKey) context_.AddMetadata(k, std::string(value.data(), value.size()));
-    }
-    context_.AddMetadata(kPeerKey, server->peer());
-    if (server->deadline() != std::chrono::system_clock::time_point::max()) {
-      context_.set_deadline(server->deadline());
-    }
+    ask_as_caller(server, &context_);
     StartRead(&request_);
   }
 
@@ -219,10 +222,7 @@ class UnaryProxy : public grpc::ServerGenericBidiReactor {
 
  private:
   void BackendDone(grpc::Status status) {
-    for (const auto& [key, value] : context_.GetServerTrailingMetadata()) {
-      std::string k(key.data(), key.size());
-      if (forwarded_header(k)) server_->AddTrailingMetadata(k, std::string(value.data(), value.size()));
-    }
+    pass_trailers(context_, server_);
     in_flight_->fetch_sub(1);
     if (status.ok()) {
       StartWriteAndFinish(&response_, grpc::WriteOptions(), status);
