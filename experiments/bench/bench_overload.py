@@ -17,7 +17,8 @@ The service's capacity is the rate the queueing one answers when offered ``--sat
 offered ``--factor`` times that, as is the echo. Per server the figures are: calls answered, refused
 (``RESOURCE_EXHAUSTED``), ended otherwise (``CANCELLED``, ``DEADLINE_EXCEEDED``: a client that gave up),
 the refusals' p99 and the answered calls' p50 and p99, each from the call's scheduled send (and the
-p99s again from the moment the client sent it, which leaves out the client's own lateness). The last
+p99s again from the moment the client sent it, which leaves out the client's own lateness), and the
+server's CPU per call offered (the Python process's, plus the front's behind it). The last
 line sets the shedding service against the issue's targets, absolute and relative to the echo's p99 at
 the same rate (the floor of this machine and client).
 
@@ -42,6 +43,7 @@ import grpc
 import numpy as np
 
 from experiments.bench import bench_rpc
+from experiments.bench.cpu_accounting import process_cpu_seconds
 from experiments.bench.echo_server import method_path
 from experiments.bench.rpc_load import ClientPool
 from experiments.bench.rpc_servers import ServerProcess, echo_main, service_main
@@ -163,17 +165,21 @@ def main(argv: list[str] | None = None) -> None:
         capacity = args.capacity or offer(pool, queueing.target, PATH, payloads, args.saturating_rate, args.seconds,
                                           args.deadline_s, args.clients)["answered_per_s"]
         rate = args.factor * capacity
+        def run(target: str, path: str, pids: list[int]) -> dict[str, Any]:
+            """``offer`` at ``rate``, with the CPU seconds the processes ``pids`` spent on it."""
+            before = [process_cpu_seconds(pid) for pid in pids]
+            found = offer(pool, target, path, payloads, rate, args.seconds, args.deadline_s, args.clients)
+            spent = [process_cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)]
+            return found | {"cpu_us_per_call": [1e6 * s / found["calls"] for s in spent]}
+
         rows = [
             (f"service, shedding beyond {args.shed_wait_ms:g} ms ({args.answer_threads} answer threads, "
-             f"switch interval {args.switch_interval_ms:g} ms)",
-             offer(pool, shedding.target, PATH, payloads, rate, args.seconds, args.deadline_s, args.clients)),
+             f"switch interval {args.switch_interval_ms:g} ms)", run(shedding.target, PATH, [shedding.process.pid])),
             *([(f"the same behind the admission front (at most {front.limit} answers in flight)",
-                offer(pool, f"127.0.0.1:{front.port}", PATH, payloads, rate, args.seconds, args.deadline_s,
-                      args.clients))] if front is not None else []),
-            ("service, queueing (64 in flight)",
-             offer(pool, queueing.target, PATH, payloads, rate, args.seconds, args.deadline_s, args.clients)),
-            ("echo floor", offer(pool, echo.target, method_path("PredictLatency"), payloads, rate, args.seconds,
-                                 args.deadline_s, args.clients)),
+                run(f"127.0.0.1:{front.port}", PATH, [shedding.process.pid, front.process.pid]))]
+              if front is not None else []),
+            ("service, queueing (64 in flight)", run(queueing.target, PATH, [queueing.process.pid])),
+            ("echo floor", run(echo.target, method_path("PredictLatency"), [echo.process.pid])),
         ]
     finally:
         if front is not None:
@@ -187,14 +193,16 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{placement}; capacity ({measured}): {capacity:,.0f} calls/s; offered "
           f"{args.factor:g}x = {rate:,.0f} calls/s for {args.seconds:g} s, client deadline {args.deadline_s:g} s")
     header = ("server", "calls", "answered", "refused", "cancelled", "other", "refused p99 ms", "refused max ms",
-              "answered p50 ms", "answered p99 ms", "refused p99 from send ms", "answered p99 from send ms")
+              "answered p50 ms", "answered p99 ms", "refused p99 from send ms", "answered p99 from send ms",
+              "server CPU µs per call offered (Python + front)")
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     for name, r in rows:
         print(" | ".join([name, f"{r['calls']:,}", f"{r['answered']:,}", f"{r['refused']:,}", f"{r['cancelled']:,}",
                           f"{r['other']:,}", f"{r['refused_p99_ms']:.1f}", f"{r['refused_max_ms']:.1f}",
                           f"{r['answered_p50_ms']:.1f}", f"{r['answered_p99_ms']:.1f}",
-                          f"{r['refused_sent_p99_ms']:.1f}", f"{r['answered_sent_p99_ms']:.1f}"]))
+                          f"{r['refused_sent_p99_ms']:.1f}", f"{r['answered_sent_p99_ms']:.1f}",
+                          " + ".join(f"{us:.0f}" for us in r["cpu_us_per_call"])]))
     echo_p99 = rows[-1][1]["answered_p99_ms"]
     echo_sent_p99 = rows[-1][1]["answered_sent_p99_ms"]
     for name, shed in rows[:2] if front is not None else rows[:1]:
