@@ -6,8 +6,11 @@
 // the methods named by --limited (the answers, all unary: predictor serve names PredictLatency,
 // CheckDeadline, RankPlacements, PlanPipeline and GetStatus) are admitted while fewer than --limit of
 // them are in flight to the backend; beyond that each is refused with RESOURCE_EXHAUSTED before its
-// message is read. Intake and refusals run on gRPC's C++ threads, so a Python server busy
-// answering (holding its GIL) cannot delay them; the backend keeps its own shedding by time.
+// message is read. Intake and refusals run in C++, so a Python server busy answering (holding its GIL)
+// cannot delay them; the backend keeps its own shedding by time.
+//
+// One thread drives every call, both sides, through one completion queue (gRPC's asynchronous API):
+// no call hops between threads, which is most of what a proxy on gRPC's callback API spends.
 //
 // Build: make front (g++ and Debian's libgrpc++-dev). Run: predictor serve --front (which starts it).
 // Prints "listening on PORT" once it accepts calls; exits 2 naming the address when it cannot bind it.
@@ -21,10 +24,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -41,11 +41,14 @@ struct Options {
 
 std::atomic<bool> stopping{false};
 
+// Calls waiting to be taken in at any time (each one that arrives puts a new one in its place).
+constexpr int kWaiting = 16;
+
+void on_signal(int) { stopping = true; }
+
 // The metadata key the caller's own address is passed to the backend under
 // (predictor.rpc.security.FRONT_PEER_KEY); a caller's own value of it is dropped.
 const char kPeerKey[] = "x-predictor-peer";
-
-void on_signal(int) { stopping = true; }
 
 bool forwarded_header(const std::string& key) {
   // gRPC sets these itself on the forwarded call
@@ -53,231 +56,188 @@ bool forwarded_header(const std::string& key) {
            key == "content-type" || key == "te");
 }
 
-// The backend's call as the caller's: its metadata (the caller's own x-predictor-peer dropped), the
-// caller's address as x-predictor-peer, and its deadline.
-void ask_as_caller(grpc::GenericCallbackServerContext* server, grpc::ClientContext* backend) {
-  for (const auto& [key, value] : server->client_metadata()) {
-    std::string k(key.data(), key.size());
-    if (forwarded_header(k) && k != kPeerKey) backend->AddMetadata(k, std::string(value.data(), value.size()));
-  }
-  backend->AddMetadata(kPeerKey, server->peer());
-  if (server->deadline() != std::chrono::system_clock::time_point::max()) backend->set_deadline(server->deadline());
-}
+// What every call shares: the queue, the backend, the limit and the answers in flight (one thread
+// touches them: no locks).
+struct Front {
+  grpc::AsyncGenericService service;
+  std::unique_ptr<grpc::ServerCompletionQueue> queue;
+  std::unique_ptr<grpc::GenericStub> stub;
+  Options options;
+  int in_flight = 0;
+  long refused = 0;
+};
 
-// The backend's trailing metadata, passed on to the caller.
-void pass_trailers(const grpc::ClientContext& backend, grpc::GenericCallbackServerContext* server) {
-  for (const auto& [key, value] : backend.GetServerTrailingMetadata()) {
-    std::string k(key.data(), key.size());
-    if (forwarded_header(k)) server->AddTrailingMetadata(k, std::string(value.data(), value.size()));
-  }
-}
-
-// One call: the server side (what the caller sent the front) and the client side (the front's call to
-// the backend). The caller's messages are read one at a time, each written to the backend before the
-// next is read; the backend's responses are read as they come and queued for the caller. The client
-// side is held open while the caller may still send; the server side finishes with the backend's status
-// once every response is written. Deleted once both sides are done.
-class Proxy : public grpc::ServerGenericBidiReactor {
+// One call through the front: the caller's side (stream) and the backend's (a stream, or for an
+// answer one unary call). Each operation's completion comes back as one of its Step tags; the call
+// is deleted once nothing of it is pending and both its end and gRPC's "done" have come back.
+class Call {
  public:
-  Proxy(grpc::GenericCallbackServerContext* server, grpc::GenericStub* stub)
-      : server_(server), client_(this) {
-    ask_as_caller(server, &context_);
-    stub->PrepareBidiStreamingCall(&context_, server->method(), grpc::StubOptions(), &client_);
-    client_.AddHold();  // while the caller may still send (released by ReleaseSending)
-    client_.StartRead(&incoming_);
-    client_.StartCall();
-    StartRead(&request_);
-  }
+  enum Step { kArrived, kDone, kCallerRead, kCallerWritten, kCallerFinished, kBackendStarted, kBackendRead,
+              kBackendWritten, kBackendWritesDone, kBackendFinished, kAnswered, kSteps };
 
-  // the caller's side
-  void OnReadDone(bool ok) override {
-    if (ok) {
-      client_.StartWrite(&request_);
-    } else {
-      client_.StartWritesDone();
-      ReleaseSending();
-    }
-  }
-
-  void OnWriteDone(bool ok) override {
-    grpc::ByteBuffer* next = nullptr;
-    bool finish = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      responses_.pop_front();
-      if (ok && !responses_.empty()) {
-        next = &responses_.front();  // a deque keeps its elements in place as others are added
-      } else {
-        writing_ = false;
-        finish = backend_done_;
-      }
-    }
-    if (next != nullptr) StartWrite(next);
-    if (finish) Finish(status_);
-  }
-
-  void OnCancel() override { context_.TryCancel(); }
-
-  void OnDone() override { Release(); }
-
-  // the backend's side
-  void BackendWriteDone(bool ok) {
-    if (ok) {
-      StartRead(&request_);
-    } else {
-      ReleaseSending();  // the backend takes no more: the caller's further messages are not read
-    }
-  }
-
-  void BackendReadDone(bool ok) {
-    if (!ok) return;
-    grpc::ByteBuffer* first = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      responses_.emplace_back();
-      responses_.back().Swap(&incoming_);
-      if (!writing_) {
-        writing_ = true;
-        first = &responses_.front();
-      }
-    }
-    if (first != nullptr) StartWrite(first);
-    client_.StartRead(&incoming_);
-  }
-
-  void BackendDone(const grpc::Status& status) {
-    pass_trailers(context_, server_);
-    bool finish;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      backend_done_ = true;
-      status_ = status;
-      finish = !writing_;
-    }
-    if (finish) Finish(status_);
-  }
-
-  // Two owners: the server side and the client side; the last one out deletes the call.
-  void Release() {
-    if (owners_.fetch_sub(1) == 1) delete this;
-  }
-
- private:
-  class Client : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
-   public:
-    explicit Client(Proxy* proxy) : proxy_(proxy) {}
-    void OnWriteDone(bool ok) override { proxy_->BackendWriteDone(ok); }
-    void OnReadDone(bool ok) override { proxy_->BackendReadDone(ok); }
-    void OnDone(const grpc::Status& status) override {
-      proxy_->BackendDone(status);
-      proxy_->Release();
-    }
-
-   private:
-    Proxy* proxy_;
+  struct Tag {
+    Call* call;
+    Step step;
   };
 
-  void ReleaseSending() {
-    if (!sending_released_.exchange(true)) client_.RemoveHold();
+  explicit Call(Front* front) : front_(front), stream_(&server_) {
+    for (int i = 0; i < kSteps; ++i) tags_[i] = Tag{this, static_cast<Step>(i)};
+    server_.AsyncNotifyWhenDone(Await(kDone));
+    front_->service.RequestCall(&server_, &stream_, front_->queue.get(), front_->queue.get(), Await(kArrived));
   }
 
-  grpc::GenericCallbackServerContext* server_;
-  grpc::ClientContext context_;
-  Client client_;
-  grpc::ByteBuffer request_;
-  grpc::ByteBuffer incoming_;
-  std::mutex mu_;
-  std::deque<grpc::ByteBuffer> responses_;  // the front one being written to the caller
-  bool writing_ = false;
-  bool backend_done_ = false;
-  grpc::Status status_;
-  std::atomic<bool> sending_released_{false};
-  std::atomic<int> owners_{2};
-};
-
-// An answer (a unary call of --limited): its one message read, passed on by one unary call to the
-// backend, the response written with the backend's status. Fewer steps than a stream's (Proxy).
-class UnaryProxy : public grpc::ServerGenericBidiReactor {
- public:
-  UnaryProxy(grpc::GenericCallbackServerContext* server, grpc::GenericStub* stub, std::atomic<int>* in_flight)
-      : server_(server), stub_(stub), in_flight_(in_flight) {
-    ask_as_caller(server, &context_);
-    StartRead(&request_);
+  // One completion; true once the call may be deleted.
+  bool Proceed(Step step, bool ok) {
+    --pending_;
+    switch (step) {
+      case kArrived:
+        if (!ok) {  // shutting down: no call came
+          ended_ = done_ = true;
+          break;
+        }
+        new Call(front_);  // the next call's place
+        Arrived();
+        break;
+      case kDone:
+        done_ = true;
+        if (server_.IsCancelled() && backend_started_) backend_.TryCancel();
+        break;
+      case kCallerRead:
+        CallerRead(ok);
+        break;
+      case kCallerWritten:
+        if (ok) {
+          client_->Read(&response_, Await(kBackendRead));
+        } else {  // the caller is gone
+          backend_.TryCancel();
+          client_->Finish(&status_, Await(kBackendFinished));
+        }
+        break;
+      case kCallerFinished:
+        ended_ = true;
+        break;
+      case kBackendStarted:
+        if (ok) {
+          client_->Read(&response_, Await(kBackendRead));
+          stream_.Read(&request_, Await(kCallerRead));
+        } else {
+          client_->Finish(&status_, Await(kBackendFinished));
+        }
+        break;
+      case kBackendRead:
+        if (ok) {
+          stream_.Write(response_, Await(kCallerWritten));
+        } else {
+          client_->Finish(&status_, Await(kBackendFinished));
+        }
+        break;
+      case kBackendWritten:
+        if (ok) stream_.Read(&request_, Await(kCallerRead));  // else the backend ended: its Read says so
+        break;
+      case kBackendWritesDone:
+        break;
+      case kBackendFinished:
+        backend_finished_ = true;
+        [[fallthrough]];
+      case kAnswered:
+        if (step == kAnswered) --front_->in_flight;
+        PassTrailers();
+        if (step == kAnswered && status_.ok()) {
+          stream_.WriteAndFinish(response_, grpc::WriteOptions(), status_, Await(kCallerFinished));
+        } else {
+          stream_.Finish(status_, Await(kCallerFinished));
+        }
+        break;
+      case kSteps:
+        break;
+    }
+    return pending_ == 0 && ended_ && done_;
   }
 
-  void OnReadDone(bool ok) override {
-    if (!ok) {  // the caller sent no message (or is gone): the backend is never asked
-      in_flight_->fetch_sub(1);
-      Release();
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the call ended before its request arrived"));
+ private:
+  void* Await(Step step) {
+    ++pending_;
+    return &tags_[step];
+  }
+
+  void Arrived() {
+    answer_ = front_->options.limited.count(server_.method()) > 0;
+    if (!answer_) {  // a stream, a write or a state operation: passed on as a stream
+      AskAsCaller();
+      client_ = front_->stub->PrepareCall(&backend_, server_.method(), front_->queue.get());
+      backend_started_ = true;
+      client_->StartCall(Await(kBackendStarted));
       return;
     }
-    stub_->UnaryCall(&context_, server_->method(), grpc::StubOptions(), &request_, &response_,
-                     [this](grpc::Status status) { BackendDone(std::move(status)); });
-  }
-
-  void OnCancel() override { context_.TryCancel(); }
-
-  void OnDone() override { Release(); }
-
- private:
-  void BackendDone(grpc::Status status) {
-    pass_trailers(context_, server_);
-    in_flight_->fetch_sub(1);
-    if (status.ok()) {
-      StartWriteAndFinish(&response_, grpc::WriteOptions(), status);
-    } else {
-      Finish(status);
+    if (front_->in_flight >= front_->options.limit) {
+      ++front_->refused;
+      std::ostringstream message;
+      message << "overloaded: " << front_->options.limit << " answers in flight at the front; retry later or fall back";
+      stream_.Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, message.str()), Await(kCallerFinished));
+      return;
     }
-    Release();
+    ++front_->in_flight;
+    stream_.Read(&request_, Await(kCallerRead));
   }
 
-  // Two owners once the backend is asked: the server side and the backend's callback.
-  void Release() {
-    if (owners_.fetch_sub(1) == 1) delete this;
+  void CallerRead(bool ok) {
+    if (!answer_) {
+      if (backend_finished_) return;  // the backend ended the call first: nothing more goes to it
+      if (ok) {
+        client_->Write(request_, Await(kBackendWritten));
+      } else {
+        client_->WritesDone(Await(kBackendWritesDone));
+      }
+      return;
+    }
+    if (!ok) {  // the caller sent no message, or is gone: the backend is never asked
+      --front_->in_flight;
+      stream_.Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the call ended before its request arrived"),
+                     Await(kCallerFinished));
+      return;
+    }
+    AskAsCaller();
+    unary_ = front_->stub->PrepareUnaryCall(&backend_, server_.method(), request_, front_->queue.get());
+    backend_started_ = true;
+    unary_->StartCall();
+    unary_->Finish(&response_, &status_, Await(kAnswered));
   }
 
-  grpc::GenericCallbackServerContext* server_;
-  grpc::GenericStub* stub_;
-  std::atomic<int>* in_flight_;
-  grpc::ClientContext context_;
+  // The backend's call as the caller's: its metadata (the caller's own x-predictor-peer dropped), the
+  // caller's address as x-predictor-peer, and its deadline.
+  void AskAsCaller() {
+    for (const auto& [key, value] : server_.client_metadata()) {
+      std::string k(key.data(), key.size());
+      if (forwarded_header(k) && k != kPeerKey) backend_.AddMetadata(k, std::string(value.data(), value.size()));
+    }
+    backend_.AddMetadata(kPeerKey, server_.peer());
+    if (server_.deadline() != std::chrono::system_clock::time_point::max()) backend_.set_deadline(server_.deadline());
+  }
+
+  // The backend's trailing metadata, passed on to the caller.
+  void PassTrailers() {
+    for (const auto& [key, value] : backend_.GetServerTrailingMetadata()) {
+      std::string k(key.data(), key.size());
+      if (forwarded_header(k)) server_.AddTrailingMetadata(k, std::string(value.data(), value.size()));
+    }
+  }
+
+  Front* front_;
+  grpc::GenericServerContext server_;
+  grpc::GenericServerAsyncReaderWriter stream_;
+  grpc::ClientContext backend_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> client_;
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> unary_;
   grpc::ByteBuffer request_;
   grpc::ByteBuffer response_;
-  std::atomic<int> owners_{2};
-};
-
-class Refusal : public grpc::ServerGenericBidiReactor {
- public:
-  explicit Refusal(int limit) {
-    std::ostringstream message;
-    message << "overloaded: " << limit << " answers in flight at the front; retry later or fall back";
-    Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, message.str()));
-  }
-  void OnDone() override { delete this; }
-};
-
-class Front : public grpc::CallbackGenericService {
- public:
-  Front(std::shared_ptr<grpc::Channel> backend, Options options)
-      : stub_(std::move(backend)), options_(std::move(options)) {}
-
-  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override {
-    if (options_.limited.count(context->method()) == 0) return new Proxy(context, &stub_);
-    if (in_flight_.fetch_add(1) >= options_.limit) {
-      in_flight_.fetch_sub(1);
-      refused_.fetch_add(1);
-      return new Refusal(options_.limit);
-    }
-    return new UnaryProxy(context, &stub_, &in_flight_);
-  }
-
-  long refused() const { return refused_.load(); }
-
- private:
-  grpc::GenericStub stub_;
-  Options options_;
-  std::atomic<int> in_flight_{0};
-  std::atomic<long> refused_{0};
+  grpc::Status status_;
+  Tag tags_[kSteps];
+  int pending_ = 0;
+  bool answer_ = false;
+  bool backend_started_ = false;
+  bool backend_finished_ = false;
+  bool ended_ = false;
+  bool done_ = false;
 };
 
 int usage(const char* problem) {
@@ -291,7 +251,8 @@ int usage(const char* problem) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options options;
+  Front front;
+  Options& options = front.options;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](const char* name) -> const char* {
@@ -319,8 +280,8 @@ int main(int argc, char** argv) {
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxReceiveMessageSize(-1);
   channel_args.SetMaxSendMessageSize(-1);
-  auto channel = grpc::CreateCustomChannel(options.backend, grpc::InsecureChannelCredentials(), channel_args);
-  Front front(channel, options);
+  front.stub = std::make_unique<grpc::GenericStub>(
+      grpc::CreateCustomChannel(options.backend, grpc::InsecureChannelCredentials(), channel_args));
 
   int port = 0;
   grpc::ServerBuilder builder;
@@ -328,19 +289,31 @@ int main(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterCallbackGenericService(&front);
+  builder.RegisterAsyncGenericService(&front.service);
+  front.queue = builder.AddCompletionQueue();
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     std::fprintf(stderr, "admission_front: cannot listen on %s (in use, or not an address of this host)\n",
                  options.listen.c_str());
     return 2;
   }
+  std::thread driver([&front] {
+    for (int i = 0; i < kWaiting; ++i) new Call(&front);  // calls the queue takes in at once
+    void* tag;
+    bool ok;
+    while (front.queue->Next(&tag, &ok)) {
+      auto* t = static_cast<Call::Tag*>(tag);
+      if (t->call->Proceed(t->step, ok)) delete t->call;
+    }
+  });
   std::printf("listening on %d\n", port);
   std::fflush(stdout);
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
   while (!stopping) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  std::fprintf(stderr, "admission_front: stopped; %ld calls refused\n", front.refused());
+  front.queue->Shutdown();
+  driver.join();
+  std::fprintf(stderr, "admission_front: stopped; %ld calls refused\n", front.refused);
   return 0;
 }

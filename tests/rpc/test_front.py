@@ -16,6 +16,8 @@ import threading
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from serve_process import start_server
 
 from predictor.records.record import BatchSpec
@@ -104,6 +106,17 @@ def test_answers_streams_and_errors_pass_through_unchanged(served):
         errors.append((caught.value.code(), caught.value.details()))
     assert errors[0] == errors[1] and errors[0][0] is grpc.StatusCode.INVALID_ARGUMENT
     assert "batch_size" in errors[0][1]
+
+
+def test_server_and_bidirectional_streams_pass_through(served):
+    through, _, _, front = served()
+    with grpc.insecure_channel(f"127.0.0.1:{front.port}") as channel:
+        watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""), timeout=10)
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVING  # a server stream
+        watch.cancel()
+        services = ProtoReflectionDescriptorDatabase(channel).get_services()  # a bidirectional stream
+        assert "interference.v1.InterferenceService" in services
+    assert through.PredictLatency(_request(), timeout=10).prediction.latency_ms > 0  # the front goes on
 
 
 def test_answers_beyond_the_limit_are_refused_before_the_server_and_taken_again_after(served):
