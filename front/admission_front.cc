@@ -1,8 +1,9 @@
 // admission_front: a gRPC front that takes calls in without Python's GIL and refuses the excess at once.
 //
 // It listens on --listen and forwards every call, unary or streaming, byte for byte with its metadata,
-// deadline and status, to the Python server at --backend (on loopback), the caller's address added as
-// x-predictor-peer metadata (so that the backend checks the caller's address, not the front's). Calls to
+// deadline and status, to the Python server at --backend (a private Unix socket, or loopback), the
+// caller's address added as x-predictor-peer metadata (so that the backend checks the caller's
+// address, not the front's). Calls to
 // the methods named by --limited (the answers, all unary: predictor serve names PredictLatency,
 // CheckDeadline, RankPlacements, PlanPipeline and GetStatus) are admitted while fewer than --limit of
 // them are in flight to the backend; beyond that each is refused with RESOURCE_EXHAUSTED before its

@@ -125,7 +125,7 @@ def register(subparsers: Any) -> None:
         "--front",
         action="store_true",
         help="take calls in with the C++ admission front (`make front`; predictor.rpc.front): it listens on "
-        "--host:--port, forwards every call to this server on a loopback port and refuses the answers beyond "
+        "--host:--port, forwards every call to this server on a private Unix socket and refuses the answers beyond "
         "--front-limit in flight at once with RESOURCE_EXHAUSTED, however busy Python is (one process, "
         "plaintext or bearer tokens; default off)",
     )

@@ -5,7 +5,8 @@ answer threads hold it, arriving calls wait in gRPC's core before any of our cod
 call refused under overload is refused late. ``predictor serve --front`` puts
 ``build/admission_front`` (``front/admission_front.cc``, built by ``make front`` against Debian's
 ``libgrpc++-dev``) before the Python server: it listens on the public address, forwards every call
-(unary or streaming, with its metadata, deadline and status) to the Python server on a loopback port,
+(unary or streaming, with its metadata, deadline and status) to the Python server (``predictor serve``
+binds it to a Unix socket in a folder only its own user may enter),
 and refuses an answer (:data:`~predictor.rpc.security.READ_METHODS`) with ``RESOURCE_EXHAUSTED``
 before reading it when ``limit`` answers are already in flight behind it. Its threads need no GIL.
 

@@ -276,7 +276,7 @@ class AuthPolicy:
         (``--allow-unauthenticated-writes``); default: only callers on this machine (loopback
         addresses, Unix sockets).
     behind_front
-        The server is reached through the admission front (:mod:`predictor.rpc.front`, on loopback): a
+        The server is reached through the admission front (:mod:`predictor.rpc.front`): a
         caller's address is the one the front passes as :data:`FRONT_PEER_KEY` metadata.
     """
 

@@ -55,7 +55,7 @@ class ServeOptions:
     switch_interval_ms: float = DEFAULT_SWITCH_INTERVAL_MS  # the GIL's switch interval (predictor.runtime.gil)
     gc_young_threshold: int = DEFAULT_YOUNG_THRESHOLD  # the collector's (predictor.runtime.gc_tuning); 0: Python's
     learner_yield_ms: float = DEFAULT_LEARNER_YIELD_MS  # one process: the learner's pauses for answers (gil_yield)
-    front: bool = False  # calls taken in by the C++ admission front (predictor.rpc.front), the server on loopback
+    front: bool = False  # calls taken in by the C++ admission front (predictor.rpc.front); the server on a Unix socket
     front_limit: int = 0  # answers in flight behind the front (0: twice answer_threads)
 
 

@@ -27,6 +27,7 @@ import logging
 import math
 import signal
 import sys
+import tempfile
 import threading
 from typing import Any
 
@@ -129,8 +130,11 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
     fixed_point_kernel.warm()  # before the first ranking or moving query, not during it
     service = Service(config)
     metrics = ServerMetrics(service)
-    try:  # behind the front: on loopback, any port
-        address = "127.0.0.1:0" if options.front else f"{options.host}:{options.port}"
+    # behind the front: on a Unix socket in a folder only this user may enter (no other process names
+    # the callers' addresses to it)
+    private = tempfile.TemporaryDirectory(prefix="predictor-front-") if options.front else None
+    address = f"unix:{private.name}/backend.sock" if private else f"{options.host}:{options.port}"
+    try:
         server, port = public_server(options, address, service, metrics, credentials, policy, tracing)
     except OSError as exc:  # taken since the check above
         print(f"predictor serve: error: {exc}", file=sys.stderr)
@@ -138,8 +142,7 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
     server.start()
     front = None
     if options.front:
-        front = Front(f"{options.host}:{options.port}", f"127.0.0.1:{port}",
-                      limit=options.front_limit or 2 * options.answer_threads)
+        front = Front(f"{options.host}:{options.port}", address, limit=options.front_limit or 2 * options.answer_threads)
         try:
             port = front.start()
         except OSError as exc:  # not built, or its port taken since the check above
@@ -202,6 +205,8 @@ def _serve_one_process(config: ServiceConfig, options: ServeOptions, stop: threa
     if front is not None:
         front.stop(options.grace_s)
     stop_server(server, service, options.grace_s)
+    if private is not None:
+        private.cleanup()
     metrics.stop()
     if tracing is not None:
         tracing.shutdown()
