@@ -3,11 +3,10 @@
 // It listens on --listen and forwards every call, unary or streaming, byte for byte with its metadata,
 // deadline and status, to the Python server at --backend (a private Unix socket, or loopback), the
 // caller's address added as x-predictor-peer metadata (so that the backend checks the caller's
-// address, not the front's). Calls to
-// the methods named by --limited (the answers, all unary: predictor serve names PredictLatency,
-// CheckDeadline, RankPlacements, PlanPipeline and GetStatus) are admitted while fewer than --limit of
-// them are in flight to the backend; beyond that each is refused with RESOURCE_EXHAUSTED before its
-// message is read. Intake and refusals run in C++, so a Python server busy answering (holding its GIL)
+// address, not the front's). Calls to the methods named by --limited (the answers, all unary:
+// predictor serve names PredictLatency, CheckDeadline, RankPlacements, PlanPipeline and GetStatus) are
+// admitted while fewer than --limit of them are in flight to the backend; beyond that each is refused
+// with RESOURCE_EXHAUSTED before its message is read. Intake and refusals run in C++, so a Python server busy answering (holding its GIL)
 // cannot delay them; the backend keeps its own shedding by time.
 //
 // One thread drives every call, both sides, through one completion queue (gRPC's asynchronous API):
