@@ -2,7 +2,7 @@
 
 One server process as the benchmarks build it (:mod:`experiments.bench.rpc_servers`: the default learner
 unless ``--predictor``, 2,000 warm-up records, shedding on) and the C++ admission front before it
-(:mod:`predictor.rpc.front`, as ``predictor serve --front`` runs it). One client sends the bench's
+(:mod:`predictor.rpc.front`, on a Unix socket, as ``predictor serve --front`` runs it). One client sends the bench's
 PredictLatency requests one after another, ``--calls`` each way, alternating direct and through the
 front for ``--rounds`` rounds. Per way: p50 and p99 latency, and the CPU per call of the Python
 server and of the front (from ``/proc``). The overload side is ``experiments.bench.bench_overload``'s.
@@ -13,6 +13,7 @@ Run: ``make front && .venv/bin/python -m experiments.bench.bench_front``.
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 
 import grpc
@@ -35,11 +36,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     payloads = bench_rpc.build_requests(bench_rpc.Config(seed=args.seed, ingest_records=100))["PredictLatency"]
+    private = tempfile.TemporaryDirectory(prefix="bench-front-")
+    socket = f"{private.name}/backend.sock"  # where predictor serve --front puts the server for its front
     server = ServerProcess(service_main, {"predictor": args.predictor, "warm_records": 2000, "seed": args.seed,
                                           "devices": bench_rpc.DEVICES, "metrics": True, "max_workers": 8,
                                           "max_concurrent_rpcs": 64, "max_candidates": 1024, "shed_wait_ms": 5.0,
-                                          "answer_threads": 2})
-    front = Front("127.0.0.1:0", server.target, limit=4)
+                                          "answer_threads": 2, "unix_socket": socket})
+    front = Front("127.0.0.1:0", f"unix:{socket}", limit=4)
     try:
         front.start()
         ways = {"direct": (server.target, [server.process.pid]),
@@ -64,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         front.stop()
         server.stop()
+        private.cleanup()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ sent at its scheduled time whatever became of the earlier ones, with a client de
   ``--answer-threads`` threads of their own (``predictor serve``'s default);
 * the same service queueing every call on its 8 threads (bounded by length only: 64 in flight);
 * with ``--front`` (the default once ``make front`` built it), the shedding service behind the C++
-  admission front (:mod:`predictor.rpc.front`, as ``predictor serve --front`` runs it);
+  admission front (:mod:`predictor.rpc.front`), on a Unix socket, as ``predictor serve --front`` runs it;
 * the echo floor (:mod:`experiments.bench.echo_server`, 8 threads) answering canned responses of the same size.
 
 The service's capacity is the rate the queueing one answers when offered ``--saturating-rate`` calls/s
@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import math
 import os
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -145,9 +146,11 @@ def main(argv: list[str] | None = None) -> None:
         pool = ClientPool(args.clients)
     servers: list[ServerProcess] = []
     front: Front | None = None
+    private = tempfile.TemporaryDirectory(prefix="bench-front-")
     try:
         with started_on(server_cores):
             shedding = ServerProcess(service_main, {**spec, "shed_wait_ms": args.shed_wait_ms,
+                                                    "unix_socket": f"{private.name}/backend.sock",
                                                     "answer_threads": args.answer_threads,
                                                     "switch_interval_s": args.switch_interval_ms / 1e3})
             servers.append(shedding)
@@ -160,7 +163,8 @@ def main(argv: list[str] | None = None) -> None:
         servers.append(echo)
         if args.front:
             with started_on(server_cores):
-                front = Front("127.0.0.1:0", shedding.target, limit=args.front_limit or 2 * args.answer_threads)
+                front = Front("127.0.0.1:0", f"unix:{private.name}/backend.sock",  # as predictor serve --front
+                              limit=args.front_limit or 2 * args.answer_threads)
                 front.start()
         capacity = args.capacity or offer(pool, queueing.target, PATH, payloads, args.saturating_rate, args.seconds,
                                           args.deadline_s, args.clients)["answered_per_s"]
@@ -187,6 +191,7 @@ def main(argv: list[str] | None = None) -> None:
         for server in servers:
             server.stop()
         pool.close()
+        private.cleanup()
     measured = "given" if args.capacity else f"answered when offered {args.saturating_rate:,.0f}/s"
     placement = (f"client on cores {sorted(client_cores)}, servers on cores {sorted(server_cores)}"
                  if client_cores else "every process on any core")

@@ -29,7 +29,7 @@ from predictor.rpc.errors import grpc_errors
 from predictor.rpc.metrics import ServerMetrics
 from predictor.rpc.overload import DEFAULT_ANSWER_THREADS
 from predictor.rpc.protos import pb2
-from predictor.rpc.server import create_server, stop_server
+from predictor.rpc.server import bind, create_server, stop_server
 from predictor.rpc.servicer import InterferenceServicer
 from predictor.runtime import gil_yield
 from predictor.runtime.cpu_priority import handler_split, pin_to_cpus
@@ -58,7 +58,8 @@ def _build_service(spec: dict) -> Any:
 
 
 def service_main(conn: Any, spec: dict) -> None:
-    """Serve the real service on ``127.0.0.1:0``; send the port, stop when told. With ``handler_cpus``, as
+    """Serve the real service on ``127.0.0.1:0`` (and on the Unix socket ``unix_socket`` where the spec
+    names one); send the port, stop when told. With ``handler_cpus``, as
     ``predictor serve --handler-cpus`` runs: the RPC handler threads on those CPUs, every other thread on the rest."""
     pin_blas_threads(spec.get("blas_threads"))
     handler_cpus = tuple(spec.get("handler_cpus", ()))
@@ -81,6 +82,8 @@ def service_main(conn: Any, spec: dict) -> None:
                                  max_concurrent_rpcs=spec.get("max_concurrent_rpcs"), servicer=servicer,
                                  handler_cpus=handler_cpus, shed_wait_ms=spec.get("shed_wait_ms"),
                                  answer_threads=spec.get("answer_threads", DEFAULT_ANSWER_THREADS))
+    if spec.get("unix_socket"):  # also where `predictor serve --front` puts it for its front
+        bind(server, f"unix:{spec['unix_socket']}")
     server.start()
     conn.send(port)
     conn.recv()
