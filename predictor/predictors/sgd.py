@@ -90,13 +90,10 @@ class SgdPredictor(LatencyPredictor):
         if found is None:
             return None
         moving, overlaps, program = found
-        model = self._model
-        largest = np.array([model.abs_max.get(name, 0.0) for name in program.names])
-        weight = np.array([model.weights.get(name, 0.0) for name in program.names])
-        scaled = np.divide(weight, largest, out=np.zeros(len(program.names)), where=largest != 0.0)
+        scaled = self._scaled_weights(program.names)
         low, high = self._slowdown_range
-        return WindowForm(program, None, float(model.intercept), scaled, tuple(overlaps), tuple(i for i, _ in moving),
-                          tuple(ms for _, ms in moving), self.solo_latency(record), low, high, self.log_target)
+        return WindowForm(program, None, float(self._model.intercept), scaled, tuple(overlaps), tuple(i for i, _ in moving), tuple(ms for _, ms in moving),
+                          self.solo_latency(record), low, high, self.log_target)
 
     def _window_program(self, record: Record, remaining_ms: Sequence[float | None],
                         program: tuple | None = None) -> tuple | None:
@@ -170,15 +167,20 @@ class SgdPredictor(LatencyPredictor):
         form = feature_form(rows, "fine", subset) if len(rows) else None
         if form is None:
             return None
-        model = self._model
-        largest = np.array([model.abs_max.get(name, 0.0) for name in form.names])
-        weight = np.array([model.weights.get(name, 0.0) for name in form.names])
-        scaled = np.divide(weight, largest, out=np.zeros(len(form.names)), where=largest != 0.0)
+        scaled = self._scaled_weights(form.names)
         gather = form.gather
-        quadratic = form.quadratic(scaled, float(model.intercept), np.append(rows.overlaps, 0.0)[gather],
+        quadratic = form.quadratic(scaled, float(self._model.intercept), np.append(rows.overlaps, 0.0)[gather],
                                    np.append(moving, False)[gather])
         low, high = self._slowdown_range
         return QuadraticLatencies(quadratic, self.solo_latency(rows.alone()), low, high, self.log_target)
+
+    def _scaled_weights(self, names: Sequence[str]) -> np.ndarray:
+        """Each feature's weight over its column's largest magnitude seen (0 where either is missing): the
+        linear model as weights on the raw features, for the quadratic forms."""
+        model = self._model
+        largest = np.array([model.abs_max.get(name, 0.0) for name in names])
+        weight = np.array([model.weights.get(name, 0.0) for name in names])
+        return np.divide(weight, largest, out=np.zeros(len(names)), where=largest != 0.0)
 
     def _matrix_predictor(self, names: Sequence[str]) -> Callable[[np.ndarray], np.ndarray]:
         """The linear model's raw answer of each row of a matrix of the features ``names``: each value over
