@@ -91,6 +91,8 @@ class SgdPredictor(LatencyPredictor):
             return None
         moving, overlaps, program = found
         scaled = self._scaled_weights(program.names)
+        if scaled is None:
+            return None
         low, high = self._slowdown_range
         return WindowForm(program, None, float(self._model.intercept), scaled, tuple(overlaps), tuple(i for i, _ in moving), tuple(ms for _, ms in moving),
                           self.solo_latency(record), low, high, self.log_target)
@@ -168,19 +170,25 @@ class SgdPredictor(LatencyPredictor):
         if form is None:
             return None
         scaled = self._scaled_weights(form.names)
+        if scaled is None:
+            return None
         gather = form.gather
         quadratic = form.quadratic(scaled, float(self._model.intercept), np.append(rows.overlaps, 0.0)[gather],
                                    np.append(moving, False)[gather])
         low, high = self._slowdown_range
         return QuadraticLatencies(quadratic, self.solo_latency(rows.alone()), low, high, self.log_target)
 
-    def _scaled_weights(self, names: Sequence[str]) -> np.ndarray:
+    def _scaled_weights(self, names: Sequence[str]) -> np.ndarray | None:
         """Each feature's weight over its column's largest magnitude seen (0 where either is missing): the
-        linear model as weights on the raw features, for the quadratic forms."""
+        linear model as weights on the raw features, for the quadratic forms. ``None`` where one is not
+        finite (a largest magnitude so small that the quotient overflows, which the model's own order,
+        the value over its largest magnitude first, never meets): no form, the caller's per-window path."""
         model = self._model
         largest = np.array([model.abs_max.get(name, 0.0) for name in names])
         weight = np.array([model.weights.get(name, 0.0) for name in names])
-        return np.divide(weight, largest, out=np.zeros(len(names)), where=largest != 0.0)
+        with np.errstate(over="ignore"):
+            scaled = np.divide(weight, largest, out=np.zeros(len(names)), where=largest != 0.0)
+        return scaled if np.isfinite(scaled).all() else None
 
     def _matrix_predictor(self, names: Sequence[str]) -> Callable[[np.ndarray], np.ndarray]:
         """The linear model's raw answer of each row of a matrix of the features ``names``: each value over
