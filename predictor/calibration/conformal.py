@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -80,6 +81,10 @@ class ResidualWindow:
 
     Insertion and eviction cost ``O(size)`` memory moves (fast for a few
     thousand); a quantile is ``O(1)`` and a CDF value ``O(log size)``.
+
+    A window the shape calibrator's block path wrote (:meth:`take_arrays`) holds its residuals as
+    that path's arrays; the list and deque are made from them when first needed (an :meth:`add`, a
+    CDF, :meth:`values`, a pickle), while lengths, quantiles and copies read the arrays.
     """
 
     def __init__(self, size: int):
@@ -94,8 +99,34 @@ class ResidualWindow:
         # (predictor.calibration.shape_block), valid while ``adds`` is unchanged; never pickled nor copied
         self._block_ring: tuple[int, np.ndarray, int] | None = None
 
+    def __getattr__(self, name: str) -> Any:
+        # the list and deque of a window kept as arrays (take_arrays), made on first use
+        kept = self.__dict__
+        if name == "_sorted" and kept.get("_array") is not None:
+            value = kept["_sorted"] = kept["_array"].tolist()
+            return value
+        if name == "_order" and "_ring" in kept:
+            ring, head = kept.pop("_ring")
+            n = len(kept["_array"])
+            value = kept["_order"] = deque(ring[:n].tolist() if n < self.size
+                                           else ring[head:].tolist() + ring[:head].tolist())
+            return value
+        raise AttributeError(name)
+
+    def take_arrays(self, added: int, ring: np.ndarray, head: int, ordered: np.ndarray) -> None:
+        """Become the window the block path left after ``added`` more residuals: ``ring`` holds them
+        in arrival order (the oldest at ``head`` once full), ``ordered`` sorted (its length is the
+        window's); both are the window's from now on and never changed in place."""
+        kept = self.__dict__
+        kept.pop("_order", None)
+        kept.pop("_sorted", None)
+        self._ring = (ring, head)
+        self._array = ordered
+        self._adds += added
+
     def __len__(self) -> int:
-        return len(self._order)
+        array = self._array
+        return len(self._order) if array is None else len(array)
 
     def add(self, residual: float) -> None:
         """Append a residual, evicting the oldest when the window is full."""
@@ -113,34 +144,44 @@ class ResidualWindow:
         return self._adds
 
     def clone(self) -> ResidualWindow:
-        """An independent copy (the same residuals, no re-sorting)."""
+        """An independent copy (the same residuals, no re-sorting; a window kept as arrays shares them)."""
         twin = ResidualWindow.__new__(ResidualWindow)
         twin.size = self.size
-        twin._order = deque(self._order)
-        twin._sorted = list(self._sorted)
+        kept = self.__dict__
+        if "_ring" in kept:
+            twin._ring = kept["_ring"]
+        else:
+            twin._order = deque(self._order)
+        if "_sorted" in kept:
+            twin._sorted = list(self._sorted)
         twin._array = self._array  # never changed in place: shared
         twin._adds = self.adds
         twin._block_ring = None
         return twin
 
+    def _rank(self, k: int) -> float:
+        """The ``k``-th smallest residual (1-based, ``k <= n``)."""
+        ordered = self.__dict__.get("_sorted")
+        return ordered[k - 1] if ordered is not None else float(self._array[k - 1])  # type: ignore[index]
+
     def quantile(self, confidence: float) -> float:
         """The conformal quantile at ``confidence``; ``inf`` when ``n`` is too small for it."""
-        n = len(self._sorted)
+        n = len(self)
         k = conformal_rank(n, confidence)
-        return self._sorted[k - 1] if k <= n else math.inf
+        return self._rank(k) if k <= n else math.inf
 
     def supports(self, confidence: float) -> bool:
         """Whether the window holds enough residuals for a finite quantile at ``confidence``."""
-        n = len(self._sorted)
+        n = len(self)
         return n > 0 and conformal_rank(n, confidence) <= n
 
     def supported_quantile(self, confidence: float) -> float | None:
         """:meth:`quantile` where :meth:`supports` holds, else ``None`` (one rank computed for both)."""
-        n = len(self._sorted)
+        n = len(self)
         if not n:
             return None
         k = conformal_rank(n, confidence)
-        return self._sorted[k - 1] if k <= n else None
+        return self._rank(k) if k <= n else None
 
     def cdf(self, x: float) -> float:
         """Conformal ``P(r <= x)``: residuals at or below ``x`` over ``n + 1``."""
@@ -153,7 +194,7 @@ class ResidualWindow:
             # which the next residual would make stale again.
             n = len(self._sorted) + 1
             return np.array([bisect.bisect_right(self._sorted, x) / n for x in np.asarray(xs).tolist()])
-        return np.searchsorted(self.sorted_array(), xs, side="right") / (len(self._sorted) + 1)
+        return np.searchsorted(self.sorted_array(), xs, side="right") / (len(self) + 1)
 
     def sorted_array(self) -> np.ndarray:
         """The residuals in ascending order as an array (cached until the next :meth:`add`)."""

@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import math
 import weakref
-from collections import deque
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -133,19 +132,12 @@ def _residuals(outcomes: list[Outcome]) -> list[float] | None:
 
 def _catch_up(window: ResidualWindow, added: int, n: int, head: int, ring: np.ndarray, ordered: np.ndarray) -> None:
     """Bring ``window`` to the state the kernel left its row in (``added`` residuals later: ``n`` of
-    them in ``ring`` from ``head``, sorted in ``ordered``): by adding the new residuals (the same
-    steps) when they are few, else by taking the rows whole; either way its sorted array and
-    ring kept for the next block."""
-    size = window.size
-    if added * 16 < n:
-        for value in ring[(head + n - added + np.arange(added)) % size].tolist():
-            window.add(value)
-    else:
-        window._order = deque(ring[:n].tolist() if n < size else ring[head:].tolist() + ring[:head].tolist())
-        window._sorted = ordered[:n].tolist()
-        window._adds = window.adds + added
-    window._array = ordered[:n].copy()
-    window._block_ring = (window.adds, ring.copy(), head)  # its residuals in arrival order as the kernel keeps them
+    them in ``ring`` from ``head``, sorted in ``ordered``): it takes copies of the rows as its own
+    (:meth:`ResidualWindow.take_arrays <predictor.calibration.conformal.ResidualWindow.take_arrays>`),
+    the ring also kept for the next block."""
+    ring = ring.copy()
+    window.take_arrays(added, ring, head, ordered[:n].copy())
+    window._block_ring = (window.adds, ring, head)  # its residuals in arrival order as the kernel keeps them
 
 
 class _Plan(NamedTuple):

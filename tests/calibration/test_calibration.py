@@ -107,6 +107,53 @@ def test_residual_window_matches_a_sort_of_the_last_values(values, size):
     assert clone.sorted_array().tolist() == expected
 
 
+def _same_window(a: ResidualWindow, b: ResidualWindow) -> None:
+    """Every reading of ``a`` and ``b`` is the same."""
+    assert len(a) == len(b)
+    assert a.sorted_array().tolist() == b.sorted_array().tolist()
+    for confidence in (0.1, 0.5, 0.9, 0.99):
+        assert a.quantile(confidence) == b.quantile(confidence)
+        assert a.supports(confidence) == b.supports(confidence)
+        assert a.supported_quantile(confidence) == b.supported_quantile(confidence)
+    for x in (-1.0, 0.0, 0.5):
+        assert a.cdf(x) == b.cdf(x)
+    xs = np.linspace(-3.0, 3.0, 40)
+    assert a.cdf_many(xs).tolist() == b.cdf_many(xs).tolist()
+    assert a.values() == b.values()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(-3, 3, allow_nan=False), min_size=1, max_size=120), st.integers(1, 40),
+       st.integers(0, 120), st.lists(st.floats(-3, 3, allow_nan=False), max_size=60), st.integers(0, 39))
+def test_a_window_kept_as_arrays_reads_as_the_one_made_by_adding(values, size, cut, more, head):
+    # the shape calibrator's block path leaves a window as arrays (take_arrays): what a ring of the
+    # residuals in arrival order and their sorted copy give must read, copy, pickle and go on
+    # learning exactly as the window that added them one by one
+    cut = min(cut, len(values))
+    added = ResidualWindow(size)
+    for v in values:
+        added.add(v)
+    kept = ResidualWindow(size)
+    for v in values[:cut]:
+        kept.add(v)
+    order = added.values()
+    head = head % size if len(order) == size else 0
+    ring = np.zeros(size)
+    for at, value in enumerate(order):  # the oldest at head once full
+        ring[(head + at) % size] = value
+    kept.take_arrays(len(values) - cut, ring, head, np.array(sorted(order)))
+    assert kept.adds == added.adds
+    copy_before = kept.clone()  # shares the arrays; reads them without making the lists
+    _same_window(copy_before, added)
+    _same_window(pickle.loads(pickle.dumps(kept)), added)
+    _same_window(kept, added)
+    for v in more:
+        added.add(v)
+        kept.add(v)
+        copy_before.add(v)
+    _same_window(kept, added)
+    _same_window(copy_before, added)
+
 @settings(max_examples=40, deadline=None)
 @given(
     residuals=st.lists(st.floats(-1.0, 1.0, allow_nan=False), min_size=60, max_size=400),
