@@ -214,7 +214,8 @@ class SgdPredictor(LatencyPredictor):
             self._project(features)
 
     def _project(self, features: dict[str, float]) -> None:
-        """Clip to 0 the negative weights of the contention features just updated."""
+        """Clip to 0 the negative weights of the contention features just updated (journaled as
+        :meth:`SgdModel.learn_one <predictor.predictors.sgd_model.SgdModel.learn_one>` just wrote them)."""
         weights = self._model.weights
         for name in features:
             if is_contention(name) and weights[name] < 0:
@@ -222,19 +223,23 @@ class SgdPredictor(LatencyPredictor):
 
     def restore_point(self) -> dict:
         """The predictor's learned state now, for :meth:`restore` to bring it back to after more
-        learning (what a refused record undoes, :mod:`predictor.service.ingest`): its attributes, the
-        solo profile and the model copied."""
+        learning (what a refused record undoes, :mod:`predictor.service.ingest`): its attributes and
+        solo profile copied, the model's intercept and step count, and a journal of the names its
+        learning writes from now on (:meth:`SgdModel.journal <predictor.predictors.sgd_model.SgdModel.journal>`:
+        only what a few records write is kept, not the model's dicts). The latest restore point is the
+        one that can be used."""
         state = dict(self.__dict__)
         state["_solo"] = self._solo.copy()
-        return {"predictor": state, "model": self._model.copy()}
+        model = self._model
+        return {"predictor": state, "intercept": model.intercept, "n_iterations": model.n_iterations,
+                "undo": model.journal()}
 
     def restore(self, point: dict) -> None:
-        """Bring the predictor back to the state of ``point`` (from :meth:`restore_point`; used once),
-        its model restored in place."""
+        """Bring the predictor back to the state of ``point`` (from the latest :meth:`restore_point`;
+        used once), its model rewound in place."""
         self.__dict__.clear()
         self.__dict__.update(point["predictor"])
-        vars(self._model).clear()
-        vars(self._model).update(vars(point["model"]))
+        self._model.rewind(point["undo"], point["intercept"], point["n_iterations"])
 
     def frozen(self) -> SgdPredictor:
         """An independent copy for predicting only (see the base class): a model of its own holding the

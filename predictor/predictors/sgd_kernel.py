@@ -206,9 +206,10 @@ class SgdRun:
         # only these columns can differ from the model's state (new names inserted in their columns' order)
         written = np.unique(np.concatenate([*self._written, np.arange(self._numbered, len(self._names))]))
         weights, maxima = self.weights[written].tolist(), self.abs_max[written].tolist()
-        names, learned = self._names, self._learned
+        names, learned, columns = self._names, self._learned, written.tolist()
+        model.note(map(names.__getitem__, columns))
         model_maxima, model_weights = model.abs_max, model.weights
-        for at, weight, largest in zip(written.tolist(), weights, maxima, strict=True):
+        for at, weight, largest in zip(columns, weights, maxima, strict=True):
             name = names[at]
             model_maxima[name] = largest
             if learned[at]:

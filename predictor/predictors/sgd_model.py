@@ -29,6 +29,8 @@ Examples
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -59,6 +61,9 @@ class SgdModel:
         Steps learned.
     """
 
+    _journals: list[weakref.ref[_Journal]] | None = None
+    """The journals started by :meth:`journal`, oldest first (a journal ends when its holder drops it)."""
+
     def __init__(self, learning_rate: float = 0.01, intercept_init: float = 0.0, intercept_lr: float = 0.01,
                  l2: float = 0.0, clip_gradient: float = 1e12):
         self.learning_rate = learning_rate
@@ -84,6 +89,8 @@ class SgdModel:
 
     def learn_one(self, x: dict[str, float], y: float) -> None:
         """One step towards ``y`` on the row ``x`` (see the module's steps)."""
+        if self._journals:
+            self.note(x)
         maxima, weights = self.abs_max, self.weights
         for name, value in x.items():
             largest = maxima.setdefault(name, 0.0)
@@ -111,11 +118,68 @@ class SgdModel:
         self.n_iterations += 1
 
     def copy(self) -> SgdModel:
-        """An independent copy (its own dicts)."""
+        """An independent copy (its own dicts, no journal)."""
         twin = object.__new__(SgdModel)
         twin.__dict__.update(self.__dict__)
+        twin.__dict__.pop("_journals", None)
         twin.abs_max, twin.weights = dict(self.abs_max), dict(self.weights)
         return twin
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_journals", None)
+        return state
+
+    # ------------------------------------------------------------------ undoing learning
+    def journal(self) -> _Journal:
+        """Start a journal of the names written from now on, for :meth:`rewind` to bring the dicts back
+        to where they are now without copying them (a restore point of
+        :class:`~predictor.predictors.sgd.SgdPredictor`). It is kept while its holder holds it."""
+        undo = _Journal()
+        self._journals = [*self._live_journals(), weakref.ref(undo)]
+        return undo
+
+    def _live_journals(self) -> list[weakref.ref[_Journal]]:
+        return [ref for ref in self._journals or () if ref() is not None]
+
+    def note(self, names: Iterable[str]) -> None:
+        """Journal ``names`` before they are written (in each journal, those it has not yet; nothing
+        without a journal). Whatever writes the dicts (:meth:`learn_one`, a compiled run's write-back)
+        calls this first."""
+        if not self._journals:
+            return
+        journals = [undo for undo in (ref() for ref in self._journals) if undo is not None]
+        if not journals:
+            self._journals = None
+            return
+        maxima, weights = self.abs_max, self.weights
+        for name in names:
+            for undo in journals:
+                if name not in undo:
+                    undo[name] = (maxima.get(name), weights.get(name))
+
+    def rewind(self, undo: _Journal, intercept: float, n_iterations: int) -> None:
+        """Bring the model back to where it was when :meth:`journal` returned ``undo`` (with that
+        ``intercept`` and step count). The dicts are rebound (a compiled run kept on them reads the model
+        afresh); ``undo`` and the journals started after it end."""
+        refs = self._live_journals()
+        at = next((i for i, ref in enumerate(refs) if ref() is undo), None)
+        if at is None:
+            raise RuntimeError("rewind: not a journal of this model (or one that ended)")
+        maxima, weights = self.abs_max, self.weights
+        for name, (largest, weight) in undo.items():
+            if largest is None:
+                maxima.pop(name, None)
+            else:
+                maxima[name] = largest
+            if weight is None:
+                weights.pop(name, None)
+            else:
+                weights[name] = weight
+        self.abs_max, self.weights = dict(maxima), dict(weights)
+        self.intercept, self.n_iterations = intercept, n_iterations
+        self._journals = refs[:at] or None
+
 
     @classmethod
     def from_pipeline(cls, pipeline: Any) -> SgdModel:
@@ -134,3 +198,9 @@ class SgdModel:
         model.weights = linear._weights.to_dict()
         model.n_iterations = optimizer.n_iterations
         return model
+
+
+class _Journal(dict):
+    """Each name's largest magnitude and weight before its first write since the journal started
+    (``None`` where it had none): what :meth:`SgdModel.rewind` puts back."""
+

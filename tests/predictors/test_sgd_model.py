@@ -112,3 +112,39 @@ def test_a_snapshot_holding_rivers_pipeline_loads_and_answers_as_before(spec):
         assert model_state(a._model) == model_state(b._model)
     assert (np.array([restored.predict_one(r) for r in asked]).tobytes()
             == np.array([predictor.predict_one(r) for r in asked]).tobytes())
+
+
+@settings(max_examples=60, deadline=None)
+@given(parameters=hyperparameters, first=rows, second=rows, third=rows)
+def test_a_journal_rewinds_the_model_to_the_bit_and_in_order(parameters, first, second, third):
+    # the restore points of ingest: a journal of the names written since it started, not a copy;
+    # any journal still held rewinds (the later ones end with it), and what it rewinds to learns on
+    # as the model that never learned the undone rows
+    model = SgdModel(**parameters)
+    for features, target in first:
+        model.learn_one(features, target)
+    at_first = copy.deepcopy(model)
+    older = model.journal()
+    older_point = (model.intercept, model.n_iterations)
+    for features, target in second:
+        model.learn_one(features, target)
+    newer = model.journal()
+    assert "_journals" not in vars(copy.deepcopy(model)) and "_journals" not in vars(model.copy())
+    for features, target in third:
+        model.learn_one(features, target)
+    model.rewind(older, *older_point)
+    assert model_state(model) == model_state(at_first)
+    assert list(model.abs_max) == list(at_first.abs_max) and list(model.weights) == list(at_first.weights)
+    with pytest.raises(RuntimeError, match="not a journal"):
+        model.rewind(newer, *older_point)  # ended with the older one
+    for features, target in third:
+        model.learn_one(features, target)
+        at_first.learn_one(features, target)
+    assert model_state(model) == model_state(at_first)
+
+
+def test_a_journal_dropped_by_its_holder_ends():
+    model = SgdModel()
+    model.journal()  # not held
+    model.learn_one({"a": 1.0}, 1.0)
+    assert model._journals is None
