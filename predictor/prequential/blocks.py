@@ -205,6 +205,7 @@ class _RlsRows:
         # its values that have no scale yet (_unscaled_terms), and how many of its names the full index drops
         self.layouts: dict[RowLayout, tuple[int, tuple[int, ...], tuple[tuple[int, int], ...], int]] = {}
         self.run: PlannedRun | None = None  # the model's state, held by the compiled kernel from block to block
+        self._finished: PlannedRun | None = None  # the last run, taken up again where the model is as it left it
 
     def add(self, record: Record | ColocRow, flush: Callable[[], None]) -> bool:
         """Queue ``record``'s row; ``False`` where it does not fit the model as it is (the first record,
@@ -265,7 +266,10 @@ class _RlsRows:
         """The queued rows as the run's next block (the queue emptied)."""
 
         if self.run is None:
-            self.run = PlannedRun(self.predictor._models[""])
+            model, finished = self.predictor._models[""], self._finished
+            self._finished = None
+            self.run = finished if finished is not None and finished.model is model and finished.reopen() \
+                else PlannedRun(model)
         block = self.run.block(self.plans, np.array(self.plan_of_row), np.array(self.bases), targets,
                                (np.array(self.extra_offsets), np.array(self.extra_columns, dtype=np.int64),
                                 np.array(self.extra_values, dtype=float)))
@@ -296,7 +300,7 @@ class _RlsRows:
         """Write the learned state back into the model (the last block learned)."""
         if self.run is not None:
             self.run.finish()
-            self.run = None
+            self.run, self._finished = None, self.run
 
 
 def _prequential_blocks(predictor: LatencyPredictor, rows: _RlsRows | SgdRows, records: Iterable[Record | ColocRow],

@@ -401,6 +401,7 @@ class _Run:
 
     def __init__(self, model: RLS):
         self.model = model
+        self.left: tuple | None = None  # the model's fingerprint as finish left it
         if not model._s.flags.f_contiguous:
             model._s = np.asfortranarray(model._s)
         d = model._weights.size
@@ -447,6 +448,33 @@ class _Run:
             model._searched_at = int(state[_SEARCHED_AT])
         model.n_updates, model.n_refused, model.n_resets = updates, refused, resets
         model._projected = None
+        self.left = _fingerprint(model)
+
+    def reopen(self) -> bool:
+        """Take up a finished run for more blocks, its arrays as they were left, where the model is
+        still as :meth:`finish` left it (nothing else learned, grew, restored or rebound it since);
+        returns whether it could (else a fresh run reads the model)."""
+        left = self.left
+        if left is None:
+            return False
+        now = _fingerprint(self.model)
+        self.left = None
+        if not (all(a is b for a, b in zip(left[:_SHARED], now[:_SHARED], strict=True)) and left[_SHARED:] == now[_SHARED:]):
+            return False
+        self.weights = self.weights.copy()  # the model's, which a restore point may share: never written in place
+        return True
+
+
+_SHARED = 4
+"""The first items of a :func:`_fingerprint` that are compared by identity."""
+
+
+def _fingerprint(model: RLS) -> tuple:
+    """What a finished run's arrays mirror, as the model stands: the arrays and objects learning,
+    growth or a restore rebind (by identity), then the counts and scalars learning moves."""
+    return (model._weights, model._s, model._gain, model.index, model._weights.size, len(model.index.columns),
+            model._scale, model._trace_s, model.n_updates, model.n_refused, model.n_resets, model.searched_at(),
+            model.non_negative_contention)
 
 
 def learn_rows(model: RLS, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -497,6 +525,7 @@ class PlannedRun:
     def __init__(self, model: RLS):
         self.model = model
         self._run: _Run | None = _Run(model)
+        self._left: _Run | None = None  # the run finished, until taken up again (reopen)
 
     def block(self, plans: RowPlans, plan_of_row: np.ndarray, bases: np.ndarray,
               targets: np.ndarray, extras: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> PlannedBlock:
@@ -527,7 +556,16 @@ class PlannedRun:
         """Write the learned state back into the model (after the last block's :meth:`~PlannedBlock.compute`)."""
         if self._run is not None:
             self._run.finish()
-            self._run = None
+            self._run, self._left = None, self._run
+
+    def reopen(self) -> bool:
+        """Take up the finished run for more blocks where nothing but it changed the model since
+        (:meth:`_Run.reopen`): its arrays are not read from the model again. Returns whether it could."""
+        run, self._left = self._left, None
+        if run is None or not run.reopen():
+            return False
+        self._run = run
+        return True
 
 
 def _extras(extras: tuple[np.ndarray, np.ndarray, np.ndarray] | None, rows: int,

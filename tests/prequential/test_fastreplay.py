@@ -202,13 +202,23 @@ def test_plans_started_afresh_past_their_bound_give_the_same_bits(monkeypatch):
 
 
 @pytest.mark.parametrize("stream", ["log", "fleet"])
-def test_plans_kept_from_call_to_call_give_the_bits_of_fresh_plans(stream):
-    """Records learned a few at a time (the service's parts), the row plans kept from call to call
-    (:class:`~predictor.prequential.blocks.KeptPlans`): the same predictions and state, to the bit, as
-    with plans made afresh by every call, also where the model changes between calls (a reference step,
-    a restore), which starts the kept plans afresh."""
+def test_plans_kept_from_call_to_call_give_the_bits_of_fresh_plans(stream, monkeypatch):
+    """Records learned a few at a time (the service's parts), the row plans and the compiled run kept
+    from call to call (:class:`~predictor.prequential.blocks.KeptPlans`, :meth:`PlannedRun.reopen
+    <predictor.regressors.rls_kernel.PlannedRun.reopen>`): the same predictions and state, to the bit,
+    as with plans and runs made afresh by every call, also where the model changes between calls (a
+    reference step, a restore), which starts them afresh."""
     from predictor.prequential.blocks import KeptPlans
+    from predictor.regressors import rls_kernel
 
+    opened = []
+    open_run = rls_kernel._Run.__init__
+
+    def counted(run, model):
+        opened.append(model)
+        open_run(run, model)
+
+    monkeypatch.setattr(rls_kernel._Run, "__init__", counted)
     records = _records() if stream == "log" else fleet_records(1200, models=40, device_kinds=4, seed=5)
     kept, fresh = create("rls"), create("rls")
     plans = KeptPlans()
@@ -230,6 +240,7 @@ def test_plans_kept_from_call_to_call_give_the_bits_of_fresh_plans(stream):
     np.testing.assert_array_equal(a._weights, b._weights)
     np.testing.assert_array_equal(a._s, b._s)
     np.testing.assert_array_equal(a._column_scale, b._column_scale)
+    assert opened.count(a) < opened.count(b) / 2  # the kept run taken up by most calls
 
 
 @pytest.mark.parametrize("stream", ["log", "fleet"])
