@@ -24,6 +24,7 @@ from predictor.features.extract import (
     feature_matrix,
     feature_row,
     interaction_values,
+    planned_parts,
     row_layout,
 )
 from predictor.features.window import WindowForm, at_window, moving_program, overlap_at
@@ -198,8 +199,26 @@ class RlsPredictor(LatencyPredictor):
         model = self._models.get(self._key(record))
         if model is None:
             return 1.0
-        value = model.predict_vector(model.vectorize_row(*self._features(record), grow=False))
+        value = model.predict_vector(self._vector(model, record))
         return math.exp(min(value, 10.0)) if self.log_target else value
+
+    def _vector(self, model: RLS, record: Record) -> np.ndarray:
+        """``model.vectorize_row(*feature_row(record, self.features), grow=False)``, the same numbers, from
+        the record's :func:`~predictor.features.extract.planned_parts`: the layout's positions are
+        cached by the feature index however many models the co-runners name (their identity features
+        are placed one by one), where the whole row's names would be a new layout at almost every row
+        of a fleet of many models. The vector is dense, so the order the names come in does not matter."""
+        layout, base, identity = planned_parts(record, self.features)
+        index = model.index
+        vector = index.vector_of(layout.names, interaction_values(
+            layout, np.fromiter(base.values(), dtype=float, count=len(base))), grow=False)
+        if identity:
+            columns = index.columns
+            for name, value in identity.items():
+                at = columns.get(name)
+                if at is not None:
+                    vector[at] = value
+        return model.scaled(vector)
 
     def _window_program(self, record: Record, remaining_ms: Sequence[float | None],
                         program: tuple | None = None) -> tuple | None:

@@ -15,7 +15,8 @@ class FeatureIndex:
     Features beyond the cap are ignored (and counted in ``dropped``), so memory
     stays bounded however many distinct keys a stream carries. Column 0 is the
     intercept. The column positions of a recurring *set* of names (a layout)
-    are cached, so building a vector costs one dict lookup and one scatter.
+    are cached, so building a vector costs one dict lookup and one scatter; a
+    layout with names the index does not hold is cached while no column is added.
 
     Examples
     --------
@@ -32,7 +33,8 @@ class FeatureIndex:
         self.max_features = max_features
         self.columns: dict[str, int] = {}
         self.dropped = 0
-        self._layouts: dict[tuple[str, ...], np.ndarray] = {}
+        # per layout: its positions, or (positions, known mask, unknown count, columns then) where some are unknown
+        self._layouts: dict[tuple[str, ...], np.ndarray | tuple[np.ndarray, np.ndarray, int, int]] = {}
 
     def __getstate__(self) -> dict:
         # the layouts are a cache of ``columns``: a model's state (a snapshot, a published version)
@@ -48,10 +50,16 @@ class FeatureIndex:
 
     def _layout(self, names: tuple[str, ...], grow: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """Column of each name (``-1`` where unknown) and, if any is unknown, a mask of the known."""
-        positions = self._layouts.get(names)
-        if positions is not None:
-            return positions, None
+        found = self._layouts.get(names)
         columns = self.columns
+        if found is not None:
+            if type(found) is not tuple:
+                return found, None
+            positions, known, unknown, held = found
+            if held == len(columns) and (not grow or held >= self.max_features):  # nothing added since, none can be
+                if grow:
+                    self.dropped += unknown
+                return positions, known
         if grow:
             for name in names:
                 if name not in columns:
@@ -61,12 +69,18 @@ class FeatureIndex:
                     columns[name] = len(columns) + 1
         positions = np.fromiter((columns.get(n, -1) for n in names), dtype=np.intp, count=len(names))
         known = positions >= 0
+        if len(self._layouts) >= MAX_LAYOUTS:
+            self._layouts.clear()
         if known.all():
-            if len(self._layouts) >= MAX_LAYOUTS:
-                self._layouts.clear()
             self._layouts[names] = positions
             return positions, None
+        self._layouts[names] = (positions, known, int(known.size - known.sum()), len(columns))
         return positions, known
+
+    def cached_positions(self, names: tuple[str, ...]) -> np.ndarray | None:
+        """The cached positions of ``names`` where every one of them has a column, else ``None``."""
+        found = self._layouts.get(names)
+        return None if found is None or type(found) is tuple else found
 
     def positions(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray | None]:
         """Column of each of ``names`` (``-1`` where unknown) and, if any is unknown, a mask of the known."""

@@ -599,7 +599,7 @@ class PlannedBlock:
 def scaled_row(model: RLS, names: tuple[str, ...], values: np.ndarray) -> np.ndarray | None:
     """The scaled vector :meth:`RLS.vectorize` (``grow=True``) gives for ``dict(zip(names, values))``,
     or ``None`` where that call would change the model (a new name, a column's first non-zero value)."""
-    positions = model.index._layouts.get(names)
+    positions = model.index.cached_positions(names)
     size = model._weights.size
     if positions is None or model.index.size != size:
         return None
@@ -617,7 +617,7 @@ def scaled_row(model: RLS, names: tuple[str, ...], values: np.ndarray) -> np.nda
 
 def _scaled_rest(model: RLS, names: tuple[str, ...], values: np.ndarray) -> np.ndarray | None:
     """:func:`scaled_row` of every row at once, where every column of ``names`` has its scale already."""
-    positions = model.index._layouts.get(names)
+    positions = model.index.cached_positions(names)
     size = model._weights.size
     if positions is None or model.index.size != size or not (model._column_scale > 0).all():
         return None
