@@ -91,6 +91,13 @@ class Spread:
     def __getstate__(self) -> tuple:
         return (self.m, self.s, self.n)
 
+    @classmethod
+    def of(cls, m: float, s: float, n: int) -> Spread:
+        """The spread with centre ``m``, deviation ``s`` after ``n`` residuals."""
+        spread = cls.__new__(cls)
+        spread.m, spread.s, spread.n = m, s, n
+        return spread
+
     def clone(self) -> Spread:
         """An independent copy."""
         twin = Spread.__new__(Spread)

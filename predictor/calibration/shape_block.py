@@ -440,15 +440,14 @@ class _Block:
                         win_ring[at, :n] = np.fromiter(window._order, dtype=float, count=n)
         spread_keys = self.spread_keys
         n_spreads = len(spread_keys)
-        sp_exists = np.zeros(n_spreads, dtype=np.bool_)
-        sp_m, sp_s, sp_n = np.zeros(n_spreads), np.zeros(n_spreads), np.zeros(n_spreads, dtype=np.int64)
+        gil_point()
+        found = list(map(cal._spreads.get, spread_keys))
+        gil_point()
+        sp_exists = np.array([spread is not None for spread in found], dtype=np.bool_)
+        sp_m = np.array([0.0 if spread is None else spread.m for spread in found], dtype=float)
+        sp_s = np.array([0.0 if spread is None else spread.s for spread in found], dtype=float)
+        sp_n = np.array([0 if spread is None else spread.n for spread in found], dtype=np.int64)
         sp_pool = np.array([key[1] == POOL for key in spread_keys], dtype=np.bool_)
-        for at, key in enumerate(spread_keys):
-            gil_point()
-            spread = cal._spreads.get(key)
-            if spread is not None:
-                sp_exists[at] = True
-                sp_m[at], sp_s[at], sp_n[at] = spread.m, spread.s, spread.n
         alpha_cells = self.alpha_cells
         al_exists = np.zeros(len(alpha_cells), dtype=np.bool_)
         al = np.zeros((len(alpha_cells), len(GRID)))
@@ -504,14 +503,14 @@ class _Block:
             gil_point()
             if window is not None and window._array is None:
                 window._array = win_sorted[at, :int(win_len[at])].copy()  # (ResidualWindow.sorted_array)
+        spreads, made = cal._spreads, Spread.of
+        ms, ss, ns = sp_m.tolist(), sp_s.tolist(), sp_n.tolist()
         for at in sorted(set(self.it_spread.ravel().tolist())):
-            if spread_keys[at] in cal._spreads:  # replaced, not changed: a frozen copy may hold it
-                spread = cal._spreads[spread_keys[at]] = Spread()
-                spread.m, spread.s, spread.n = float(sp_m[at]), float(sp_s[at]), int(sp_n[at])
+            key = spread_keys[at]
+            if key in spreads:  # replaced, not changed: a frozen copy may hold it
+                spreads[key] = made(ms[at], ss[at], ns[at])
         for at in self.created[1, :self.n_created[1]].tolist():
-            spread = Spread()
-            spread.m, spread.s, spread.n = float(sp_m[at]), float(sp_s[at]), int(sp_n[at])
-            cal._spreads[spread_keys[at]] = spread
+            spreads[spread_keys[at]] = made(ms[at], ss[at], ns[at])
         fresh = set(self.created[2, :self.n_created[2]].tolist())
         for at in sorted(set(self.it_alpha.tolist()) - fresh):
             if al_exists[at]:
