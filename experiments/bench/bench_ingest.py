@@ -29,6 +29,8 @@ Python's own thresholds).
 ``bench_scaling``'s ingest) on ``max_records`` records of
 :func:`~predictor.service.synthetic.fleet_records` per fleet (models x device kinds), interleaved,
 each fleet's rate beside the first one's (issue 44: at least 0.7x at 120 models and 12 kinds).
+``--warm-records N``: each timed ingest first takes in N other records of its fleet, untimed (the
+service in steady state: a fleet's calibration cells, names and layouts mostly met already).
 
 Figures measured so far: ``docs/performance-history.md`` (Moved from docstrings).
 
@@ -67,18 +69,22 @@ class Config:
     predictor: str = DEFAULT  # the service's default learner
     gc_young: int = DEFAULT_YOUNG_THRESHOLD
     fleets: tuple[str, ...] = ()
+    warm_records: int = 0  # with --fleets: records taken in, untimed, before each timed ingest
 
 
-def ingest_seconds(records: list[Record], message: int, config: ServiceConfig, per_record: bool = False) -> float:
+def ingest_seconds(records: list[Record], message: int, config: ServiceConfig, per_record: bool = False,
+                   warm: list[Record] | None = None) -> float:
     """CPU seconds a fresh service (observation log on) spends taking in ``records`` in messages of ``message``.
 
     ``per_record``: each record ends a block (:data:`~predictor.service.ingest.MESSAGE_END` after
     it): the per-record path, each replayed against the model just before it; one sync per message
-    as in the block path."""
+    as in the block path. ``warm``: records taken in first, untimed."""
     with tempfile.TemporaryDirectory() as state_dir:
         service = Service(config)
         service.open(state_dir)
         service.mark_ready()
+        for at in range(0, len(warm or ()), message):
+            service.report_observations([(r, "") for r in warm[at:at + message]])  # type: ignore[index]
         learned = 0
         begin = time.process_time()
         for at in range(0, len(records), message):
@@ -110,18 +116,21 @@ def fleets(config: Config, out) -> None:
         models, _, kinds = spec.partition("x")
         if not (models.isdigit() and kinds.isdigit()):
             raise SystemExit(f"--fleets: each fleet is MODELSxKINDS, e.g. 120x12; got {spec!r}")
-        sets[spec] = fleet_records(config.max_records, models=int(models), device_kinds=int(kinds), seed=0)
+        sets[spec] = fleet_records(config.warm_records + config.max_records, models=int(models),
+                                   device_kinds=int(kinds), seed=0)
     service = ServiceConfig(predictor=config.predictor, observation_log=False, snapshot_every_s=0)
     for records in sets.values():  # the compiled kernels each fleet's sizes take, loaded once
         ingest_seconds(records[:3 * config.message], config.message, service)
     seconds: dict[str, list[float]] = {spec: [] for spec in sets}
+    warm = config.warm_records
     with collector(config.gc_young):
         for _ in range(config.repeats):
             for spec, records in sets.items():
-                seconds[spec].append(ingest_seconds(records, config.message, service))
+                seconds[spec].append(ingest_seconds(records[warm:], config.message, service, warm=records[:warm]))
     rates = {spec: config.max_records / statistics.median(values) for spec, values in seconds.items()}
     first = rates[config.fleets[0]]
-    print(f"fleet_records x {config.max_records}, messages of {config.message}, median of {config.repeats}")
+    print(f"fleet_records x {config.max_records} (after {warm} untimed), messages of {config.message}, "
+          f"median of {config.repeats}")
     print(f"{'models x kinds':<16} {'rec/CPU-s':>10} {'us CPU/rec':>10} {'x first':>8}  us CPU/rec per repeat")
     for spec, rate in rates.items():
         each = " ".join(f"{value / config.max_records * 1e6:.0f}" for value in seconds[spec])
