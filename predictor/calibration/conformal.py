@@ -106,10 +106,11 @@ class ResidualWindow:
             value = kept["_sorted"] = kept["_array"].tolist()
             return value
         if name == "_order" and "_ring" in kept:
-            ring, head = kept.pop("_ring")
+            ring, head = kept["_ring"]
             n = len(kept["_array"])
             value = kept["_order"] = deque(ring[:n].tolist() if n < self.size
                                            else ring[head:].tolist() + ring[:head].tolist())
+            kept.pop("_ring", None)  # after: a reader on another thread finds one or the other
             return value
         raise AttributeError(name)
 
