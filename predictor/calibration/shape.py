@@ -227,13 +227,13 @@ class ShapeCalibrator:
 
     def frozen(self, copies: WindowCopies | None = None) -> ShapeCalibrator:
         """An independent copy to answer from while this one goes on learning (windows copied on
-        write, see :class:`~predictor.calibration.conformal.WindowCopies`; spreads shared, each
-        replaced by a new one where it learns)."""
+        write, see :class:`~predictor.calibration.conformal.WindowCopies`; spreads and each cell's
+        levels shared, each replaced by a new one where it learns)."""
         copies = copies or WindowCopies()
         twin = copy.copy(self)
         twin._windows = {cell: copies.of(window) for cell, window in self._windows.items()}
         twin._spreads = dict(self._spreads)  # a spread is replaced, never changed, once in a calibrator
-        twin._alphas = {cell: list(alphas) for cell, alphas in self._alphas.items()}
+        twin._alphas = dict(self._alphas)  # a cell's levels are replaced, never changed, once in a calibrator
         twin._kinds = set(self._kinds)
         twin._answered = {}  # a copy never learns: its terms and factors, once computed, stay (see _answer_of)
         twin._packed = {}  # and its windows, once packed (see _packed_of)
@@ -521,7 +521,8 @@ class ShapeCalibrator:
         if alphas is None:
             if len(self._alphas) >= self.max_cells:
                 return
-            alphas = self._alphas[cell] = [1.0 - level for level in GRID]
+            alphas = [1.0 - level for level in GRID]
+        alphas = self._alphas[cell] = list(alphas)  # replaced, not changed: a frozen copy may hold it
         if levels is None:
             levels = self._terms_levels(shape, kind, count, model, GRID)
         for i, level in enumerate(GRID):

@@ -514,7 +514,7 @@ class _Block:
         fresh = set(self.created[2, :self.n_created[2]].tolist())
         for at in sorted(set(self.it_alpha.tolist()) - fresh):
             if al_exists[at]:
-                cal._alphas[alpha_cells[at]][:] = al[at].tolist()
+                cal._alphas[alpha_cells[at]] = al[at].tolist()  # replaced, not changed: a frozen copy may hold it
         for at in self.created[2, :self.n_created[2]].tolist():
             cal._alphas[alpha_cells[at]] = al[at].tolist()
 

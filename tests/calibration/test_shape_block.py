@@ -131,6 +131,26 @@ def test_a_frozen_copy_is_not_changed_by_its_source_learning_call_by_call(raw):
     assert _state(frozen) == before
 
 
+@pytest.mark.parametrize("by_block", [True, False])
+def test_a_frozen_copy_keeps_its_levels_while_its_source_adapts_them(by_block):
+    # a cell's adaptive levels move once it answers on its own; the copy published before must not
+    rng = np.random.default_rng(3)
+    outcomes = [Outcome(SHAPES[0], "cpu", 1, "m", 10.0 * math.exp(r), 10.0, False, 0.9)
+                for r in rng.normal(0.0, 0.3, 200)]
+    cal = ShapeCalibrator(window=50, min_residuals=5, min_spread_n=1, gamma=0.05)
+    learn_block(cal, outcomes[:100], fewest=2)
+    assert cal._alphas
+    frozen = cal.frozen()
+    before = _state(frozen)
+    if by_block:
+        learn_block(cal, outcomes[100:], fewest=2)
+    else:
+        for outcome in outcomes[100:]:
+            learn_one(cal, outcome)
+    assert _state(cal)[2] != before[2]  # the source's levels moved
+    assert _state(frozen) == before
+
+
 def test_an_outcome_the_calls_refuse_is_refused_the_same_way():
     shape = SHAPES[1]
     good = [Outcome(shape, "cpu", 1, "m", 10.0 + i, 10.0, False, 0.95) for i in range(5)]
