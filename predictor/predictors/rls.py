@@ -115,7 +115,6 @@ class RlsPredictor(LatencyPredictor):
         self._seen: dict[str, int] = {}
         self.n_drifts = 0
         self.n_clipped = 0
-        self._last: tuple[Record, tuple[tuple[str, ...], np.ndarray]] | None = None  # see _features; not state
 
     def _key(self, record: Record) -> str:
         if self.split_by is None:
@@ -134,26 +133,6 @@ class RlsPredictor(LatencyPredictor):
                 self._detectors[key] = Adwin(delta=self.drift_delta)
         return model
 
-    def _features(self, record: Record) -> tuple[tuple[str, ...], np.ndarray]:
-        """The features of ``record`` as names and values (:func:`~predictor.features.extract.feature_row`);
-        the last record's are kept, so that learning a record just predicted (the service's
-        outlier-gated path) extracts them once."""
-        last = self._last
-        if last is not None and last[0] is record:
-            return last[1]
-        row = feature_row(record, self.features)
-        self._last = (record, row)
-        return row
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state.pop("_last", None)
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._last = None
-
     def restore_point(self) -> dict:
         """The predictor's learned state now, for :meth:`restore` to bring it back to after more
         learning (what a refused record undoes, :mod:`predictor.service.ingest`): each model's
@@ -165,7 +144,6 @@ class RlsPredictor(LatencyPredictor):
         state["_detectors"] = copy.deepcopy(self._detectors) if self._detectors else {}
         state["_scale"] = dict(self._scale)
         state["_seen"] = dict(self._seen)
-        state["_last"] = None
         return state
 
     def restore(self, point: dict) -> None:
@@ -182,7 +160,6 @@ class RlsPredictor(LatencyPredictor):
         """An independent copy for predicting only (see the base class): each key's model without
         its covariance, no drift detectors."""
         twin = copy.copy(self)
-        twin._last = None
         twin._solo = self._solo.copy()
         twin._models = {key: model.frozen() for key, model in self._models.items()}
         twin._detectors = {}
@@ -375,7 +352,7 @@ class RlsPredictor(LatencyPredictor):
         """One RLS update of the key's model (clipped and drift-checked as configured)."""
         key = self._key(record)
         model = self._model(key)
-        self._learn_vector(record, key, model, model.vectorize_row(*self._features(record), grow=True), slowdown)
+        self._learn_vector(record, key, model, model.vectorize_row(*feature_row(record, self.features), grow=True), slowdown)
 
     def _learn_vector(self, record: Record, key: str, model: RLS, vector, slowdown: float | None = None) -> None:
         if slowdown is None:

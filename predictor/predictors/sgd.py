@@ -226,8 +226,8 @@ class SgdPredictor(LatencyPredictor):
         learning (what a refused record undoes, :mod:`predictor.service.ingest`): its attributes and
         solo profile copied, the model's intercept and step count, and a journal of the names its
         learning writes from now on (:meth:`SgdModel.journal <predictor.predictors.sgd_model.SgdModel.journal>`:
-        only what a few records write is kept, not the model's dicts). The latest restore point is the
-        one that can be used."""
+        only what a few records write is kept, not the model's dicts). A restore point can be used while
+        it is held; using it ends those taken after it."""
         state = dict(self.__dict__)
         state["_solo"] = self._solo.copy()
         model = self._model
@@ -235,8 +235,8 @@ class SgdPredictor(LatencyPredictor):
                 "undo": model.journal()}
 
     def restore(self, point: dict) -> None:
-        """Bring the predictor back to the state of ``point`` (from the latest :meth:`restore_point`;
-        used once), its model rewound in place."""
+        """Bring the predictor back to the state of ``point`` (from :meth:`restore_point`; used once),
+        its model rewound in place."""
         self.__dict__.clear()
         self.__dict__.update(point["predictor"])
         self._model.rewind(point["undo"], point["intercept"], point["n_iterations"])
