@@ -126,8 +126,18 @@ class ResidualWindow:
         self._adds += added
 
     def __len__(self) -> int:
-        array = self._array
-        return len(self._order) if array is None else len(array)
+        ordered = self.__dict__.get("_sorted")
+        return len(ordered if ordered is not None else self._ordered())
+
+    def _ordered(self) -> list[float] | np.ndarray:
+        """The residuals sorted, for a reader: the list where it is made, else the block path's array
+        (a window kept as arrays), else the list made now (a window read from a version file)."""
+        ordered = self.__dict__.get("_sorted")
+        if ordered is None:
+            ordered = self._array
+            if ordered is None:
+                ordered = self._sorted
+        return ordered
 
     def add(self, residual: float) -> None:
         """Append a residual, evicting the oldest when the window is full."""
@@ -160,16 +170,14 @@ class ResidualWindow:
         twin._block_ring = None
         return twin
 
-    def _rank(self, k: int) -> float:
-        """The ``k``-th smallest residual (1-based, ``k <= n``)."""
-        ordered = self.__dict__.get("_sorted")
-        return ordered[k - 1] if ordered is not None else float(self._array[k - 1])  # type: ignore[index]
-
     def quantile(self, confidence: float) -> float:
         """The conformal quantile at ``confidence``; ``inf`` when ``n`` is too small for it."""
-        n = len(self)
+        ordered = self.__dict__.get("_sorted")
+        if ordered is None:
+            ordered = self._ordered()
+        n = len(ordered)
         k = conformal_rank(n, confidence)
-        return self._rank(k) if k <= n else math.inf
+        return float(ordered[k - 1]) if k <= n else math.inf
 
     def supports(self, confidence: float) -> bool:
         """Whether the window holds enough residuals for a finite quantile at ``confidence``."""
@@ -178,11 +186,14 @@ class ResidualWindow:
 
     def supported_quantile(self, confidence: float) -> float | None:
         """:meth:`quantile` where :meth:`supports` holds, else ``None`` (one rank computed for both)."""
-        n = len(self)
+        ordered = self.__dict__.get("_sorted")
+        if ordered is None:
+            ordered = self._ordered()
+        n = len(ordered)
         if not n:
             return None
         k = conformal_rank(n, confidence)
-        return self._rank(k) if k <= n else None
+        return float(ordered[k - 1]) if k <= n else None
 
     def cdf(self, x: float) -> float:
         """Conformal ``P(r <= x)``: residuals at or below ``x`` over ``n + 1``."""
