@@ -32,7 +32,7 @@ import numpy as np
 from numba import njit
 
 from predictor.features.contention import is_contention
-from predictor.features.extract import RowLayout, planned_row
+from predictor.features.extract import fine_features
 from predictor.predictors.sgd_model import SgdModel
 from predictor.records.record import Record
 from predictor.records.typed_decoding import ColocRow
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from predictor.predictors.sgd import SgdPredictor
 
 MAX_LAYOUTS = 4096
-"""Distinct row layouts an :class:`SgdRows` keeps columns for (keyed by identity: bounded however many)."""
+"""Distinct row layouts (tuples of feature names) an :class:`SgdRows` keeps columns for."""
 
 
 @njit(cache=True, nogil=True)
@@ -266,7 +266,7 @@ class SgdRows:
 
     def __init__(self, predictor: SgdPredictor):
         self.predictor = predictor
-        self.layouts: dict[RowLayout, list[int]] = {}
+        self.layouts: dict[tuple[str, ...], list[int]] = {}  # columns per row layout (its names)
         self.offsets: list[int] = [0]
         self.positions: list[int] = []
         self.values: list[float] = []
@@ -277,12 +277,13 @@ class SgdRows:
         if self.run is None or self.run._finished and not self.run.reopen():
             self.run = SgdRun(self.predictor)
             self.layouts.clear()
-        row, base = planned_row(record, "fine")
-        columns = self.layouts.get(row)
+        base = fine_features(record)
+        names = tuple(base)
+        columns = self.layouts.get(names)
         if columns is None:
-            if len(self.layouts) >= MAX_LAYOUTS:  # layouts are keyed by identity: bounded however many
+            if len(self.layouts) >= MAX_LAYOUTS:  # bounded however many layouts a fleet's rows make
                 self.layouts.clear()
-            columns = self.layouts[row] = self.run.columns(row.names).tolist()
+            columns = self.layouts[names] = self.run.columns(names).tolist()
         self.positions.extend(columns)
         self.values.extend(base.values())
         self.offsets.append(len(self.values))
