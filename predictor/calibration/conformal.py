@@ -117,13 +117,15 @@ class ResidualWindow:
     def take_arrays(self, added: int, ring: np.ndarray, head: int, ordered: np.ndarray) -> None:
         """Become the window the block path left after ``added`` more residuals: ``ring`` holds them
         in arrival order (the oldest at ``head`` once full), ``ordered`` sorted (its length is the
-        window's); both are the window's from now on and never changed in place."""
+        window's); both are the window's from now on and never changed in place, and the ring is kept
+        for the block path's next block (``_block_ring``)."""
         kept = self.__dict__
         kept.pop("_order", None)
         kept.pop("_sorted", None)
         self._ring = (ring, head)
         self._array = ordered
         self._adds += added
+        self._block_ring = (self._adds, ring, head)
 
     def __len__(self) -> int:
         ordered = self.__dict__.get("_sorted")

@@ -133,11 +133,9 @@ def _residuals(outcomes: list[Outcome]) -> list[float] | None:
 def _catch_up(window: ResidualWindow, added: int, n: int, head: int, ring: np.ndarray, ordered: np.ndarray) -> None:
     """Bring ``window`` to the state the kernel left its row in (``added`` residuals later: ``n`` of
     them in ``ring`` from ``head``, sorted in ``ordered``): it takes copies of the rows as its own
-    (:meth:`ResidualWindow.take_arrays <predictor.calibration.conformal.ResidualWindow.take_arrays>`),
-    the ring also kept for the next block."""
-    ring = ring.copy()
-    window.take_arrays(added, ring, head, ordered[:n].copy())
-    window._block_ring = (window.adds, ring, head)  # its residuals in arrival order as the kernel keeps them
+    (:meth:`ResidualWindow.take_arrays <predictor.calibration.conformal.ResidualWindow.take_arrays>`,
+    which also keeps the ring for the next block)."""
+    window.take_arrays(added, ring.copy(), head, ordered[:n].copy())
 
 
 class _Plan(NamedTuple):
