@@ -95,9 +95,6 @@ class ResidualWindow:
         self._sorted: list[float] = []
         self._array: np.ndarray | None = None
         self._adds = 0
-        # (adds, ring, head) as the shape calibrator's block path left the window's residuals
-        # (predictor.calibration.shape_block), valid while ``adds`` is unchanged; never pickled nor copied
-        self._block_ring: tuple[int, np.ndarray, int] | None = None
 
     def __getattr__(self, name: str) -> Any:
         # the list and deque of a window kept as arrays (take_arrays), made on first use
@@ -117,15 +114,13 @@ class ResidualWindow:
     def take_arrays(self, added: int, ring: np.ndarray, head: int, ordered: np.ndarray) -> None:
         """Become the window the block path left after ``added`` more residuals: ``ring`` holds them
         in arrival order (the oldest at ``head`` once full), ``ordered`` sorted (its length is the
-        window's); both are the window's from now on and never changed in place, and the ring is kept
-        for the block path's next block (``_block_ring``)."""
+        window's); both are the window's from now on and never changed in place."""
         kept = self.__dict__
         kept.pop("_order", None)
         kept.pop("_sorted", None)
         self._ring = (ring, head)
         self._array = ordered
         self._adds += added
-        self._block_ring = (self._adds, ring, head)
 
     def __len__(self) -> int:
         ordered = self.__dict__.get("_sorted")
@@ -169,7 +164,6 @@ class ResidualWindow:
             twin._sorted = list(self._sorted)
         twin._array = self._array  # never changed in place: shared
         twin._adds = self.adds
-        twin._block_ring = None
         return twin
 
     def quantile(self, confidence: float) -> float:
@@ -229,7 +223,6 @@ class ResidualWindow:
         self._sorted = sorted(self._order)
         self._array = None
         self._adds = 0
-        self._block_ring = None
 
 
 class WindowCopies:

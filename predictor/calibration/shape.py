@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import weakref
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -61,6 +62,9 @@ MAX_ANSWERED = 4096
 """Most factors a frozen copy keeps (its cache is emptied when full)."""
 MAX_PACKED = 256
 """Most cells' windows a frozen copy keeps packed for rankings (:class:`_Packed`; emptied when full)."""
+WATCH_MOST = 4096
+"""Outcomes a watch list (:func:`watch`) keeps; past it, it holds ``WATCH_MOST + 1`` of them and its reader
+takes every cell as changed."""
 _NORMAL = NormalDist()
 
 Cell = tuple[str, str, int]  # (shape key, device kind or POOL, count bucket or ALL)
@@ -479,6 +483,9 @@ class ShapeCalibrator:
             self.forget_answers()  # a copy that learns is live: nothing of it is cached any more
         residual = math.log(actual / predicted)
         key = (LINKED if linked else "") + shape.key
+        log = _WATCHES.get(self) if _WATCHES else None
+        if log is not None and len(log) <= WATCH_MOST:
+            log.append((key, kind, count, model))
         if self.gamma:
             self._adapt(shape, key, kind, count, model, residual, None if linked else levels)
         m, s = self._spread(key, kind, count, model, reading=False)
@@ -537,6 +544,20 @@ class ShapeCalibrator:
     def cells(self) -> list[Cell]:
         """The cells holding residuals, sorted."""
         return sorted(self._windows)
+
+
+_WATCHES: weakref.WeakKeyDictionary[ShapeCalibrator, list[tuple[str, str, int, str]]] = weakref.WeakKeyDictionary()
+
+
+def watch(calibrator: ShapeCalibrator) -> list[tuple[str, str, int, str]]:
+    """A list to which every outcome ``calibrator`` learns call by call (:meth:`ShapeCalibrator.add`) from
+    now on is appended, as ``(cell key with its population prefix, kind, count, model)``, up to
+    :data:`WATCH_MOST` + 1 of them: what tells a copy of its state kept elsewhere which cells changed
+    (:mod:`predictor.calibration.shape_block`). The reader empties it; a calibrator has one at most (the
+    last asked for), and neither its copies nor its pickles carry it."""
+    log: list[tuple[str, str, int, str]] = []
+    _WATCHES[calibrator] = log
+    return log
 
 
 def _probability(terms: list[_Term], x: float) -> float:

@@ -3,10 +3,11 @@
 :func:`learn_block` gives the results of :meth:`ShapeCalibrator.score
 <predictor.calibration.shape.ShapeCalibrator.score>` (an :class:`Outcome` with a confidence)
 and :meth:`~predictor.calibration.shape.ShapeCalibrator.add` (one without) of each outcome in
-turn, and leaves the calibrator as those calls would, bit for bit: the cells the block reads
-and writes are numbered once, their windows, spreads and adaptive levels copied into arrays,
-the sequential walk run by the compiled kernel (:func:`predictor.calibration.shape_kernel.learn_block`),
-and what changed copied back (new cells in the order the calls would have made them).
+turn, and leaves the calibrator as those calls would, bit for bit: the cells the blocks read
+and write are numbered once and their windows, spreads and adaptive levels mirrored as arrays,
+kept beside the calibrator from block to block; the sequential walk is run by the compiled kernel
+(:func:`predictor.calibration.shape_kernel.learn_block`) on those arrays, and what changed is copied
+back (new cells in the order the calls would have made them).
 An outcome that the calls would refuse (a latency not finite and positive, a confidence out
 of range), or a residual too large to be finite, sends the whole block the per-call way.
 
@@ -40,6 +41,7 @@ from predictor.calibration.shape import (
     LINKED,
     MIN_SPREAD,
     POOL,
+    WATCH_MOST,
     Cell,
     ShapeCalibrator,
     Spread,
@@ -49,6 +51,7 @@ from predictor.calibration.shape import (
     _nearest_level,
     normal_quantile,
     spread_lookups,
+    watch,
 )
 from predictor.calibration.shapes import QueryShape
 from predictor.records.rules import check_confidence
@@ -130,49 +133,8 @@ def _residuals(outcomes: list[Outcome]) -> list[float] | None:
     return out
 
 
-def _catch_up(window: ResidualWindow, added: int, n: int, head: int, ring: np.ndarray, ordered: np.ndarray) -> None:
-    """Bring ``window`` to the state the kernel left its row in (``added`` residuals later: ``n`` of
-    them in ``ring`` from ``head``, sorted in ``ordered``): it takes copies of the rows as its own
-    (:meth:`ResidualWindow.take_arrays <predictor.calibration.conformal.ResidualWindow.take_arrays>`,
-    which also keeps the ring for the next block)."""
-    window.take_arrays(added, ring.copy(), head, ordered[:n].copy())
-
-
-class _Plan(NamedTuple):
-    """The walk of one bound (``ShapeCalibrator._terms_levels`` over ``_cells``), by cell name:
-    per term, its lookups (``look`` offsets into window, alpha cell, spread keys and source)
-    and the widest cells it falls back on (``wide`` offsets into window and spread keys)."""
-
-    look: np.ndarray
-    lk_win: np.ndarray
-    lk_alpha: np.ndarray
-    lk_spread: np.ndarray
-    lk_src: np.ndarray
-    wide: np.ndarray
-    wd_win: np.ndarray
-    wd_spread: np.ndarray
-
-
-class _Skeleton(NamedTuple):
-    """The walk of the bounds of one (shape, kind, count) without its model (:meth:`_Names.skeleton`):
-    a :class:`_Plan`'s arrays but the spreads, whose numbers (rows of the lookups', then the wide
-    cells') are ``fixed`` where they do not depend on the model; where they do (``owned``), the
-    model's own spreads of ``stems[stem_of]`` (a population key and count), in order."""
-
-    look: np.ndarray
-    lk_win: np.ndarray
-    lk_alpha: np.ndarray
-    lk_src: np.ndarray
-    wide: np.ndarray
-    wd_win: np.ndarray
-    fixed: np.ndarray
-    owned: np.ndarray
-    stem_of: np.ndarray
-    stems: list[tuple[str, int]]
-
-
 _MODEL = object()
-"""Stands for the model in a skeleton's spread keys (:func:`_spread_row`)."""
+"""Stands for the model in a plan's spread keys (:func:`_spread_row`)."""
 
 
 def _spread_row(key: str, kind: str, count: int) -> tuple:
@@ -181,6 +143,256 @@ def _spread_row(key: str, kind: str, count: int) -> tuple:
     model's own name goes."""
     keys = spread_lookups(key, kind, count, _MODEL)  # type: ignore[arg-type]
     return keys + keys if len(keys) < SPREAD_WIDTH else keys
+
+
+class _Mirror:
+    """The cells a calibrator's blocks name, numbered once, the walks of their bounds, and the
+    calibrator's state of those cells as arrays: what the compiled kernel reads and writes in place,
+    kept in step with the calibrator from block to block (what it learned call by call meanwhile is
+    read back from its :func:`~predictor.calibration.shape.watch` list). Held beside the calibrator
+    (:data:`_MIRRORS`), so that neither its snapshots nor its copies carry it.
+
+    The walk of a bound depends on its (shape, kind, count) alone but for the model's own spreads:
+    a *plan* per (shape, kind, count) holds every window, alpha cell and source of its terms, and
+    spread keys where the model's own are ``-1 - j`` (the ``j``-th of the plan's *stems*, the
+    model's spreads numbered per item in :attr:`own`)."""
+
+    MOST = 500_000
+    """Names kept at most (beyond, the mirror starts over)."""
+
+    def __init__(self, calibrator: ShapeCalibrator) -> None:
+        self.log = watch(calibrator)
+        self.window = calibrator.window
+        self.windows: dict[Cell, int] = {}
+        self.window_cells: list[Cell] = []
+        self.spreads: dict[tuple[str, str, str, int], int] = {}
+        self.spread_keys: list[tuple[str, str, str, int]] = []
+        self.alphas: dict[Cell, int] = {}
+        self.alpha_cells: list[Cell] = []
+        self.plans: dict[tuple, tuple[int, tuple[tuple[str, int], ...]]] = {}
+        self.items: dict[tuple, tuple[int, int, tuple[int, ...], tuple[int, ...], int]] = {}
+        self.cells: dict[tuple, tuple[tuple[int, ...], int, int, int]] = {}  # item()'s, but the model's spread
+        # the plans' walks, laid end to end (lists; as arrays in walks() until a plan is added)
+        self._plan_start, self._term_look, self._term_wide = [0], [0], [0]
+        self._lk_win: list[int] = []
+        self._lk_alpha: list[int] = []
+        self._lk_src: list[int] = []
+        self._lk_spread: list[tuple[int, ...]] = []
+        self._wd_win: list[int] = []
+        self._wd_spread: list[tuple[int, ...]] = []
+        self._walks: tuple | None = None
+        self.most_terms = 1
+        self.own = np.zeros(1024, dtype=np.int64)
+        self.n_own = 0
+        # the state, by number (windows' values by row)
+        self.synced = [0, 0, 0]  # windows, spreads, alpha cells whose state is mirrored
+        self.win_row = np.full(0, -1, dtype=np.int64)
+        self.win_len = np.zeros(0, dtype=np.int64)
+        self.win_pool = np.zeros(0, dtype=np.bool_)
+        self.win_added = np.zeros(0, dtype=np.int64)
+        self.win_sorted = np.empty((0, calibrator.window))
+        self.win_ring = np.empty((0, calibrator.window))
+        self.win_head = np.zeros(0, dtype=np.int64)
+        self.n_rows = np.zeros(1, dtype=np.int64)
+        self.sp_exists = np.zeros(0, dtype=np.bool_)
+        self.sp_m, self.sp_s = np.zeros(0), np.zeros(0)
+        self.sp_n = np.zeros(0, dtype=np.int64)
+        self.sp_pool = np.zeros(0, dtype=np.bool_)
+        self.al_exists = np.zeros(0, dtype=np.bool_)
+        self.al = np.zeros((0, len(GRID)))
+
+    def full(self) -> bool:
+        """Whether so many names are kept that the mirror should start over."""
+        return (len(self.windows) + len(self.spreads) + len(self.alphas) + len(self.items)
+                + len(self.cells) + len(self.plans) + self.n_own > self.MOST)
+
+    # ------------------------------------------------------------------ names
+    def window_number(self, cell: Cell) -> int:
+        return _number(self.windows, self.window_cells, cell)
+
+    def alpha_number(self, cell: Cell) -> int:
+        return _number(self.alphas, self.alpha_cells, cell)
+
+    def spread_number(self, key: tuple[str, str, str, int]) -> int:
+        return _number(self.spreads, self.spread_keys, key)
+
+    def plan(self, shape: QueryShape, kind: str, count: int, monotone: bool) -> tuple[int, tuple[tuple[str, int], ...]]:
+        """The number of the walk of the bounds of (shape, kind, count) for any model, and its stems:
+        the (population key, count) of the model's own spreads it reads, in the order of their
+        ``-1 - j`` keys."""
+        key = (shape, kind, count, monotone)
+        found = self.plans.get(key)
+        if found is not None:
+            return found
+        stems: dict[tuple[str, int], int] = {}
+
+        def spreads(lookup: str, j: int) -> tuple[int, ...]:
+            row = []
+            for name in _spread_row(lookup, kind, j):
+                if name[2] is _MODEL:  # the model's own: numbered per item (item)
+                    row.append(-1 - stems.setdefault((name[0], name[3]), len(stems)))
+                else:
+                    row.append(self.spread_number(name))
+            return tuple(row)
+
+        terms = 0
+        for s, j in _cells(shape, count, monotone):
+            for cell_kind, source in ((kind, shape_kernel.DEVICE_KIND), (POOL, shape_kernel.POOLED)):
+                for lookup, c in _lookups(s, j):
+                    self._lk_win.append(self.window_number((lookup, cell_kind, c)))
+                    self._lk_alpha.append(self.alpha_number((lookup, kind, j)))
+                    self._lk_spread.append(spreads(lookup, j))
+                    self._lk_src.append(source)
+            self._term_look.append(len(self._lk_win))
+            for stand_in in _chain_keys(s):
+                self._wd_win.append(self.window_number((stand_in, POOL, ALL)))
+                self._wd_spread.append(spreads(stand_in, j))
+            self._term_wide.append(len(self._wd_win))
+            terms += 1
+        self._plan_start.append(self._plan_start[-1] + terms)
+        self.most_terms = max(self.most_terms, terms)
+        self._walks = None
+        found = self.plans[key] = (len(self._plan_start) - 2, tuple(stems))
+        return found
+
+    def walks(self) -> tuple[np.ndarray, ...]:
+        """The plans' walks as the kernel reads them: plan_start, term_look, term_wide, lk_win,
+        lk_alpha, lk_spread, lk_src, wd_win, wd_spread."""
+        if self._walks is None:
+            ints = functools.partial(np.array, dtype=np.int64)
+            self._walks = (ints(self._plan_start), ints(self._term_look), ints(self._term_wide), ints(self._lk_win),
+                           ints(self._lk_alpha), ints(self._lk_spread).reshape(-1, SPREAD_WIDTH), ints(self._lk_src),
+                           ints(self._wd_win), ints(self._wd_spread).reshape(-1, SPREAD_WIDTH))
+        return self._walks
+
+    def item(self, o: Outcome, monotone: bool) -> tuple[int, int, tuple[int, ...], tuple[int, ...], int]:
+        """An outcome's plan, where its model's own spreads start in :attr:`own`, the windows and
+        spreads it writes (its cell's :func:`~predictor.calibration.shape.spread_lookups`, not
+        reading, given twice) and its alpha cell."""
+        key = (o.shape, o.kind, o.count, o.model, o.linked, monotone)
+        found = self.items.get(key)
+        if found is None:
+            kind, count, model = o.kind, o.count, o.model
+            cell_key = (LINKED if o.linked else "") + o.shape.key
+            cell = self.cells.get((o.shape, kind, count, o.linked))
+            if cell is None:  # what every model's outcomes of the cell share
+                cell = self.cells[o.shape, kind, count, o.linked] = (
+                    tuple(self.window_number(c) for c in ((cell_key, kind, count), (cell_key, kind, ALL),
+                                                          (cell_key, POOL, count), (cell_key, POOL, ALL))),
+                    self.spread_number((cell_key, kind, "", count)),
+                    self.spread_number((cell_key, POOL, "", count)),
+                    self.alpha_number((cell_key, kind, count)),
+                )
+            windows, by_kind, pooled, alpha = cell
+            plan, stems = self.plan(o.shape, kind, count, monotone)
+            base = self.n_own
+            if base + len(stems) > len(self.own):
+                self.own = np.concatenate((self.own, np.zeros(max(len(self.own), len(stems)), dtype=np.int64)))
+            for j, (stem, c) in enumerate(stems):
+                self.own[base + j] = self.spread_number((stem, kind, model, c))
+            self.n_own += len(stems)
+            own = self.spread_number((cell_key, kind, model, count))
+            found = self.items[key] = (plan, base, windows, (own, by_kind, pooled, own, by_kind, pooled), alpha)
+        return found
+
+    # ------------------------------------------------------------------ state
+    def sync(self, cal: ShapeCalibrator) -> bool:
+        """Bring the mirrored state up to the calibrator's for every name numbered (what it learned
+        call by call since the last block, and the names numbered since); ``False`` where one of its
+        windows' sizes is not the calibrator's (made elsewhere)."""
+        log = self.log
+        if len(log) > WATCH_MOST:
+            self.synced = [0, 0, 0]
+        elif log:
+            synced = self.synced
+            for key, kind, count, model in log:
+                for cell in ((key, kind, count), (key, kind, ALL), (key, POOL, count), (key, POOL, ALL)):
+                    at = self.windows.get(cell)
+                    if at is not None and at < synced[0] and not self._gather_window(cal, at):
+                        return False
+                for name in spread_lookups(key, kind, count, model, False):
+                    at = self.spreads.get(name)
+                    if at is not None and at < synced[1]:
+                        self._gather_spread(cal, at)
+                at = self.alphas.get((key, kind, count))
+                if at is not None and at < synced[2]:
+                    self._gather_alpha(cal, at)
+        log.clear()
+        self._grow(len(self.window_cells), len(self.spread_keys), len(self.alpha_cells))
+        for at in range(self.synced[0], len(self.window_cells)):
+            gil_point()
+            if not self._gather_window(cal, at):
+                return False
+        for at in range(self.synced[1], len(self.spread_keys)):
+            self._gather_spread(cal, at)
+        for at in range(self.synced[2], len(self.alpha_cells)):
+            self._gather_alpha(cal, at)
+        self.synced = [len(self.window_cells), len(self.spread_keys), len(self.alpha_cells)]
+        return True
+
+    def _grow(self, windows: int, spreads: int, alphas: int) -> None:
+        """Room for state of ``windows``, ``spreads`` and ``alphas`` names (new ones empty)."""
+        if windows > len(self.win_row):
+            more = max(windows - len(self.win_row), len(self.win_row))
+            self.win_row = np.concatenate((self.win_row, np.full(more, -1, dtype=np.int64)))
+            self.win_len = np.concatenate((self.win_len, np.zeros(more, dtype=np.int64)))
+            self.win_added = np.concatenate((self.win_added, np.zeros(more, dtype=np.int64)))
+            self.win_pool = np.concatenate((self.win_pool, np.zeros(more, dtype=np.bool_)))
+        if spreads > len(self.sp_exists):
+            more = max(spreads - len(self.sp_exists), len(self.sp_exists))
+            self.sp_exists = np.concatenate((self.sp_exists, np.zeros(more, dtype=np.bool_)))
+            self.sp_m = np.concatenate((self.sp_m, np.zeros(more)))
+            self.sp_s = np.concatenate((self.sp_s, np.zeros(more)))
+            self.sp_n = np.concatenate((self.sp_n, np.zeros(more, dtype=np.int64)))
+            self.sp_pool = np.concatenate((self.sp_pool, np.zeros(more, dtype=np.bool_)))
+        if alphas > len(self.al_exists):
+            more = max(alphas - len(self.al_exists), len(self.al_exists))
+            self.al_exists = np.concatenate((self.al_exists, np.zeros(more, dtype=np.bool_)))
+            self.al = np.concatenate((self.al, np.zeros((more, len(GRID)))))
+
+    def grow_rows(self, rows: int) -> None:
+        """Room for ``rows`` windows' values."""
+        if rows > len(self.win_head):
+            more = max(rows - len(self.win_head), len(self.win_head))
+            self.win_sorted = np.concatenate((self.win_sorted, np.empty((more, self.window))))
+            self.win_ring = np.concatenate((self.win_ring, np.empty((more, self.window))))
+            self.win_head = np.concatenate((self.win_head, np.zeros(more, dtype=np.int64)))
+
+    def _gather_window(self, cal: ShapeCalibrator, at: int) -> bool:
+        cell = self.window_cells[at]
+        self.win_pool[at] = cell[1] == POOL
+        window = cal._windows.get(cell)
+        if window is None:
+            self.win_row[at], self.win_len[at] = -1, 0
+            return True
+        if window.size != self.window:
+            return False
+        row = int(self.win_row[at])
+        if row < 0:
+            self.grow_rows(int(self.n_rows[0]) + 1)
+            row = self.win_row[at] = int(self.n_rows[0])
+            self.n_rows[0] += 1
+        n = self.win_len[at] = len(window)
+        self.win_head[row] = 0
+        if n:
+            self.win_sorted[row, :n] = window.sorted_array()
+            self.win_ring[row, :n] = np.fromiter(window._order, dtype=float, count=n)
+        return True
+
+    def _gather_spread(self, cal: ShapeCalibrator, at: int) -> None:
+        key = self.spread_keys[at]
+        self.sp_pool[at] = key[1] == POOL
+        spread = cal._spreads.get(key)
+        if spread is None:
+            self.sp_exists[at], self.sp_m[at], self.sp_s[at], self.sp_n[at] = False, 0.0, 0.0, 0
+        else:
+            self.sp_exists[at], self.sp_m[at], self.sp_s[at], self.sp_n[at] = True, spread.m, spread.s, spread.n
+
+    def _gather_alpha(self, cal: ShapeCalibrator, at: int) -> None:
+        alphas = cal._alphas.get(self.alpha_cells[at])
+        self.al_exists[at] = alphas is not None
+        if alphas is not None:
+            self.al[at] = alphas
 
 
 def _number(numbers: dict, names: list, name: Any) -> int:
@@ -192,155 +404,29 @@ def _number(numbers: dict, names: list, name: Any) -> int:
     return at
 
 
-class _Names:
-    """Numbers for the cells (windows, spreads, alpha cells) a calibrator's blocks name, and
-    the walks of the bounds they ask, kept from block to block (names only: no state). Held
-    beside the calibrator (:data:`_NAMES`), so that neither its snapshots nor its copies carry it."""
-
-    MOST = 500_000
-    """Names kept at most (beyond, they start over)."""
-
-    def __init__(self) -> None:
-        self.windows: dict[Cell, int] = {}
-        self.window_cells: list[Cell] = []
-        self.spreads: dict[tuple[str, str, str, int], int] = {}
-        self.spread_keys: list[tuple[str, str, str, int]] = []
-        self.alphas: dict[Cell, int] = {}
-        self.alpha_cells: list[Cell] = []
-        self.plans: dict[tuple, int] = {}
-        self.walks: list[_Plan] = []
-        self.skeletons: dict[tuple, _Skeleton] = {}
-        self.items: dict[tuple, tuple[int, tuple[int, ...], tuple[int, ...], int]] = {}
-        self.cells: dict[tuple, tuple[tuple[int, ...], int, int, int]] = {}  # item()'s, but the model's spread
-
-    def full(self) -> bool:
-        """Whether so many names are kept that they should start over."""
-        return (len(self.windows) + len(self.spreads) + len(self.alphas) + len(self.items)
-                + len(self.cells) + len(self.plans) > self.MOST)
-
-    def window(self, cell: Cell) -> int:
-        return _number(self.windows, self.window_cells, cell)
-
-    def alpha(self, cell: Cell) -> int:
-        return _number(self.alphas, self.alpha_cells, cell)
-
-    def plan(self, shape: QueryShape, kind: str, count: int, model: str, monotone: bool) -> int:
-        """The number of the walk of a bound: its model's spread keys put into the walk of its
-        (shape, kind, count) that every model shares (:meth:`skeleton`)."""
-        key = (shape, kind, count, model, monotone)
-        at = self.plans.get(key)
-        if at is not None:
-            return at
-        sk = self.skeleton(shape, kind, count, monotone)
-        numbers, keys = self.spreads, self.spread_keys
-        own = []
-        for stem, j in sk.stems:
-            name = (stem, kind, model, j)
-            at = numbers.get(name)
-            if at is None:
-                at = numbers[name] = len(keys)
-                keys.append(name)
-            own.append(at)
-        spreads = sk.fixed.copy()
-        spreads[sk.owned] = np.array(own, dtype=np.int64)[sk.stem_of]
-        looks = len(sk.lk_win)
-        self.walks.append(_Plan(sk.look, sk.lk_win, sk.lk_alpha, spreads[:looks], sk.lk_src, sk.wide, sk.wd_win,
-                                spreads[looks:]))
-        at = self.plans[key] = len(self.walks) - 1
-        return at
-
-    def skeleton(self, shape: QueryShape, kind: str, count: int, monotone: bool) -> _Skeleton:
-        """The part of the walks of (shape, kind, count) that does not depend on the model: every
-        window, alpha cell and source, and the spread keys but the model's own."""
-        key = (shape, kind, count, monotone)
-        found = self.skeletons.get(key)
-        if found is not None:
-            return found
-        look, lk_win, lk_alpha, lk_src, lk_keys = [0], [], [], [], []
-        wide, wd_win, wd_keys = [0], [], []
-        for s, j in _cells(shape, count, monotone):
-            for cell_kind, source in ((kind, shape_kernel.DEVICE_KIND), (POOL, shape_kernel.POOLED)):
-                for lookup, c in _lookups(s, j):
-                    lk_win.append(self.window((lookup, cell_kind, c)))
-                    lk_alpha.append(self.alpha((lookup, kind, j)))
-                    lk_keys.append(_spread_row(lookup, kind, j))
-                    lk_src.append(source)
-            look.append(len(lk_win))
-            for stand_in in _chain_keys(s):
-                wd_win.append(self.window((stand_in, POOL, ALL)))
-                wd_keys.append(_spread_row(stand_in, kind, j))
-            wide.append(len(wd_win))
-        stems: dict[tuple[str, int], int] = {}
-        fixed, stem_at = [], []
-        for k in (*lk_keys, *wd_keys):
-            for name in k:
-                if name[2] is _MODEL:  # the model's own: numbered per model (plan)
-                    fixed.append(-1)
-                    stem_at.append(stems.setdefault((name[0], name[3]), len(stems)))
-                else:
-                    fixed.append(_number(self.spreads, self.spread_keys, name))
-                    stem_at.append(-1)
-        ints = functools.partial(np.array, dtype=np.int64)
-        owned = ints(stem_at).reshape(-1, SPREAD_WIDTH) >= 0
-        found = self.skeletons[key] = _Skeleton(
-            ints(look), ints(lk_win), ints(lk_alpha), ints(lk_src), ints(wide), ints(wd_win),
-            ints(fixed).reshape(-1, SPREAD_WIDTH), owned, ints([at for at in stem_at if at >= 0]), list(stems))
-        return found
-
-    def item(self, o: Outcome, monotone: bool) -> tuple[int, tuple[int, ...], tuple[int, ...], int]:
-        """An outcome's walk, the windows and spreads it writes (its cell's
-        :func:`~predictor.calibration.shape.spread_lookups`, not reading, given twice) and its alpha cell."""
-        key = (o.shape, o.kind, o.count, o.model, o.linked, monotone)
-        found = self.items.get(key)
-        if found is None:
-            kind, count = o.kind, o.count
-            cell_key = (LINKED if o.linked else "") + o.shape.key
-            cell = self.cells.get((o.shape, kind, count, o.linked))
-            if cell is None:  # what every model's outcomes of the cell share
-                cell = self.cells[o.shape, kind, count, o.linked] = (
-                    tuple(self.window(c) for c in ((cell_key, kind, count), (cell_key, kind, ALL),
-                                                   (cell_key, POOL, count), (cell_key, POOL, ALL))),
-                    _number(self.spreads, self.spread_keys, (cell_key, kind, "", count)),
-                    _number(self.spreads, self.spread_keys, (cell_key, POOL, "", count)),
-                    self.alpha((cell_key, kind, count)),
-                )
-            windows, by_kind, pooled, alpha = cell
-            own = _number(self.spreads, self.spread_keys, (cell_key, kind, o.model, count))
-            found = self.items[key] = (self.plan(o.shape, kind, count, o.model, monotone), windows,
-                                       (own, by_kind, pooled, own, by_kind, pooled), alpha)
-        return found
+_MIRRORS: weakref.WeakKeyDictionary[ShapeCalibrator, _Mirror] = weakref.WeakKeyDictionary()
 
 
-def _renumber(numbers: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(numbers, return_inverse=True)`` of numbers in ``0 .. size - 1``, without sorting."""
-    seen = np.zeros(size, dtype=np.bool_)
-    seen[numbers] = True
-    return np.flatnonzero(seen), (np.cumsum(seen) - 1)[numbers]
-
-
-_NAMES: weakref.WeakKeyDictionary[ShapeCalibrator, _Names] = weakref.WeakKeyDictionary()
-
-
-def _names(calibrator: ShapeCalibrator) -> _Names:
-    names = _NAMES.get(calibrator)
-    if names is None or names.full():
-        names = _NAMES[calibrator] = _Names()
-    return names
+def _mirror(calibrator: ShapeCalibrator) -> _Mirror:
+    mirror = _MIRRORS.get(calibrator)
+    if mirror is None or mirror.full() or mirror.window != calibrator.window:
+        mirror = _MIRRORS[calibrator] = _Mirror(calibrator)
+    return mirror
 
 
 class _Block:
-    """A block's cells numbered from 0 (those its outcomes read or write), their state as
-    arrays, and the kernel's answers."""
+    """A block's outcomes as the kernel reads them (their plans, cells and levels, by the mirror's
+    numbers), the kernel's run over the mirror, and what changed written back into the calibrator."""
 
     def __init__(self, calibrator: ShapeCalibrator):
         self.cal = calibrator
+        self.mirror = _mirror(calibrator)
 
     def number(self, outcomes: list[Outcome]) -> None:
         """Number every cell the outcomes read or write, and the walks of their bounds."""
-        names, monotone = _names(self.cal), self.cal.monotone
+        mirror, monotone = self.mirror, self.cal.monotone
         n = len(outcomes)
-        plans: dict[int, int] = {}
-        it_plan, it_win, it_spread, it_alpha = [], [], [], []
+        it_plan, it_own, it_win, it_spread, it_alpha = [], [], [], [], []
         self.it_score = np.zeros(n, dtype=np.bool_)
         self.it_out = np.zeros(n, dtype=np.int64)
         self.it_onem = np.zeros(n)
@@ -350,8 +436,9 @@ class _Block:
         sigma = self.cal.fallback_sigma
         for i, o in enumerate(outcomes):
             gil_point()
-            plan, wins, spreads, alpha = names.item(o, monotone)
-            it_plan.append(plans.setdefault(plan, len(plans)))
+            plan, base, wins, spreads, alpha = mirror.item(o, monotone)
+            it_plan.append(plan)
+            it_own.append(base)
             it_win.append(wins)
             it_spread.append(spreads)
             it_alpha.append(alpha)
@@ -368,109 +455,37 @@ class _Block:
                 self.it_ai[i] = ai
                 self.it_denom[i] = 1.0 - GRID[ai]
                 self.it_fallback[i] = normal_quantile(confidence) * sigma
-        walks = [names.walks[plan] for plan in plans]
-        terms = np.array([len(walk.look) - 1 for walk in walks], dtype=np.int64)
-        self.plan_start = np.concatenate(([0], np.cumsum(terms)))
-        lk_sizes = np.array([len(walk.lk_win) for walk in walks], dtype=np.int64)
-        wd_sizes = np.array([len(walk.wd_win) for walk in walks], dtype=np.int64)
-        lk_base = np.concatenate(([0], np.cumsum(lk_sizes)))
-        wd_base = np.concatenate(([0], np.cumsum(wd_sizes)))
-        self.term_look = np.concatenate([walk.look[:-1] + base for walk, base in zip(walks, lk_base, strict=False)]
-                                        + [lk_base[-1:]])
-        self.term_wide = np.concatenate([walk.wide[:-1] + base for walk, base in zip(walks, wd_base, strict=False)]
-                                        + [wd_base[-1:]])
-        self.lk_src = np.concatenate([walk.lk_src for walk in walks])
-        self.it_plan = np.array(it_plan, dtype=np.int64)
-        item_win = np.array(it_win, dtype=np.int64)
-        item_spread = np.array(it_spread, dtype=np.int64)
-        item_alpha = np.array(it_alpha, dtype=np.int64)
-        # global names -> this block's numbers (0 .. distinct - 1)
-        lk_win = np.concatenate([walk.lk_win for walk in walks])
-        wd_win = np.concatenate([walk.wd_win for walk in walks])
-        cells, inverse = _renumber(np.concatenate((lk_win, wd_win, item_win.ravel())), len(names.window_cells))
-        self.lk_win, self.wd_win = inverse[:len(lk_win)], inverse[len(lk_win):len(lk_win) + len(wd_win)]
-        self.it_win = inverse[len(lk_win) + len(wd_win):].reshape(-1, 4)
-        self.window_cells = [names.window_cells[at] for at in cells.tolist()]
-        lk_spread = np.concatenate([walk.lk_spread for walk in walks])
-        wd_spread = np.concatenate([walk.wd_spread for walk in walks])
-        keys, inverse = _renumber(np.concatenate((lk_spread, wd_spread, item_spread)).ravel(), len(names.spread_keys))
-        inverse = inverse.reshape(-1, SPREAD_WIDTH)
-        self.lk_spread, self.wd_spread = inverse[:len(lk_spread)], inverse[len(lk_spread):len(lk_spread) + len(wd_spread)]
-        self.it_spread = inverse[len(lk_spread) + len(wd_spread):]
-        self.spread_keys = [names.spread_keys[at] for at in keys.tolist()]
-        lk_alpha = np.concatenate([walk.lk_alpha for walk in walks])
-        alphas, inverse = _renumber(np.concatenate((lk_alpha, item_alpha)), len(names.alpha_cells))
-        self.lk_alpha, self.it_alpha = inverse[:len(lk_alpha)], inverse[len(lk_alpha):]
-        self.alpha_cells = [names.alpha_cells[at] for at in alphas.tolist()]
-        self.written = set(self.it_win.ravel().tolist())
+        ints = functools.partial(np.array, dtype=np.int64)
+        self.it_plan, self.it_own, self.it_alpha = ints(it_plan), ints(it_own), ints(it_alpha)
+        self.it_win = ints(it_win).reshape(-1, 4)
+        self.it_spread = ints(it_spread).reshape(-1, SPREAD_WIDTH)
 
-    # ------------------------------------------------------------------ state in, kernel, state out
+    # ------------------------------------------------------------------ kernel, state out
     def run(self, outcomes: list[Outcome], residuals: list[float]) -> bool:
-        """Copy the numbered state into arrays and run the kernel over the outcomes; ``False``
+        """Bring the mirror up to the calibrator and run the kernel over the outcomes; ``False``
         (nothing changed) where a window's size is not the calibrator's (made elsewhere)."""
-        cal = self.cal
-        rows = len(self.window_cells)
-        win_exists = np.zeros(rows, dtype=np.bool_)
-        win_len = np.zeros(rows, dtype=np.int64)
-        win_sorted = np.empty((rows, cal.window))
-        win_ring = np.empty((rows, cal.window))
-        win_pool = np.array([cell[1] == POOL for cell in self.window_cells], dtype=np.bool_)
-        win_head = np.zeros(rows, dtype=np.int64)
-        self.kept: list[ResidualWindow | None] = [None] * rows
-        for at in range(rows):
-            gil_point()
-            window = cal._windows.get(self.window_cells[at])
-            if window is None:
-                continue
-            if window.size != cal.window:
-                return False
-            self.kept[at] = window
-            n = len(window)
-            win_exists[at] = True
-            win_len[at] = n
-            if n:
-                win_sorted[at, :n] = window.sorted_array()  # cached as an array from block to block
-                if at in self.written:
-                    kept = window._block_ring
-                    if kept is not None and kept[0] == window.adds:  # as the last block left it
-                        win_ring[at], win_head[at] = kept[1], kept[2]
-                    else:
-                        win_ring[at, :n] = np.fromiter(window._order, dtype=float, count=n)
-        spread_keys = self.spread_keys
-        n_spreads = len(spread_keys)
-        gil_point()
-        found = list(map(cal._spreads.get, spread_keys))
-        gil_point()
-        sp_exists = np.array([spread is not None for spread in found], dtype=np.bool_)
-        sp_m = np.array([0.0 if spread is None else spread.m for spread in found], dtype=float)
-        sp_s = np.array([0.0 if spread is None else spread.s for spread in found], dtype=float)
-        sp_n = np.array([0 if spread is None else spread.n for spread in found], dtype=np.int64)
-        sp_pool = np.array([key[1] == POOL for key in spread_keys], dtype=np.bool_)
-        alpha_cells = self.alpha_cells
-        al_exists = np.zeros(len(alpha_cells), dtype=np.bool_)
-        al = np.zeros((len(alpha_cells), len(GRID)))
-        for at, cell in enumerate(alpha_cells):
-            gil_point()
-            alphas = cal._alphas.get(cell)
-            if alphas is not None:
-                al_exists[at] = True
-                al[at] = alphas
-        grid_onem = np.array([1.0 - level for level in GRID])
+        cal, mirror = self.cal, self.mirror
         n = len(outcomes)
+        if not mirror.sync(cal):
+            _MIRRORS.pop(cal, None)
+            return False
+        self.written = np.unique(self.it_win)
+        mirror.grow_rows(int(mirror.n_rows[0]) + int(np.count_nonzero(mirror.win_row[self.written] < 0)))
         self.out_centre, self.out_lf = np.zeros(n), np.zeros(n)
         self.out_src, self.out_n = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         self.sizes = np.array([len(cal._windows), len(cal._spreads), len(cal._alphas)], dtype=np.int64)
-        self.created = np.zeros((3, max(rows, n_spreads, len(alpha_cells), 1)), dtype=np.int64)
+        self.created = np.zeros((3, 4 * n), dtype=np.int64)
         self.n_created = np.zeros(3, dtype=np.int64)
-        win_added = np.zeros(rows, dtype=np.int64)
+        most = mirror.most_terms
+        grid_onem = np.array([1.0 - level for level in GRID])
+        m = mirror
         shape_kernel.learn_block(
-            win_exists, win_len, win_sorted, win_ring, win_head, win_pool, win_added,
-            sp_exists, sp_m, sp_s, sp_n, sp_pool, al_exists, al, grid_onem.copy(), self.sizes, self.created,
-            self.n_created,
-            self.plan_start, self.term_look, self.term_wide, self.lk_win, self.lk_alpha, self.lk_spread,
-            self.lk_src, self.wd_win, self.wd_spread,
-            self.it_plan, np.array(residuals), self.it_score, self.it_win, self.it_spread, self.it_alpha, self.it_out,
-            self.it_onem, self.it_ai, self.it_denom, self.it_fallback,
+            m.win_row, m.win_len, m.win_sorted, m.win_ring, m.win_head, m.win_pool, m.win_added, m.n_rows,
+            m.sp_exists, m.sp_m, m.sp_s, m.sp_n, m.sp_pool, m.al_exists, m.al, grid_onem.copy(), self.sizes,
+            self.created, self.n_created, *m.walks(), m.own, np.empty(most), np.empty(most),
+            np.empty(most, dtype=np.int64),
+            self.it_plan, self.it_own, np.array(residuals), self.it_score, self.it_win, self.it_spread, self.it_alpha,
+            self.it_out, self.it_onem, self.it_ai, self.it_denom, self.it_fallback,
             grid_onem, np.array([normal_quantile(level) * cal.fallback_sigma for level in GRID]),
             np.array([min(cal.gamma, 0.1 * (1.0 - level)) for level in GRID]),
             np.array([(1.0 - level) / 20.0 for level in GRID]),
@@ -478,43 +493,41 @@ class _Block:
             bool(cal.gamma), cal.scaled, cal.min_residuals, cal.min_spread_n, cal.max_cells, cal.spread_rate,
             MIN_SPREAD, self.out_centre, self.out_lf, self.out_src, self.out_n, cal.noise,
         )
-        self._store(win_len, win_sorted, win_ring, win_head, win_added, spread_keys, sp_m, sp_s, sp_n,
-                    alpha_cells, al_exists, al)
+        self._store()
         return True
 
-    def _store(self, win_len, win_sorted, win_ring, win_head, win_added, spread_keys, sp_m, sp_s, sp_n,
-               alpha_cells, al_exists, al) -> None:
+    def _store(self) -> None:
         """Copy what the kernel changed back into the calibrator (new cells in order of creation)."""
-        cal = self.cal
-        for at in sorted(self.written):
+        cal, m = self.cal, self.mirror
+        made: dict[int, ResidualWindow] = {}
+        for at in self.written.tolist():
             gil_point()
-            added = int(win_added[at])
+            added = int(m.win_added[at])
             if not added:
                 continue
-            window = self.kept[at]
+            m.win_added[at] = 0
+            window = cal._windows.get(m.window_cells[at])
             if window is None:
-                window = self.kept[at] = ResidualWindow(cal.window)
-            _catch_up(window, added, int(win_len[at]), int(win_head[at]), win_ring[at], win_sorted[at])
+                window = made[at] = ResidualWindow(cal.window)
+            row, n = int(m.win_row[at]), int(m.win_len[at])
+            window.take_arrays(added, m.win_ring[row].copy(), int(m.win_head[row]), m.win_sorted[row, :n].copy())
         for at in self.created[0, :self.n_created[0]].tolist():
-            cal._windows[self.window_cells[at]] = self.kept[at]  # type: ignore[assignment]
-        for at, window in enumerate(self.kept):
-            gil_point()
-            if window is not None and window._array is None:
-                window._array = win_sorted[at, :int(win_len[at])].copy()  # (ResidualWindow.sorted_array)
-        spreads, made = cal._spreads, Spread.of
-        ms, ss, ns = sp_m.tolist(), sp_s.tolist(), sp_n.tolist()
-        for at in sorted(set(self.it_spread.ravel().tolist())):
-            key = spread_keys[at]
+            cal._windows[m.window_cells[at]] = made[at]
+        spreads, spread_of, keys = cal._spreads, Spread.of, m.spread_keys
+        written = np.unique(self.it_spread[:, :shape_kernel.WRITTEN_SPREADS]).tolist()
+        ms, ss, ns = m.sp_m[written].tolist(), m.sp_s[written].tolist(), m.sp_n[written].tolist()
+        for at, mean, deviation, count in zip(written, ms, ss, ns, strict=True):
+            key = keys[at]
             if key in spreads:  # replaced, not changed: a frozen copy may hold it
-                spreads[key] = made(ms[at], ss[at], ns[at])
+                spreads[key] = spread_of(mean, deviation, count)
         for at in self.created[1, :self.n_created[1]].tolist():
-            spreads[spread_keys[at]] = made(ms[at], ss[at], ns[at])
+            spreads[keys[at]] = spread_of(float(m.sp_m[at]), float(m.sp_s[at]), int(m.sp_n[at]))
         fresh = set(self.created[2, :self.n_created[2]].tolist())
         for at in sorted(set(self.it_alpha.tolist()) - fresh):
-            if al_exists[at]:
-                cal._alphas[alpha_cells[at]] = al[at].tolist()  # replaced, not changed: a frozen copy may hold it
+            if m.al_exists[at]:
+                cal._alphas[m.alpha_cells[at]] = m.al[at].tolist()  # replaced, not changed: a frozen copy may hold it
         for at in self.created[2, :self.n_created[2]].tolist():
-            cal._alphas[alpha_cells[at]] = al[at].tolist()
+            cal._alphas[m.alpha_cells[at]] = m.al[at].tolist()
 
     def results(self, outcomes: list[Outcome], residuals: list[float]) -> list[Result]:
         """The answers of the outcomes, and the calibrator's counters brought up to date."""

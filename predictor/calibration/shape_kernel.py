@@ -11,12 +11,13 @@ order and the same floating-point operations, over a block of outcomes whose cel
 numbered once (:mod:`predictor.calibration.shape_block` numbers them and copies the state in and out):
 the results are equal bit for bit (``tests/calibration/test_shape_block.py``).
 
-The state, by number: windows (``win_len``, sorted values ``win_sorted``, arrival order
-``win_ring`` from ``win_head``), spreads (``sp_m``, ``sp_s``, ``sp_n``), adaptive levels
-(``al``, ``al_exists``). A *plan* is the list of terms of one ``(shape, kind, count, model)``
-bound; a term the list of its lookups (window, alpha cell, spread keys, source) and of the
-widest cells it falls back on. Compiled on first use and cached on disk (``cache=True``), in
-strict IEEE order (no ``fastmath``).
+The state, by number: windows (``win_len``; where one exists, its row ``win_row`` of the sorted values
+``win_sorted`` and of the arrival order ``win_ring`` from ``win_head``), spreads (``sp_m``, ``sp_s``,
+``sp_n``), adaptive levels (``al``, ``al_exists``). A *plan* is the list of terms of the bounds of
+one ``(shape, kind, count)``, for any model; a term the list of its lookups (window, alpha cell, spread
+keys, source) and of the widest cells it falls back on. A spread key ``-1 - j`` stands for the
+model's own ``j``-th spread, the item's ``own[base + j]``. Compiled on first use and cached on disk
+(``cache=True``), in strict IEEE order (no ``fastmath``).
 """
 
 from __future__ import annotations
@@ -34,25 +35,29 @@ DEVICE_KIND, POOLED, FALLBACK = 0, 1, 2
 
 
 @njit(cache=True, nogil=True)
-def _spread(ids, sp_m, sp_s, sp_n, min_spread_n, scaled, min_spread):
-    """``ShapeCalibrator._spread`` over the spread numbers ``ids`` (in order of preference)."""
+def _spread(ids, own, base, sp_m, sp_s, sp_n, min_spread_n, scaled, min_spread):
+    """``ShapeCalibrator._spread`` over the spread numbers ``ids`` (in order of preference; ``-1 - j``:
+    the model's own ``own[base + j]``)."""
     if not scaled:
         return 0.0, 1.0
     for j in range(ids.shape[0]):
         k = ids[j]
+        if k < 0:
+            k = own[base - 1 - k]
         if sp_n[k] >= min_spread_n:
             return sp_m[k], max(sp_s[k], min_spread)
     return 0.0, 1.0
 
 
 @njit(cache=True, nogil=True)
-def _level(plan, onem_c, ai, denom, fallback_lf, tm_lf, tm_m, tm_src,
-           plan_start, term_look, term_wide, lk_win, lk_alpha, lk_spread, lk_src, wd_win, wd_spread,
-           win_len, win_sorted, sp_m, sp_s, sp_n, al, al_exists, min_residuals, min_spread_n, scaled, min_spread,
-           noise):
-    """The bound of one plan at one level (``ShapeCalibrator._terms`` then ``_point_centre``, ``_centre``
-    and ``_largest``): the log correction (each centre shrunk by ``noise``), the log factor, and the
-    source and residual count of the query's own (last) term. ``tm_*``: scratch room for the terms."""
+def _level(plan, base, onem_c, ai, denom, fallback_lf, tm_lf, tm_m, tm_src,
+           plan_start, term_look, term_wide, lk_win, lk_alpha, lk_spread, lk_src, wd_win, wd_spread, own,
+           win_row, win_len, win_sorted, sp_m, sp_s, sp_n, al, al_exists, min_residuals, min_spread_n, scaled,
+           min_spread, noise):
+    """The bound of one plan for the model whose own spreads start at ``own[base]``, at one level
+    (``ShapeCalibrator._terms`` then ``_point_centre``, ``_centre`` and ``_largest``): the log correction
+    (each centre shrunk by ``noise``), the log factor, and the source and residual count of the
+    query's own (last) term. ``tm_*``: scratch room for the terms."""
     first, last = plan_start[plan], plan_start[plan + 1]
     centre = 0.0
     point = 0.0
@@ -72,8 +77,8 @@ def _level(plan, onem_c, ai, denom, fallback_lf, tm_lf, tm_m, tm_src,
             k = max(1, int(math.ceil((size + 1) * level - 1e-9)))
             if k > size:
                 continue
-            m, s = _spread(lk_spread[q], sp_m, sp_s, sp_n, min_spread_n, scaled, min_spread)
-            lf, src, n = m + s * win_sorted[w, k - 1], lk_src[q], size
+            m, s = _spread(lk_spread[q], own, base, sp_m, sp_s, sp_n, min_spread_n, scaled, min_spread)
+            lf, src, n = m + s * win_sorted[win_row[w], k - 1], lk_src[q], size
             found = True
             break
         if not found:
@@ -81,8 +86,8 @@ def _level(plan, onem_c, ai, denom, fallback_lf, tm_lf, tm_m, tm_src,
                 w = wd_win[q]
                 size = win_len[w]
                 if size >= min_residuals:
-                    m, s = _spread(wd_spread[q], sp_m, sp_s, sp_n, min_spread_n, scaled, min_spread)
-                    lf, src, n = m + s * win_sorted[w, size - 1], POOLED, size
+                    m, s = _spread(wd_spread[q], own, base, sp_m, sp_s, sp_n, min_spread_n, scaled, min_spread)
+                    lf, src, n = m + s * win_sorted[win_row[w], size - 1], POOLED, size
                     break
         at = t - first
         tm_lf[at], tm_m[at], tm_src[at] = lf, m, src
@@ -94,28 +99,28 @@ def _level(plan, onem_c, ai, denom, fallback_lf, tm_lf, tm_m, tm_src,
                 point = shrunk
             any_learned = True
         own_n = n
-    own = last - 1 - first
+    own_term = last - 1 - first
     if not any_learned:
-        centre = tm_m[own]
+        centre = tm_m[own_term]
     widest = 0.0
     any_width = False
     for at in range(last - first):
-        if tm_src[at] != FALLBACK or at == own:
+        if tm_src[at] != FALLBACK or at == own_term:
             width = tm_lf[at] - tm_m[at]
             if not any_width or width > widest:
                 widest = width
             any_width = True
-    return point, centre + widest, tm_src[own], own_n
+    return point, centre + widest, tm_src[own_term], own_n
 
 
 @njit(cache=True, nogil=True)
-def _insert(w, value, win_len, win_sorted, win_ring, win_head, capacity):
-    """``ResidualWindow.add`` of window ``w``: evict the oldest when full (``bisect_left`` of it
-    in the sorted values), append, insert sorted (``insort_right``)."""
-    n = win_len[w]
-    row = win_sorted[w]
+def _insert(r, n, value, win_sorted, win_ring, win_head, capacity):
+    """``ResidualWindow.add`` of the window in row ``r`` holding ``n`` residuals: evict the oldest when
+    full (``bisect_left`` of it in the sorted values), append, insert sorted (``insort_right``); the
+    window's new length."""
+    row = win_sorted[r]
     if n == capacity:
-        oldest = win_ring[w, win_head[w]]
+        oldest = win_ring[r, win_head[r]]
         lo, hi = 0, n
         while lo < hi:  # bisect_left
             mid = (lo + hi) // 2
@@ -126,10 +131,10 @@ def _insert(w, value, win_len, win_sorted, win_ring, win_head, capacity):
         for j in range(lo, n - 1):
             row[j] = row[j + 1]
         n -= 1
-        win_ring[w, win_head[w]] = value
-        win_head[w] = (win_head[w] + 1) % capacity
+        win_ring[r, win_head[r]] = value
+        win_head[r] = (win_head[r] + 1) % capacity
     else:
-        win_ring[w, (win_head[w] + n) % capacity] = value
+        win_ring[r, (win_head[r] + n) % capacity] = value
     lo, hi = 0, n
     while lo < hi:  # bisect_right
         mid = (lo + hi) // 2
@@ -140,38 +145,37 @@ def _insert(w, value, win_len, win_sorted, win_ring, win_head, capacity):
     for j in range(n, lo, -1):
         row[j] = row[j - 1]
     row[lo] = value
-    win_len[w] = n + 1
+    return n + 1
 
 
 @njit(cache=True, nogil=True)
-def learn_block(win_exists, win_len, win_sorted, win_ring, win_head, win_pool, win_added,
+def learn_block(win_row, win_len, win_sorted, win_ring, win_head, win_pool, win_added, n_rows,
                 sp_exists, sp_m, sp_s, sp_n, sp_pool, al_exists, al, al_init, sizes, created, n_created,
-                plan_start, term_look, term_wide, lk_win, lk_alpha, lk_spread, lk_src, wd_win, wd_spread,
-                it_plan, it_resid, it_score, it_win, it_spread, it_alpha, it_out, it_onem, it_ai, it_denom,
+                plan_start, term_look, term_wide, lk_win, lk_alpha, lk_spread, lk_src, wd_win, wd_spread, own,
+                tm_lf, tm_m, tm_src,
+                it_plan, it_own, it_resid, it_score, it_win, it_spread, it_alpha, it_out, it_onem, it_ai, it_denom,
                 it_fallback, grid_onem, grid_fallback, ad_gamma, ad_lo, ad_hi,
                 adapt, scaled, min_residuals, min_spread_n, max_cells, spread_rate, min_spread,
                 out_centre, out_lf, out_src, out_n, noise):
     """``score`` (items with ``it_score``) or ``add`` (the others) of each item in order.
 
+    Item ``i``'s bound is plan ``it_plan[i]`` with its model's own spreads from ``own[it_own[i]]``.
     Levels ``0 .. len(grid) - 1`` of an item are the grid's, level ``len(grid)`` its own
     confidence when it is not one of them (``it_onem``, ``it_ai``, ``it_denom``,
     ``it_fallback``); ``it_out`` says at which its answer (``out_*``) is read. ``sizes`` holds
     the numbers of windows, spreads and alpha cells the calibrator has (its caps count them)
     and is kept up to date; ``created[j]`` lists, in order, the numbers of the windows
-    (``j = 0``), spreads (1) and alpha cells (2) made here, ``n_created[j]`` of them.
+    (``j = 0``), spreads (1) and alpha cells (2) made here, ``n_created[j]`` of them. A window made
+    here takes row ``n_rows[0]`` (then counted on); ``win_added`` counts each window's new residuals.
+    ``tm_*``: scratch room for the terms of the longest plan.
     """
     capacity = win_sorted.shape[1]
     n_grid = grid_onem.shape[0]
     largest = np.empty(n_grid)
     srcs = np.empty(n_grid, dtype=np.int64)
-    most = 1
-    for p in range(plan_start.shape[0] - 1):
-        most = max(most, plan_start[p + 1] - plan_start[p])
-    tm_lf = np.empty(most)
-    tm_m = np.empty(most)
-    tm_src = np.empty(most, dtype=np.int64)
     for i in range(it_plan.shape[0]):
         plan = it_plan[i]
+        base = it_own[i]
         residual = it_resid[i]
         a = it_alpha[i]
         adapting = adapt and win_len[it_win[i, 0]] >= min_residuals and (al_exists[a] or sizes[2] < max_cells)
@@ -180,16 +184,16 @@ def learn_block(win_exists, win_len, win_sorted, win_ring, win_head, win_pool, w
             if not (wanted or (adapting and g < n_grid)):
                 continue
             if g < n_grid:
-                c, lf, src, n = _level(plan, grid_onem[g], g, grid_onem[g], grid_fallback[g], tm_lf, tm_m, tm_src,
-                                       plan_start, term_look, term_wide, lk_win, lk_alpha, lk_spread, lk_src,
-                                       wd_win, wd_spread, win_len, win_sorted, sp_m, sp_s, sp_n, al, al_exists,
-                                       min_residuals, min_spread_n, scaled, min_spread, noise)
+                c, lf, src, n = _level(plan, base, grid_onem[g], g, grid_onem[g], grid_fallback[g], tm_lf, tm_m,
+                                       tm_src, plan_start, term_look, term_wide, lk_win, lk_alpha, lk_spread, lk_src,
+                                       wd_win, wd_spread, own, win_row, win_len, win_sorted, sp_m, sp_s, sp_n, al,
+                                       al_exists, min_residuals, min_spread_n, scaled, min_spread, noise)
                 largest[g], srcs[g] = lf, src
             else:
-                c, lf, src, n = _level(plan, it_onem[i], it_ai[i], it_denom[i], it_fallback[i], tm_lf, tm_m, tm_src,
-                                       plan_start, term_look, term_wide, lk_win, lk_alpha, lk_spread, lk_src,
-                                       wd_win, wd_spread, win_len, win_sorted, sp_m, sp_s, sp_n, al, al_exists,
-                                       min_residuals, min_spread_n, scaled, min_spread, noise)
+                c, lf, src, n = _level(plan, base, it_onem[i], it_ai[i], it_denom[i], it_fallback[i], tm_lf, tm_m,
+                                       tm_src, plan_start, term_look, term_wide, lk_win, lk_alpha, lk_spread, lk_src,
+                                       wd_win, wd_spread, own, win_row, win_len, win_sorted, sp_m, sp_s, sp_n, al,
+                                       al_exists, min_residuals, min_spread_n, scaled, min_spread, noise)
             if wanted:
                 out_centre[i], out_lf[i], out_src[i], out_n[i] = c, lf, src, n
         if adapting:
@@ -205,18 +209,21 @@ def learn_block(win_exists, win_len, win_sorted, win_ring, win_head, win_pool, w
                     continue
                 missed = 1.0 if residual > largest[g] else 0.0
                 al[a, g] = min(max(al[a, g] + ad_gamma[g] * (grid_onem[g] - missed), ad_lo[g]), ad_hi[g])
-        m, s = _spread(it_spread[i], sp_m, sp_s, sp_n, min_spread_n, scaled, min_spread)
+        m, s = _spread(it_spread[i], own, 0, sp_m, sp_s, sp_n, min_spread_n, scaled, min_spread)
         score = (residual - m) / s
         for j in range(it_win.shape[1]):
             w = it_win[i, j]
-            if not win_exists[w]:
+            r = win_row[w]
+            if r < 0:
                 if sizes[0] >= max_cells and not win_pool[w]:
                     continue
-                win_exists[w] = True
+                r = win_row[w] = n_rows[0]
+                n_rows[0] += 1
+                win_head[r] = 0
                 sizes[0] += 1
                 created[0, n_created[0]] = w
                 n_created[0] += 1
-            _insert(w, score, win_len, win_sorted, win_ring, win_head, capacity)
+            win_len[w] = _insert(r, win_len[w], score, win_sorted, win_ring, win_head, capacity)
             win_added[w] += 1
         for j in range(WRITTEN_SPREADS):  # (an outcome's three, given twice)
             k = it_spread[i, j]

@@ -201,3 +201,29 @@ def test_a_window_of_another_size_sends_the_block_the_per_call_way():
     assert _same(learn_block(by_block, outcomes, fewest=2), [learn_one(by_call, o) for o in outcomes])
     assert _state(by_block) == _state(by_call)
     assert by_block._windows[(shape.key, "cpu", 1)].size == 5
+
+
+@pytest.mark.parametrize("watch_most, most", [(4, 500_000), (4096, 60), (4, 60)])
+def test_a_mirror_that_starts_over_or_reads_a_long_watch_list_equals_calls(monkeypatch, watch_most, most):
+    """The block path's mirror of the state is brought up to what the calls between blocks changed:
+    cell by cell from the watch list, or all of it once the list ran over; and a mirror with too many
+    names starts over."""
+    from predictor.calibration import shape, shape_block
+
+    monkeypatch.setattr(shape, "WATCH_MOST", watch_most)
+    monkeypatch.setattr(shape_block, "WATCH_MOST", watch_most)
+    monkeypatch.setattr(shape_block._Mirror, "MOST", most)
+    rng = np.random.default_rng(11)
+    settings_ = dict(window=30, min_residuals=3, min_spread_n=2, gamma=0.05)
+    by_block, by_call = ShapeCalibrator(**settings_), ShapeCalibrator(**settings_)
+    outcomes = [Outcome(SHAPES[int(rng.integers(0, len(SHAPES)))], str(rng.choice(["cpu", "gpu", "tpu"])),
+                        int(rng.integers(0, 4)), str(rng.choice(["a", "b", "c"])), 5.0 * float(np.exp(rng.normal(0, 0.5))),
+                        5.0, False, float(rng.choice([0.9, 0.95, 0.97]))) for _ in range(1500)]
+    got, at = [], 0
+    for size in rng.integers(1, 60, 60).tolist():
+        part = outcomes[at:at + size]
+        got += [learn_one(by_block, o) for o in part] if size % 3 == 0 else learn_block(by_block, part, fewest=2)
+        at += size
+    got += learn_block(by_block, outcomes[at:])
+    assert _same(got, [learn_one(by_call, o) for o in outcomes])
+    assert _state(by_block) == _state(by_call)

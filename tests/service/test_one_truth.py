@@ -61,7 +61,7 @@ def _parts(service: Service) -> dict[str, object]:
             "outliers": state.n_outliers, "learned": state.predictor.n_learned}
 
 
-_SKIPPED = {"_lock", "clock", "_projected", "_block_ring", "_array", "_packed"}
+_SKIPPED = {"_lock", "clock", "_projected", "_array", "_packed"}
 """Attributes that are no learned state: locks, clocks, wall times, caches derived from the state."""
 
 

@@ -66,7 +66,6 @@ class PackedWindow(ResidualWindow):
         self._packed = residuals
         self._array = None
         self._adds = adds
-        self._block_ring = None
 
     def __getattr__(self, name: str) -> Any:
         if name not in ("_order", "_sorted") or "_packed" not in self.__dict__:
