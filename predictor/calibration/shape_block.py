@@ -171,7 +171,7 @@ class _Mirror:
         self.alpha_cells: list[Cell] = []
         self.plans: dict[tuple, tuple[int, tuple[tuple[str, int], ...]]] = {}
         self.items: dict[tuple, tuple[int, int, tuple[int, ...], tuple[int, ...], int]] = {}
-        self.cells: dict[tuple, tuple[tuple[int, ...], int, int, int]] = {}  # item()'s, but the model's spread
+        self.cells: dict[tuple, tuple] = {}  # item()'s, but the model's spreads
         # the plans' walks, laid end to end (lists; as arrays in walks() until a plan is added)
         self._plan_start, self._term_look, self._term_wide = [0], [0], [0]
         self._lk_win: list[int] = []
@@ -274,23 +274,31 @@ class _Mirror:
         if found is None:
             kind, count, model = o.kind, o.count, o.model
             cell_key = (LINKED if o.linked else "") + o.shape.key
-            cell = self.cells.get((o.shape, kind, count, o.linked))
+            cell = self.cells.get((o.shape, kind, count, o.linked, monotone))
             if cell is None:  # what every model's outcomes of the cell share
-                cell = self.cells[o.shape, kind, count, o.linked] = (
+                cell = self.cells[o.shape, kind, count, o.linked, monotone] = (
                     tuple(self.window_number(c) for c in ((cell_key, kind, count), (cell_key, kind, ALL),
                                                           (cell_key, POOL, count), (cell_key, POOL, ALL))),
                     self.spread_number((cell_key, kind, "", count)),
                     self.spread_number((cell_key, POOL, "", count)),
                     self.alpha_number((cell_key, kind, count)),
+                    *self.plan(o.shape, kind, count, monotone),
                 )
-            windows, by_kind, pooled, alpha = cell
-            plan, stems = self.plan(o.shape, kind, count, monotone)
-            base = self.n_own
-            if base + len(stems) > len(self.own):
+            windows, by_kind, pooled, alpha, plan, stems = cell
+            base, end = self.n_own, self.n_own + len(stems)
+            if end > len(self.own):
                 self.own = np.concatenate((self.own, np.zeros(max(len(self.own), len(stems)), dtype=np.int64)))
-            for j, (stem, c) in enumerate(stems):
-                self.own[base + j] = self.spread_number((stem, kind, model, c))
-            self.n_own += len(stems)
+            numbers, keys = self.spreads, self.spread_keys
+            own_numbers = []
+            for stem, c in stems:
+                name = (stem, kind, model, c)
+                at = numbers.get(name)
+                if at is None:
+                    at = numbers[name] = len(keys)
+                    keys.append(name)
+                own_numbers.append(at)
+            self.own[base:end] = own_numbers
+            self.n_own = end
             own = self.spread_number((cell_key, kind, model, count))
             found = self.items[key] = (plan, base, windows, (own, by_kind, pooled, own, by_kind, pooled), alpha)
         return found
@@ -520,8 +528,10 @@ class _Block:
             key = keys[at]
             if key in spreads:  # replaced, not changed: a frozen copy may hold it
                 spreads[key] = spread_of(mean, deviation, count)
-        for at in self.created[1, :self.n_created[1]].tolist():
-            spreads[keys[at]] = spread_of(float(m.sp_m[at]), float(m.sp_s[at]), int(m.sp_n[at]))
+        created = self.created[1, :self.n_created[1]]
+        ms, ss, ns = m.sp_m[created].tolist(), m.sp_s[created].tolist(), m.sp_n[created].tolist()
+        for at, mean, deviation, count in zip(created.tolist(), ms, ss, ns, strict=True):
+            spreads[keys[at]] = spread_of(mean, deviation, count)
         fresh = set(self.created[2, :self.n_created[2]].tolist())
         for at in sorted(set(self.it_alpha.tolist()) - fresh):
             if m.al_exists[at]:
