@@ -129,6 +129,7 @@ class SgdRun:
         # the columns finish() writes back (besides those numbered since): those blocks learned, those
         # marked learned by columns(), those the scaler lacks
         self._written: list[np.ndarray] = [np.arange(scaled, d, dtype=np.int64)]
+        self._listed: list[int] = []  # and those of columns()
         self._numbered = d
         self.weights = np.zeros(max(d, 16))
         self.abs_max = np.zeros(max(d, 16))
@@ -153,17 +154,18 @@ class SgdRun:
             self._contention.append(is_contention(name))
         return at
 
-    def columns(self, names: Sequence[str]) -> np.ndarray:
+    def columns(self, names: Sequence[str]) -> list[int]:
         """The columns of ``names`` (new names get the next ones), marked as learned: a row of these
         names is about to be learned."""
+        index = self._index
         try:  # every name numbered already: looked up alone
-            at = np.fromiter(map(self._index.__getitem__, names), dtype=np.int64, count=len(names))
+            at = [index[name] for name in names]
         except KeyError:
-            at = np.fromiter(map(self._column, names), dtype=np.int64, count=len(names))
+            at = [self._column(name) for name in names]
         learned = self._learned
-        for column in at.tolist():
+        for column in at:
             learned[column] = True
-        self._written.append(at)
+        self._listed += at
         return at
 
     def block(self, offsets: np.ndarray, positions: np.ndarray, values: np.ndarray,
@@ -204,7 +206,8 @@ class SgdRun:
         self._grow(len(self._names))  # columns numbered after the last block: unlearned, but the scaler has them
         model = self.predictor._model
         # only these columns can differ from the model's state (new names inserted in their columns' order)
-        written = np.unique(np.concatenate([*self._written, np.arange(self._numbered, len(self._names))]))
+        written = np.unique(np.concatenate([*self._written, np.array(self._listed, dtype=np.int64),
+                                            np.arange(self._numbered, len(self._names))]))
         weights, maxima = self.weights[written].tolist(), self.abs_max[written].tolist()
         names, learned, columns = self._names, self._learned, written.tolist()
         model.note(map(names.__getitem__, columns))
@@ -228,6 +231,7 @@ class SgdRun:
             return False
         self._finished = False
         self._written = []
+        self._listed = []
         self._numbered = len(self._names)
         self.steps = 0
         return True
@@ -283,7 +287,7 @@ class SgdRows:
         if columns is None:
             if len(self.layouts) >= MAX_LAYOUTS:  # bounded however many layouts a fleet's rows make
                 self.layouts.clear()
-            columns = self.layouts[names] = self.run.columns(names).tolist()
+            columns = self.layouts[names] = self.run.columns(names)
         self.positions.extend(columns)
         self.values.extend(base.values())
         self.offsets.append(len(self.values))

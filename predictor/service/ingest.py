@@ -17,6 +17,7 @@ sender's rate, or is an outlier. ``docs/design.md`` (Ingest by blocks) has the s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import pickle
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -370,7 +371,7 @@ class Ingest:
         if len(block) < fewest or not _compiles(predictor):
             return None
         # what a refusal of the gate restores (no gate: nothing is refused, nothing to keep)
-        restore = None if state.gates is None else _restore_point(state, {t.kind for t in block})
+        restore, release = (None, None) if state.gates is None else _restore_point(state, {t.kind for t in block})
         knows: list[bool] = []
         predicted = _prequential_compiled(predictor, [t.record for t in block], knows, self.kept)
         if state.gates is not None:
@@ -379,6 +380,7 @@ class Ingest:
                     restore()  # type: ignore[misc]
                     self.kept.forget()
                     return self._learn_compiled(block[:at], fewest=1) if at else []
+            release()  # type: ignore[misc]
         for taken, value in zip(block, predicted, strict=True):
             self._score(taken.record, taken.kind, value)
         return predicted
@@ -547,11 +549,11 @@ def _prequential_compiled(predictor: LatencyPredictor, records: list[Record], kn
     return fastreplay.prequential_blocks(predictor, records, block=len(records), knows=knows, kept=kept).predicted
 
 
-def _restore_point(state: ServiceState, kinds: set[str]) -> Callable[[], None]:
+def _restore_point(state: ServiceState, kinds: set[str]) -> tuple[Callable[[], None], Callable[[], None]]:
     """What brings the state's predictor and outlier gates back to where they are now (a refusal
-    of the gate undoes the learning since; only the gates of ``kinds`` may check meanwhile): their
-    own restore points where they have them (the arrays learning changes in place, copied), else a
-    pickle of both."""
+    of the gate undoes the learning since; only the gates of ``kinds`` may check meanwhile), and what
+    lets it go where it is not needed: their own restore points where they have them (the arrays
+    learning changes in place, copied; the gates' changes noted), else a pickle of both."""
     predictor, gates = state.predictor, state.gates
     if restores_in_place(predictor) and gates is not None:
         learned, checked = predictor.restore_point(), gates.restore_point(kinds)  # type: ignore[attr-defined]
@@ -560,12 +562,14 @@ def _restore_point(state: ServiceState, kinds: set[str]) -> Callable[[], None]:
             predictor.restore(learned)  # type: ignore[attr-defined]
             gates.restore(checked)
 
-        return restore
+        return restore, functools.partial(gates.release, checked)
     saved = pickle.dumps((predictor, gates), protocol=pickle.HIGHEST_PROTOCOL)
 
     def unpickle() -> None:
         state.predictor, state.gates = pickle.loads(saved)
 
-    return unpickle
+    return unpickle, _nothing
 
 
+def _nothing() -> None:
+    """Nothing to let go of (a pickle)."""

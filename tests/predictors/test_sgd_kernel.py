@@ -58,7 +58,7 @@ def _compiled(predictor: SgdPredictor, rows: list[tuple[dict[str, float], float]
     for start, stop in zip([0, *cuts], [*cuts, len(rows)], strict=True):
         part = rows[start:stop]
         positions = [run.columns(tuple(features)) for features, _ in part]
-        offsets = np.cumsum([0] + [p.size for p in positions])
+        offsets = np.cumsum([0] + [len(p) for p in positions])
         block = run.block(offsets, np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64),
                           np.array([v for features, _ in part for v in features.values()]),
                           np.array([t for _, t in part]))

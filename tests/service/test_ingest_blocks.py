@@ -153,7 +153,7 @@ def test_a_restore_point_brings_the_predictor_and_gates_back_to_the_bit(predicto
     state = service.state
     before = copy.deepcopy((state.predictor, state.gates))
     weights = _sgd_weights(state.predictor)
-    restore = _restore_point(state, {r.device_kind or state.live.kind_of(r.device) for r in records[300:]})
+    restore, _ = _restore_point(state, {r.device_kind or state.live.kind_of(r.device) for r in records[300:]})
     service.report_observations([(r, "") for r in records[300:]])
     assert differs((state.predictor, state.gates), before) is not None
     assert not weights or differs(_sgd_weights(state.predictor), weights) is not None

@@ -95,3 +95,32 @@ def test_restored_gates_are_the_gates_at_their_restore_point(checks, at, named):
     twin = pickle.loads(expected)
     assert gates.check(kind, 10.0, 10.0 * math.sqrt(ratio), source) == twin.check(kind, 10.0, 10.0 * math.sqrt(ratio),
                                                                                   source)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.floats(0.7, 1.4), st.floats(0.05, 20.0)), st.sampled_from(["x", "y", "z"])),
+                min_size=1, max_size=160),
+       st.integers(0, 160), st.integers(0, 3), st.booleans())
+def test_a_gate_rewound_to_a_mark_is_the_gate_at_its_mark(checks, at, others, release_first):
+    """Full windows (residuals and decisions evicted), escapes and refreshes after the mark are undone
+    to the bit; marks taken and released after it (the ingest's own, per part) leave it intact."""
+    from predictor.service.guards.robust import OutlierGate
+
+    gate = OutlierGate(warmup=4, window=7, escape_window=5, escape_sources=2)
+    for ratio, source in checks[:at]:
+        gate.admit(10.0, 10.0 * ratio, source)
+    mark, expected = gate.mark(), _state(gate)
+    later = checks[at:]
+    for i, (ratio, source) in enumerate(later):
+        if i < others:  # another mark, taken and let go (or left open: the rewind closes it)
+            inner = gate.mark()
+            gate.admit(10.0, 10.0 * ratio, source)
+            if release_first:
+                gate.release(inner)
+            continue
+        gate.admit(10.0, 10.0 * ratio, source)
+    gate.rewind(mark)
+    assert _state(gate) == expected
+    twin = pickle.loads(expected)
+    assert [gate.admit(10.0, 10.0 * r, s) for r, s in checks] == [twin.admit(10.0, 10.0 * r, s) for r, s in checks]
+    assert unshared(gate) == unshared(twin)  # (the sources: the same strings, shared otherwise)

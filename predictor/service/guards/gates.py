@@ -69,23 +69,30 @@ class OutlierGates:
         )
 
     def restore_point(self, kinds: Iterable[str] | None = None) -> tuple[int, dict[str, OutlierGate], list]:
-        """The gates' state now, for :meth:`restore` to bring them back to after more checks;
-        ``kinds``: the only device kinds checked meanwhile (only the gates they check are saved)."""
+        """The gates' state now, for :meth:`restore` to bring them back to after more checks (each gate
+        notes its changes from now on: :meth:`OutlierGate.mark`); ``kinds``: the only device kinds
+        checked meanwhile (only the gates they check are marked). :meth:`release` it where it will not
+        be restored."""
         gates = self._gates
         if kinds is None:
             saved = list(gates.values())
         else:
             saved = list({id(gate): gate for gate in (gates.get(k, gates.get(self.SHARED)) for k in kinds)
                           if gate is not None}.values())
-        return self.n_rejected, dict(gates), [(gate, gate.restore_point()) for gate in saved]
+        return self.n_rejected, dict(gates), [(gate, gate.mark()) for gate in saved]
 
     def restore(self, point: tuple[int, dict[str, OutlierGate], list]) -> None:
-        """Bring the gates back to the state of ``point`` (from :meth:`restore_point`; used once):
-        the same gate objects, with the state they had; gates made since are dropped."""
+        """Bring the gates back to the state of ``point`` (from :meth:`restore_point`, the last one; used
+        once): the same gate objects, with the state they had; gates made since are dropped."""
         self.n_rejected, gates, saved = point
-        for gate, state in saved:
-            gate.restore(state)
+        for gate, mark in saved:
+            gate.rewind(mark)
         self._gates = gates
+
+    def release(self, point: tuple[int, dict[str, OutlierGate], list]) -> None:
+        """Let the gates stop noting their changes for ``point`` (it will not be restored)."""
+        for gate, mark in point[2]:
+            gate.release(mark)
 
     def kinds(self) -> list[str]:
         """The device kinds that have their own gate (the shared gate of further kinds left out)."""

@@ -29,6 +29,10 @@ from collections import deque
 
 import numpy as np
 
+_KEPT, _RECENT, _ESCAPED = "kept", "recent", "escaped"
+"""The changes a mark notes (:meth:`OutlierGate.mark`): a residual kept (and the one it evicted), a
+decision kept (and the one it evicted), an escape (the windows it cleared)."""
+
 
 class OutlierGate:
     """Admit or reject observations by their residual against the prediction.
@@ -75,18 +79,57 @@ class OutlierGate:
         self.n_rejected = 0
         self.n_escapes = 0
 
-    def restore_point(self) -> dict:
-        """The gate's state now, for :meth:`restore` to bring it back to (the windows copied)."""
-        state = dict(self.__dict__)
-        state["_residuals"] = self._residuals.copy()
-        state["_sorted"] = self._sorted.copy()
-        state["_recent"] = self._recent.copy()
-        return state
+    JOURNAL_MOST = 65_536
+    """Changes a mark notes at most (beyond, it is dropped: see :meth:`rewind`)."""
 
-    def restore(self, point: dict) -> None:
-        """Bring the gate back to the state of ``point`` (from :meth:`restore_point`; used once)."""
-        self.__dict__.clear()
-        self.__dict__.update(point)
+    _marks: tuple[list, ...] = ()  # the open marks (none in gates pickled before marks)
+
+    def mark(self) -> list:
+        r"""Start noting what :meth:`admit` changes, so that :meth:`rewind` of the mark returned brings
+        the gate back to its state now; it stays open until rewound or :meth:`release`\ d."""
+        undo = [(self.n_admitted, self.n_rejected, self.n_escapes, self._threshold, self._since_refresh)]
+        self._marks = (*self._marks, undo)
+        return undo
+
+    def release(self, mark: list) -> None:
+        """Stop noting changes for ``mark`` (it will not be rewound)."""
+        self._marks = tuple(open_ for open_ in self._marks if open_ is not mark)
+
+    def rewind(self, mark: list) -> None:
+        """Bring the gate back to its state at ``mark`` (an open :meth:`mark`; used once): each change
+        noted since undone, newest first. Every mark is closed by it."""
+        if not any(open_ is mark for open_ in self._marks):
+            raise RuntimeError("not an open mark of the gate (rewound or released, or it noted too many changes)")
+        for entry in reversed(mark[1:]):
+            if entry[0] is _KEPT:
+                _, residual, evicted = entry
+                self._residuals.pop()
+                ordered = self._sorted
+                del ordered[bisect.bisect_right(ordered, residual) - 1]
+                if evicted is not None:
+                    self._residuals.appendleft(evicted)
+                    ordered.insert(bisect.bisect_left(ordered, evicted), evicted)
+            elif entry[0] is _RECENT:
+                self._recent.pop()
+                if entry[1] is not None:
+                    self._recent.appendleft(entry[1])
+            else:  # _ESCAPED
+                _, self._residuals, self._recent, self._sorted = entry
+        self.n_admitted, self.n_rejected, self.n_escapes, self._threshold, self._since_refresh = mark[0]
+        self._marks = ()
+
+    def _note(self, entry: tuple) -> None:
+        """Note a change in every open mark (a mark that noted too many is closed)."""
+        marks = self._marks
+        for undo in marks:
+            undo.append(entry)
+        if any(len(undo) > self.JOURNAL_MOST for undo in marks):
+            self._marks = tuple(undo for undo in marks if len(undo) <= self.JOURNAL_MOST)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_marks", None)  # a mark is no state
+        return state
 
     def _refresh(self) -> None:
         residuals = np.fromiter(self._residuals, dtype=float)
@@ -104,10 +147,15 @@ class OutlierGate:
         admitted = self.n_admitted < self.warmup or abs(residual - self._center()) <= self._threshold
         if not admitted and self._shift_seen_by_many(source):
             admitted = True
+            if self._marks:
+                self._note((_ESCAPED, self._residuals.copy(), self._recent.copy(), list(self._sorted)))
             self.n_escapes += 1
             self._residuals.clear()
             self._recent.clear()
-        self._recent.append((not admitted, source))
+        recent = self._recent
+        if self._marks:
+            self._note((_RECENT, recent[0] if len(recent) == recent.maxlen else None))
+        recent.append((not admitted, source))
         if not admitted:
             self.n_rejected += 1
             return False
@@ -139,8 +187,12 @@ class OutlierGate:
     def _keep(self, residual: float) -> None:
         """Append an admitted residual to the window and to its sorted copy."""
         ordered = self._ordered()
+        evicted = None
         if len(self._residuals) == self._residuals.maxlen:
-            del ordered[bisect.bisect_left(ordered, self._residuals[0])]
+            evicted = self._residuals[0]
+            del ordered[bisect.bisect_left(ordered, evicted)]
+        if self._marks:
+            self._note((_KEPT, residual, evicted))
         self._residuals.append(residual)
         bisect.insort(ordered, residual)
 
