@@ -180,11 +180,14 @@ class SgdPredictor(LatencyPredictor):
 
     def _scaled_weights(self, names: Sequence[str]) -> np.ndarray | None:
         """Each feature's weight over its column's largest magnitude seen (0 where either is missing): the
-        linear model as weights on the raw features, for the quadratic forms. ``None`` where one is not
-        finite (a largest magnitude so small that the quotient overflows, which the model's own order,
-        the value over its largest magnitude first, never meets): no form, the caller's per-window path."""
+        linear model as weights on the raw features, for the quadratic forms. ``None`` where a largest
+        magnitude is subnormal (the quotient may overflow, and the model's own order, the value over its
+        largest magnitude first, then differs from the form's by more than rounding) or a quotient is not
+        finite: no form, the caller's per-window path."""
         model = self._model
         largest = np.array([model.abs_max.get(name, 0.0) for name in names])
+        if ((largest != 0.0) & (np.abs(largest) < np.finfo(float).tiny)).any():
+            return None
         weight = np.array([model.weights.get(name, 0.0) for name in names])
         with np.errstate(over="ignore"):
             scaled = np.divide(weight, largest, out=np.zeros(len(names)), where=largest != 0.0)
