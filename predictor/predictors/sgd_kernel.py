@@ -158,10 +158,9 @@ class SgdRun:
         """The columns of ``names`` (new names get the next ones), marked as learned: a row of these
         names is about to be learned."""
         index = self._index
-        try:  # every name numbered already: looked up alone
-            at = [index[name] for name in names]
-        except KeyError:
-            at = [self._column(name) for name in names]
+        at = [index.get(name, -1) for name in names]
+        if -1 in at:  # new names: numbered in order
+            at = [self._column(name) if column < 0 else column for name, column in zip(names, at, strict=True)]
         learned = self._learned
         for column in at:
             learned[column] = True
