@@ -82,7 +82,7 @@ class OutlierGates:
         return self.n_rejected, dict(gates), [(gate, gate.mark()) for gate in saved]
 
     def restore(self, point: tuple[int, dict[str, OutlierGate], list]) -> None:
-        """Bring the gates back to the state of ``point`` (from :meth:`restore_point`, the last one; used
+        """Bring the gates back to the state of ``point`` (from :meth:`restore_point`, its marks still open; used
         once): the same gate objects, with the state they had; gates made since are dropped."""
         self.n_rejected, gates, saved = point
         for gate, mark in saved:
