@@ -145,3 +145,24 @@ def test_sgd_has_no_form_where_a_weight_over_its_largest_magnitude_overflows():
         solo, (low, high) = predictor.solo_latency(train[2]), predictor._slowdown_range
         window = monotone.fixed_point_one(predictor.window_latency(train[2], [None, None, 0.0]), solo, high, low)
         assert np.isfinite(window) and window >= solo * low
+
+
+def test_sgd_has_no_form_where_a_largest_magnitude_is_subnormal():
+    """A column whose largest magnitude is subnormal but whose weight over it is finite (an overlap of
+    2.2e-311): the form's order (the weight over the magnitude first) and the model's (the value over it
+    first) differ by more than rounding there, so ``sgd`` has no window form and the per-window path
+    answers (hypothesis found the compiled search's window 1.1460 against the per-window 1.1253 before)."""
+    attrs = {"l2_util": 0.0, "dram_util": 0.0}
+
+    def record(latency, *overlaps):
+        return Record("gpu0", BatchSpec("resnet", 1, attrs), latency, device_kind="kind", signals={"sm_util": 0.0},
+                      co_runners=tuple(CoRunner("resnet", 1, attrs, overlap=o) for o in overlaps))
+
+    train = [record(1.0), record(1.0), record(1.0, 0.0, 0.0, 2.225073858507e-311), *[record(1.0)] * 5, record(2.0)]
+    for spec in ("sgd", "ensemble:experts='rls,sgd'"):
+        predictor = create(spec).fit(train)
+        remaining = [None, None, 1.0]
+        assert predictor.window_form(train[2], remaining) is None
+        solo, (low, high) = predictor.solo_latency(train[2]), predictor._slowdown_range
+        window = monotone.fixed_point_one(predictor.window_latency(train[2], remaining), solo, high, low)
+        assert np.isfinite(window) and window >= solo * low
