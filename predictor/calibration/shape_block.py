@@ -522,16 +522,12 @@ class _Block:
         for at in self.created[0, :self.n_created[0]].tolist():
             cal._windows[m.window_cells[at]] = made[at]
         spreads, spread_of, keys = cal._spreads, Spread.of, m.spread_keys
-        written = np.unique(self.it_spread[:, :shape_kernel.WRITTEN_SPREADS]).tolist()
-        ms, ss, ns = m.sp_m[written].tolist(), m.sp_s[written].tolist(), m.sp_n[written].tolist()
-        for at, mean, deviation, count in zip(written, ms, ss, ns, strict=True):
-            key = keys[at]
-            if key in spreads:  # replaced, not changed: a frozen copy may hold it
-                spreads[key] = spread_of(mean, deviation, count)
         created = self.created[1, :self.n_created[1]]
-        ms, ss, ns = m.sp_m[created].tolist(), m.sp_s[created].tolist(), m.sp_n[created].tolist()
-        for at, mean, deviation, count in zip(created.tolist(), ms, ss, ns, strict=True):
-            spreads[keys[at]] = spread_of(mean, deviation, count)
+        written = np.unique(self.it_spread[:, :shape_kernel.WRITTEN_SPREADS])
+        kept = written[m.sp_exists[written] & ~np.isin(written, created)]  # in the calibrator before the block
+        for at in (kept, created):  # replaced, not changed (a frozen copy may hold it), then the new in order
+            spreads.update(zip(map(keys.__getitem__, at.tolist()),
+                               map(spread_of, m.sp_m[at].tolist(), m.sp_s[at].tolist(), m.sp_n[at].tolist())))
         fresh = set(self.created[2, :self.n_created[2]].tolist())
         for at in sorted(set(self.it_alpha.tolist()) - fresh):
             if m.al_exists[at]:
