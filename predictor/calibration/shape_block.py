@@ -527,7 +527,7 @@ class _Block:
         kept = written[m.sp_exists[written] & ~np.isin(written, created)]  # in the calibrator before the block
         for at in (kept, created):  # replaced, not changed (a frozen copy may hold it), then the new in order
             spreads.update(zip(map(keys.__getitem__, at.tolist()),
-                               map(spread_of, m.sp_m[at].tolist(), m.sp_s[at].tolist(), m.sp_n[at].tolist())))
+                               map(spread_of, m.sp_m[at].tolist(), m.sp_s[at].tolist(), m.sp_n[at].tolist()), strict=True))
         fresh = set(self.created[2, :self.n_created[2]].tolist())
         for at in sorted(set(self.it_alpha.tolist()) - fresh):
             if m.al_exists[at]:
