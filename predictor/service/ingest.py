@@ -371,16 +371,19 @@ class Ingest:
         if len(block) < fewest or not _compiles(predictor):
             return None
         # what a refusal of the gate restores (no gate: nothing is refused, nothing to keep)
-        restore, release = (None, None) if state.gates is None else _restore_point(state, {t.kind for t in block})
-        knows: list[bool] = []
-        predicted = _prequential_compiled(predictor, [t.record for t in block], knows, self.kept)
-        if state.gates is not None:
-            for at, (taken, value, known) in enumerate(zip(block, predicted, knows, strict=True)):
-                if known and state.gates.check(taken.kind, value, taken.record.latency_ms, taken.source) is not None:
-                    restore()  # type: ignore[misc]
-                    self.kept.forget()
-                    return self._learn_compiled(block[:at], fewest=1) if at else []
-            release()  # type: ignore[misc]
+        restore, release = (None, _nothing) if state.gates is None else _restore_point(state, {t.kind for t in block})
+        try:  # the restore point let go however this ends (restored, not needed, or learning raised)
+            knows: list[bool] = []
+            predicted = _prequential_compiled(predictor, [t.record for t in block], knows, self.kept)
+            if state.gates is not None:
+                for at, (taken, value, known) in enumerate(zip(block, predicted, knows, strict=True)):
+                    if known and state.gates.check(taken.kind, value, taken.record.latency_ms,
+                                                   taken.source) is not None:
+                        restore()  # type: ignore[misc]
+                        self.kept.forget()
+                        return self._learn_compiled(block[:at], fewest=1) if at else []
+        finally:
+            release()
         for taken, value in zip(block, predicted, strict=True):
             self._score(taken.record, taken.kind, value)
         return predicted
