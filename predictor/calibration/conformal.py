@@ -123,8 +123,7 @@ class ResidualWindow:
         self._adds += added
 
     def __len__(self) -> int:
-        ordered = self.__dict__.get("_sorted")
-        return len(ordered if ordered is not None else self._ordered())
+        return len(self._ordered())
 
     def _ordered(self) -> list[float] | np.ndarray:
         """The residuals sorted, for a reader: the list where it is made, else the block path's array
@@ -168,9 +167,7 @@ class ResidualWindow:
 
     def quantile(self, confidence: float) -> float:
         """The conformal quantile at ``confidence``; ``inf`` when ``n`` is too small for it."""
-        ordered = self.__dict__.get("_sorted")
-        if ordered is None:
-            ordered = self._ordered()
+        ordered = self._ordered()
         n = len(ordered)
         k = conformal_rank(n, confidence)
         return float(ordered[k - 1]) if k <= n else math.inf
@@ -182,9 +179,7 @@ class ResidualWindow:
 
     def supported_quantile(self, confidence: float) -> float | None:
         """:meth:`quantile` where :meth:`supports` holds, else ``None`` (one rank computed for both)."""
-        ordered = self.__dict__.get("_sorted")
-        if ordered is None:
-            ordered = self._ordered()
+        ordered = self._ordered()
         n = len(ordered)
         if not n:
             return None

@@ -490,7 +490,7 @@ class ShapeCalibrator:
             self._adapt(shape, key, kind, count, model, residual, None if linked else levels)
         m, s = self._spread(key, kind, count, model, reading=False)
         score = (residual - m) / s
-        for cell in ((key, kind, count), (key, kind, ALL), (key, POOL, count), (key, POOL, ALL)):
+        for cell in written_cells(key, kind, count):
             window = self._windows.get(cell)
             if window is None:
                 if len(self._windows) >= self.max_cells and cell[1] != POOL:
@@ -693,6 +693,12 @@ def normal_quantile(confidence: float) -> float:
 def _chain_keys(shape: QueryShape) -> tuple[str, ...]:
     """The keys of :meth:`QueryShape.chain`."""
     return tuple(stand_in.key for stand_in in shape.chain())
+
+
+def written_cells(shape_key: str, kind: str, count: int) -> tuple[Cell, Cell, Cell, Cell]:
+    """The windows a residual of the cell ``shape_key`` (with its population prefix), ``kind`` and
+    ``count`` goes into: the kind's at the count and at all counts, then the pool's."""
+    return (shape_key, kind, count), (shape_key, kind, ALL), (shape_key, POOL, count), (shape_key, POOL, ALL)
 
 
 @functools.lru_cache(maxsize=4096)

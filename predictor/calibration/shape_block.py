@@ -52,6 +52,7 @@ from predictor.calibration.shape import (
     normal_quantile,
     spread_lookups,
     watch,
+    written_cells,
 )
 from predictor.calibration.shapes import QueryShape
 from predictor.records.rules import check_confidence
@@ -277,8 +278,7 @@ class _Mirror:
             cell = self.cells.get((o.shape, kind, count, o.linked, monotone))
             if cell is None:  # what every model's outcomes of the cell share
                 cell = self.cells[o.shape, kind, count, o.linked, monotone] = (
-                    tuple(self.window_number(c) for c in ((cell_key, kind, count), (cell_key, kind, ALL),
-                                                          (cell_key, POOL, count), (cell_key, POOL, ALL))),
+                    tuple(self.window_number(c) for c in written_cells(cell_key, kind, count)),
                     self.spread_number((cell_key, kind, "", count)),
                     self.spread_number((cell_key, POOL, "", count)),
                     self.alpha_number((cell_key, kind, count)),
@@ -314,7 +314,7 @@ class _Mirror:
         elif log:
             synced = self.synced
             for key, kind, count, model in log:
-                for cell in ((key, kind, count), (key, kind, ALL), (key, POOL, count), (key, POOL, ALL)):
+                for cell in written_cells(key, kind, count):
                     at = self.windows.get(cell)
                     if at is not None and at < synced[0] and not self._gather_window(cal, at):
                         return False

@@ -85,8 +85,8 @@ class OutlierGate:
     _marks: tuple[list, ...] = ()  # the open marks (none in gates pickled before marks)
 
     def mark(self) -> list:
-        r"""Start noting what :meth:`admit` changes, so that :meth:`rewind` of the mark returned brings
-        the gate back to its state now; it stays open until rewound or :meth:`release`\ d."""
+        """Start noting what :meth:`admit` changes, so that :meth:`rewind` of the mark returned brings
+        the gate back to its state now; it stays open until rewound or let go (:meth:`release`)."""
         undo = [(self.n_admitted, self.n_rejected, self.n_escapes, self._threshold, self._since_refresh)]
         self._marks = (*self._marks, undo)
         return undo
