@@ -17,6 +17,7 @@ from predictor.predictors.base import LatencyPredictor, QuadraticLatencies, clip
 from predictor.predictors.sgd_model import SgdModel
 from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
+from predictor.runtime.version_memo import memoised
 
 
 class SgdPredictor(LatencyPredictor):
@@ -63,6 +64,16 @@ class SgdPredictor(LatencyPredictor):
         self.non_negative = non_negative
         self._model = SgdModel(learning_rate=learning_rate, intercept_init=0.0 if log_target else 1.0,
                                intercept_lr=intercept_lr, l2=l2)
+
+    _memo: dict | None = None
+    """A frozen copy's :func:`~predictor.runtime.version_memo.memoised` look-ups by feature names (``None``:
+    a live predictor's, none)."""
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if "_memo" in state:  # a frozen copy stays one, its memo made anew
+            state["_memo"] = {}
+        return state
 
     def __setstate__(self, state: dict) -> None:
         # a state pickled before SgdModel holds river's pipeline (which brings river in itself): converted
@@ -184,6 +195,9 @@ class SgdPredictor(LatencyPredictor):
         magnitude is subnormal (the quotient may overflow, and the model's own order, the value over its
         largest magnitude first, then differs from the form's by more than rounding) or a quotient is not
         finite: no form, the caller's per-window path."""
+        return memoised(self._memo, ("scaled", names), lambda: self._scaled_of(names))
+
+    def _scaled_of(self, names: Sequence[str]) -> np.ndarray | None:
         model = self._model
         largest = np.array([model.abs_max.get(name, 0.0) for name in names])
         if ((largest != 0.0) & (np.abs(largest) < np.finfo(float).tiny)).any():
@@ -197,17 +211,22 @@ class SgdPredictor(LatencyPredictor):
         """The linear model's raw answer of each row of a matrix of the features ``names``: each value over
         its column's largest magnitude seen (0 where that is 0, as river's ``MaxAbsScaler``), times its
         weight, summed, plus the intercept. Nothing is added to the model."""
-        model = self._model
-        maxima, weights = model.abs_max, model.weights
-        largest = np.array([maxima.get(name, 0.0) for name in names])
-        weight = np.array([weights.get(name, 0.0) for name in names])
-        known, divisor = largest != 0.0, np.where(largest != 0.0, largest, 1.0)
-        intercept = float(model.intercept)
+        known, divisor, weight, intercept = memoised(self._memo, ("matrix", names), lambda: self._matrix_of(names))
 
         def predict(values: np.ndarray) -> np.ndarray:
             return np.where(known, values / divisor, 0.0) @ weight + intercept
 
         return predict
+
+    def _matrix_of(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """What :meth:`_matrix_predictor` applies: which columns have a largest magnitude, the divisor
+        of each, each weight, the intercept."""
+        model = self._model
+        maxima, weights = model.abs_max, model.weights
+        largest = np.array([maxima.get(name, 0.0) for name in names])
+        weight = np.array([weights.get(name, 0.0) for name in names])
+        known, divisor = largest != 0.0, np.where(largest != 0.0, largest, 1.0)
+        return known, divisor, weight, float(model.intercept)
 
     def learn_slowdown(self, record: Record, slowdown: float) -> None:
         """One SGD step towards the (log) slowdown."""
@@ -250,6 +269,7 @@ class SgdPredictor(LatencyPredictor):
         twin = copy.copy(self)
         twin._solo = self._solo.copy()
         twin._model = self._model.copy()
+        twin._memo = {}
         return twin
 
     def learns_in_blocks(self) -> bool:

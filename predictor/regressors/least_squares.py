@@ -33,6 +33,7 @@ from scipy.linalg.blas import dsymv, dsyr
 from predictor.features.contention import is_contention
 from predictor.regressors.feature_index import FeatureIndex
 from predictor.regressors.pinned import find_gain
+from predictor.runtime.version_memo import memoised
 
 RESCALE_ABOVE = 1e12
 MAX_MAGNITUDE = 1e100
@@ -108,6 +109,10 @@ class RLS:
         Project the weights of contention features onto ``w >= 0`` after each step.
     """
 
+    _memo: dict | None = None
+    """A frozen copy's :func:`~predictor.runtime.version_memo.memoised` look-ups by feature names (``None``:
+    a learning model's, none)."""
+
     def __init__(
         self,
         forgetting: float = 0.999,
@@ -148,6 +153,8 @@ class RLS:
         """The learned state, without what is derived from it (the projected weights)."""
         state = dict(self.__dict__)
         state.pop("_projected", None)
+        if "_memo" in state:  # a frozen copy stays one, its memo made anew
+            state["_memo"] = {}
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -189,6 +196,7 @@ class RLS:
         twin.index.columns = dict(self.index.columns)
         twin.index._layouts = dict(self.index._layouts)  # arrays never changed in place: shared
         twin.predicting_weights()
+        twin._memo = {}
         return twin
 
     @property
@@ -389,6 +397,9 @@ class RLS:
         known name's weight over its column's scale, 0 for a name the model does not know): what
         :meth:`row_predictor` computes, the terms summed in another order. ``None`` where
         :meth:`row_predictor` is."""
+        return memoised(self._memo, ("row", names), lambda: self._row_coefficients(names))
+
+    def _row_coefficients(self, names: tuple[str, ...]) -> tuple[float, np.ndarray] | None:
         if not self._all_scaled:
             return None
         positions, known = self.index.positions(names)
@@ -425,6 +436,9 @@ class RLS:
     def matrix_weights(self, names: tuple[str, ...]) -> tuple[np.ndarray, float]:
         """The weight of each of the columns ``names`` (0 for a name never seen) and the intercept
         that :meth:`matrix_predictor` applies to matrices of those columns."""
+        return memoised(self._memo, ("matrix", names), lambda: self._matrix_weights(names))
+
+    def _matrix_weights(self, names: tuple[str, ...]) -> tuple[np.ndarray, float]:
         positions, known = self.index.positions(names)
         effective = self.predicting_weights() / np.where(self._column_scale > 0, self._column_scale, np.inf)
         weights = np.zeros(len(names))
@@ -437,14 +451,19 @@ class RLS:
     def matrix_predictor(self, names: tuple[str, ...]) -> Callable[[np.ndarray], np.ndarray]:
         """:meth:`predict_matrix` for matrices of the columns ``names``, with the weights of those
         columns looked up once (valid while the model does not learn: a frozen version's)."""
+        known, weights, intercept = memoised(self._memo, ("predictor", names), lambda: self._predictor_weights(names))
+        if known is None:
+            return lambda values: values @ weights + intercept
+        return lambda values: values[:, known] @ weights + intercept
+
+    def _predictor_weights(self, names: tuple[str, ...]) -> tuple[np.ndarray | None, np.ndarray, float]:
+        """What :meth:`matrix_predictor` applies: the mask of the known columns (``None``: all), their
+        weights, the intercept."""
         positions, known = self.index.positions(names)
         if known is not None:
             positions = positions[known]
         effective = self.predicting_weights() / np.where(self._column_scale > 0, self._column_scale, np.inf)
-        weights, intercept = effective[positions], effective[0]
-        if known is None:
-            return lambda values: values @ weights + intercept
-        return lambda values: values[:, known] @ weights + intercept
+        return known, effective[positions], effective[0]
 
     def learn_one(self, x: Mapping[str, float], y: float) -> None:
         """One RLS step towards ``y`` on the features ``x`` (new names get columns)."""
