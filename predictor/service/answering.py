@@ -435,10 +435,8 @@ class Answering:
         overlaps, signals, estimated = self._fill_columns(candidates, kinds)
         rows = CoLocations(batch, devices, kinds, signals, candidates.offsets, candidates.models,
                            candidates.batch_sizes, candidates.attrs, overlaps, solo_latency_ms)
-        counts = np.diff(candidates.offsets)
-        with_overlap = _per_row(candidates.has_overlap, candidates.offsets)
-        with_remaining = _per_row(candidates.has_remaining, candidates.offsets)
-        shapes = _shapes_of(counts, with_overlap, with_remaining, _has_signals(candidates.signals))
+        shapes = _shapes_of(candidates.offsets, candidates.has_overlap, candidates.has_remaining,
+                            _has_signals(candidates.signals))
         if not live:
             return Plan(rows, remaining, np.flatnonzero(candidates.has_remaining), shapes=shapes, estimated=estimated)
         running = {i: live_view.running(devices[i]) for i in live}
@@ -855,29 +853,19 @@ def _grouped(codes: np.ndarray, most: int, shapes: Sequence[QueryShape], kinds: 
             for c, first in enumerate(firsts)]
 
 
-def _shapes_of(counts: np.ndarray, overlaps: np.ndarray, remaining: np.ndarray, signals: np.ndarray
+def _shapes_of(offsets: np.ndarray, has_overlap: np.ndarray, has_remaining: np.ndarray, signals: np.ndarray
                ) -> RowShapes:
-    """:func:`_shape_of` of every candidate: once per distinct combination, spread by index."""
-    base = int(counts.max()) + 1 if counts.size else 1  # overlaps, remaining <= counts: one integer per combination
-    codes = ((counts.astype(np.int64) * base + overlaps) * base + remaining) * 2 + signals
-    distinct, inverse = _distinct_codes(codes)
+    """:func:`_shape_of` of every candidate (co-runners ``offsets[i]:offsets[i + 1]``, each flagged as
+    given by overlap or by remaining time), once per distinct combination, spread by index (the
+    combinations coded in one compiled pass, :func:`~predictor.calibration.cell_kernel.row_shape_codes`)."""
+    distinct, inverse, base = cell_kernel.row_shape_codes(offsets, has_overlap, has_remaining, signals)
     found = []
     for code in distinct.tolist():
         rest, s = divmod(code, 2)
         rest, r = divmod(rest, base)
         n, o = divmod(rest, base)
         found.append(_shape_of(n, o, r, bool(s)))
-    return RowShapes(found, inverse.reshape(-1))
-
-
-def _distinct_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(codes, return_inverse=True)`` of non-negative integer codes, counted instead of
-    sorted where they span less than a few times their number (a ranking's few combinations)."""
-    top = int(codes.max()) if codes.size else 0
-    if top > 4 * codes.size + 1024:
-        return np.unique(codes, return_inverse=True)
-    present = np.bincount(codes, minlength=top + 1) > 0
-    return np.flatnonzero(present), (np.cumsum(present) - 1)[codes]
+    return RowShapes(found, inverse)
 
 
 def _has_signals(signals: Sequence[Mapping[str, float]]) -> np.ndarray:
@@ -958,12 +946,6 @@ def _record_shape(record: Record) -> QueryShape:
     """The shape of a planned record taken as it is (every overlap known)."""
     n = len(record.co_runners)
     return QueryShape.of(n, n, 0, signals=bool(record.signals))
-
-
-def _per_row(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """How many of each row's co-runners have ``flags`` set."""
-    cumulative = np.concatenate([[0], np.cumsum(flags, dtype=np.int64)])
-    return cumulative[offsets[1:]] - cumulative[offsets[:-1]]
 
 
 def _runner_of(running: RunningBatch) -> CoRunner:

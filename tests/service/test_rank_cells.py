@@ -1,6 +1,6 @@
 """A ranking's calibration cells found from indexed shapes (:class:`RowShapes`, integer codes) are
-those found by looking each row's shape, kind and count up (the per-row path); the distinct codes
-of its shapes, counted, are ``np.unique``'s."""
+those found by looking each row's shape, kind and count up (the per-row path); the shapes found
+for its rows in one compiled pass are each row's own, indexed as ``np.unique`` numbers their codes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from predictor.calibration.shapes import QueryShape
 from predictor.records.colocations import CoLocations
 from predictor.records.record import BatchSpec
-from predictor.service.answering import _cells, _distinct_codes
+from predictor.service.answering import _cells, _shapes_of
 from predictor.service.estimates.placements import RowShapes
 
 SHAPES = [QueryShape.of(c, c, 0, signals=s) for c in range(3) for s in (False, True)]
@@ -33,10 +33,17 @@ def test_indexed_shapes_give_the_per_row_cells(rows):
 
 
 @settings(max_examples=200, deadline=None)
-@given(codes=st.lists(st.integers(0, 50), max_size=80) | st.lists(st.integers(0, 2**40), max_size=20))
-def test_distinct_codes_are_uniques(codes):
-    array = np.array(codes, dtype=np.int64)
-    distinct, inverse = _distinct_codes(array)
-    want, want_inverse = np.unique(array, return_inverse=True)
-    assert distinct.tolist() == want.tolist()
-    assert inverse.tolist() == want_inverse.reshape(-1).tolist()
+@given(rows=st.lists(st.tuples(st.lists(st.sampled_from(["overlap", "remaining", "neither"]), max_size=9),
+                               st.booleans()), min_size=1, max_size=60))
+def test_row_shapes_are_each_rows_own_indexed_as_uniques(rows):
+    offsets = np.concatenate([[0], np.cumsum([len(given) for given, _ in rows])]).astype(np.int64)
+    flags = [flag for given, _ in rows for flag in given]
+    has_overlap = np.array([flag == "overlap" for flag in flags], dtype=bool)
+    has_remaining = np.array([flag == "remaining" for flag in flags], dtype=bool)
+    signals = np.array([signal for _, signal in rows], dtype=bool)
+    shapes = _shapes_of(offsets, has_overlap, has_remaining, signals)
+    counts = [(len(given), given.count("overlap"), given.count("remaining"), signal) for given, signal in rows]
+    assert [shapes[i] for i in range(len(rows))] == [QueryShape.of(n, o, r, signals=s) for n, o, r, s in counts]
+    base = max(n for n, _, _, _ in counts) + 1
+    codes = np.array([((n * base + o) * base + r) * 2 + s for n, o, r, s in counts], dtype=np.int64)
+    assert shapes.index.tolist() == np.unique(codes, return_inverse=True)[1].reshape(-1).tolist()
