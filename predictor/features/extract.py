@@ -731,7 +731,9 @@ def feature_form(rows: CoLocations, features: str, subset: np.ndarray) -> Featur
     form = last[1]
     if form.interactions is parts.interactions:
         return form
-    return dataclasses.replace(form, names=parts.names, interactions=parts.interactions)
+    twin = object.__new__(FeatureForm)  # dataclasses.replace's copy, without its __init__ (every answer's path)
+    twin.__dict__.update(form.__dict__, names=parts.names, interactions=parts.interactions)
+    return twin
 
 
 def _form_parts(rows: CoLocations, features: str) -> _FormParts | None:

@@ -113,12 +113,22 @@ class LatencyPredictor(ABC):
 
     name: ClassVar[str] = ""
 
+    _memo: dict | None = None
+    """A frozen copy's :func:`~predictor.runtime.version_memo.memoised` look-ups (``None``: a learning
+    predictor's, none)."""
+
     def __init__(self, seed: int = 0):
         self.seed = seed
         self._solo = SoloProfile()
         self._slowdown_range = (MIN_SLOWDOWN, MAX_SLOWDOWN)
         self._range_seen = (1.0, 1.0)
         self.n_learned = 0
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if "_memo" in state:  # a frozen copy stays one, its memo made anew
+            state["_memo"] = {}
+        return state
 
     # -- what subclasses provide ---------------------------------------------
     @abstractmethod

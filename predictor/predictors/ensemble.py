@@ -33,6 +33,7 @@ from predictor.predictors.base import (
 from predictor.predictors.registry import create
 from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
+from predictor.runtime.version_memo import memoised
 
 DEFAULT_EXPERTS = ("rls", "tree:max_bin=63,n_estimators=100,learning_rate=0.3,refit_every=2000", "sgd")
 """The default experts. Within the ensemble the tree expert's cheaper refits cost no accuracy that the
@@ -210,7 +211,7 @@ class EnsemblePredictor(LatencyPredictor):
             return None
         return WeightedLatencies(tuple(weight for weight, _ in weighted), tuple(parts))  # type: ignore[arg-type]
 
-    def _weighted_experts(self, rows: CoLocations) -> list[tuple[float, LatencyPredictor]] | None:
+    def _weighted_experts(self, rows: CoLocations) -> tuple[tuple[float, LatencyPredictor], ...] | None:
         """The experts with a weight for the rows' key, and their weights; ``None`` where there are no rows
         or they have several keys (``split_by="device_kind"``)."""
         if not len(rows):
@@ -223,10 +224,11 @@ class EnsemblePredictor(LatencyPredictor):
             key = self._key(rows.alone())
         return self._weighted(key)
 
-    def _weighted(self, key: str | None) -> list[tuple[float, LatencyPredictor]]:
+    def _weighted(self, key: str | None) -> tuple[tuple[float, LatencyPredictor], ...]:
         """The experts with a weight for ``key``, and their weights, in the experts' order."""
-        return [(weight, expert) for weight, expert in zip(self._normalised(self._errors_of(key), self.eta),
-                                                          self._experts, strict=True) if weight > 0]
+        return memoised(self._memo, ("weighted", key), lambda: tuple(
+            (weight, expert) for weight, expert in zip(self._normalised(self._errors_of(key), self.eta),
+                                                       self._experts, strict=True) if weight > 0))
 
     def window_form(self, record: Record, remaining_ms: Sequence[float | None],
                     program: tuple | None = None) -> WeightedWindowForms | None:
@@ -312,6 +314,7 @@ class EnsemblePredictor(LatencyPredictor):
         twin._experts = [expert.frozen() for expert in self._experts]
         twin._errors = list(self._errors)
         twin._key_errors = {key: list(errors) for key, errors in self._key_errors.items()}
+        twin._memo = {}
         return twin
 
     @property

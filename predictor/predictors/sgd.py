@@ -65,16 +65,6 @@ class SgdPredictor(LatencyPredictor):
         self._model = SgdModel(learning_rate=learning_rate, intercept_init=0.0 if log_target else 1.0,
                                intercept_lr=intercept_lr, l2=l2)
 
-    _memo: dict | None = None
-    """A frozen copy's :func:`~predictor.runtime.version_memo.memoised` look-ups by feature names (``None``:
-    a live predictor's, none)."""
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        if "_memo" in state:  # a frozen copy stays one, its memo made anew
-            state["_memo"] = {}
-        return state
-
     def __setstate__(self, state: dict) -> None:
         # a state pickled before SgdModel holds river's pipeline (which brings river in itself): converted
         if not isinstance(state.get("_model"), SgdModel):

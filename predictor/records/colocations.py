@@ -177,7 +177,16 @@ class CoLocations:
     def alone(self, i: int = 0) -> Record:
         """Row ``i``'s batch alone on its device (no co-runners, no signals): what a solo latency
         is looked up by (:meth:`LatencyPredictor.solo_latency
-        <predictor.predictors.base.LatencyPredictor.solo_latency>`), the same for every row."""
+        <predictor.predictors.base.LatencyPredictor.solo_latency>`), the same for every row. Row 0's is
+        made once (kept in :attr:`cache`)."""
+        if i == 0:
+            found = self.cache.get("alone")
+            if found is None:
+                found = self.cache["alone"] = self._alone(0)
+            return found
+        return self._alone(i)
+
+    def _alone(self, i: int) -> Record:
         return Record(device=self.devices[i], batch=self.batch, latency_ms=None, device_kind=self.device_kinds[i],
                       solo_latency_ms=self.solo_latency_ms)
 

@@ -13,6 +13,7 @@ import pytest
 from predictor.analysis.admission_replay import partial_overlap_records
 from predictor.features.extract import feature_row
 from predictor.predictors import create
+from predictor.predictors.ensemble import EnsemblePredictor
 from predictor.predictors.rls import RlsPredictor
 from predictor.predictors.sgd import SgdPredictor
 
@@ -34,6 +35,10 @@ def _asked(predictor) -> bytes:
     """Every remembered look-up, for the rows of a few records, as bytes (asked twice: the second from the memo)."""
     out = []
     for _ in range(2):
+        if isinstance(predictor, EnsemblePredictor):  # each key's weighted experts
+            for key in (None, *sorted({r.batch.model for r in RECORDS})):
+                out += [np.float64(weight).tobytes() + type(expert).__name__.encode()
+                        for weight, expert in predictor._weighted(key)]
         for record in RECORDS[:40]:
             for part in _parts(predictor):
                 if isinstance(part, SgdPredictor):
@@ -54,9 +59,14 @@ def _asked(predictor) -> bytes:
 def _memo_off(predictor):
     """A copy that computes every look-up (no memo)."""
     twin = copy.deepcopy(predictor)
-    for part in _parts(twin):
+    for part in _memoising(twin):
         part._memo = None
     return twin
+
+
+def _memoising(predictor) -> list:
+    """Everything of ``predictor`` that remembers look-ups: an ensemble, its sgd experts and RLS models."""
+    return [predictor] * isinstance(predictor, EnsemblePredictor) + _parts(predictor)
 
 
 @pytest.mark.parametrize("spec", ["rls", "sgd", "ensemble:experts='rls,sgd'"])
@@ -65,17 +75,17 @@ def test_each_version_remembers_its_own_look_ups_and_the_live_model_none(spec):
     for record in RECORDS[:300]:
         predictor.learn_one(record)
     first = predictor.frozen()
-    assert all(part._memo == {} for part in _parts(first))
+    assert all(part._memo == {} for part in _memoising(first))
     assert _asked(first) == _asked(_memo_off(first))
-    assert all(part._memo for part in _parts(first))
+    assert all(part._memo for part in _memoising(first))
     for record in RECORDS[300:]:
         predictor.learn_one(record)
     second = predictor.frozen()
     assert _asked(second) == _asked(_memo_off(second))
     assert _asked(second) != _asked(first)  # the versions differ, and so do their memos
-    assert all(part._memo is None for part in _parts(predictor))  # the live model computes each time
+    assert all(part._memo is None for part in _memoising(predictor))  # the live model computes each time
     reloaded = pickle.loads(pickle.dumps(first))
-    assert all(part._memo == {} for part in _parts(reloaded))
+    assert all(part._memo == {} for part in _memoising(reloaded))
     assert _asked(reloaded) == _asked(first)
 
 
