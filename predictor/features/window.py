@@ -16,6 +16,7 @@ adds to ``co:count`` only, so its names are absent): :meth:`FineProgram.values` 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
@@ -76,14 +77,19 @@ class FineProgram:
             values[slot] = own * values[co]
         return values
 
+    @functools.cached_property
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The program as arrays, for the compiled quadratic
         (:func:`~predictor.service.estimates.fixed_point_kernel.window_of`): the initial values; a row per
         term, ``(slot, co-runner, step)`` (the step its multiplier, 1 for the overlap itself); a
-        row per cross, ``(slot, own value, source slot)``."""
+        row per cross, ``(slot, own value, source slot)``. Made once per program (an ensemble's experts
+        read the same), read-only."""
         terms = [(slot, runner, 1.0 if multiplier is None else multiplier) for slot, runner, multiplier in self.terms]
-        return (np.array(self.initial, dtype=float), np.array(terms, dtype=float).reshape(-1, 3),
-                np.array(self.crosses, dtype=float).reshape(-1, 3))
+        arrays = (np.array(self.initial, dtype=float), np.array(terms, dtype=float).reshape(-1, 3),
+                  np.array(self.crosses, dtype=float).reshape(-1, 3))
+        for array in arrays:
+            array.flags.writeable = False
+        return arrays
 
 
 @dataclass(frozen=True, eq=False)

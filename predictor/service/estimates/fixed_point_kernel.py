@@ -219,7 +219,7 @@ def _form_arguments(form: WindowForm) -> tuple:
         moving_of[runner] = j
     layout = form.layout
     left, right, keys = (_NO_INDEX,) * 3 if layout is None else (layout.left, layout.right, layout.keys)
-    return (*form.program.arrays(), np.array(moving_of, dtype=np.intp), np.array(form.overlaps, dtype=float),
+    return (*form.program.arrays, np.array(moving_of, dtype=np.intp), np.array(form.overlaps, dtype=float),
             left, right, keys, form.weights, form.intercept)
 
 
