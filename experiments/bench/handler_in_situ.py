@@ -14,7 +14,10 @@ between calls:
 * ``gRPC echo call, then 2 ms spin``: the same, then 2 ms of busy waiting before the answer
   (whether the cost fades with time);
 * ``broad Python code``: JSON, regular expressions, zlib, decimals and small NumPy linear
-  algebra (code unrelated to gRPC, to tell eviction by any large footprint from gRPC's own).
+  algebra (code unrelated to gRPC, to tell eviction by any large footprint from gRPC's own);
+* ``sleep 0.2 ms``, ``sleep 1 ms``, ``sleep 5 ms``: the thread idle for that long, nothing else run in
+  the process (whether time alone, not gRPC, costs the handler its caches);
+* ``spin 5 ms``: 5 ms of busy waiting in the same thread (the CPU kept busy meanwhile).
 
 Measured on the shared 2-core machine (2026-11-24, one process, also with the process held on
 one CPU): handler 93-103 µs warm, 112-160 after a hand-off, 210-250 after a gRPC call, 265
@@ -22,9 +25,11 @@ after the call and 2 ms of spin, 147-155 after the broad code; every stage about
 warm cost (decoding the query 12 -> 30 µs, the latencies 34 -> 73, the response 9 -> 16), a
 tight loop's own cost unchanged, neither the GIL's switch interval, gRPC's poll strategy nor
 its event-engine experiments changing it. So the in-server handler (~223 µs by the same timer
-inside the bench's server) is the warm loop's code with its caches evicted by gRPC's between
+inside the bench's server) is the warm loop's code with its caches evicted between
 calls: warm-loop micro-benchmarks understate an answer's cost by about 2x, and what lowers it
-is less code and data touched per answer.
+is less code and data touched per answer. The idle and spin conditions (added 2026-11-29) show the
+eviction grows with the time between calls whatever runs meanwhile, gRPC or nothing
+(``docs/performance.md``, "An answer's cost and the time since the last one").
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python -m experiments.bench.handler_in_situ``
 """
@@ -193,6 +198,10 @@ def main() -> None:
         "gRPC echo call": echo,
         "gRPC echo call, then 2 ms spin": lambda: (echo(), _spin(0.002)),
         "broad Python code": broad_code(),
+        "sleep 0.2 ms": lambda: time.sleep(0.0002),
+        "sleep 1 ms": lambda: time.sleep(0.001),
+        "sleep 5 ms": lambda: time.sleep(0.005),
+        "spin 5 ms": lambda: _spin(0.005),
     }
     try:
         measure(servicer, requests, lambda: None, 1, clock)  # warm
