@@ -108,9 +108,6 @@ class EnsemblePredictor(LatencyPredictor):
             return None
         return record.batch.model if self.split_by == "model" else record.device_kind
 
-    def _errors_for(self, record: Record) -> list[float]:
-        return self._errors_of(self._key(record))
-
     def _errors_of(self, key: str | None) -> list[float]:
         return self._errors if key is None else self._key_errors.get(key, self._errors)
 
@@ -149,8 +146,12 @@ class EnsemblePredictor(LatencyPredictor):
         for expert in self._experts:
             expert.learn_solo(records)
 
+    def _weights_of(self, key: str | None) -> tuple[float, ...]:
+        """Each expert's weight for ``key`` (remembered by a published copy)."""
+        return memoised(self._memo, ("weights", key), lambda: tuple(self._normalised(self._errors_of(key), self.eta)))
+
     def _combine(self, record: Record, predictions: list[float]) -> float:
-        weights = self._normalised(self._errors_for(record), self.eta)
+        weights = self._weights_of(self._key(record))
         return math.exp(sum(w * math.log(p) for w, p in zip(weights, predictions, strict=True) if w > 0))
 
     def predict_one(self, record: Record) -> float:
@@ -171,7 +172,7 @@ class EnsemblePredictor(LatencyPredictor):
         for key in distinct:
             at = slice(None) if of_row is None else of_row == key
             total: np.ndarray | float = 0.0
-            for weight, predicted in zip(self._normalised(self._errors_of(key), self.eta), predictions, strict=True):
+            for weight, predicted in zip(self._weights_of(key), predictions, strict=True):
                 if weight > 0:
                     total = total + weight * np.log(predicted[at])
             out[at] = np.exp(total)
@@ -227,8 +228,7 @@ class EnsemblePredictor(LatencyPredictor):
     def _weighted(self, key: str | None) -> tuple[tuple[float, LatencyPredictor], ...]:
         """The experts with a weight for ``key``, and their weights, in the experts' order."""
         return memoised(self._memo, ("weighted", key), lambda: tuple(
-            (weight, expert) for weight, expert in zip(self._normalised(self._errors_of(key), self.eta),
-                                                       self._experts, strict=True) if weight > 0))
+            (weight, expert) for weight, expert in zip(self._weights_of(key), self._experts, strict=True) if weight > 0))
 
     def window_form(self, record: Record, remaining_ms: Sequence[float | None],
                     program: tuple | None = None) -> WeightedWindowForms | None:

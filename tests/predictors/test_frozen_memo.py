@@ -39,6 +39,7 @@ def _asked(predictor) -> bytes:
             for key in (None, *sorted({r.batch.model for r in RECORDS})):
                 out += [np.float64(weight).tobytes() + type(expert).__name__.encode()
                         for weight, expert in predictor._weighted(key)]
+                out += [np.float64(weight).tobytes() for weight in predictor._weights_of(key)]
         for record in RECORDS[:40]:
             for part in _parts(predictor):
                 if isinstance(part, SgdPredictor):
