@@ -83,13 +83,10 @@ class FineProgram:
         (:func:`~predictor.service.estimates.fixed_point_kernel.window_of`): the initial values; a row per
         term, ``(slot, co-runner, step)`` (the step its multiplier, 1 for the overlap itself); a
         row per cross, ``(slot, own value, source slot)``. Made once per program (an ensemble's experts
-        read the same), read-only."""
+        read the same; never changed in place)."""
         terms = [(slot, runner, 1.0 if multiplier is None else multiplier) for slot, runner, multiplier in self.terms]
-        arrays = (np.array(self.initial, dtype=float), np.array(terms, dtype=float).reshape(-1, 3),
-                  np.array(self.crosses, dtype=float).reshape(-1, 3))
-        for array in arrays:
-            array.flags.writeable = False
-        return arrays
+        return (np.array(self.initial, dtype=float), np.array(terms, dtype=float).reshape(-1, 3),
+                np.array(self.crosses, dtype=float).reshape(-1, 3))
 
 
 @dataclass(frozen=True, eq=False)

@@ -6,8 +6,9 @@ feature names (each name's weight, its largest magnitude seen, their quotient) i
 every call. Every answer asks it anew for the names of its rows: :func:`memoised` keeps the
 result in the frozen copy's own dict, keyed by what was asked, so that the next answer with the
 same names reads it. A live (learning) predictor holds no memo (``None``) and computes every
-time. A memo holds at most :data:`MEMO_MOST` entries (it starts over when full), and the arrays
-kept are read-only, so no caller can change what the next one reads.
+time. A memo holds at most :data:`MEMO_MOST` entries (it starts over when full). What it keeps is
+shared by every caller, so a caller never changes it in place (left writable: a read-only array is
+another type to the compiled kernels that read it, compiled again on first use).
 
 Examples
 --------
@@ -27,8 +28,6 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
-import numpy as np
-
 T = TypeVar("T")
 
 MEMO_MOST = 512
@@ -39,22 +38,14 @@ _MISSING = object()
 
 def memoised(memo: dict | None, key: Hashable, compute: Callable[[], T]) -> T:
     """``compute()``, remembered in ``memo`` under ``key`` (``None``: nothing remembered, a live
-    model's); the arrays of what is remembered are made read-only."""
+    model's)."""
     if memo is None:
         return compute()
     found = memo.get(key, _MISSING)
     if found is _MISSING:
         found = compute()
-        _read_only(found)
         if len(memo) >= MEMO_MOST:
             memo.clear()
         memo[key] = found
     return found  # type: ignore[return-value]
 
-
-def _read_only(value: object) -> None:
-    if isinstance(value, np.ndarray):
-        value.flags.writeable = False
-    elif isinstance(value, tuple):
-        for part in value:
-            _read_only(part)
