@@ -9,8 +9,8 @@ no gRPC, no client), the candidates per CPU second, and the share of it the pred
 took (``predict_plan``: features, predictions and the fixed points of co-runners given by
 remaining time).
 
-Run: ``.venv/bin/python -m experiments.bench.bench_rank_predictors`` (``--predictors rls,sgd
---seconds 3``; ``--classic true --candidates 16``: the classic request, with a detailed answer, of 16). Against another revision of the code (a ``git archive`` of it extracted to a
+Run: ``.venv/bin/python -m experiments.bench.bench_rank_predictors`` (``--predictors default,rls
+--seconds 3``, ``default``: the service's default learner; ``--classic true --candidates 16``: the classic request, with a detailed answer, of 16). Against another revision of the code (a ``git archive`` of it extracted to a
 folder): ``PYTHONPATH=FOLDER .venv/bin/python experiments/bench/bench_rank_predictors.py``.
 """
 
@@ -27,6 +27,7 @@ from experiments.bench import bench_rpc
 from experiments.bench.bench import packed_rank_requests
 from experiments.bench.rpc_servers import _build_service
 from experiments.common import finish, start
+from predictor.predictors import DEFAULT
 from predictor.rpc.protos import pb2
 from predictor.rpc.servicer import InterferenceServicer
 from predictor.service import answering
@@ -37,7 +38,7 @@ from predictor.service.estimates import fixed_point_kernel
 class Config:
     """The study's settings; each field is also a ``--field`` option."""
 
-    predictors: tuple[str, ...] = ("rls", "sgd", "ensemble", "tree", "static", "ewma", "solo", "forest")
+    predictors: tuple[str, ...] = ("default", "rls", "sgd", "ensemble", "tree", "static", "ewma", "solo", "forest")
     candidates: int = 1024
     classic: bool = False  # the classic request (repeated candidates) instead of the packed one
     seconds: float = 3.0
@@ -47,7 +48,7 @@ class Config:
 
 def measure(spec: str, config: Config, payloads: list[bytes]) -> dict[str, float]:
     """Thread CPU per packed ranking of ``spec``'s service, and the part of it in ``predict_plan``."""
-    service = _build_service({"predictor": spec, "outlier_gate": True, "warm_records": config.warm_records,
+    service = _build_service({"predictor": DEFAULT if spec == "default" else spec, "outlier_gate": True, "warm_records": config.warm_records,
                               "seed": config.seed, "devices": bench_rpc.DEVICES,
                               "max_candidates": config.candidates})
     fixed_point_kernel.warm()
