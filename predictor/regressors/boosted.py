@@ -114,7 +114,7 @@ class _Refit:
         if self.future is not None:
             future, self.future = self.future, None
             try:
-                self.trees = self._indexed(future.result())
+                self.trees = self._indexed(refit_worker.result(future))
             except (BrokenExecutor, CancelledError):
                 refit_worker.restart()  # the worker died: a fresh one for the next refit, this one here
                 self.run(params)

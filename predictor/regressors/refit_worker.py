@@ -12,7 +12,10 @@ lower scheduling priority (``nice`` :data:`NICENESS`), so answers keep their cor
 The worker is shared by every learner of the process (refits queue up behind each other). If
 it dies, the pool is broken: :func:`restart` replaces it, and the caller redoes the refit
 itself (:class:`~predictor.regressors.boosted.BoostedResidual` does, so a dying worker costs
-one slow swap, never a wrong or a missing model).
+one slow swap, never a wrong or a missing model). A worker that dies while it sends its result
+would leave the pool waiting for the rest of the message forever (this process holds a write end
+of the result pipe too): :func:`result` waits for a refit, and where no worker of its pool is
+alive it closes that end, so the pool sees the pipe end and breaks as for any other death.
 
 As with any ``spawn`` or ``forkserver`` worker, the worker imports the main module of the
 program (as ``__mp_main__``): a script that trains a ``tree`` learner must keep its top-level
@@ -30,16 +33,21 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import weakref
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor
 
 from predictor.runtime.threads import pin_blas_threads
 
 NICENESS = 5
 """How much lower the worker's scheduling priority is than the serving process's."""
 
+POLL_S = 0.5
+"""How often :func:`result` looks whether the worker it waits for is still alive."""
+
 _LOCK = threading.Lock()
 _EXECUTOR: ProcessPoolExecutor | None = None
+_RAN_BY: weakref.WeakKeyDictionary[Future, ProcessPoolExecutor] = weakref.WeakKeyDictionary()
 
 
 def _initialize() -> None:
@@ -66,8 +74,50 @@ def submit(function: Callable, /, *args, **kwargs) -> Future:
 
     ``function``, its arguments and its result must pickle. A worker that died makes the
     future raise :class:`~concurrent.futures.process.BrokenProcessPool`; call :func:`restart`.
+    Wait for it with :func:`result`.
     """
-    return _executor().submit(function, *args, **kwargs)
+    executor = _executor()
+    future = executor.submit(function, *args, **kwargs)
+    _RAN_BY[future] = executor
+    return future
+
+
+def result(future: Future, poll_s: float = POLL_S) -> object:
+    """``future.result()`` of a :func:`submit`, also where its worker died while sending the result:
+    once no worker of the pool is alive and the future is still pending, this process's write end
+    of the result pipe is closed, the pool reads the pipe's end and breaks, and the future raises
+    :class:`~concurrent.futures.process.BrokenProcessPool` (if even that does not end it, this raises
+    :class:`~concurrent.futures.BrokenExecutor` itself)."""
+    executor = _RAN_BY.get(future)
+    closed = 0
+    while True:
+        try:
+            return future.result(timeout=poll_s)
+        except TimeoutError:
+            if executor is None or _alive(executor):
+                continue
+            if closed >= 4:
+                raise BrokenExecutor("the refit worker died and its pool did not notice") from None
+            if not closed:
+                _close_result_writer(executor)
+            closed += 1
+
+
+def _alive(executor: ProcessPoolExecutor) -> bool:
+    """Whether a worker process of ``executor`` is alive."""
+    processes = getattr(executor, "_processes", None) or {}
+    return any(process.is_alive() for process in dict(processes).values())
+
+
+def _close_result_writer(executor: ProcessPoolExecutor) -> None:
+    """Close this process's write end of ``executor``'s result pipe (CPython's ``_result_queue``): with
+    every worker dead no writer is left, and a read waiting for the rest of a message ends."""
+    writer = getattr(getattr(executor, "_result_queue", None), "_writer", None)
+    if writer is not None:
+        try:
+            writer.close()
+        except OSError:  # pragma: no cover - already closed
+            pass
 
 
 def restart() -> None:
