@@ -22,6 +22,7 @@ from predictor.features.extract import OverlapQuadratic
 from predictor.features.solo_profile import SoloProfile
 from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
+from predictor.runtime.version_memo import pickled
 
 if TYPE_CHECKING:
     from predictor.features.window import WeightedWindowForms, WindowForm
@@ -125,10 +126,7 @@ class LatencyPredictor(ABC):
         self.n_learned = 0
 
     def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        if "_memo" in state:  # a frozen copy stays one, its memo made anew
-            state["_memo"] = {}
-        return state
+        return pickled(dict(self.__dict__))
 
     # -- what subclasses provide ---------------------------------------------
     @abstractmethod

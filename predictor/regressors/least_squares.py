@@ -33,7 +33,7 @@ from scipy.linalg.blas import dsymv, dsyr
 from predictor.features.contention import is_contention
 from predictor.regressors.feature_index import FeatureIndex
 from predictor.regressors.pinned import find_gain
-from predictor.runtime.version_memo import memoised
+from predictor.runtime.version_memo import memoised, pickled
 
 RESCALE_ABOVE = 1e12
 MAX_MAGNITUDE = 1e100
@@ -153,9 +153,7 @@ class RLS:
         """The learned state, without what is derived from it (the projected weights)."""
         state = dict(self.__dict__)
         state.pop("_projected", None)
-        if "_memo" in state:  # a frozen copy stays one, its memo made anew
-            state["_memo"] = {}
-        return state
+        return pickled(state)
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)

@@ -94,7 +94,7 @@ def result(future: Future, poll_s: float = POLL_S) -> object:
         try:
             return future.result(timeout=poll_s)
         except TimeoutError:
-            if executor is None or _alive(executor):
+            if executor is None or _live_pids(executor):
                 continue
             if closed >= 4:
                 raise BrokenExecutor("the refit worker died and its pool did not notice") from None
@@ -103,10 +103,10 @@ def result(future: Future, poll_s: float = POLL_S) -> object:
             closed += 1
 
 
-def _alive(executor: ProcessPoolExecutor) -> bool:
-    """Whether a worker process of ``executor`` is alive."""
+def _live_pids(executor: ProcessPoolExecutor | None) -> list[int]:
+    """The process ids of ``executor``'s live workers."""
     processes = getattr(executor, "_processes", None) or {}
-    return any(process.is_alive() for process in dict(processes).values())
+    return [pid for pid, process in dict(processes).items() if process.is_alive()]
 
 
 def _close_result_writer(executor: ProcessPoolExecutor) -> None:
@@ -139,5 +139,4 @@ def worker_pids() -> list[int]:
     """The process ids of the live worker (empty before the first :func:`submit`)."""
     with _LOCK:
         executor = _EXECUTOR
-    processes = getattr(executor, "_processes", None) or {}
-    return [pid for pid, process in dict(processes).items() if process.is_alive()]
+    return _live_pids(executor)

@@ -49,3 +49,10 @@ def memoised(memo: dict | None, key: Hashable, compute: Callable[[], T]) -> T:
         memo[key] = found
     return found  # type: ignore[return-value]
 
+
+def pickled(state: dict) -> dict:
+    """``state`` (an object's ``__dict__``, copied) as pickled: a frozen copy's memo made anew (it stays
+    a frozen copy; what it remembered is not written), a learning object's left as it is."""
+    if "_memo" in state:
+        state["_memo"] = {}
+    return state
