@@ -30,6 +30,7 @@ from predictor.predictors.base import (
     WeightedLatencies,
     restores_in_place,
 )
+from predictor.predictors.hedge_kernel import hedge_steps
 from predictor.predictors.registry import create
 from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
@@ -115,7 +116,9 @@ class EnsemblePredictor(LatencyPredictor):
     def _normalised(errors: list[float], eta: float) -> list[float]:
         best = min(errors)
         raw = [math.exp(-eta * (e - best)) for e in errors]
-        total = sum(raw)
+        total = 0.0  # summed left to right (Python's ``sum`` compensates from 3.12 on): as hedge_steps sums
+        for w in raw:
+            total += w
         return [w / total for w in raw]
 
     @property
@@ -151,8 +154,11 @@ class EnsemblePredictor(LatencyPredictor):
         return memoised(self._memo, ("weights", key), lambda: tuple(self._normalised(self._errors_of(key), self.eta)))
 
     def _combine(self, record: Record, predictions: list[float]) -> float:
-        weights = self._weights_of(self._key(record))
-        return math.exp(sum(w * math.log(p) for w, p in zip(weights, predictions, strict=True) if w > 0))
+        total = 0.0  # summed left to right, as hedge_steps sums
+        for w, p in zip(self._weights_of(self._key(record)), predictions, strict=True):
+            if w > 0:
+                total += w * math.log(p)
+        return math.exp(total)
 
     def predict_one(self, record: Record) -> float:
         """Weighted geometric mean of the experts' latencies, with the weights of ``record``'s key."""
@@ -332,6 +338,59 @@ class EnsemblePredictor(LatencyPredictor):
         self._update(record, predictions)
         self._observed(record, record.latency_ms / self.solo_latency(record))
         return combined
+
+    def combine_learn_many(self, records: Sequence[Record], predictions: Sequence[Sequence[float]],
+                           knows: list[bool] | None = None) -> list[float]:
+        """:meth:`combine_learn` of each of ``records`` in turn, ``predictions`` each expert's over them
+        (one sequence per expert): the Hedge steps compiled (:func:`~predictor.predictors.hedge_kernel.hedge_steps`,
+        the same numbers to the bit), the book-keeping record by record. ``knows``: when given, whether
+        each record's solo latency was known just before it was learned is appended to it."""
+        latencies = np.array([r.latency_ms for r in records], dtype=float)
+        steps = np.array(predictions, dtype=float).reshape(len(self._experts), len(records)).T.copy()
+        if not ((latencies > 0).all() and (steps > 0).all()):  # a missing, NaN or non-positive one: as the reference errs
+            return [self._step_one(record, [column[i] for column in predictions], knows) for i, record in enumerate(records)]
+        rows, keys = self._key_rows(records)
+        per_key = np.array([self._key_errors.get(key, self._errors) for key in keys], dtype=float).reshape(
+            len(keys), len(self._experts))
+        has_errors = np.array([key in self._key_errors for key in keys], dtype=np.bool_)
+        overall = np.array(self._errors, dtype=float)
+        combined = np.empty(len(records))
+        hedge_steps(rows, steps, latencies, overall, per_key, has_errors, float(self.eta), float(self.decay), combined)
+        for key, errors, learned in zip(keys, per_key.tolist(), has_errors.tolist(), strict=True):
+            if learned:
+                self._key_errors[key] = errors
+        self._errors = overall.tolist()
+        for record in records:
+            if knows is not None:
+                knows.append(self.knows_solo(record))
+            self._observed(record, record.latency_ms / self.solo_latency(record))  # type: ignore[operator]
+        return combined.tolist()
+
+    def _step_one(self, record: Record, predictions: list[float], knows: list[bool] | None) -> float:
+        if knows is not None:
+            knows.append(self.knows_solo(record))
+        return self.combine_learn(record, predictions)
+
+    def _key_rows(self, records: Sequence[Record]) -> tuple[np.ndarray, list[str]]:
+        """Per record, the row of its key among ``keys`` (``-1``: no key, or no room for one: the overall
+        errors), the keys numbered in order of appearance, as :meth:`_update` would give them errors."""
+        rows = np.empty(len(records), dtype=np.int64)
+        numbered: dict[str | None, int] = {}
+        keys: list[str] = []
+        room = self.max_keys - len(self._key_errors)
+        for i, record in enumerate(records):
+            key = self._key(record)
+            row = numbered.get(key)
+            if row is None:
+                row = -1
+                if key is not None and (key in self._key_errors or room > 0):
+                    if key not in self._key_errors:
+                        room -= 1
+                    row = len(keys)
+                    keys.append(key)
+                numbered[key] = row
+            rows[i] = row
+        return rows, keys
 
     def monotone_in_crowding(self) -> bool:
         """A weighted geometric mean (weights independent of the query) of monotone experts is monotone."""

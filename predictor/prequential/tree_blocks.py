@@ -105,10 +105,8 @@ def prequential_tree_blocks(predictor: LatencyPredictor, records: Iterable[Recor
     if isinstance(predictor, EnsemblePredictor):
         columns = [fastest_prequential(expert, stream, refits_ahead=refits_ahead, kept=kept, overlap=overlap).predicted
                    for expert in predictor.expert_predictors]
-        for i, record in enumerate(stream):
-            if knows is not None:
-                knows.append(predictor.knows_solo(record))
-            scored.add(predictor.combine_learn(record, [column[i] for column in columns]), record.latency_ms)  # type: ignore[arg-type]
+        scored.predicted = predictor.combine_learn_many(stream, columns, knows)  # type: ignore[arg-type]
+        scored.measured = [record.latency_ms for record in stream]  # type: ignore[misc]
         return scored
     scored.predicted = _tree_predictions(predictor, stream, refits_ahead)  # type: ignore[arg-type]
     scored.measured = [record.latency_ms for record in stream]  # type: ignore[misc]
