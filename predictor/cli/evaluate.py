@@ -15,6 +15,7 @@ from rich.table import Table
 
 from predictor.cli.progress import progress_bar
 from predictor.predictors import DEFAULT, create
+from predictor.predictors.ensemble import EnsemblePredictor
 from predictor.prequential import tree_blocks
 from predictor.prequential.blocks import predict_rows, prequential_blocks, supports
 from predictor.prequential.evaluation import Scored, run_prequential, run_split, split_records, summarize
@@ -92,8 +93,10 @@ def score(spec: str, records: list, args: argparse.Namespace, advance) -> Scored
         train, test = split_records(records, args.split, args.seed)
         predictor.learn_solo(train)  # type: ignore[arg-type]  (as run_split's fit)
         tree_blocks.prequential_tree_blocks(predictor, train)
-        test_records = [as_record(row) for row in test]
         advance(len(records))
+        if isinstance(predictor, EnsemblePredictor):  # each expert's rows at once (rls, sgd), then combined
+            return Scored(predict_rows(predictor, test), [row.latency_ms for row in test])
+        test_records = [as_record(row) for row in test]
         return Scored(predictor.predict_many(test_records), [r.latency_ms for r in test_records])  # type: ignore[misc]
     if blockwise:
         train, test = split_records(records, args.split, args.seed)

@@ -93,6 +93,10 @@ class SoloProfile:
         twin._shift = dict(self._shift)
         return twin
 
+    def same_as(self, other: SoloProfile) -> bool:
+        """Whether ``other`` holds the same tables and limits, value for value (it answers as this one does)."""
+        return self.__dict__ == other.__dict__
+
     def _has_room(self, key: Key) -> bool:
         return key in self._lowest or len(self._lowest) < self.max_keys
 

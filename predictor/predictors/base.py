@@ -251,6 +251,20 @@ class LatencyPredictor(ABC):
         self._solo.learn(record)
         self.n_learned += 1
 
+    def keeps_books_as(self, other: LatencyPredictor) -> bool:
+        """Whether this predictor's book-keeping (:meth:`_observed`: its solo profile and plausible
+        slowdown range) is ``other``'s, value for value: learning the same records next keeps them so
+        (what lets a replay copy the one's, :meth:`take_books`, instead of keeping both)."""
+        return (self._range_seen == other._range_seen and self._slowdown_range == other._slowdown_range
+                and self._solo.same_as(other._solo))
+
+    def take_books(self, other: LatencyPredictor, learned: int) -> None:
+        """Take ``other``'s book-keeping (a copy) as this predictor's after it ``learned`` records more:
+        where the two kept their books alike (:meth:`keeps_books_as`) and both learned the same records since."""
+        self._solo = other._solo.copy()
+        self._range_seen, self._slowdown_range = other._range_seen, other._slowdown_range
+        self.n_learned += learned
+
     def predict_learn_one(self, record: Record) -> float:
         """Predict ``record``'s latency, then learn from it (one prequential step).
 

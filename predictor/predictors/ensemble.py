@@ -153,12 +153,21 @@ class EnsemblePredictor(LatencyPredictor):
         """Each expert's weight for ``key`` (remembered by a published copy)."""
         return memoised(self._memo, ("weights", key), lambda: tuple(self._normalised(self._errors_of(key), self.eta)))
 
-    def _combine(self, record: Record, predictions: list[float]) -> float:
-        total = 0.0  # summed left to right, as hedge_steps sums
-        for w, p in zip(self._weights_of(self._key(record)), predictions, strict=True):
-            if w > 0:
-                total += w * math.log(p)
-        return math.exp(total)
+    def _combine(self, record: Record, predictions: Sequence[float]) -> float:
+        return _geometric_mean(self._weights_of(self._key(record)), predictions)
+
+    def combine_many(self, records: Sequence[Record], predictions: Sequence[Sequence[float]]) -> list[float]:
+        """Each record's experts' ``predictions`` (one sequence per expert) combined as :meth:`predict_one`
+        combines them, the weights as they stand (looked up once per key)."""
+        weights: dict[str | None, tuple[float, ...]] = {}
+        out = []
+        for record, row in zip(records, zip(*predictions, strict=True), strict=True):
+            key = self._key(record)
+            found = weights.get(key)
+            if found is None:
+                found = weights[key] = self._weights_of(key)
+            out.append(_geometric_mean(found, row))
+        return out
 
     def predict_one(self, record: Record) -> float:
         """Weighted geometric mean of the experts' latencies, with the weights of ``record``'s key."""
@@ -340,11 +349,13 @@ class EnsemblePredictor(LatencyPredictor):
         return combined
 
     def combine_learn_many(self, records: Sequence[Record], predictions: Sequence[Sequence[float]],
-                           knows: list[bool] | None = None) -> list[float]:
+                           knows: list[bool] | None = None, books: LatencyPredictor | None = None) -> list[float]:
         """:meth:`combine_learn` of each of ``records`` in turn, ``predictions`` each expert's over them
         (one sequence per expert): the Hedge steps compiled (:func:`~predictor.predictors.hedge_kernel.hedge_steps`,
         the same numbers to the bit), the book-keeping record by record. ``knows``: when given, whether
-        each record's solo latency was known just before it was learned is appended to it."""
+        each record's solo latency was known just before it was learned is appended to it. ``books``: an
+        expert that kept its books as this ensemble (:meth:`~predictor.predictors.base.LatencyPredictor.keeps_books_as`)
+        before it learned ``records``; its books are taken rather than kept again (``knows`` must be ``None``)."""
         latencies = np.array([r.latency_ms for r in records], dtype=float)
         steps = np.array(predictions, dtype=float).reshape(len(self._experts), len(records)).T.copy()
         if not ((latencies > 0).all() and (steps > 0).all()):  # a missing, NaN or non-positive one: as the reference errs
@@ -360,6 +371,9 @@ class EnsemblePredictor(LatencyPredictor):
             if learned:
                 self._key_errors[key] = errors
         self._errors = overall.tolist()
+        if books is not None and knows is None:
+            self.take_books(books, len(records))
+            return combined.tolist()
         for record in records:
             if knows is not None:
                 knows.append(self.knows_solo(record))
@@ -415,6 +429,16 @@ class EnsemblePredictor(LatencyPredictor):
             # a key seen for the first time starts from the overall errors
             self._key_errors[key] = updated(self._key_errors.get(key, self._errors))
         self._errors = updated(self._errors)
+
+
+def _geometric_mean(weights: Sequence[float], predictions: Sequence[float]) -> float:
+    """``exp`` of the weighted sum of the predictions' logs, summed left to right (as
+    :func:`~predictor.predictors.hedge_kernel.hedge_steps` sums; Python's ``sum`` compensates from 3.12 on)."""
+    total = 0.0
+    for w, p in zip(weights, predictions, strict=True):
+        if w > 0:
+            total += w * math.log(p)
+    return math.exp(total)
 
 
 def _per_record(expert: LatencyPredictor, record: Record, remaining_ms: Sequence[float | None]) -> Callable[[float], float]:

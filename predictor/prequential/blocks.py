@@ -45,6 +45,7 @@ import numpy as np
 from predictor.features.extract import RowLayout, fine_features, planned_parts
 from predictor.predictors import create
 from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
+from predictor.predictors.ensemble import EnsemblePredictor
 from predictor.predictors.rls import RlsPredictor
 from predictor.prequential.evaluation import Scored, run_prequential
 from predictor.records.logio import ReadReport, iter_rows
@@ -401,8 +402,11 @@ def predict_rows(predictor: LatencyPredictor, records: Sequence[Record | ColocRo
     (per record its features, for ``rls`` before their products,
     :func:`~predictor.features.extract.planned_parts`; their products, scaling and the model's weights
     per layout in NumPy): the same numbers within rounding (the sum's terms added in another order);
-    any other predictor record by record.
+    an ``ensemble``, each expert's so, combined per record with the weights as they stand; any other
+    predictor record by record.
     """
+    if isinstance(predictor, EnsemblePredictor):
+        return predictor.combine_many(records, [predict_rows(expert, records) for expert in predictor.expert_predictors])  # type: ignore[arg-type]
     if not supports(predictor):
         return [predictor.predict_one(record_of(r) if isinstance(r, ColocRow) else r) for r in records]
     n = len(records)

@@ -42,6 +42,8 @@ BLOCK = 1024
 """Most corrector steps queued for one compiled call."""
 REFITS_AHEAD = 2
 """Refits a ``tree`` learner's window is kept ahead by (each holds its window's rows until taken)."""
+BOOKS_FROM = 512
+"""The shortest stream whose book-keeping an ensemble takes from an expert (:func:`_books_alike`)."""
 
 
 def supports(predictor: LatencyPredictor) -> bool:
@@ -100,17 +102,33 @@ def prequential_tree_blocks(predictor: LatencyPredictor, records: Iterable[Recor
         raise ValueError(f"refits_ahead must be >= 0, got {refits_ahead!r}")
     if knows is not None and not isinstance(predictor, EnsemblePredictor):
         raise ValueError("knows is filled for an ensemble only")
-    stream = [record_of(r) if isinstance(r, ColocRow) else r for r in records]
+    if isinstance(predictor, EnsemblePredictor) and all(map(blocks.supports, predictor.expert_predictors)):
+        stream = list(records)  # compiled blocks read rows as they read records
+    else:
+        stream = [record_of(r) if isinstance(r, ColocRow) else r for r in records]
     scored = Scored()
     if isinstance(predictor, EnsemblePredictor):
+        books = _books_alike(predictor, len(stream)) if knows is None else None
         columns = [fastest_prequential(expert, stream, refits_ahead=refits_ahead, kept=kept, overlap=overlap).predicted
                    for expert in predictor.expert_predictors]
-        scored.predicted = predictor.combine_learn_many(stream, columns, knows)  # type: ignore[arg-type]
+        scored.predicted = predictor.combine_learn_many(stream, columns, knows, books)  # type: ignore[arg-type]
         scored.measured = [record.latency_ms for record in stream]  # type: ignore[misc]
         return scored
     scored.predicted = _tree_predictions(predictor, stream, refits_ahead)  # type: ignore[arg-type]
     scored.measured = [record.latency_ms for record in stream]  # type: ignore[misc]
     return scored
+
+
+def _books_alike(predictor: EnsemblePredictor, records: int) -> LatencyPredictor | None:
+    """An expert replayed by compiled blocks (whose book-keeping is the base class's) that keeps its books
+    as ``predictor`` does, for a stream of at least :data:`BOOKS_FROM` ``records`` (below, comparing
+    the books costs more than keeping them twice); ``None``: none."""
+    if records < BOOKS_FROM:
+        return None
+    for expert in predictor.expert_predictors:
+        if blocks.supports(expert) and expert.keeps_books_as(predictor):
+            return expert
+    return None
 
 
 def _tree_predictions(predictor: TreePredictor, stream: list[Record], refits_ahead: int) -> list[float]:

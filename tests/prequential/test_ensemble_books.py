@@ -1,0 +1,55 @@
+"""An ensemble replayed by its experts' compiled blocks takes an expert's book-keeping (solo profile, plausible
+slowdown range) instead of keeping its own again, only where the two were alike: its books are then those of
+the ensemble that kept them record by record, to the bit. Its split replay's scored part, predicted per
+expert at once, is ``predict_many``'s within rounding."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from predictor.predictors import DEFAULT, create
+from predictor.prequential import tree_blocks
+from predictor.prequential.blocks import predict_rows
+from predictor.prequential.evaluation import run_prequential
+from predictor.service.synthetic import fleet_records, synthetic_records
+
+RECORDS = list(synthetic_records(300, seed=5)) + fleet_records(600, models=8, device_kinds=2, seed=4)
+
+
+def _books(predictor) -> bytes:
+    return pickle.dumps((predictor._solo.__dict__, predictor._range_seen, predictor._slowdown_range,
+                         predictor.n_learned))
+
+
+def test_books_are_taken_from_an_expert_that_kept_them_alike():
+    assert len(RECORDS) >= tree_blocks.BOOKS_FROM
+    fast, reference = create(DEFAULT), create(DEFAULT)
+    assert tree_blocks._books_alike(fast, len(RECORDS)) is not None
+    got = tree_blocks.prequential_tree_blocks(fast, RECORDS).predicted
+    expected = run_prequential(reference, RECORDS).predicted
+    np.testing.assert_allclose(got, expected, rtol=1e-9)
+    assert _books(fast) == _books(reference)
+    assert fast._solo is not fast.expert_predictors[0]._solo  # a copy, not shared
+
+
+def test_books_are_kept_again_where_an_expert_kept_other_books():
+    fast, reference = create(DEFAULT), create(DEFAULT)
+    for ensemble in (fast, reference):  # an expert taught a record the ensemble was not: its books differ
+        ensemble.expert_predictors[0].learn_one(RECORDS[-1])
+        ensemble.expert_predictors[1].learn_one(RECORDS[-2])
+    assert tree_blocks._books_alike(fast, len(RECORDS)) is None
+    tree_blocks.prequential_tree_blocks(fast, RECORDS)
+    run_prequential(reference, RECORDS)
+    assert _books(fast) == _books(reference)
+    assert _books(fast) != _books(fast.expert_predictors[0])
+
+
+@pytest.mark.parametrize("spec", [DEFAULT, "ensemble:experts='rls,solo',split_by=device_kind"])
+def test_the_split_replays_scored_part_is_predict_many_within_rounding(spec):
+    predictor = create(spec)
+    tree_blocks.prequential_tree_blocks(predictor, RECORDS[:600])
+    scored = RECORDS[600:]
+    np.testing.assert_allclose(predict_rows(predictor, scored), predictor.predict_many(scored), rtol=1e-12)
