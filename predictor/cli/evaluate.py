@@ -85,14 +85,14 @@ def score(spec: str, records: list, args: argparse.Namespace, advance) -> Scored
     if args.prequential:
         if blockwise or by_expert:
             scored = (prequential_blocks(predictor, records, overlap=not args.serial) if blockwise  # type: ignore[arg-type]
-                      else tree_blocks.prequential_tree_blocks(predictor, records))
+                      else tree_blocks.prequential_tree_blocks(predictor, records, overlap=not args.serial))
             advance(len(records))
             return scored
         return run_prequential(predictor, map(as_record, records), progress=advance)
     if by_expert and not args.keep_learning:
         train, test = split_records(records, args.split, args.seed)
         predictor.learn_solo(train)  # type: ignore[arg-type]  (as run_split's fit)
-        tree_blocks.prequential_tree_blocks(predictor, train)
+        tree_blocks.prequential_tree_blocks(predictor, train, overlap=not args.serial)
         advance(len(records))
         if isinstance(predictor, EnsemblePredictor):  # each expert's rows at once (rls, sgd), then combined
             return Scored(predict_rows(predictor, test), [row.latency_ms for row in test])
