@@ -294,6 +294,36 @@ def planned_parts(record: Record, features: str) -> tuple[RowLayout, Features, F
     return layout, base, identity
 
 
+def planned_parts_of_fine(record: Record, features: str, fine: Features) -> tuple[RowLayout, Features, Features]:
+    """:func:`planned_parts` of ``record`` from its ``fine`` features (:func:`fine_features`, computed
+    once for several learners): the same layout, names in the same order and numbers. ``fine`` is
+    not changed; ``base`` may be ``fine`` itself (a record with no model-identity feature)."""
+    if features == "coarse":
+        return planned_parts(record, features)
+    identity: Features = {}
+    runners = record.co_runners
+    if runners:  # the identity names in the order _fine_parts first writes them (a runner of overlap 0 writes none)
+        prefixes = _model_sums(record.batch.model)
+        for runner in runners:
+            if runner.overlap == 0.0:
+                continue
+            for prefix in prefixes:
+                name = prefix + runner.model
+                if name not in identity:
+                    identity[name] = fine[name]
+    base = fine
+    if identity:  # the other names keep their order
+        base = dict(fine)
+        for name in identity:
+            del base[name]
+    if features == "fine":
+        return _plain_layout(tuple(base)), base, identity
+    layout = row_layout(tuple(base), record.batch.model)
+    if layout is None:
+        return (*planned_row(record, features), {})
+    return layout, base, identity
+
+
 def feature_row(record: Record, features: str) -> tuple[tuple[str, ...], np.ndarray]:
     """The ``features`` set (a key of :data:`FEATURE_SETS`) of ``record`` as names and values."""
     if features == "interactions":

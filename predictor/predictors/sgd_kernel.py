@@ -32,7 +32,7 @@ import numpy as np
 from numba import njit
 
 from predictor.features.contention import is_contention
-from predictor.features.extract import fine_features
+from predictor.features.extract import Features, fine_features
 from predictor.predictors.sgd_model import SgdModel
 from predictor.records.record import Record
 from predictor.records.typed_decoding import ColocRow
@@ -275,12 +275,13 @@ class SgdRows:
         self.values: list[float] = []
         self.run: SgdRun | None = None
 
-    def add(self, record: Record | ColocRow, flush: Callable[[], None]) -> bool:
-        """Queue ``record``'s row (always: a new name is a new column of the run)."""
+    def add(self, record: Record | ColocRow, flush: Callable[[], None], fine: Features | None = None) -> bool:
+        """Queue ``record``'s row (always: a new name is a new column of the run); ``fine``: its fine
+        features where they are already computed."""
         if self.run is None or self.run._finished and not self.run.reopen():
             self.run = SgdRun(self.predictor)
             self.layouts.clear()
-        base = fine_features(record)
+        base = fine_features(record) if fine is None else fine
         names = tuple(base)
         columns = self.layouts.get(names)
         if columns is None:

@@ -34,6 +34,7 @@ The split replay learns its training part so, and predicts its scored part with
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -42,7 +43,13 @@ from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
-from predictor.features.extract import RowLayout, fine_features, planned_parts
+from predictor.features.extract import (
+    Features,
+    RowLayout,
+    fine_features,
+    planned_parts,
+    planned_parts_of_fine,
+)
 from predictor.predictors import create
 from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
 from predictor.predictors.ensemble import EnsemblePredictor
@@ -101,11 +108,7 @@ def prequential_blocks(predictor: LatencyPredictor, records: Iterable[Record | C
     if not supports(predictor):
         raise ValueError("the blockwise replay takes rls with split_by=None, clip=0 and drift_reset=False, "
                          "or sgd with its own pipeline")
-    rows: _RlsRows | SgdRows
-    if predictor.name == "sgd":
-        rows = kept.sgd_rows(predictor) if kept is not None else predictor.block_rows()  # type: ignore[attr-defined]
-    else:
-        rows = kept.rows(predictor) if kept is not None else _RlsRows(predictor)  # type: ignore[arg-type]
+    rows = _rows_of(predictor, kept)
     worker = KernelThread("replay-kernel") if overlap else None
     try:
         return _prequential_blocks(predictor, rows, records, block, knows, worker)
@@ -114,6 +117,89 @@ def prequential_blocks(predictor: LatencyPredictor, records: Iterable[Record | C
             worker.close()
         if kept is not None:
             kept.keep(rows)
+
+
+BOOKS_FROM = 512
+"""The fewest records over which learners that keep their books alike keep them once (below, comparing
+their books costs more than keeping them each): :func:`prequential_experts`, and an ensemble's own
+(:mod:`predictor.prequential.tree_blocks`)."""
+
+
+def reads_fine_features(predictor: LatencyPredictor) -> bool:
+    """Whether :func:`prequential_blocks` of ``predictor`` reads each record's fine features (``sgd``,
+    ``rls`` over the ``fine`` or ``interactions`` features)."""
+    return predictor.name == "sgd" or getattr(predictor, "features", "coarse") != "coarse"
+
+
+def prequential_experts(experts: Sequence[LatencyPredictor], records: Sequence[Record | ColocRow], *,
+                        overlap: bool = False, kept: KeptPlans | None = None) -> list[list[float]]:
+    """:func:`prequential_blocks` of each of ``experts`` (each one :func:`supports` takes) over the same
+    ``records``, in one pass: the experts step through the records together, each record's fine
+    features computed once for all that read them (:func:`reads_fine_features`; ``rls`` derives its
+    planned parts from them, :func:`~predictor.features.extract.planned_parts_of_fine`), and, over
+    at least :data:`BOOKS_FROM` records where every expert keeps its books as the last one does
+    (:meth:`~predictor.predictors.base.LatencyPredictor.keeps_books_as`), the book-keeping kept once, by
+    the last expert: the others take a copy of its books before a reference step of theirs, and at the
+    end. Each expert's predictions, in ``experts``' order; the same predictions and learned state, to
+    the bit, as :func:`prequential_blocks` of each alone (``overlap``, ``kept``: as there)."""
+    loops: list[_BlockLoop] = []
+    keeper = experts[-1]
+    learned = [expert.n_learned for expert in experts]
+    shared_books = len(records) >= BOOKS_FROM and all(expert.keeps_books_as(keeper) for expert in experts[:-1])
+    fine = sum(map(reads_fine_features, experts)) > 1
+    taken = 0
+    try:
+        for expert in experts:
+            loops.append(_BlockLoop(expert, _rows_of(expert, kept), BLOCK, None,
+                                    KernelThread("replay-kernel") if overlap else None))
+            if shared_books and expert is not keeper:
+                loops[-1].before_reference = functools.partial(expert.take_books, keeper, 0)
+        followers, last = loops[:-1], loops[-1]
+        for record in records:
+            features = fine_features(record) if fine else None  # type: ignore[arg-type]
+            if shared_books:
+                solo = keeper.solo_latency(record)  # type: ignore[arg-type]
+                low, high = keeper._slowdown_range
+                slowdown = record.latency_ms / solo  # type: ignore[operator]
+                books = (solo, low, high, slowdown)
+                for loop in followers:
+                    loop.step(record, features, books)
+                if last.step(record, features, books):
+                    keeper._observed(record, slowdown)  # type: ignore[arg-type]
+            else:
+                for loop in loops:
+                    loop.step(record, features)
+            taken += 1
+        for loop in loops:
+            loop.flush()
+    finally:
+        _settle_all(loops, kept)
+        if shared_books:
+            for expert, before in zip(experts[:-1], learned, strict=False):
+                expert.take_books(keeper, 0)
+                expert.n_learned = before + taken
+    return [loop.scored.predicted for loop in loops]
+
+
+def _rows_of(predictor: LatencyPredictor, kept: KeptPlans | None) -> _RlsRows | SgdRows:
+    """``predictor``'s pending rows for :func:`prequential_blocks`: kept ones (:class:`KeptPlans`) where they fit."""
+    if predictor.name == "sgd":
+        return kept.sgd_rows(predictor) if kept is not None else predictor.block_rows()  # type: ignore[attr-defined]
+    return kept.rows(predictor) if kept is not None else _RlsRows(predictor)  # type: ignore[arg-type]
+
+
+def _settle_all(loops: list[_BlockLoop], kept: KeptPlans | None) -> None:
+    """Each loop's block in flight learned whole and its state written back (whatever ended the records),
+    its worker closed and its rows kept (``kept``)."""
+    try:
+        for loop in loops:
+            loop.settle()
+    finally:
+        for loop in loops:
+            if loop.worker is not None:
+                loop.worker.close()
+            if kept is not None:
+                kept.keep(loop.rows)
 
 
 class KeptPlans:
@@ -208,15 +294,18 @@ class _RlsRows:
         self.run: PlannedRun | None = None  # the model's state, held by the compiled kernel from block to block
         self._finished: PlannedRun | None = None  # the last run, taken up again where the model is as it left it
 
-    def add(self, record: Record | ColocRow, flush: Callable[[], None]) -> bool:
+    def add(self, record: Record | ColocRow, flush: Callable[[], None], fine: Features | None = None) -> bool:
         """Queue ``record``'s row; ``False`` where it does not fit the model as it is (the first record,
         a new name, a non-zero value in a column without its scale: the reference step takes it).
-        ``flush``: learn the rows queued so far (before the plans are started afresh)."""
+        ``flush``: learn the rows queued so far (before the plans are started afresh); ``fine``: the
+        record's fine features where they are already computed."""
         predictor = self.predictor
         model = predictor._models.get("")
         if model is None:
             return False
-        row, base, identity = planned_parts(record, predictor.features)  # the predictor's own row, before products
+        # the predictor's own row, before products
+        row, base, identity = planned_parts(record, predictor.features) if fine is None \
+            else planned_parts_of_fine(record, predictor.features, fine)
         layout = self.layouts.get(row)
         if layout is None:
             index = model.index
@@ -304,78 +393,105 @@ class _RlsRows:
             self.run, self._finished = None, self.run
 
 
-def _prequential_blocks(predictor: LatencyPredictor, rows: _RlsRows | SgdRows, records: Iterable[Record | ColocRow],
-                        block: int, knows: list[bool] | None, worker: KernelThread | None) -> Scored:
-    """:func:`prequential_blocks`'s loop; each block learned by ``worker`` when given, else here."""
-    scored = Scored()
-    targets: list[float] = []
-    bounds: list[tuple[float, float, float]] = []  # solo latency, slowdown range at the time
-    # the block being learned, with its targets and bounds (one at most: the next one starts from its state)
-    learning: tuple[PlannedBlock | SgdBlock, np.ndarray, np.ndarray] | None = None
+Books = tuple[float, float, float, float]
+"""A record's book-keeping as its learner found it: the solo latency, the plausible slowdown range
+(low, high) and the record's slowdown over that solo latency."""
 
-    def take_in(learned: PlannedBlock | SgdBlock, learned_targets: np.ndarray, learned_bounds: np.ndarray) -> None:
-        """A learned block's predictions (as ``predict_one`` makes them of the raw ones)."""
-        solo, low, high = learned_bounds.T
-        slowdowns = slowdowns_of(learned.predictions, predictor.log_target)  # type: ignore[attr-defined]
-        scored.predicted.extend(clipped_latencies(solo, slowdowns, low, high).tolist())  # type: ignore[arg-type]
-        rows.learned(learned, learned_targets)  # type: ignore[arg-type]
 
-    def flush() -> None:
-        """Start learning the pending records, then take in the block learned before them (which the
-        compiled call had to finish first: the blocks share the model's state)."""
-        nonlocal learning
-        if not targets:
-            return
-        pending_targets = np.asarray(targets)
-        current = (rows.block(pending_targets), pending_targets, np.asarray(bounds))
-        targets.clear()
-        bounds.clear()
-        if worker is None:
-            current[0].compute()
-            take_in(*current)
-            return
-        before, learning = learning, None
-        if before is not None:
-            worker.wait()
-        worker.start(current[0].compute)
-        learning = current
-        if before is not None:
-            take_in(*before)  # while the next block is learned
+class _BlockLoop:
+    """:func:`prequential_blocks`'s loop over one learner's records (:meth:`step` each, then
+    :meth:`settle`): each block learned by ``worker`` when given, else here."""
 
-    def settle() -> None:
-        """Take in the block being learned, and write the learned state back into the model."""
-        nonlocal learning
-        if learning is not None:
-            before, learning = learning, None
-            if worker is not None:
-                worker.wait()
-            take_in(*before)
-        rows.finish()
+    def __init__(self, predictor: LatencyPredictor, rows: _RlsRows | SgdRows, block: int,
+                 knows: list[bool] | None, worker: KernelThread | None):
+        self.predictor, self.rows, self.block, self.knows, self.worker = predictor, rows, block, knows, worker
+        self.scored = Scored()
+        self.targets: list[float] = []
+        self.bounds: list[tuple[float, float, float]] = []  # solo latency, slowdown range at the time
+        # the block being learned, with its targets and bounds (one at most: the next one starts from its state)
+        self.learning: tuple[PlannedBlock | SgdBlock, np.ndarray, np.ndarray] | None = None
+        self.before_reference: Callable[[], None] | None = None  # called before a reference step
 
-    try:
-        for record in records:
-            scored.measured.append(record.latency_ms)  # type: ignore[arg-type]
-            if knows is not None:
-                knows.append(predictor.knows_solo(record))  # type: ignore[arg-type]
-            if not rows.add(record, flush):
-                flush()
-                settle()
-                scored.predicted.append(predictor.predict_learn_one(
-                    record_of(record) if isinstance(record, ColocRow) else record))
-                rows.restart()  # columns and scales may have changed
-                continue
+    def step(self, record: Record | ColocRow, fine: Features | None = None, books: Books | None = None) -> bool:
+        """Take ``record`` in (``fine``: its fine features, where already computed); ``books``: its
+        book-keeping as kept elsewhere (this learner's own left as they are), else kept here.
+        ``False`` where the reference step took it (which kept this learner's books itself)."""
+        predictor = self.predictor
+        self.scored.measured.append(record.latency_ms)  # type: ignore[arg-type]
+        if self.knows is not None:
+            self.knows.append(predictor.knows_solo(record))  # type: ignore[arg-type]
+        if not self.rows.add(record, self.flush, fine):
+            self.flush()
+            self.settle()
+            if self.before_reference is not None:
+                self.before_reference()
+            self.scored.predicted.append(predictor.predict_learn_one(
+                record_of(record) if isinstance(record, ColocRow) else record))
+            self.rows.restart()  # columns and scales may have changed
+            return False
+        if books is None:
             solo = predictor.solo_latency(record)  # type: ignore[arg-type]
             low, high = predictor._slowdown_range
             slowdown = record.latency_ms / solo  # type: ignore[operator]
             predictor._observed(record, slowdown)  # type: ignore[arg-type]
-            targets.append(math.log(slowdown) if predictor.log_target else slowdown)  # type: ignore[attr-defined]
-            bounds.append((solo, low, high))
-            if len(targets) >= block:
-                flush()
-        flush()
+        else:
+            solo, low, high, slowdown = books
+        self.targets.append(math.log(slowdown) if predictor.log_target else slowdown)  # type: ignore[attr-defined]
+        self.bounds.append((solo, low, high))
+        if len(self.targets) >= self.block:
+            self.flush()
+        return True
+
+    def _take_in(self, learned: PlannedBlock | SgdBlock, learned_targets: np.ndarray, learned_bounds: np.ndarray) -> None:
+        """A learned block's predictions (as ``predict_one`` makes them of the raw ones)."""
+        solo, low, high = learned_bounds.T
+        slowdowns = slowdowns_of(learned.predictions, self.predictor.log_target)  # type: ignore[attr-defined]
+        self.scored.predicted.extend(clipped_latencies(solo, slowdowns, low, high).tolist())  # type: ignore[arg-type]
+        self.rows.learned(learned, learned_targets)  # type: ignore[arg-type]
+
+    def flush(self) -> None:
+        """Start learning the pending records, then take in the block learned before them (which the
+        compiled call had to finish first: the blocks share the model's state)."""
+        if not self.targets:
+            return
+        pending_targets = np.asarray(self.targets)
+        current = (self.rows.block(pending_targets), pending_targets, np.asarray(self.bounds))
+        self.targets.clear()
+        self.bounds.clear()
+        worker = self.worker
+        if worker is None:
+            current[0].compute()
+            self._take_in(*current)
+            return
+        before, self.learning = self.learning, None
+        if before is not None:
+            worker.wait()
+        worker.start(current[0].compute)
+        self.learning = current
+        if before is not None:
+            self._take_in(*before)  # while the next block is learned
+
+    def settle(self) -> None:
+        """Take in the block being learned, and write the learned state back into the model."""
+        if self.learning is not None:
+            before, self.learning = self.learning, None
+            if self.worker is not None:
+                self.worker.wait()
+            self._take_in(*before)
+        self.rows.finish()
+
+
+def _prequential_blocks(predictor: LatencyPredictor, rows: _RlsRows | SgdRows, records: Iterable[Record | ColocRow],
+                        block: int, knows: list[bool] | None, worker: KernelThread | None) -> Scored:
+    """:func:`prequential_blocks`'s loop; each block learned by ``worker`` when given, else here."""
+    loop = _BlockLoop(predictor, rows, block, knows, worker)
+    try:
+        for record in records:
+            loop.step(record)
+        loop.flush()
     finally:
-        settle()  # a block in flight is learned whole, whatever ended the records
-    return scored
+        loop.settle()  # a block in flight is learned whole, whatever ended the records
+    return loop.scored
 
 
 def _unscaled_terms(row: RowLayout, unscaled: np.ndarray) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:

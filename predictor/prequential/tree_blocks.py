@@ -42,8 +42,6 @@ BLOCK = 1024
 """Most corrector steps queued for one compiled call."""
 REFITS_AHEAD = 2
 """Refits a ``tree`` learner's window is kept ahead by (each holds its window's rows until taken)."""
-BOOKS_FROM = 512
-"""The shortest stream whose book-keeping an ensemble takes from an expert (:func:`_books_alike`)."""
 
 
 def supports(predictor: LatencyPredictor) -> bool:
@@ -109,8 +107,12 @@ def prequential_tree_blocks(predictor: LatencyPredictor, records: Iterable[Recor
     scored = Scored()
     if isinstance(predictor, EnsemblePredictor):
         books = _books_alike(predictor, len(stream)) if knows is None else None
-        columns = [fastest_prequential(expert, stream, refits_ahead=refits_ahead, kept=kept, overlap=overlap).predicted
-                   for expert in predictor.expert_predictors]
+        experts = predictor.expert_predictors
+        if len(experts) > 1 and all(map(blocks.supports, experts)):
+            columns = blocks.prequential_experts(experts, stream, overlap=overlap, kept=kept)
+        else:
+            columns = [fastest_prequential(expert, stream, refits_ahead=refits_ahead, kept=kept, overlap=overlap).predicted
+                       for expert in experts]
         scored.predicted = predictor.combine_learn_many(stream, columns, knows, books)  # type: ignore[arg-type]
         scored.measured = [record.latency_ms for record in stream]  # type: ignore[misc]
         return scored
@@ -121,9 +123,9 @@ def prequential_tree_blocks(predictor: LatencyPredictor, records: Iterable[Recor
 
 def _books_alike(predictor: EnsemblePredictor, records: int) -> LatencyPredictor | None:
     """An expert replayed by compiled blocks (whose book-keeping is the base class's) that keeps its books
-    as ``predictor`` does, for a stream of at least :data:`BOOKS_FROM` ``records`` (below, comparing
-    the books costs more than keeping them twice); ``None``: none."""
-    if records < BOOKS_FROM:
+    as ``predictor`` does, for a stream of at least :data:`~predictor.prequential.blocks.BOOKS_FROM`
+    ``records``; ``None``: none."""
+    if records < blocks.BOOKS_FROM:
         return None
     for expert in predictor.expert_predictors:
         if blocks.supports(expert) and expert.keeps_books_as(predictor):

@@ -5,11 +5,19 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from strategies import learnable_records, records
 
-from predictor.features.extract import FEATURE_SETS, feature_row, interaction_features, interaction_row
+from predictor.features.extract import (
+    FEATURE_SETS,
+    feature_row,
+    fine_features,
+    interaction_features,
+    interaction_row,
+    planned_parts,
+    planned_parts_of_fine,
+)
 from predictor.predictors import create
 from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.regressors.least_squares import RLS
@@ -88,3 +96,34 @@ def test_rls_predictor_one_row_equals_the_dict_path(train, queries, features, sp
             slowdown = math.exp(min(model.predict_one(FEATURE_SETS[features](record)), 10.0))
         assert predictor.predict_one(record) == predictor._to_latency(record, slowdown)
 
+
+
+_few_models = st.sampled_from(["a", "b", "c"])
+_crowded = st.builds(
+    Record, device=st.just("d0"),
+    batch=st.builds(BatchSpec, model=_few_models, batch_size=st.integers(1, 4), attrs=st.fixed_dictionaries({"u": st.floats(0, 1)})),
+    latency_ms=st.just(1.0),
+    co_runners=st.lists(st.builds(CoRunner, model=_few_models, batch_size=st.integers(1, 4),
+                                  attrs=st.fixed_dictionaries({"u": st.floats(0, 1)}), overlap=st.sampled_from([0.0, 0.5, 1.0])),
+                        max_size=5).map(tuple),
+    signals=st.fixed_dictionaries({"s": st.floats(0, 1)}),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_crowded, records), st.sampled_from(sorted(FEATURE_SETS)))
+@example(Record("d0", BatchSpec("a", 1), 1.0, co_runners=(CoRunner("a", 1, overlap=0.0), CoRunner("b", 1, overlap=0.5),
+                                                          CoRunner("a", 1, overlap=0.5))), "interactions")
+def test_planned_parts_from_the_fine_features_are_the_planned_parts(record, features):
+    """Several learners share one record's fine features: the planned parts derived from them are
+    ``planned_parts``' (the same layout, the same names in the same order, the same bits), co-runners of
+    overlap 0 and of one model repeated included."""
+    fine = fine_features(record)
+    before = list(fine.items())
+    layout, base, identity = planned_parts_of_fine(record, features, fine)
+    expected_layout, expected_base, expected_identity = planned_parts(record, features)
+    assert layout.names == expected_layout.names
+    for got, expected in ((base, expected_base), (identity, expected_identity)):
+        assert list(got) == list(expected)
+        assert same_bits(list(got.values()), list(expected.values()))
+    assert list(fine.items()) == before  # not changed

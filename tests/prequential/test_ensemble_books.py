@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from predictor.predictors import DEFAULT, create
-from predictor.prequential import tree_blocks
+from predictor.prequential import blocks, tree_blocks
 from predictor.prequential.blocks import predict_rows
 from predictor.prequential.evaluation import run_prequential
 from predictor.service.synthetic import fleet_records, synthetic_records
@@ -25,7 +25,7 @@ def _books(predictor) -> bytes:
 
 
 def test_books_are_taken_from_an_expert_that_kept_them_alike():
-    assert len(RECORDS) >= tree_blocks.BOOKS_FROM
+    assert len(RECORDS) >= blocks.BOOKS_FROM
     fast, reference = create(DEFAULT), create(DEFAULT)
     assert tree_blocks._books_alike(fast, len(RECORDS)) is not None
     got = tree_blocks.prequential_tree_blocks(fast, RECORDS).predicted
@@ -53,3 +53,31 @@ def test_the_split_replays_scored_part_is_predict_many_within_rounding(spec):
     tree_blocks.prequential_tree_blocks(predictor, RECORDS[:600])
     scored = RECORDS[600:]
     np.testing.assert_allclose(predict_rows(predictor, scored), predictor.predict_many(scored), rtol=1e-12)
+
+
+def _state(predictor) -> bytes:
+    state = dict(predictor.__dict__)
+    state.pop("_memo", None)
+    return pickle.dumps(sorted((key, pickle.dumps(value)) for key, value in state.items()))
+
+
+@pytest.mark.parametrize("experts", ["rls,sgd", "sgd,rls", "rls,rls:features=fine,sgd", "rls:features=coarse,sgd,rls"])
+@pytest.mark.parametrize("parts", [1, 40])
+def test_experts_in_one_pass_learn_what_each_learns_alone(experts, parts):
+    """Lockstep (features computed once, books kept once by the last expert) against each expert's own
+    blocks: the same predictions and state to the bit, in one call or in parts with plans kept (as ingest)."""
+    specs = experts.split(",")
+    together, alone = [create(spec) for spec in specs], [create(spec) for spec in specs]
+    kept, kept_alone = blocks.KeptPlans(), blocks.KeptPlans()
+    got: list[list[float]] = [[] for _ in specs]
+    expected: list[list[float]] = [[] for _ in specs]
+    size = -(-len(RECORDS) // parts)
+    for start in range(0, len(RECORDS), size):
+        part = RECORDS[start:start + size]
+        for column, predicted in zip(got, blocks.prequential_experts(together, part, kept=kept, overlap=True), strict=True):
+            column += predicted
+        for column, expert in zip(expected, alone, strict=True):
+            column += blocks.prequential_blocks(expert, part, kept=kept_alone).predicted
+    assert [[x.hex() for x in c] for c in got] == [[x.hex() for x in c] for c in expected]
+    for a, b in zip(together, alone, strict=True):
+        assert _state(a) == _state(b)
