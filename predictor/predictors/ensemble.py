@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from predictor.features.extract import fine_features
 from predictor.features.window import WeightedWindowForms, WindowForm, at_window, moving_program
 from predictor.predictors.base import (
     LatencyPredictor,
@@ -32,6 +33,8 @@ from predictor.predictors.base import (
 )
 from predictor.predictors.hedge_kernel import hedge_steps
 from predictor.predictors.registry import create
+from predictor.predictors.rls import RlsPredictor
+from predictor.predictors.sgd import SgdPredictor
 from predictor.records.colocations import CoLocations
 from predictor.records.record import Record
 from predictor.runtime.version_memo import memoised
@@ -170,8 +173,17 @@ class EnsemblePredictor(LatencyPredictor):
         return out
 
     def predict_one(self, record: Record) -> float:
-        """Weighted geometric mean of the experts' latencies, with the weights of ``record``'s key."""
-        return self._combine(record, [expert.predict_one(record) for expert in self._experts])
+        """Weighted geometric mean of the experts' latencies, with the weights of ``record``'s key (the
+        record's fine features computed once for the ``rls`` and ``sgd`` experts that read them)."""
+        experts = self._experts
+        readers = [type(expert) in (RlsPredictor, SgdPredictor) and getattr(expert, "features", "fine") != "coarse"
+                   for expert in experts]
+        if sum(readers) < 2:
+            return self._combine(record, [expert.predict_one(record) for expert in experts])
+        fine = fine_features(record)
+        return self._combine(record, [
+            expert._to_latency(record, expert.predict_slowdown(record, fine)) if reads  # type: ignore[call-arg]
+            else expert.predict_one(record) for expert, reads in zip(experts, readers, strict=True)])
 
     def predict_colocations(self, rows: CoLocations) -> np.ndarray:
         """All rows at once: each expert's :meth:`~LatencyPredictor.predict_colocations`, combined per row

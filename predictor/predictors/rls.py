@@ -20,11 +20,13 @@ import numpy as np
 
 from predictor.features.extract import (
     FEATURE_SETS,
+    Features,
     feature_form,
     feature_matrix,
     feature_row,
     interaction_values,
     planned_parts,
+    planned_parts_of_fine,
     row_layout,
 )
 from predictor.features.window import WindowForm, at_window, moving_program, overlap_at
@@ -171,21 +173,24 @@ class RlsPredictor(LatencyPredictor):
         """Whether contention weights are kept non-negative (see ``non_negative``)."""
         return self.non_negative
 
-    def predict_slowdown(self, record: Record) -> float:
-        """The key's model on ``record``'s features; 1 while that key has no model yet."""
+    def predict_slowdown(self, record: Record, fine: Features | None = None) -> float:
+        """The key's model on ``record``'s features; 1 while that key has no model yet. ``fine``: the
+        record's fine features, where already computed (an ensemble's, once for its experts)."""
         model = self._models.get(self._key(record))
         if model is None:
             return 1.0
-        value = model.predict_vector(self._vector(model, record))
+        value = model.predict_vector(self._vector(model, record, fine))
         return math.exp(min(value, 10.0)) if self.log_target else value
 
-    def _vector(self, model: RLS, record: Record) -> np.ndarray:
+    def _vector(self, model: RLS, record: Record, fine: Features | None = None) -> np.ndarray:
         """``model.vectorize_row(*feature_row(record, self.features), grow=False)``, the same numbers, from
         the record's :func:`~predictor.features.extract.planned_parts`: the layout's positions are
         cached by the feature index however many models the co-runners name (their identity features
         are placed one by one), where the whole row's names would be a new layout at almost every row
-        of a fleet of many models. The vector is dense, so the order the names come in does not matter."""
-        layout, base, identity = planned_parts(record, self.features)
+        of a fleet of many models. The vector is dense, so the order the names come in does not matter.
+        ``fine``: the record's fine features, where already computed."""
+        layout, base, identity = planned_parts(record, self.features) if fine is None \
+            else planned_parts_of_fine(record, self.features, fine)
         index = model.index
         vector = index.vector_of(layout.names, interaction_values(
             layout, np.fromiter(base.values(), dtype=float, count=len(base))), grow=False)

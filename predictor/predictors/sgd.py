@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from predictor.features.contention import is_contention
-from predictor.features.extract import feature_form, feature_matrix, fine_features
+from predictor.features.extract import Features, feature_form, feature_matrix, fine_features
 from predictor.features.window import WindowForm, at_window, moving_program, overlap_at
 from predictor.predictors import sgd_kernel
 from predictor.predictors.base import LatencyPredictor, QuadraticLatencies, clipped_latencies, slowdowns_of
@@ -71,9 +71,10 @@ class SgdPredictor(LatencyPredictor):
             state = {**state, "_model": SgdModel.from_pipeline(state["_model"])}
         self.__dict__.update(state)
 
-    def predict_slowdown(self, record: Record) -> float:
-        """The linear model's slowdown (``exp`` of it, capped at ``e**10``, with ``log_target``)."""
-        value = self.raw_prediction(fine_features(record))
+    def predict_slowdown(self, record: Record, fine: Features | None = None) -> float:
+        """The linear model's slowdown (``exp`` of it, capped at ``e**10``, with ``log_target``). ``fine``:
+        the record's fine features, where already computed (an ensemble's, once for its experts)."""
+        value = self.raw_prediction(fine_features(record) if fine is None else fine)
         return math.exp(min(value, 10.0)) if self.log_target else value
 
     def raw_prediction(self, features: dict[str, float]) -> float:

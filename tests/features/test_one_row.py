@@ -21,6 +21,7 @@ from predictor.features.extract import (
 from predictor.predictors import create
 from predictor.records.record import BatchSpec, CoRunner, Record
 from predictor.regressors.least_squares import RLS
+from predictor.service.synthetic import synthetic_records
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -127,3 +128,17 @@ def test_planned_parts_from_the_fine_features_are_the_planned_parts(record, feat
         assert list(got) == list(expected)
         assert same_bits(list(got.values()), list(expected.values()))
     assert list(fine.items()) == before  # not changed
+
+
+_LEARNED_ENSEMBLE = create("ensemble:experts='rls,sgd,rls:features=coarse'").fit(
+    [r for r in synthetic_records(300, seed=8)])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(_crowded, learnable_records, records))
+def test_an_ensembles_answer_from_shared_fine_features_is_its_experts_answers_combined(record):
+    """The ensemble computes a record's fine features once for its ``rls`` and ``sgd`` experts: its answer is
+    the combination of each expert's own ``predict_one``, bit for bit."""
+    ensemble = _LEARNED_ENSEMBLE
+    expected = ensemble._combine(record, [expert.predict_one(record) for expert in ensemble.expert_predictors])
+    assert same_bits([ensemble.predict_one(record)], [expected])
