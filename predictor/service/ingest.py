@@ -497,14 +497,45 @@ class Ingest:
         self._reject(report, Rejection(index, exc.field, exc.message))
 
     def warm_start(self, path: str | Path, *, tolerant: bool = True) -> ReadReport:
-        """Learn from a ``coloc/v1`` log, prequentially, as if it had been streamed."""
+        """Learn from a ``coloc/v1`` log, prequentially, as if it had been streamed (by blocks,
+        :meth:`learn_stream`). A record the service refuses stops it (the records before it learned),
+        but for the outlier gate's refusals (counted in ``n_outliers``)."""
         report = ReadReport()
-        for record in iter_records(path, tolerant=tolerant, report=report):
-            try:
-                self.observe(record)
-            except OutlierRejected:
-                pass  # counted in n_outliers
+
+        def refused(index: int, error: ServiceError) -> None:
+            if not isinstance(error, OutlierRejected):
+                raise error
+
+        self.learn_stream(((record, "") for record in iter_records(path, tolerant=tolerant, report=report)), refused)
         return report
+
+    def learn_stream(self, items: Iterable[tuple[Record, str]], refused: Callable[[int, ServiceError], None]) -> None:
+        """Learn ``(record, client)`` pairs in order, each as :meth:`observe` learns it (``client``: who
+        reported it; no batch, no key), by blocks of ``config.publish_every_records`` as
+        :meth:`report_observations` learns a stream: the same state as one :meth:`observe` each (``docs/design.md``,
+        One truth), at a block's cost. ``refused(index, error)`` is told of each record refused, in
+        order (by its validation or the outlier gate); what it raises stops the stream, once the
+        records taken before are learned. For a warm start and the observation log's replay."""
+        size = max(1, self.state.config.publish_every_records)
+        block: list[_Taken] = []
+
+        def learn() -> None:
+            taken, block[:] = list(block), []
+            for each, outcome in zip(taken, self._learn_block(taken), strict=True):
+                if isinstance(outcome, ServiceError):
+                    refused(each.index, outcome)
+
+        try:
+            for index, (record, client) in enumerate(items):
+                try:
+                    block.append(self._take(index, record, "", client, None))
+                except ServiceError as exc:
+                    refused(index, exc)
+                if len(block) >= size:
+                    learn()
+        finally:
+            if block:
+                learn()
 
     def _rate_limit(self, record: Record, client: str, peer: str = "") -> None:
         """Take a token of the sender's bucket: its authenticated identity whenever it has one (a

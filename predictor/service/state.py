@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -69,6 +69,11 @@ class Learner(Protocol):
 
     def warm_start(self, path: str | Path, *, tolerant: bool = True) -> ReadReport:
         """Learn from a ``coloc/v1`` log, prequentially."""
+        ...
+
+    def learn_stream(self, items: Iterable[tuple[Record, str]], refused: Callable[[int, ServiceError], None]) -> None:
+        """Learn ``(record, client)`` pairs in order, as :meth:`observe` learns each; ``refused(index, error)``
+        is told of each one refused."""
         ...
 
 
@@ -356,18 +361,23 @@ class ServiceState:
             fsync_interval_s=self.config.fsync_interval_s,
         )
         report = wal.ReplayReport()
-        for entry in self.obs_log.replay(after=self.snapshot_sequence, report=report):
-            # the log holds each key once (a duplicate is refused before it is logged), so its entry is
-            # learned as it is: a snapshot taken after the key was taken and before the record was
-            # learned holds the key as taken, which must not refuse the entry as a duplicate of itself
-            if entry.key:
-                self.dedup.take(entry.client, entry.key)
-            try:
-                learner.observe(entry.record, client=entry.client)
-            except OutlierRejected:
-                pass  # refused again, as it was when it arrived
-            except ServiceError as exc:
-                report.add_error(f"sequence {entry.seq}: {exc}")
+        sequences: list[int] = []
+
+        def entries() -> Iterator[tuple[Record, str]]:
+            for entry in self.obs_log.replay(after=self.snapshot_sequence, report=report):  # type: ignore[union-attr]
+                # the log holds each key once (a duplicate is refused before it is logged), so its entry is
+                # learned as it is: a snapshot taken after the key was taken and before the record was
+                # learned holds the key as taken, which must not refuse the entry as a duplicate of itself
+                if entry.key:
+                    self.dedup.take(entry.client, entry.key)
+                sequences.append(entry.seq)
+                yield entry.record, entry.client
+
+        def refused(index: int, error: ServiceError) -> None:
+            if not isinstance(error, OutlierRejected):  # an outlier is refused again, as it was when it arrived
+                report.add_error(f"sequence {sequences[index]}: {error}")
+
+        learner.learn_stream(entries(), refused)
         self.replay_report = report
         if report.skipped:
             log.warning("observation log replay: %s", report.summary())

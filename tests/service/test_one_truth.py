@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from one_truth_data import QUERIES, answers_of, chunked, max_relative, records
 
+from predictor.records.logio import write_records
 from predictor.service import Service, ServiceConfig
 from predictor.service.ingest import Ingest
 
@@ -153,3 +154,16 @@ def test_queries_cover_signals_and_overlaps_given_and_omitted():
     assert any(q.signals for q in QUERIES) and any(not q.signals for q in QUERIES)
     overlaps = [r.overlap for q in QUERIES for r in q.co_runners]
     assert None in overlaps and any(o is not None for o in overlaps)
+
+
+@pytest.mark.parametrize("publish_every", [1, 37, 512])
+def test_a_warm_start_learns_by_blocks_what_one_by_one_does(tmp_path, publish_every):
+    """A warm start (and the observation log's replay, by the same :meth:`Ingest.learn_stream`) learns its
+    records by blocks: the same state and answers, to the bit, as observing them one by one."""
+    log = tmp_path / "warm.jsonl"
+    write_records(log, RECORDS)
+    one, expected = _one_by_one()
+    service = Service(dataclasses.replace(CONFIG, publish_every_records=publish_every))
+    service.open(warm_start=log)
+    assert answers_of(service.predict, service.check_deadline) == expected
+    _assert_same_state(one, service)
