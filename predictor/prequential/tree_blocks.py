@@ -11,12 +11,15 @@ does record by record (:meth:`~predictor.predictors.base.LatencyPredictor.predic
    known, then for the learner's own step. The learner takes those refits at its own record counts
    (checking their inputs), so its swaps wait for fits that began up to two refits earlier
    instead of ``swap_after`` records earlier: what is learned is the same, record for record.
-2. ``ensemble``: each expert runs over the whole stream alone, by its fastest exact path (``rls`` and
-   ``sgd`` by :func:`~predictor.prequential.blocks.prequential_blocks`, ``tree`` as above, others
-   record by record); the experts are independent, so their predictions before each record are
-   those the ensemble's step would get. Then the Hedge weights are stepped over the stream with the
-   ensemble's own arithmetic (:meth:`EnsemblePredictor.combine_learn
-   <predictor.predictors.ensemble.EnsemblePredictor.combine_learn>`).
+2. ``ensemble``: the experts' predictions before each record first. Where every expert learns by
+   compiled blocks (``rls``, ``sgd``), they step through the stream together
+   (:func:`~predictor.prequential.blocks.prequential_experts`: each record's features computed once,
+   the book-keeping kept once); else each runs over the whole stream alone, by its fastest exact
+   path (``tree`` as above, others record by record). The experts are independent, so their
+   predictions are those the ensemble's step would get. Then the Hedge weights are stepped over the
+   stream with the ensemble's own arithmetic, compiled
+   (:meth:`EnsemblePredictor.combine_learn_many <predictor.predictors.ensemble.EnsemblePredictor.combine_learn_many>`),
+   its book-keeping taken from an expert that kept it alike.
 
 The predictions and the learned state equal the reference's (``tests/prequential/test_tree_blocks.py``:
 1e-9 on the embedded data and a synthetic stream).
