@@ -4,10 +4,10 @@ Builds the bench's service (``experiments.bench.bench``'s: 2,000 synthetic warm-
 devices, the outlier gate on) once per predictor, in this process, and calls the servicer's
 ``RankPlacements`` directly on the bench's packed requests (``omit_detail``; co-runners given by
 overlap or by remaining time, 0-2 per candidate) for ``seconds``, decoding each request and
-encoding its response as the server does. Prints the thread CPU per call (the handler alone:
-no gRPC, no client), the candidates per CPU second, and the share of it the predictor's answer
-took (``predict_plan``: features, predictions and the fixed points of co-runners given by
-remaining time).
+encoding its response as the server does (its bytes handed to the handler, which reads the classic
+candidates from them again). Prints the thread CPU per call (the handler alone: no gRPC, no client),
+the candidates per CPU second, and the share of it the predictor's answer took (``predict_plan``:
+features, predictions and the fixed points of co-runners given by remaining time).
 
 Run: ``.venv/bin/python -m experiments.bench.bench_rank_predictors`` (``--predictors default,rls
 --seconds 3``, ``default``: the service's default learner; ``--classic true --candidates 16``: the classic request, with a detailed answer, of 16). Against another revision of the code (a ``git archive`` of it extracted to a
@@ -28,6 +28,7 @@ from experiments.bench.bench import packed_rank_requests
 from experiments.bench.rpc_servers import _build_service
 from experiments.common import finish, start
 from predictor.predictors import DEFAULT
+from predictor.rpc import decoding
 from predictor.rpc.protos import pb2
 from predictor.rpc.servicer import InterferenceServicer
 from predictor.service import answering
@@ -63,8 +64,9 @@ def measure(spec: str, config: Config, payloads: list[bytes]) -> dict[str, float
         finally:
             predicting[0] += time.thread_time() - begin
 
-    def call(payload: bytes) -> None:
-        servicer.RankPlacements(messages.RankPlacementsRequest.FromString(payload), None).SerializeToString()
+    def call(payload: bytes) -> None:  # decoded as the server decodes it: the handler may read the bytes again
+        request = decoding._decode(messages.RankPlacementsRequest.FromString, payload, "request")
+        servicer.RankPlacements(request, None).SerializeToString()
 
     for payload in payloads:  # compiled paths and caches warm before the timing
         call(payload)
