@@ -27,6 +27,7 @@ The predictions and the learned state equal the reference's (``tests/prequential
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable
 
@@ -45,6 +46,8 @@ BLOCK = 1024
 """Most corrector steps queued for one compiled call."""
 REFITS_AHEAD = 2
 """Refits a ``tree`` learner's window is kept ahead by (each holds its window's rows until taken)."""
+STREAM_CHUNK = 16384
+"""Records an ensemble of compiled experts takes at a time (what the replay holds in memory)."""
 
 
 def supports(predictor: LatencyPredictor) -> bool:
@@ -87,8 +90,9 @@ def prequential_tree_blocks(predictor: LatencyPredictor, records: Iterable[Recor
     """:func:`~predictor.prequential.evaluation.run_prequential` of a ``tree`` or ``ensemble`` ``predictor``
     (see :func:`supports`), its refits started ahead.
 
-    ``records``: records, or decoded rows read like them (:func:`~predictor.records.logio.iter_rows`),
-    read whole first (the experts of an ensemble go over them one after another).
+    ``records``: records, or decoded rows read like them (:func:`~predictor.records.logio.iter_rows`):
+    an ensemble of compiled experts reads them :data:`STREAM_CHUNK` at a time, others whole first
+    (the experts go over them one after another).
     ``refits_ahead``: most refits started before the learner gets to them (``0``: none, the reference's timing).
     ``knows``: when given, of an ``ensemble``, whether each record's solo latency was known just before it
     was learned is appended to it (as :func:`~predictor.prequential.blocks.prequential_blocks` does).
@@ -103,32 +107,42 @@ def prequential_tree_blocks(predictor: LatencyPredictor, records: Iterable[Recor
         raise ValueError(f"refits_ahead must be >= 0, got {refits_ahead!r}")
     if knows is not None and not isinstance(predictor, EnsemblePredictor):
         raise ValueError("knows is filled for an ensemble only")
-    if isinstance(predictor, EnsemblePredictor) and all(map(blocks.supports, predictor.expert_predictors)):
-        stream = list(records)  # compiled blocks read rows as they read records
-    else:
-        stream = [record_of(r) if isinstance(r, ColocRow) else r for r in records]
     scored = Scored()
+    if isinstance(predictor, EnsemblePredictor) and all(map(blocks.supports, predictor.expert_predictors)):
+        # the experts step through the records together: a chunk at a time, rows read as records
+        kept = kept if kept is not None else blocks.KeptPlans()
+        stream = iter(records)
+        while chunk := list(itertools.islice(stream, STREAM_CHUNK)):
+            books = _books_alike(predictor, len(chunk), knows)
+            columns = blocks.prequential_experts(predictor.expert_predictors, chunk, overlap=overlap, kept=kept)
+            _ensemble_steps(predictor, chunk, columns, scored, knows, books)
+        return scored
+    stream = [record_of(r) if isinstance(r, ColocRow) else r for r in records]  # type: ignore[assignment]
     if isinstance(predictor, EnsemblePredictor):
-        books = _books_alike(predictor, len(stream)) if knows is None else None
-        experts = predictor.expert_predictors
-        if len(experts) > 1 and all(map(blocks.supports, experts)):
-            columns = blocks.prequential_experts(experts, stream, overlap=overlap, kept=kept)
-        else:
-            columns = [fastest_prequential(expert, stream, refits_ahead=refits_ahead, kept=kept, overlap=overlap).predicted
-                       for expert in experts]
-        scored.predicted = predictor.combine_learn_many(stream, columns, knows, books)  # type: ignore[arg-type]
-        scored.measured = [record.latency_ms for record in stream]  # type: ignore[misc]
+        books = _books_alike(predictor, len(stream), knows)
+        columns = [fastest_prequential(expert, stream, refits_ahead=refits_ahead, kept=kept, overlap=overlap).predicted
+                   for expert in predictor.expert_predictors]
+        _ensemble_steps(predictor, stream, columns, scored, knows, books)  # type: ignore[arg-type]
         return scored
     scored.predicted = _tree_predictions(predictor, stream, refits_ahead)  # type: ignore[arg-type]
     scored.measured = [record.latency_ms for record in stream]  # type: ignore[misc]
     return scored
 
 
-def _books_alike(predictor: EnsemblePredictor, records: int) -> LatencyPredictor | None:
+def _ensemble_steps(predictor: EnsemblePredictor, records: list, columns: list[list[float]], scored: Scored,
+                    knows: list[bool] | None, books: LatencyPredictor | None) -> None:
+    """The ensemble's own steps over ``records`` into ``scored``, its experts' predictions of them
+    ``columns`` (each made before the expert learned the record), its books taken from ``books``
+    (:func:`_books_alike`, asked before the experts learned ``records``)."""
+    scored.predicted += predictor.combine_learn_many(records, columns, knows, books)
+    scored.measured += [record.latency_ms for record in records]
+
+
+def _books_alike(predictor: EnsemblePredictor, records: int, knows: list[bool] | None) -> LatencyPredictor | None:
     """An expert replayed by compiled blocks (whose book-keeping is the base class's) that keeps its books
     as ``predictor`` does, for a stream of at least :data:`~predictor.prequential.blocks.BOOKS_FROM`
-    ``records``; ``None``: none."""
-    if records < blocks.BOOKS_FROM:
+    ``records`` whose ``knows`` is not asked (those come from the ensemble's own books); ``None``: none."""
+    if records < blocks.BOOKS_FROM or knows is not None:
         return None
     for expert in predictor.expert_predictors:
         if blocks.supports(expert) and expert.keeps_books_as(predictor):

@@ -27,7 +27,7 @@ def _books(predictor) -> bytes:
 def test_books_are_taken_from_an_expert_that_kept_them_alike():
     assert len(RECORDS) >= blocks.BOOKS_FROM
     fast, reference = create(DEFAULT), create(DEFAULT)
-    assert tree_blocks._books_alike(fast, len(RECORDS)) is not None
+    assert tree_blocks._books_alike(fast, len(RECORDS), None) is not None
     got = tree_blocks.prequential_tree_blocks(fast, RECORDS).predicted
     expected = run_prequential(reference, RECORDS).predicted
     np.testing.assert_allclose(got, expected, rtol=1e-9)
@@ -40,7 +40,7 @@ def test_books_are_kept_again_where_an_expert_kept_other_books():
     for ensemble in (fast, reference):  # an expert taught a record the ensemble was not: its books differ
         ensemble.expert_predictors[0].learn_one(RECORDS[-1])
         ensemble.expert_predictors[1].learn_one(RECORDS[-2])
-    assert tree_blocks._books_alike(fast, len(RECORDS)) is None
+    assert tree_blocks._books_alike(fast, len(RECORDS), None) is None
     tree_blocks.prequential_tree_blocks(fast, RECORDS)
     run_prequential(reference, RECORDS)
     assert _books(fast) == _books(reference)
@@ -56,8 +56,11 @@ def test_the_split_replays_scored_part_is_predict_many_within_rounding(spec):
 
 
 def _state(predictor) -> bytes:
+    """Each attribute's pickle (so that which objects two attributes share does not count), an ensemble's
+    experts left out (compared one by one)."""
     state = dict(predictor.__dict__)
     state.pop("_memo", None)
+    state.pop("_experts", None)
     return pickle.dumps(sorted((key, pickle.dumps(value)) for key, value in state.items()))
 
 
@@ -81,3 +84,17 @@ def test_experts_in_one_pass_learn_what_each_learns_alone(experts, parts):
     assert [[x.hex() for x in c] for c in got] == [[x.hex() for x in c] for c in expected]
     for a, b in zip(together, alone, strict=True):
         assert _state(a) == _state(b)
+
+
+@pytest.mark.parametrize("with_knows", [False, True])
+def test_an_ensemble_replayed_a_chunk_at_a_time_learns_what_it_learns_at_once(monkeypatch, with_knows):
+    """The replay holds a chunk of records at a time (``STREAM_CHUNK``): chunks of 97 records, the ensemble's
+    books taken per chunk, give the predictions, ``knows`` and state of one chunk holding them all."""
+    outcomes = []
+    for chunk in (97, 10**9):
+        monkeypatch.setattr(tree_blocks, "STREAM_CHUNK", chunk)
+        ensemble, knows = create(DEFAULT), [] if with_knows else None
+        predicted = tree_blocks.prequential_tree_blocks(ensemble, iter(RECORDS), knows=knows, overlap=True).predicted
+        outcomes.append(([x.hex() for x in predicted], knows, _state(ensemble),
+                         [_state(expert) for expert in ensemble.expert_predictors]))
+    assert outcomes[0] == outcomes[1]
