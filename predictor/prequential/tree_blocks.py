@@ -46,7 +46,7 @@ BLOCK = 1024
 """Most corrector steps queued for one compiled call."""
 REFITS_AHEAD = 2
 """Refits a ``tree`` learner's window is kept ahead by (each holds its window's rows until taken)."""
-STREAM_CHUNK = 16384
+STREAM_CHUNK = 65536
 """Records an ensemble of compiled experts takes at a time (what the replay holds in memory)."""
 
 
