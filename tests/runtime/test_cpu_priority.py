@@ -207,6 +207,7 @@ def test_serve_runs_its_handler_threads_on_their_cpus_and_every_other_thread_on_
 
     from predictor.rpc.client import InterferenceClient
     from predictor.runtime.cpu_priority import HANDLER_THREAD_NAME
+    from predictor.service.errors import ResourceExhausted
     from predictor.service.synthetic import synthetic_records
 
     mine = sorted(os.sched_getaffinity(0))
@@ -220,7 +221,10 @@ def test_serve_runs_its_handler_threads_on_their_cpus_and_every_other_thread_on_
         def ask() -> None:
             with InterferenceClient(server.target) as client:
                 for _ in range(40):
-                    client.status()
+                    try:
+                        client.status()
+                    except ResourceExhausted:
+                        pass  # refused at once under load (the shedder's answer): the handler threads ran it
 
         askers = [threading.Thread(target=ask) for _ in range(4)]
         for asker in askers:
