@@ -224,7 +224,7 @@ def test_serve_runs_its_handler_threads_on_their_cpus_and_every_other_thread_on_
                     try:
                         client.status()
                     except ResourceExhausted:
-                        pass  # refused at once under load (the shedder's answer): the handler threads ran it
+                        pass  # refused at once under load: the shedder's answer, as good as any here
 
         askers = [threading.Thread(target=ask) for _ in range(4)]
         for asker in askers:
