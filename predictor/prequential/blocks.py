@@ -326,7 +326,8 @@ class _RlsRows:
         values = list(base.values())
         # a non-zero value in a column without its scale would set the scale: not here (a column always 0
         # in the stream, e.g. a signal, never gets its scale: most rows have one)
-        if any(map(values.__getitem__, layout[1])) or any(values[a] * values[b] for a, b in layout[2]):
+        if (layout[1] and any(map(values.__getitem__, layout[1]))) or \
+                (layout[2] and any(values[a] * values[b] for a, b in layout[2])):
             return False  # (a NaN counts as non-zero)
         dropped = layout[3]
         extra: list[tuple[int, float]] = []  # the row's model-identity (column, value), taken once it fits
@@ -349,7 +350,8 @@ class _RlsRows:
         self.extra_offsets.append(len(self.extra_columns))
         self.plan_of_row.append(layout[0])
         self.bases.extend(values)
-        model.index.dropped += dropped
+        if dropped:
+            model.index.dropped += dropped
         return True
 
     def block(self, targets: np.ndarray) -> PlannedBlock:
