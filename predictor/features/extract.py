@@ -285,13 +285,7 @@ def planned_parts(record: Record, features: str) -> tuple[RowLayout, Features, F
     if features == "coarse":
         return (*planned_row(record, features), {})
     identity: Features = {}
-    base = _fine_parts(record, identity)
-    if features == "fine":
-        return _plain_layout(tuple(base)), base, identity
-    layout = row_layout(tuple(base), record.batch.model)
-    if layout is None:
-        return (*planned_row(record, features), {})
-    return layout, base, identity
+    return _laid_out(record, features, _fine_parts(record, identity), identity)
 
 
 def planned_parts_of_fine(record: Record, features: str, fine: Features) -> tuple[RowLayout, Features, Features]:
@@ -316,6 +310,12 @@ def planned_parts_of_fine(record: Record, features: str, fine: Features) -> tupl
         base = dict(fine)
         for name in identity:
             del base[name]
+    return _laid_out(record, features, base, identity)
+
+
+def _laid_out(record: Record, features: str, base: Features, identity: Features) -> tuple[RowLayout, Features, Features]:
+    """The planned parts of ``record`` (``fine`` or ``interactions`` features) from its ``base`` features and
+    model-identity ones: their layout (the dict path's, with no identity apart, where names would repeat)."""
     if features == "fine":
         return _plain_layout(tuple(base)), base, identity
     layout = row_layout(tuple(base), record.batch.model)
