@@ -272,7 +272,7 @@ def planned_row(record: Record, features: str) -> tuple[RowLayout, Features]:
     return _plain_layout(tuple(computed)), computed
 
 
-def planned_parts(record: Record, features: str) -> tuple[RowLayout, Features, Features]:
+def planned_parts(record: Record, features: str, fine: Features | None = None) -> tuple[RowLayout, Features, Features]:
     """:func:`planned_row` of ``record`` with its model-identity features (the :data:`MODEL_SUMS`: one
     name per co-runner model, and per pair of models) kept apart: ``layout, base, identity``.
 
@@ -281,47 +281,40 @@ def planned_parts(record: Record, features: str) -> tuple[RowLayout, Features, F
     :func:`feature_row`'s. ``layout`` depends on the batch's model and the names of ``base``, not on
     which models the co-runners are, so a fleet of many models shares few layouts. For the ``coarse``
     set, or an ``interactions`` row whose names would repeat, ``identity`` is empty.
+
+    ``fine``: the record's :func:`fine_features`, where already computed (for several learners): the
+    parts are split out of them, the same names in the same order and numbers. ``fine`` is not
+    changed; ``base`` may be ``fine`` itself (a record with no model-identity feature).
     """
     if features == "coarse":
         return (*planned_row(record, features), {})
     identity: Features = {}
-    return _laid_out(record, features, _fine_parts(record, identity), identity)
-
-
-def planned_parts_of_fine(record: Record, features: str, fine: Features) -> tuple[RowLayout, Features, Features]:
-    """:func:`planned_parts` of ``record`` from its ``fine`` features (:func:`fine_features`, computed
-    once for several learners): the same layout, names in the same order and numbers. ``fine`` is
-    not changed; ``base`` may be ``fine`` itself (a record with no model-identity feature)."""
-    if features == "coarse":
-        return planned_parts(record, features)
-    identity: Features = {}
-    runners = record.co_runners
-    if runners:  # the identity names in the order _fine_parts first writes them (a runner of overlap 0 writes none)
-        prefixes = _model_sums(record.batch.model)
-        for runner in runners:
-            if runner.overlap == 0.0:
-                continue
-            for prefix in prefixes:
-                name = prefix + runner.model
-                if name not in identity:
-                    identity[name] = fine[name]
-    base = fine
-    if identity:  # the other names keep their order
-        base = dict(fine)
-        for name in identity:
-            del base[name]
-    return _laid_out(record, features, base, identity)
-
-
-def _laid_out(record: Record, features: str, base: Features, identity: Features) -> tuple[RowLayout, Features, Features]:
-    """The planned parts of ``record`` (``fine`` or ``interactions`` features) from its ``base`` features and
-    model-identity ones: their layout (the dict path's, with no identity apart, where names would repeat)."""
+    base = _fine_parts(record, identity) if fine is None else _without_identity(record, fine, identity)
     if features == "fine":
         return _plain_layout(tuple(base)), base, identity
     layout = row_layout(tuple(base), record.batch.model)
     if layout is None:
         return (*planned_row(record, features), {})
     return layout, base, identity
+
+
+def _without_identity(record: Record, fine: Features, identity: Features) -> Features:
+    """``fine`` without its model-identity features, which go into ``identity`` in the order
+    :func:`_fine_parts` first writes them (a co-runner of overlap 0 writes none); the other names keep their order."""
+    prefixes = _model_sums(record.batch.model)
+    for runner in record.co_runners:
+        if runner.overlap == 0.0:
+            continue
+        for prefix in prefixes:
+            name = prefix + runner.model
+            if name not in identity:
+                identity[name] = fine[name]
+    if not identity:
+        return fine
+    base = dict(fine)
+    for name in identity:
+        del base[name]
+    return base
 
 
 def feature_row(record: Record, features: str) -> tuple[tuple[str, ...], np.ndarray]:

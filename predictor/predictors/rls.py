@@ -26,7 +26,6 @@ from predictor.features.extract import (
     feature_row,
     interaction_values,
     planned_parts,
-    planned_parts_of_fine,
     row_layout,
 )
 from predictor.features.window import WindowForm, at_window, moving_program, overlap_at
@@ -189,8 +188,7 @@ class RlsPredictor(LatencyPredictor):
         are placed one by one), where the whole row's names would be a new layout at almost every row
         of a fleet of many models. The vector is dense, so the order the names come in does not matter.
         ``fine``: the record's fine features, where already computed."""
-        layout, base, identity = planned_parts(record, self.features) if fine is None \
-            else planned_parts_of_fine(record, self.features, fine)
+        layout, base, identity = planned_parts(record, self.features, fine)
         index = model.index
         vector = index.vector_of(layout.names, interaction_values(
             layout, np.fromiter(base.values(), dtype=float, count=len(base))), grow=False)

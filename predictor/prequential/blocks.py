@@ -48,7 +48,6 @@ from predictor.features.extract import (
     RowLayout,
     fine_features,
     planned_parts,
-    planned_parts_of_fine,
 )
 from predictor.predictors import create
 from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
@@ -136,7 +135,7 @@ def prequential_experts(experts: Sequence[LatencyPredictor], records: Sequence[R
     """:func:`prequential_blocks` of each of ``experts`` (each one :func:`supports` takes) over the same
     ``records``, in one pass: the experts step through the records together, each record's fine
     features computed once for all that read them (:func:`reads_fine_features`; ``rls`` derives its
-    planned parts from them, :func:`~predictor.features.extract.planned_parts_of_fine`), and, over
+    planned parts from them, :func:`~predictor.features.extract.planned_parts`), and, over
     at least :data:`BOOKS_FROM` records where every expert keeps its books as the last one does
     (:meth:`~predictor.predictors.base.LatencyPredictor.keeps_books_as`), the book-keeping kept once, by
     the last expert: the others take a copy of its books before a reference step of theirs, and at the
@@ -304,8 +303,7 @@ class _RlsRows:
         if model is None:
             return False
         # the predictor's own row, before products
-        row, base, identity = planned_parts(record, predictor.features) if fine is None \
-            else planned_parts_of_fine(record, predictor.features, fine)
+        row, base, identity = planned_parts(record, predictor.features, fine)
         layout = self.layouts.get(row)
         if layout is None:
             index = model.index

@@ -16,7 +16,6 @@ from predictor.features.extract import (
     interaction_features,
     interaction_row,
     planned_parts,
-    planned_parts_of_fine,
 )
 from predictor.predictors import create
 from predictor.records.record import BatchSpec, CoRunner, Record
@@ -121,7 +120,7 @@ def test_planned_parts_from_the_fine_features_are_the_planned_parts(record, feat
     overlap 0 and of one model repeated included."""
     fine = fine_features(record)
     before = list(fine.items())
-    layout, base, identity = planned_parts_of_fine(record, features, fine)
+    layout, base, identity = planned_parts(record, features, fine)
     expected_layout, expected_base, expected_identity = planned_parts(record, features)
     assert layout.names == expected_layout.names
     for got, expected in ((base, expected_base), (identity, expected_identity)):
