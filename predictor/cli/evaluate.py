@@ -18,7 +18,14 @@ from predictor.predictors import DEFAULT, create
 from predictor.predictors.ensemble import EnsemblePredictor
 from predictor.prequential import tree_blocks
 from predictor.prequential.blocks import predict_rows, prequential_blocks, supports
-from predictor.prequential.evaluation import Scored, run_prequential, run_split, split_records, summarize
+from predictor.prequential.evaluation import (
+    Scored,
+    read_by,
+    run_prequential,
+    run_split,
+    split_records,
+    summarize,
+)
 from predictor.records.logio import read_records
 from predictor.records.record import Record
 from predictor.records.typed_decoding import ColocRow, record_of
@@ -88,7 +95,7 @@ def score(spec: str, records: list, args: argparse.Namespace, advance) -> Scored
                       else tree_blocks.prequential_tree_blocks(predictor, records, overlap=not args.serial))
             advance(len(records))
             return scored
-        return run_prequential(predictor, map(as_record, records), progress=advance)
+        return run_prequential(predictor, read_by(predictor, records), progress=advance)
     if by_expert and not args.keep_learning:
         train, test = split_records(records, args.split, args.seed)
         predictor.learn_solo(train)  # type: ignore[arg-type]  (as run_split's fit)
@@ -109,7 +116,7 @@ def score(spec: str, records: list, args: argparse.Namespace, advance) -> Scored
             predicted = predict_rows(predictor, test)
         advance(len(records))
         return Scored(predicted, measured)  # type: ignore[arg-type]
-    return run_split(predictor, list(map(as_record, records)), split=args.split, seed=args.seed,
+    return run_split(predictor, list(read_by(predictor, records)), split=args.split, seed=args.seed,
                      keep_learning=args.keep_learning, progress=advance)
 
 

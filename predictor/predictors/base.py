@@ -114,6 +114,11 @@ class LatencyPredictor(ABC):
 
     name: ClassVar[str] = ""
 
+    reads_rows: ClassVar[bool] = False
+    """Whether this predictor learns from and answers a decoded row
+    (:class:`~predictor.records.typed_decoding.ColocRow`) as it does the record of the same line (it
+    reads only the record's fields): a replay then builds no record per line."""
+
     _memo: dict | None = None
     """A frozen copy's :func:`~predictor.runtime.version_memo.memoised` look-ups (``None``: a learning
     predictor's, none)."""

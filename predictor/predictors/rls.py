@@ -74,6 +74,7 @@ class RlsPredictor(LatencyPredictor):
     """
 
     name = "rls"
+    reads_rows = True
 
     def __init__(
         self,

@@ -40,6 +40,7 @@ class SgdPredictor(LatencyPredictor):
     """
 
     name = "sgd"
+    reads_rows = True
 
     def __init__(
         self,

@@ -10,6 +10,7 @@ class SoloPredictor(LatencyPredictor):
     """Predicts the solo latency (profiled, or learned online), slowdown 1."""
 
     name = "solo"
+    reads_rows = True
 
     def predict_slowdown(self, record: Record) -> float:
         """Always 1: no interference."""

@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
-from scipy.optimize import lsq_linear
-from sklearn.linear_model import Ridge
 
 from predictor.features.contention import is_contention
 from predictor.features.extract import Features, coarse_features
@@ -37,6 +35,7 @@ class StaticPredictor(LatencyPredictor):
     """
 
     name = "static"
+    reads_rows = True
 
     def __init__(self, fit_after: int = 200, ridge: float = 1e-6, non_negative: bool = True, seed: int = 0):
         super().__init__(seed=seed)
@@ -91,20 +90,42 @@ class StaticPredictor(LatencyPredictor):
         return self
 
     def _fit_pending(self) -> None:
-        for features, _ in self._pending:
-            self._index.vector(features, grow=True)
-        matrix = np.stack([self._index.vector(f, grow=False) for f, _ in self._pending])
+        matrix = self._pending_matrix()
         target = np.array([y for _, y in self._pending])
         if self.non_negative:
             self._weights = self._fit_bounded(matrix, target)
         else:
+            # imported where used: scikit-learn takes longer to import than a fit
+            from sklearn.linear_model import Ridge
+
             model = Ridge(alpha=self.ridge, fit_intercept=False)
             model.fit(matrix, target)
             self._weights = np.asarray(model.coef_, dtype=float)
         self._pending = []
 
+    def _pending_matrix(self) -> np.ndarray:
+        """The vectors of the pending features, one row each, after their names took their columns
+        in the order they were first seen (a vector a record at a time, ``grow`` then not, alike)."""
+        rows_of: dict[tuple[str, ...], list[int]] = {}
+        for row, (features, _) in enumerate(self._pending):
+            rows_of.setdefault(tuple(features), []).append(row)
+        index = self._index
+        for names, rows in rows_of.items():  # in first-seen order: the columns a record at a time would give
+            index.take(names, times=len(rows))
+        matrix = np.zeros((len(self._pending), index.size))
+        matrix[:, 0] = 1.0
+        for names, rows in rows_of.items():
+            positions, known = index.positions(names)
+            values = np.array([list(self._pending[row][0].values()) for row in rows], dtype=float)
+            if known is not None:
+                positions, values = positions[known], values[:, known]
+            matrix[np.ix_(rows, positions)] = values
+        return matrix
+
     def _fit_bounded(self, matrix: np.ndarray, target: np.ndarray) -> np.ndarray:
         """Ridge least squares with the contention weights bounded below by 0."""
+        from scipy.optimize import lsq_linear  # imported by the first fit, not by every import of the class
+
         lower = np.full(matrix.shape[1], -np.inf)
         for name, column in self._index.columns.items():
             if column < lower.size and is_contention(name):
@@ -112,8 +133,27 @@ class StaticPredictor(LatencyPredictor):
         if self.ridge > 0:  # the ridge penalty as extra rows: |Ax - b|^2 + ridge |x|^2
             matrix = np.vstack([matrix, np.sqrt(self.ridge) * np.eye(matrix.shape[1])])
             target = np.concatenate([target, np.zeros(matrix.shape[1])])
+        matrix, target = _reduced(matrix, target)
         return np.asarray(lsq_linear(matrix, target, bounds=(lower, np.inf)).x, dtype=float)
 
     def monotone_in_crowding(self) -> bool:
         """Whether the contention weights were fitted non-negative (see ``non_negative``)."""
         return self.non_negative
+
+
+def _reduced(matrix: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A least-squares problem of one row per column with the minimiser of ``|matrix x - target|^2``,
+    under any bounds: ``R`` and ``c`` of the QR factorisation of ``[matrix | target]``, since
+    ``|Ax - b|^2 = |Rx - c|^2 + |r|^2`` with ``r`` the residual, which no ``x`` moves. The bounded
+    solver's iterations then cost per column, not per record. Fewer rows than columns: as it is.
+
+    >>> a, b = np.array([[1.0, 0.0], [1.0, 1.0], [1.0, 2.0], [1.0, 3.0]]), np.array([1.0, 2.0, 2.0, 4.0])
+    >>> r, c = _reduced(a, b)
+    >>> r.shape, bool(np.allclose(np.linalg.solve(r, c), np.linalg.lstsq(a, b, rcond=None)[0]))
+    ((2, 2), True)
+    """
+    rows, columns = matrix.shape
+    if rows <= columns + 1:
+        return matrix, target
+    r = np.linalg.qr(np.column_stack([matrix, target]), mode="r")
+    return r[:-1, :-1], r[:-1, -1]

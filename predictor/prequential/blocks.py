@@ -53,7 +53,7 @@ from predictor.predictors import create
 from predictor.predictors.base import LatencyPredictor, clipped_latencies, slowdowns_of
 from predictor.predictors.ensemble import EnsemblePredictor
 from predictor.predictors.rls import RlsPredictor
-from predictor.prequential.evaluation import Scored, run_prequential
+from predictor.prequential.evaluation import Scored, read_by, run_prequential
 from predictor.records.logio import ReadReport, iter_rows
 from predictor.records.record import Record
 from predictor.records.typed_decoding import ColocRow, record_of
@@ -625,4 +625,4 @@ def fast_prequential(source: str | os.PathLike | IO[str], spec: str = "rls", *, 
         rows = itertools.islice(rows, limit)
     if supports(predictor):
         return prequential_blocks(predictor, rows, overlap=overlap)
-    return run_prequential(predictor, (record_of(r) if isinstance(r, ColocRow) else r for r in rows))
+    return run_prequential(predictor, read_by(predictor, rows))

@@ -21,6 +21,7 @@ import numpy as np
 
 from predictor.predictors.base import LatencyPredictor
 from predictor.records.record import Record
+from predictor.records.typed_decoding import ColocRow, record_of
 
 Progress = Callable[[int], None]
 
@@ -76,6 +77,14 @@ def split_records(records: Sequence[Record], split: float, seed: int) -> tuple[l
         random.Random(seed).shuffle(ordered)
     cut = int(round(len(ordered) * split))
     return ordered[:cut], ordered[cut:]
+
+
+def read_by(predictor: LatencyPredictor, records: Iterable[Record | ColocRow]) -> Iterable[Record | ColocRow]:
+    """``records`` as ``predictor`` reads them: decoded rows left as they are where it reads rows alike
+    (:attr:`~predictor.predictors.base.LatencyPredictor.reads_rows`), else each made a record."""
+    if predictor.reads_rows:
+        return records
+    return (record_of(r) if isinstance(r, ColocRow) else r for r in records)
 
 
 def run_split(

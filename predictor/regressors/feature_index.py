@@ -77,6 +77,13 @@ class FeatureIndex:
         self._layouts[names] = (positions, known, int(known.size - known.sum()), len(columns))
         return positions, known
 
+    def take(self, names: tuple[str, ...], times: int = 1) -> None:
+        """Give ``names`` their columns as ``times`` calls of :meth:`vector` with ``grow`` would (the names
+        beyond the cap counted in ``dropped`` as often), without building the vectors."""
+        _, known = self._layout(names, grow=True)
+        if known is not None and times > 1:  # the names then unknown stay so: none can be added past the cap
+            self.dropped += (times - 1) * int(known.size - known.sum())
+
     def cached_positions(self, names: tuple[str, ...]) -> np.ndarray | None:
         """The cached positions of ``names`` where every one of them has a column, else ``None``."""
         found = self._layouts.get(names)
