@@ -5,7 +5,8 @@ devices, the outlier gate on) once per predictor, in this process, and calls the
 ``RankPlacements`` directly on the bench's packed requests (``omit_detail``; co-runners given by
 overlap or by remaining time, 0-2 per candidate) for ``seconds``, decoding each request and
 encoding its response as the server does (its bytes handed to the handler, which reads the classic
-candidates from them again). Prints the thread CPU per call (the handler alone: no gRPC, no client),
+candidates from them again; an answer the handler wrote as bytes sent as they are, not parsed and
+serialised again). Prints the thread CPU per call (the handler alone: no gRPC, no client),
 the candidates per CPU second, and the share of it the predictor's answer took (``predict_plan``:
 features, predictions and the fixed points of co-runners given by remaining time).
 
@@ -28,7 +29,7 @@ from experiments.bench.bench import packed_rank_requests
 from experiments.bench.rpc_servers import _build_service
 from experiments.common import finish, start
 from predictor.predictors import DEFAULT
-from predictor.rpc import decoding
+from predictor.rpc import decoding, wire
 from predictor.rpc.protos import pb2
 from predictor.rpc.servicer import InterferenceServicer
 from predictor.service import answering
@@ -54,6 +55,7 @@ def measure(spec: str, config: Config, payloads: list[bytes]) -> dict[str, float
                               "max_candidates": config.candidates})
     fixed_point_kernel.warm()
     servicer, messages = InterferenceServicer(service), pb2()
+    encode = wire.serializer(messages.RankPlacementsResponse.SerializeToString)  # the server's response serialiser
     predicting = [0.0]
     original = answering.Answering.predict_plan
 
@@ -64,9 +66,9 @@ def measure(spec: str, config: Config, payloads: list[bytes]) -> dict[str, float
         finally:
             predicting[0] += time.thread_time() - begin
 
-    def call(payload: bytes) -> None:  # decoded as the server decodes it: the handler may read the bytes again
-        request = decoding._decode(messages.RankPlacementsRequest.FromString, payload, "request")
-        servicer.RankPlacements(request, None).SerializeToString()
+    def call(payload: bytes) -> None:  # decoded and encoded as the server does: the handler may read the bytes
+        request = decoding._decode(messages.RankPlacementsRequest.FromString, payload, "request")  # again,
+        encode(servicer.RankPlacements(request, None))  # and an answer written as bytes is sent as it is
 
     for payload in payloads:  # compiled paths and caches warm before the timing
         call(payload)
