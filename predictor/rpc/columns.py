@@ -169,22 +169,18 @@ def _placements_wire(ranking: RankingColumns) -> bytes:
     messages = pb2()
     rows = ranking.rows
     n = len(rows.devices)
-    kinds = list(rows.device_kinds)
-    bounds = (list(ranking.row_bounds) if ranking.row_bounds is not None
-              else list(map(ranking.bounds.__getitem__, kinds)))
-    shapes = list(ranking.shapes) if ranking.shapes is not None else [""] * n  # strings (shape keys)
+    kinds = rows.device_kinds
+    bounds = ranking.row_bounds if ranking.row_bounds is not None else list(map(ranking.bounds.__getitem__, kinds))
+    shapes = ranking.shapes if ranking.shapes is not None else [""] * n  # strings (shape keys)
     fallback = ranking.fallback.tolist() if ranking.fallback is not None else [False] * n
-    keys = list(zip(kinds, map(id, bounds), shapes, fallback, strict=True))  # a row's calibration cell
-    first = dict(zip(keys, range(n), strict=True))  # a row of each cell
-    cell = {key: j for j, key in enumerate(first)}
-    row_template = np.fromiter(map(cell.__getitem__, keys), dtype=np.int64, count=n)
+    row_template, first = _cells(ranking, kinds, bounds, shapes, fallback)
     solo = ranking.solo_latency_ms
     solo_per_row = bool(solo.size) and not (solo == solo[0]).all()
     solo_shared = 0.0 if solo_per_row else float(solo[0])
     templates = [
         _template(solo_shared, ranking.confidence, bounds[i].source, bounds[i].n, ranking.predictor,
                   ranking.observations_learned, ranking.sequence, kinds[i], bool(fallback[i]), shapes[i])
-        for i in first.values()
+        for i in first
     ]
     estimated = ranking.estimated
     r = len(rows.models)
@@ -202,6 +198,20 @@ def _placements_wire(ranking: RankingColumns) -> bytes:
         ranking.latency_ms, solo, solo_per_row, ranking.upper_bound_ms, rows.offsets, rows.models, rows.batch_sizes,
         keys, attrs, rows.overlaps, paths_off, moving, filled, extra,
     )
+
+
+def _cells(ranking: RankingColumns, kinds: Sequence[str], bounds: Sequence[Any], shapes: Sequence[str],
+           fallback: Sequence[bool]) -> tuple[np.ndarray, list[int]]:
+    """Each row's cell (the fields of its ``Prediction`` that rows share: device kind, bound, query
+    shape, fallback), numbered from 0, and the first row of each: the ranking's calibration cells
+    where it tells them (:attr:`RankingColumns.row_cells`), else the distinct fields, in order of first row."""
+    if ranking.row_cells is not None:
+        _, first, cell = np.unique(ranking.row_cells, return_index=True, return_inverse=True)
+        return cell.astype(np.int64, copy=False), first.tolist()
+    keys = list(zip(kinds, map(id, bounds), shapes, fallback, strict=True))  # a row's cell
+    firsts = dict(zip(keys, range(len(keys)), strict=True))  # a row of each cell
+    cell = {key: j for j, key in enumerate(firsts)}
+    return np.fromiter(map(cell.__getitem__, keys), dtype=np.int64, count=len(keys)), list(firsts.values())
 
 
 @functools.lru_cache(maxsize=1024)

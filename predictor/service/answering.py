@@ -615,7 +615,7 @@ class Answering:
         terms = terms_of(state.queues, state.memory, state.live, rows, confidence,
                          functools.partial(model.calibrator.bound_factors, rows.device_kinds, confidence),
                          state.transfers, where, what_if)
-        uppers, probabilities, row_bounds, fallback, corrections = self._bounds(
+        uppers, probabilities, row_bounds, fallback, corrections, row_cells = self._bounds(
             plan, rows, latencies, shapes, confidence, deadline_ms,
             None if terms is None else terms.extra_mean_ms, model,
         )
@@ -651,6 +651,7 @@ class Answering:
             row_bounds=row_bounds,
             shapes=_keys_of(shapes),
             fallback=fallback,
+            row_cells=row_cells,
             raw_latency_ms=raw,
             estimated=[plan.estimated] if isinstance(plan, Planned) else plan.estimated,
             terms=terms,
@@ -682,9 +683,10 @@ class Answering:
         deadline_ms: float | None,
         extra_ms: np.ndarray | None = None,
         model: ModelVersion | None = None,
-    ) -> tuple[np.ndarray, np.ndarray, list[Bound], np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, list[Bound], np.ndarray, np.ndarray, np.ndarray]:
         """Upper bounds, probabilities of meeting the deadline, how each bound was calibrated,
-        which answers are fallbacks, and the calibrated corrections of the predictions, per row.
+        which answers are fallbacks, the calibrated corrections of the predictions, and the number
+        of the calibration cell (in order of first row), per row.
         ``extra_ms``: per row, time spent before the batch runs (queue wait, model load): its
         probability is that of finishing within the deadline less that time.
 
@@ -752,7 +754,7 @@ class Answering:
                     probabilities[rows_at] = within(cell, latencies[rows_at], limit)
         if n == 1:
             return (latencies * bound_of[0].upper_ms, probabilities, bound_of, np.array(unseen_of),
-                    np.array(correction_of))
+                    np.array(correction_of), _ROW0)
         # each row's from its cell's: the same products and values as cell by cell
         cell_of = np.empty(n, dtype=np.intp)
         for c, (_, at) in enumerate(groups):
@@ -762,7 +764,7 @@ class Answering:
         uppers = latencies * np.array([b.upper_ms for b in bound_of])[cell_of]
         fallback = np.array(unseen_of)[cell_of]
         corrections = np.array(correction_of)[cell_of]
-        return uppers, probabilities, cells[cell_of].tolist(), fallback, corrections
+        return uppers, probabilities, cells[cell_of].tolist(), fallback, corrections, cell_of
 
     def check_learned(self, query: Query, planned: Planned, prefix: str = "query.") -> None:
         """For a query asking for a learned answer only: :class:`FailedPrecondition` when the

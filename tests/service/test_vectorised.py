@@ -288,6 +288,11 @@ def test_rank_from_protobuf_columns(service, live):
     assert_ranking_matches_single_checks(service, ranking.to_ranking(), candidates, None)
     # The direct response equals the per-object conversion of the same ranking.
     assert columns.ranking_columns_to_pb(ranking) == convert.ranking_to_pb(ranking.to_ranking())
+    # Written from the calibration cells the answer tells, the bytes are those written from each row's fields.
+    assert ranking.row_cells is not None and len(set(ranking.row_cells.tolist())) > 1
+    told = columns.ranking_columns_to_pb(ranking).data
+    ranking.row_cells = None
+    assert columns.ranking_columns_to_pb(ranking).data == told
 
 
 BAD = [
