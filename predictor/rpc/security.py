@@ -72,6 +72,7 @@ import re
 import stat
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -394,10 +395,15 @@ _CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("predict
 
 
 def peer_host(peer: str) -> str:
-    """``ipv4:10.0.0.5:51234`` → ``10.0.0.5``; ``ipv6:[::1]:5123`` → ``::1``."""
+    """The host of a gRPC peer string: ``ipv4:10.0.0.5:51234`` → ``10.0.0.5``; ``ipv6:[::1]:5123``, or
+    percent-encoded as gRPC writes it, ``ipv6:%5B::1%5D:5123`` → ``::1``.
+
+    >>> peer_host("ipv4:10.0.0.5:51234"), peer_host("ipv6:[::1]:5123"), peer_host("ipv6:%5B::1%5D:5123")
+    ('10.0.0.5', '::1', '::1')
+    """
     kind, _, address = peer.partition(":")
     if kind in ("ipv4", "ipv6"):
-        host = address.rsplit(":", 1)[0]
+        host = urllib.parse.unquote(address).rsplit(":", 1)[0]
         return host.strip("[]")
     return peer
 

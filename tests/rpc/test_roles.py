@@ -273,6 +273,18 @@ def test_without_credentials_reports_come_from_this_machine_only_unless_allowed(
         AuthPolicy.from_tokens(TOKENS, open_writes=True)
 
 
+def test_without_credentials_a_caller_over_ipv6_loopback_may_report(serve_with):
+    # gRPC writes an IPv6 peer percent-encoded (ipv6:%5B::1%5D:port): "localhost" resolves to ::1 first here
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    try:
+        _, port = serve_with(AuthPolicy(), host="[::1]")
+    except RuntimeError:
+        pytest.skip("cannot listen on ::1 here")
+    with InterferenceClient(f"[::1]:{port}") as local:
+        assert local.report_observations(RECORDS).accepted == 3
+
+
 def test_allowing_unauthenticated_writes_is_warned_at_start(tmp_path, caplog, capsys):
     options = ServeOptions(host="127.0.0.1", port=0, metrics_port=0, port_file=str(tmp_path / "port"),
                            allow_unauthenticated_writes=True, grace_s=0.1)
