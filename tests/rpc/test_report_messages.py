@@ -1,0 +1,95 @@
+"""The client's ReportObservations packs the records at hand many to a message: the service learns
+and answers the same as one record a message, numbers them alike (exactly once), ends each record's
+started batch by position, and names a rejected record by its place in the stream."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+
+import pytest
+from one_truth_data import answers_of, records
+
+from predictor.records.record import BatchSpec
+from predictor.rpc.client import RECORDS_PER_MESSAGE, InterferenceClient
+from predictor.rpc.server import create_server, stop_server
+from predictor.service import Service, ServiceConfig
+
+RECORDS = records(600)  # with outliers the gate refuses
+CONFIG = ServiceConfig(snapshot_every_s=0, observation_log=False, replay_every_records=64)
+
+
+@contextlib.contextmanager
+def served():
+    service = Service(CONFIG)
+    server, port = create_server("127.0.0.1:0", service)
+    server.start()
+    service.open()
+    try:
+        with InterferenceClient(f"127.0.0.1:{port}") as client:
+            yield service, client
+    finally:
+        stop_server(server, service, grace=0.1)
+
+
+def _sent(per_message, items=RECORDS, **kwargs):
+    """Messages, records and answers of a fresh service fed ``items`` ``per_message`` to a message."""
+    sizes = []
+    with served() as (service, client):
+        stub = client.stub.ReportObservations
+
+        def counting(requests, **options):
+            def each():
+                for message in requests:
+                    sizes.append(len(message.records) + message.HasField("record"))
+                    yield message
+            return stub(each(), **options)
+
+        client.stub.ReportObservations = counting
+        report = client.report_observations(items, per_message=per_message, **kwargs)
+        return sizes, report, answers_of(service.predict, service.check_deadline), service
+
+
+def test_records_at_hand_go_many_to_a_message_and_a_live_stream_one_by_one():
+    sizes, report, _, _ = _sent(None)
+    assert sizes == [RECORDS_PER_MESSAGE, RECORDS_PER_MESSAGE, len(RECORDS) - 2 * RECORDS_PER_MESSAGE]
+    assert report.accepted + report.rejected == len(RECORDS) and report.outliers > 0
+    sizes, _, _, _ = _sent(None, iter(RECORDS[:5]))
+    assert sizes == [1] * 5
+
+
+@pytest.mark.parametrize("per_message", [None, 37])
+def test_many_to_a_message_learns_and_answers_as_one_by_one(per_message):
+    _, one_report, one_answers, _ = _sent(1)
+    sizes, report, answers, _ = _sent(per_message)
+    assert max(sizes) > 1
+    assert (report.accepted, report.rejected, report.outliers) == (
+        one_report.accepted, one_report.rejected, one_report.outliers)
+    assert [(r.index, r.field) for r in report.rejections] == [(r.index, r.field) for r in one_report.rejections]
+    assert answers == one_answers and all(math.isfinite(a) for a in answers)
+
+
+def test_numbered_records_are_learned_once_however_they_are_cut():
+    with served() as (_, client):
+        first = client.report_observations(RECORDS[:100], producer_id="p", first_sequence=1, per_message=30)
+        again = client.report_observations(RECORDS[50:150], producer_id="p", first_sequence=51, per_message=7)
+        assert first.accepted + first.rejected == 100
+        assert again.duplicates == 50 and again.accepted + again.rejected == 50
+
+
+def test_each_record_ends_its_own_started_batch():
+    devices = [f"dev{i}" for i in range(4)]
+    items = [(dataclasses.replace(record, device=device), f"b{i}" if i % 2 else "")
+             for i, (record, device) in enumerate(zip(RECORDS, devices, strict=False))]
+    with served() as (service, client):
+        for i, device in enumerate(devices):
+            client.batch_start(device, f"b{i}", BatchSpec("bert", 2), device_kind="SimGPU")
+        assert client.report_observations(items, per_message=4).accepted == 4
+        running = [len(service.state.live.running(device)) for device in devices]
+        assert running == [1, 0, 1, 0]  # the batches of the records given their ids ended, the others run
+
+
+def test_per_message_below_one_is_refused():
+    with served() as (_, client), pytest.raises(ValueError, match="per_message"):
+        client.report_observations(RECORDS[:3], per_message=0)
