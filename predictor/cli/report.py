@@ -166,11 +166,9 @@ def stream_log(
 ) -> ReportTotals:
     """Send ``records`` over ``client`` (an :class:`~predictor.rpc.client.InterferenceClient`) in streams
     of ``chunk``, the first numbered ``first_sequence`` under ``producer_id`` ("": no exactly-once
-    numbering), :data:`~predictor.rpc.client.RECORDS_PER_MESSAGE` to a message; ``on_sent(1)`` after
-    each record taken into a message, ``on_stream(totals)`` after each stream's answer. Returns the totals (``totals``, when given, is filled in as it goes: what was
+    numbering); ``on_sent(1)`` after each record taken into a message, ``on_stream(totals)`` after each
+    stream's answer. Returns the totals (``totals``, when given, is filled in as it goes: what was
     acknowledged before an error)."""
-    from predictor.rpc.client import RECORDS_PER_MESSAGE  # the client's module: grpc, imported by now
-
     totals = totals if totals is not None else ReportTotals()
     while True:
         batch = list(itertools.islice(records, chunk))
@@ -186,7 +184,6 @@ def stream_log(
         answer = client.report_observations(
             sending(), timeout, producer_id=producer_id,
             first_sequence=first_sequence + offset if producer_id else 0,
-            per_message=RECORDS_PER_MESSAGE,  # the records are at hand: many to a message
         )
         totals.sent += len(batch)
         totals.add(answer, offset)

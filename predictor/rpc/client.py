@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -29,6 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from predictor.records.record import BatchSpec, Record
 from predictor.rpc import columns, convert
+from predictor.rpc.at_hand import at_hand
 from predictor.rpc.errors import from_rpc_error
 from predictor.rpc.protos import SERVICE_NAME, load
 from predictor.rpc.security import open_channel
@@ -47,7 +48,7 @@ from predictor.service.types import (
 
 DEFAULT_TIMEOUT_S = 10.0
 RECORDS_PER_MESSAGE = 256
-"""Records :meth:`InterferenceClient.report_observations` sends in one message where they are all at hand."""
+"""The most records :meth:`InterferenceClient.report_observations` sends in one message."""
 
 
 class InterferenceClient:
@@ -226,7 +227,7 @@ class InterferenceClient:
         *,
         producer_id: str = "",
         first_sequence: int = 0,
-        per_message: int | None = None,
+        per_message: int = RECORDS_PER_MESSAGE,
     ) -> ObservationReport:
         """Stream observed records (optionally with the batch id given at start); returns the counts.
 
@@ -235,21 +236,27 @@ class InterferenceClient:
         ...: resending them with the same numbers learns each once (the answer counts the
         ``duplicates`` dropped).
 
-        ``per_message``: how many records go in one message. The service learns a message's records as
-        one block, at a fraction of a one-record message's cost each, and learns the same however they
-        are cut into messages. Default: :data:`RECORDS_PER_MESSAGE` where ``records`` is a sequence
-        (every record at hand), 1 for any other iterable (a live stream: each record sent as it comes,
-        never held back for the next).
+        ``per_message``: the most records one message carries: those at hand when it is sent. The
+        service learns a message's records as one block, at a fraction of a one-record message's cost
+        each, and learns the same however they are cut into messages. Records read from a file (or
+        given as a list) fill every message; a live stream's record (a collector's batch as it ends)
+        is sent as it comes, never held back for the next (:func:`~predictor.rpc.at_hand.at_hand`).
         """
         pb2 = self._pb2
-        if per_message is None:
-            per_message = RECORDS_PER_MESSAGE if isinstance(records, Sequence) else 1
         if per_message < 1:
             raise ValueError(f"per_message must be >= 1, got {per_message!r}")
 
-        def requests() -> Iterable[Any]:
-            items, sent = iter(records), 0
+        def chunks() -> Iterator[list[Record | tuple[Record, str]]]:
+            if not isinstance(records, Sequence):  # read as they come, on a thread of their own
+                yield from at_hand(records, per_message)
+                return
+            items = iter(records)
             while chunk := list(itertools.islice(items, per_message)):
+                yield chunk
+
+        def requests() -> Iterable[Any]:
+            sent = 0
+            for chunk in chunks():
                 pairs = [item if isinstance(item, tuple) else (item, "") for item in chunk]
                 (record, batch_id), rest = pairs[0], pairs[1:]
                 message = pb2.ReportObservationsRequest(record=convert.record_to_pb(record), batch_id=batch_id)

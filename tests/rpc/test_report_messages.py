@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import threading
 
 import pytest
 from one_truth_data import answers_of, records
@@ -51,15 +52,40 @@ def _sent(per_message, items=RECORDS, **kwargs):
         return sizes, report, answers_of(service.predict, service.check_deadline), service
 
 
-def test_records_at_hand_go_many_to_a_message_and_a_live_stream_one_by_one():
-    sizes, report, _, _ = _sent(None)
+def test_records_at_hand_fill_each_message():
+    sizes, report, _, _ = _sent(RECORDS_PER_MESSAGE)
     assert sizes == [RECORDS_PER_MESSAGE, RECORDS_PER_MESSAGE, len(RECORDS) - 2 * RECORDS_PER_MESSAGE]
     assert report.accepted + report.rejected == len(RECORDS) and report.outliers > 0
-    sizes, _, _, _ = _sent(None, iter(RECORDS[:5]))
-    assert sizes == [1] * 5
+    sizes, _, _, _ = _sent(RECORDS_PER_MESSAGE, (r for r in RECORDS))  # read as they come, all at hand
+    assert sum(sizes) == len(RECORDS) and max(sizes) == RECORDS_PER_MESSAGE
 
 
-@pytest.mark.parametrize("per_message", [None, 37])
+def test_a_live_stream_sends_each_record_as_it_comes():
+    arrived = [threading.Event() for _ in range(3)]
+    sizes = []
+
+    def live():
+        for i, record in enumerate(RECORDS[:3]):
+            yield record
+            assert arrived[i].wait(10), "the record before was not sent before the next one came"
+
+    with served() as (service, client):
+        stub = client.stub.ReportObservations
+
+        def counting(requests, **options):
+            def each():
+                for message in requests:
+                    sizes.append(len(message.records) + message.HasField("record"))
+                    arrived[len(sizes) - 1].set()
+                    yield message
+            return stub(each(), **options)
+
+        client.stub.ReportObservations = counting
+        assert client.report_observations(live()).accepted == 3
+    assert sizes == [1, 1, 1]
+
+
+@pytest.mark.parametrize("per_message", [RECORDS_PER_MESSAGE, 37])
 def test_many_to_a_message_learns_and_answers_as_one_by_one(per_message):
     _, one_report, one_answers, _ = _sent(1)
     sizes, report, answers, _ = _sent(per_message)
