@@ -203,11 +203,14 @@ def _placements_wire(ranking: RankingColumns) -> bytes:
 def _cells(ranking: RankingColumns, kinds: Sequence[str], bounds: Sequence[Any], shapes: Sequence[str],
            fallback: Sequence[bool]) -> tuple[np.ndarray, list[int]]:
     """Each row's cell (the fields of its ``Prediction`` that rows share: device kind, bound, query
-    shape, fallback), numbered from 0, and the first row of each: the ranking's calibration cells
-    where it tells them (:attr:`RankingColumns.row_cells`), else the distinct fields, in order of first row."""
-    if ranking.row_cells is not None:
-        _, first, cell = np.unique(ranking.row_cells, return_index=True, return_inverse=True)
-        return cell.astype(np.int64, copy=False), first.tolist()
+    shape, fallback), numbered from 0 in order of first row, and the first row of each: the ranking's
+    calibration cells where it tells them (:attr:`RankingColumns.row_cells`), else the distinct fields."""
+    if ranking.row_cells is not None:  # numbered in order of first row: a cell's first row brings a new number
+        cells = np.asarray(ranking.row_cells, dtype=np.int64)
+        new = np.empty(cells.size, dtype=bool)
+        new[:1] = True
+        np.greater(cells[1:], np.maximum.accumulate(cells)[:-1], out=new[1:])
+        return cells, np.flatnonzero(new).tolist()
     keys = list(zip(kinds, map(id, bounds), shapes, fallback, strict=True))  # a row's cell
     firsts = dict(zip(keys, range(len(keys)), strict=True))  # a row of each cell
     cell = {key: j for j, key in enumerate(firsts)}
