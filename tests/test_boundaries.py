@@ -120,7 +120,7 @@ LAYERS = (
 # where they are used (so that parsing the command line, or importing a record, stays light).
 LAZY_THIRD_PARTY = frozenset({
     "torch", "ray", "lightgbm", "opentelemetry", "matplotlib", "numba", "river", "grpc", "grpc_tools",
-    "prometheus_client", "collectors", "numpy", "scipy",
+    "prometheus_client", "collectors", "numpy", "scipy", "sklearn",
 })
 
 
