@@ -234,11 +234,12 @@ _VALUES = operator.methodcaller("values")
 
 
 def names_ok(names: Iterable[str], *, required: bool) -> bool:
-    """:func:`name_ok` of every name at once."""
-    names = names if isinstance(names, (list, tuple, set)) else list(names)
-    if not names:
+    """:func:`name_ok` of every name at once (each distinct name checked once: a ranking's columns
+    name few models and kinds many times over)."""
+    distinct = names if isinstance(names, (set, frozenset)) else set(names)
+    if not distinct:
         return True
-    return max(map(len, names)) <= MAX_NAME_LENGTH and not (required and "" in names)
+    return max(map(len, distinct)) <= MAX_NAME_LENGTH and not (required and "" in distinct)
 
 
 def maps_ok(maps: Sequence[Mapping[str, float]], limit: float = math.inf) -> bool:

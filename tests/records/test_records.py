@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import records
 
+from predictor.records import rules
 from predictor.records.logio import ReadReport, iter_records, read_records, write_records
 from predictor.records.record import RecordError, parse_record, record_to_dict
 
@@ -132,3 +133,13 @@ def test_truncated_gzip_is_reported_with_line(tmp_path):
     with gzip.open(path, "rt") as stream:  # sanity: the file really is truncated
         with pytest.raises(EOFError):
             stream.read()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.just(""), st.text(max_size=8),
+                         st.integers(rules.MAX_NAME_LENGTH - 1, rules.MAX_NAME_LENGTH + 1).map("n".__mul__)),
+                max_size=30), st.booleans(),
+       st.sampled_from([list, tuple, set, iter]))
+def test_names_ok_is_name_ok_of_every_name(names, required, kind):
+    expected = all(rules.name_ok(name, required=required) for name in names)
+    assert rules.names_ok(kind(names), required=required) is expected
