@@ -104,8 +104,9 @@ class StaticPredictor(LatencyPredictor):
         self._pending = []
 
     def _pending_matrix(self) -> np.ndarray:
-        """The vectors of the pending features, one row each, after their names took their columns
-        in the order they were first seen (a vector a record at a time, ``grow`` then not, alike)."""
+        """The vectors of the pending features, one row each, their names given columns in the order
+        they were first seen: the matrix, columns and dropped names that building each record's vector
+        with ``grow``, then each again without, would give."""
         rows_of: dict[tuple[str, ...], list[int]] = {}
         for row, (features, _) in enumerate(self._pending):
             rows_of.setdefault(tuple(features), []).append(row)

@@ -314,8 +314,9 @@ class RankingColumns:
     fallback: np.ndarray | None = None
     """Per row: whether the answer is a wide fallback (unseen model or device kind)."""
     row_cells: np.ndarray | None = None
-    """Per row: the number of its calibration cell, numbered in order of first row (rows of one cell
-    share their device kind, ``row_bounds``, ``shapes`` and ``fallback``); ``None``: not told."""
+    """Per row: the number of its calibration cell, the cells numbered 0, 1, ... in order of first row
+    (rows of one cell share their device kind, ``row_bounds``, ``shapes`` and ``fallback``); ``None``:
+    not told."""
     raw_latency_ms: np.ndarray | None = None
     """Per row: the predictor's latency before the calibrated correction (``None``: ``latency_ms``)."""
     terms: Terms | None = None
