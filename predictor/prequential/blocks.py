@@ -524,7 +524,7 @@ def predict_rows(predictor: LatencyPredictor, records: Sequence[Record | ColocRo
     if isinstance(predictor, EnsemblePredictor):
         return predictor.combine_many(records, [predict_rows(expert, records) for expert in predictor.expert_predictors])  # type: ignore[arg-type]
     if not supports(predictor):
-        return [predictor.predict_one(record_of(r) if isinstance(r, ColocRow) else r) for r in records]
+        return list(map(predictor.predict_one, read_by(predictor, records)))  # type: ignore[arg-type]
     n = len(records)
     solo = np.fromiter(map(predictor.solo_latency, records), dtype=float, count=n)  # type: ignore[arg-type]
     log_target = predictor.log_target  # type: ignore[attr-defined]
