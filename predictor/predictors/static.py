@@ -9,6 +9,7 @@ used online, on the first ``fit_after`` records seen; afterwards it is frozen.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 import numpy as np
@@ -117,7 +118,8 @@ class StaticPredictor(LatencyPredictor):
         matrix[:, 0] = 1.0
         for names, rows in rows_of.items():
             positions, known = index.positions(names)
-            values = np.array([list(self._pending[row][0].values()) for row in rows], dtype=float)
+            values = np.fromiter(itertools.chain.from_iterable(self._pending[row][0].values() for row in rows),
+                                 dtype=float, count=len(rows) * len(names)).reshape(len(rows), len(names))
             if known is not None:
                 positions, values = positions[known], values[:, known]
             matrix[np.ix_(rows, positions)] = values
