@@ -49,6 +49,9 @@ from predictor.service.types import (
 DEFAULT_TIMEOUT_S = 10.0
 RECORDS_PER_MESSAGE = 256
 """The most records :meth:`InterferenceClient.report_observations` sends in one message."""
+MESSAGE_BYTES = 1 << 20
+"""The most bytes of records it packs into one message (a record larger goes alone): a quarter of
+the server's default limit on a message (``predictor serve --max-message-bytes``, 4 MiB)."""
 
 
 class InterferenceClient:
@@ -240,7 +243,8 @@ class InterferenceClient:
         service learns a message's records as one block, at a fraction of a one-record message's cost
         each, and learns the same however they are cut into messages. Records read from a file (or
         given as a list) fill every message; a live stream's record (a collector's batch as it ends)
-        is sent as it comes, never held back for the next (:func:`~predictor.rpc.at_hand.at_hand`).
+        is sent as it comes, never held back for the next (:func:`~predictor.rpc.at_hand.at_hand`). A
+        message holds at most :data:`MESSAGE_BYTES` of records.
         """
         pb2 = self._pb2
         if per_message < 1:
@@ -258,18 +262,19 @@ class InterferenceClient:
             sent = 0
             for chunk in chunks():
                 pairs = [item if isinstance(item, tuple) else (item, "") for item in chunk]
-                (record, batch_id), rest = pairs[0], pairs[1:]
-                message = pb2.ReportObservationsRequest(record=convert.record_to_pb(record), batch_id=batch_id)
-                if rest:
-                    message.records.extend([convert.record_to_pb(r) for r, _ in rest])
-                    if any(b for _, b in rest):
-                        message.batch_ids.extend([b for _, b in rest])
-                if producer_id:
-                    message.producer_id = producer_id
-                    if first_sequence:
-                        message.sequence = first_sequence + sent
-                sent += len(pairs)
-                yield message
+                for part, encoded in _within_bytes([convert.record_to_pb(r) for r, _ in pairs]):
+                    ids = [b for _, b in pairs[part]]
+                    message = pb2.ReportObservationsRequest(record=encoded[0], batch_id=ids[0])
+                    if len(encoded) > 1:
+                        message.records.extend(encoded[1:])
+                        if any(ids[1:]):
+                            message.batch_ids.extend(ids[1:])
+                    if producer_id:
+                        message.producer_id = producer_id
+                        if first_sequence:
+                            message.sequence = first_sequence + sent
+                    sent += len(encoded)
+                    yield message
 
         try:
             response = self.stub.ReportObservations(requests(), timeout=timeout)
@@ -359,3 +364,16 @@ def _stamp(request: Any, client_time: float | None) -> None:
         seconds = math.floor(client_time)
         request.client_time.seconds = seconds
         request.client_time.nanos = min(int(round((client_time - seconds) * 1e9)), 999_999_999)
+
+
+def _within_bytes(encoded: list[Any]) -> Iterator[tuple[slice, list[Any]]]:
+    """``encoded`` records cut, in order, into runs of at most :data:`MESSAGE_BYTES` (a record larger
+    alone): each run's place in the list and its records."""
+    start, size = 0, 0
+    for at, record in enumerate(encoded):
+        size += record.ByteSize()
+        if size > MESSAGE_BYTES and at > start:
+            yield slice(start, at), encoded[start:at]
+            start, size = at, record.ByteSize()
+    if start < len(encoded):
+        yield slice(start, len(encoded)), encoded[start:]

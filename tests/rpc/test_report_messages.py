@@ -12,8 +12,9 @@ import threading
 import pytest
 from one_truth_data import answers_of, records
 
-from predictor.records.record import BatchSpec
-from predictor.rpc.client import RECORDS_PER_MESSAGE, InterferenceClient
+from predictor.records.record import BatchSpec, CoRunner
+from predictor.rpc import convert
+from predictor.rpc.client import MESSAGE_BYTES, RECORDS_PER_MESSAGE, InterferenceClient
 from predictor.rpc.server import create_server, stop_server
 from predictor.service import Service, ServiceConfig
 
@@ -119,3 +120,26 @@ def test_each_record_ends_its_own_started_batch():
 def test_per_message_below_one_is_refused():
     with served() as (_, client), pytest.raises(ValueError, match="per_message"):
         client.report_observations(RECORDS[:3], per_message=0)
+
+
+def test_large_records_are_packed_within_a_message_budget():
+    attrs = {f"{'k' * 90}{i:03d}": 0.5 for i in range(64)}  # ~6.6 KB a co-runner
+    runners = tuple(CoRunner(f"m{i}", 1, attrs, 0.5) for i in range(16))
+    big = [dataclasses.replace(record, co_runners=runners) for record in RECORDS[:40]]
+    assert sum(convert.record_to_pb(r).ByteSize() for r in big) > 4 * 1024 * 1024  # the server's limit, at once
+    sizes, bytes_sent = [], []
+    with served() as (_, client):
+        stub = client.stub.ReportObservations
+
+        def counting(requests, **options):
+            def each():
+                for message in requests:
+                    sizes.append(len(message.records) + message.HasField("record"))
+                    bytes_sent.append(message.ByteSize())
+                    yield message
+            return stub(each(), **options)
+
+        client.stub.ReportObservations = counting
+        report = client.report_observations(big)
+    assert report.accepted + report.rejected == 40 and sum(sizes) == 40
+    assert max(sizes) > 1 and max(bytes_sent) <= MESSAGE_BYTES + 1024
