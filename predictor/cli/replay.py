@@ -16,7 +16,7 @@ from predictor.predictors import DEFAULT, create
 from predictor.prequential import tree_blocks
 from predictor.prequential.evaluation import run_prequential, summarize
 from predictor.records.logio import ReadReport, iter_records, iter_rows
-from predictor.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD, collector
+from predictor.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD, collector, paused
 
 REPLAY_EPILOG = """\
 Examples:
@@ -63,8 +63,10 @@ def run(args: argparse.Namespace) -> int:
             loaded = started
         else:
             # rows read like records (the replay's fast reader); a record is built only where one is needed
-            records = list(iter_rows(args.log, tolerant=args.tolerant, report=report, inflate_ahead=not args.serial))
-            gc.freeze()
+            with paused():  # rows hold no reference cycles: nothing for a collection to find in them
+                records = list(iter_rows(args.log, tolerant=args.tolerant, report=report,
+                                         inflate_ahead=not args.serial))
+                gc.freeze()  # before the collector resumes: it would first traverse every row once
             loaded = time.perf_counter()
             with progress_bar(args.predictor, total=len(records)) as advance:
                 scored = score(args.predictor, records, args, advance)

@@ -79,13 +79,12 @@ class StaticPredictor(LatencyPredictor):
     def fit(self, records: Iterable[Record]) -> StaticPredictor:
         """Fit on all ``records`` at once, then freeze."""
         for record in records:
+            slowdown = record.latency_ms / self.solo_latency(record)
             if self._weights is None:
-                self._pending.append(
-                    (self.features(record, learning=True), record.latency_ms / self.solo_latency(record))
-                )
+                self._pending.append((self.features(record, learning=True), slowdown))
             else:
                 self.features(record, learning=True)
-            self._observed(record, record.latency_ms / self.solo_latency(record))
+            self._observed(record, slowdown)
         if self._weights is None and self._pending:
             self._fit_pending()
         return self
