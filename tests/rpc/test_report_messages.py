@@ -35,20 +35,29 @@ def served():
         stop_server(server, service, grace=0.1)
 
 
+def _watch(client, seen):
+    """Call ``seen(message)`` on each ReportObservations message ``client`` sends, as it is sent."""
+    stub = client.stub.ReportObservations
+
+    def watched(requests, **options):
+        def each():
+            for message in requests:
+                seen(message)
+                yield message
+        return stub(each(), **options)
+
+    client.stub.ReportObservations = watched
+
+
+def _records_in(message) -> int:
+    return len(message.records) + message.HasField("record")
+
+
 def _sent(per_message, items=RECORDS, **kwargs):
     """Messages, records and answers of a fresh service fed ``items`` ``per_message`` to a message."""
     sizes = []
     with served() as (service, client):
-        stub = client.stub.ReportObservations
-
-        def counting(requests, **options):
-            def each():
-                for message in requests:
-                    sizes.append(len(message.records) + message.HasField("record"))
-                    yield message
-            return stub(each(), **options)
-
-        client.stub.ReportObservations = counting
+        _watch(client, lambda message: sizes.append(_records_in(message)))
         report = client.report_observations(items, per_message=per_message, **kwargs)
         return sizes, report, answers_of(service.predict, service.check_deadline), service
 
@@ -71,17 +80,11 @@ def test_a_live_stream_sends_each_record_as_it_comes():
             assert arrived[i].wait(10), "the record before was not sent before the next one came"
 
     with served() as (service, client):
-        stub = client.stub.ReportObservations
+        def seen(message):
+            sizes.append(_records_in(message))
+            arrived[len(sizes) - 1].set()
 
-        def counting(requests, **options):
-            def each():
-                for message in requests:
-                    sizes.append(len(message.records) + message.HasField("record"))
-                    arrived[len(sizes) - 1].set()
-                    yield message
-            return stub(each(), **options)
-
-        client.stub.ReportObservations = counting
+        _watch(client, seen)
         assert client.report_observations(live()).accepted == 3
     assert sizes == [1, 1, 1]
 
@@ -129,17 +132,11 @@ def test_large_records_are_packed_within_a_message_budget():
     assert sum(convert.record_to_pb(r).ByteSize() for r in big) > 4 * 1024 * 1024  # the server's limit, at once
     sizes, bytes_sent = [], []
     with served() as (_, client):
-        stub = client.stub.ReportObservations
+        def seen(message):
+            sizes.append(_records_in(message))
+            bytes_sent.append(message.ByteSize())
 
-        def counting(requests, **options):
-            def each():
-                for message in requests:
-                    sizes.append(len(message.records) + message.HasField("record"))
-                    bytes_sent.append(message.ByteSize())
-                    yield message
-            return stub(each(), **options)
-
-        client.stub.ReportObservations = counting
+        _watch(client, seen)
         report = client.report_observations(big)
     assert report.accepted + report.rejected == 40 and sum(sizes) == 40
     assert max(sizes) > 1 and max(bytes_sent) <= MESSAGE_BYTES + 1024
