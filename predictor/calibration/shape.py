@@ -29,12 +29,13 @@ Examples
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
+import operator
 import weakref
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import NamedTuple
 
 import numpy as np
 
@@ -110,6 +111,28 @@ class Spread:
 
     def __setstate__(self, state: tuple) -> None:
         self.m, self.s, self.n = state
+
+
+class _SpreadColumns(NamedTuple):
+    """A calibrator's running spreads as a snapshot holds them: the keys in order, and each one's
+    centre, deviation and count, in three arrays (:meth:`spreads` gives the dict back)."""
+
+    keys: list[tuple[str, str, str, int]]
+    m: np.ndarray
+    s: np.ndarray
+    n: np.ndarray
+
+    def spreads(self) -> dict[tuple[str, str, str, int], Spread]:
+        """The dict of :class:`Spread` these columns were made from, in the same order."""
+        return dict(zip(self.keys, map(Spread.of, self.m.tolist(), self.s.tolist(), self.n.tolist()), strict=True))
+
+
+def _spread_columns(spreads: dict[tuple[str, str, str, int], Spread]) -> _SpreadColumns:
+    """The columns of ``spreads`` (:class:`_SpreadColumns`); every number as it is (floats as
+    doubles, counts as 64-bit integers), so the dict made back is equal, bit for bit."""
+    values, n = spreads.values(), len(spreads)
+    return _SpreadColumns(list(spreads), *(np.fromiter(map(operator.attrgetter(name), values), dtype=kind, count=n)
+                                           for name, kind in (("m", float), ("s", float), ("n", np.int64))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +257,8 @@ class ShapeCalibrator:
         write, see :class:`~predictor.calibration.conformal.WindowCopies`; spreads and each cell's
         levels shared, each replaced by a new one where it learns)."""
         copies = copies or WindowCopies()
-        twin = copy.copy(self)
+        twin = object.__new__(type(self))  # copy.copy's copy, without the snapshot's columns
+        twin.__dict__.update(self.__dict__)
         twin._windows = {cell: copies.of(window) for cell, window in self._windows.items()}
         twin._spreads = dict(self._spreads)  # a spread is replaced, never changed, once in a calibrator
         twin._alphas = dict(self._alphas)  # a cell's levels are replaced, never changed, once in a calibrator
@@ -242,6 +266,20 @@ class ShapeCalibrator:
         twin._answered = {}  # a copy never learns: its terms and factors, once computed, stay (see _answer_of)
         twin._packed = {}  # and its windows, once packed (see _packed_of)
         return twin
+
+    def __getstate__(self) -> dict:
+        """The state with the running spreads as columns (:func:`_spread_columns`): a fleet's
+        calibrator holds tens of thousands, which a snapshot then writes as a list of keys and three
+        arrays."""
+        state = dict(self.__dict__)
+        state["_spreads"] = _spread_columns(self._spreads)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        spreads = state["_spreads"]
+        if isinstance(spreads, _SpreadColumns):  # (a snapshot from before keeps them as a dict)
+            state = dict(state, _spreads=spreads.spreads())
+        self.__dict__.update(state)
 
     def forget_answers(self) -> None:
         """Drop what a frozen copy keeps of its answers: a copy that learns is live from then on."""

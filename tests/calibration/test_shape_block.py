@@ -227,3 +227,16 @@ def test_a_mirror_that_starts_over_or_reads_a_long_watch_list_equals_calls(monke
     got += learn_block(by_block, outcomes[at:])
     assert _same(got, [learn_one(by_call, o) for o in outcomes])
     assert _state(by_block) == _state(by_call)
+
+
+@settings(max_examples=20, deadline=None)
+@given(raw=outcomes_strategy)
+def test_a_pickle_from_before_the_spreads_were_columns_restores_the_same_calibrator(raw):
+    # snapshots written before hold the running spreads as a dict of Spread objects: the state pickle
+    # hands to __setstate__ then; they must load as they were
+    cal = ShapeCalibrator(window=8, min_residuals=2, min_spread_n=1, gamma=0.05)
+    learn_block(cal, _outcomes(raw), fewest=2)
+    twin = ShapeCalibrator.__new__(ShapeCalibrator)
+    twin.__setstate__(pickle.loads(pickle.dumps(dict(cal.__dict__))))
+    assert _state(twin)[1:] == _state(cal)[1:]  # (a window's change count starts again once unpickled)
+    assert _state(twin)[1:] == _state(pickle.loads(pickle.dumps(cal)))[1:]
