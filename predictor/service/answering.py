@@ -535,26 +535,28 @@ class Answering:
             plan = Plan.of([plan])
         if not plan.moving:
             return plan.rows, monotone.latencies(predictor, plan.rows)
-        # Rows are independent: the fixed point runs over the moving rows alone, each asking the
-        # predictor's form of those rows (built once); the others are predicted once.
+        # Rows are independent: the fixed point runs over the moving rows alone. Where the predictor's
+        # answer is a quadratic of the moving overlaps (built once, for every row), a row with none
+        # moving is its constant; otherwise each search asks the form of the moving rows, and the
+        # others are predicted once.
         rows = plan.rows
         row_of = rows.rows_of_runners()
         is_moving = np.zeros(len(rows), dtype=bool)
         is_moving[row_of[plan.given]] = True
         moving, still = np.flatnonzero(is_moving), np.flatnonzero(~is_moving)  # ascending, as np.unique gives
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
-        quadratic = monotone.overlap_quadratic(predictor, rows, moving, ~np.isnan(plan.remaining))
-        if quadratic is not None:  # each row's search, compiled
-
-            found = fixed_point_kernel.fixed_points(quadratic, plan.remaining_of(quadratic.gather), solo,
-                                                    high, low)
-        else:
-            evaluate = monotone.overlap_latencies(predictor, rows, moving)
-            at = np.searchsorted(moving, row_of[plan.given])
-            found = monotone.fixed_point(lambda w: evaluate(plan.overlaps_at(w, at)),
-                                         np.ones(moving.size, dtype=bool), solo, high, low)
         window = np.empty(len(rows))
-        window[moving] = found
+        quadratic = monotone.overlap_quadratic(predictor, rows, np.arange(len(rows)), ~np.isnan(plan.remaining))
+        if quadratic is not None:  # each moving row's search, compiled
+            window[moving] = fixed_point_kernel.fixed_points(quadratic, plan.remaining_of(quadratic.gather), solo,
+                                                             high, low, moving if still.size else None)
+            if still.size:
+                window[still] = fixed_point_kernel.still_latencies(quadratic, still)
+            return plan.at_window(window), window
+        evaluate = monotone.overlap_latencies(predictor, rows, moving)
+        at = np.searchsorted(moving, row_of[plan.given])
+        window[moving] = monotone.fixed_point(lambda w: evaluate(plan.overlaps_at(w, at)),
+                                              np.ones(moving.size, dtype=bool), solo, high, low)
         if still.size:
             window[still] = monotone.overlap_latencies(predictor, rows, still)(rows.overlaps)
         return plan.at_window(window), window

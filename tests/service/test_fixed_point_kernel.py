@@ -17,7 +17,7 @@ from predictor.features.extract import OverlapQuadratic
 from predictor.features.window import FineProgram, WindowForm
 from predictor.predictors.base import QuadraticLatencies, WeightedLatencies
 from predictor.service.estimates import monotone
-from predictor.service.estimates.fixed_point_kernel import fixed_points, window_of
+from predictor.service.estimates.fixed_point_kernel import fixed_points, still_latencies, window_of
 
 
 @st.composite
@@ -76,6 +76,35 @@ def test_each_row_of_a_weighted_pair_finds_the_single_row_searchs_point(problem,
             return float(rows.latencies(overlaps, np.array([i]))[0])
 
         assert float(found[i]) == monotone.fixed_point_one(latency, solo, high, low)
+
+
+@settings(max_examples=200, deadline=None)
+@given(problem=quadratic_rows(), other=quadratic_rows(), share=st.floats(0.05, 0.95), seed=st.integers(0, 2**32 - 1))
+def test_rows_whose_overlaps_do_not_move_get_the_definitions_latency_and_the_others_their_own_search(
+        problem, other, share, seed):
+    """A ranking's rows, some with co-runners given by remaining time (searched) and some without
+    (their quadratic a constant): the searched rows find the points they find alone, the others get
+    their latency by :meth:`WeightedLatencies.latencies`, at any overlaps, to the last bits."""
+    first, remaining, solo, high, low = problem
+    k, n = remaining.shape
+    rng = np.random.default_rng(seed)
+    still = np.flatnonzero(rng.random(n) < 0.5)
+    coefficients = first.quadratic.coefficients.copy()
+    coefficients[1:, still] = 0.0  # a still row: its linear and quadratic terms 0
+    first = QuadraticLatencies(OverlapQuadratic(first.quadratic.gather, coefficients), first.solo, first.low,
+                               first.high, first.log_target)
+    second = other[0]
+    resized = np.resize(second.quadratic.coefficients, coefficients.shape)
+    resized[1:, still] = 0.0
+    second = QuadraticLatencies(OverlapQuadratic(first.quadratic.gather, resized), second.solo, second.low,
+                                second.high, second.log_target)
+    for rows in (first, WeightedLatencies((share, 1.0 - share), (first, second))):
+        got = still_latencies(rows, still)
+        expected = rows.latencies(rng.random((k, still.size)), still)
+        np.testing.assert_allclose(got, expected, rtol=1e-14, atol=0.0)
+        moving = np.setdiff1d(np.arange(n), still)
+        assert fixed_points(rows, remaining, solo, high, low, moving).tolist() == fixed_points(
+            rows, remaining, solo, high, low)[moving].tolist()
 
 
 def test_the_compiled_latency_is_the_definitions():

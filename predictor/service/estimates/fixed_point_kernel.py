@@ -125,23 +125,53 @@ def _search(coefficients: np.ndarray, remaining: np.ndarray, solos: np.ndarray, 
 
 
 def fixed_points(latencies: QuadraticLatencies | WeightedLatencies, remaining: np.ndarray, solo: float, high: float,
-                 low: float) -> np.ndarray:
+                 low: float, rows: np.ndarray | None = None) -> np.ndarray:
     """The window of every row of ``latencies`` (:func:`~predictor.service.estimates.monotone.fixed_point`'s
-    answer): ``remaining[k, row]`` the remaining time of the row's ``k``-th co-runner (0 for one
-    whose overlap does not move: its coefficients are 0); ``solo``, ``high`` and ``low`` those of
-    the grid searched (:func:`~predictor.service.estimates.monotone.grid`)."""
+    answer), or of rows ``rows`` only: ``remaining[k, row]`` the remaining time of the row's
+    ``k``-th co-runner (0 for one whose overlap does not move: its coefficients are 0); ``solo``,
+    ``high`` and ``low`` those of the grid searched (:func:`~predictor.service.estimates.monotone.grid`)."""
     grid_low, scale, points = grid(solo, high, low)
     windows = grid_windows(solo, high, low)
+    coefficients, parts, weights = _arguments(latencies, rows)
+    if rows is not None:
+        remaining = remaining[:, rows]
+    out = np.empty(coefficients.shape[2], dtype=np.int64)
+    _search(coefficients, np.ascontiguousarray(remaining, dtype=float), *parts, weights, grid_low, scale, points, solo,
+            solo * low, solo * high, windows, out)
+    return windows[out]
+
+
+def still_latencies(latencies: QuadraticLatencies | WeightedLatencies, rows: np.ndarray) -> np.ndarray:
+    """The latencies of rows ``rows`` of ``latencies`` none of whose overlaps moves (their quadratic a
+    constant): what each step of the search computes for such a row, at any window."""
+    coefficients, parts, weights = _arguments(latencies, rows)
+    out = np.empty(coefficients.shape[2])
+    _still(coefficients, np.zeros((latencies.gather.shape[0], out.size)), *parts, weights, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _still(coefficients: np.ndarray, remaining: np.ndarray, solos: np.ndarray, lows: np.ndarray, highs: np.ndarray,
+           log_targets: np.ndarray, weights: np.ndarray, out: np.ndarray) -> None:
+    """:func:`_combined` of every row at a window of 1 (``remaining`` 0: every overlap at 0)."""
+    for i in range(coefficients.shape[2]):
+        out[i] = _combined(coefficients, remaining, i, 1.0, solos, lows, highs, log_targets, weights)
+
+
+def _arguments(latencies: QuadraticLatencies | WeightedLatencies, rows: np.ndarray | None
+               ) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
+    """The compiled functions' view of ``latencies`` (of rows ``rows``; ``None``: all): the parts'
+    coefficients stacked (part x coefficient x row), their solo latencies, ranges and targets, and
+    the parts' weights (none for a single part)."""
     if isinstance(latencies, WeightedLatencies):
         parts, weights = latencies.parts, np.array(latencies.weights, dtype=float)
     else:
         parts, weights = (latencies,), _NO_WEIGHTS
     coefficients = np.stack([part.quadratic.coefficients for part in parts])
-    out = np.empty(coefficients.shape[2], dtype=np.int64)
-    _search(coefficients, np.ascontiguousarray(remaining, dtype=float),
-            *(np.array([getattr(part, name) for part in parts]) for name in ("solo", "low", "high", "log_target")),
-            weights, grid_low, scale, points, solo, solo * low, solo * high, windows, out)
-    return windows[out]
+    if rows is not None:
+        coefficients = coefficients[:, :, rows]
+    return coefficients, tuple(np.array([getattr(part, name) for part in parts])
+                               for name in ("solo", "low", "high", "log_target")), weights
 
 
 _NO_WEIGHTS = np.zeros(0)
@@ -268,6 +298,7 @@ def warm() -> None:
     rows = QuadraticLatencies(OverlapQuadratic.of(np.zeros((1, 2), dtype=np.intp), np.zeros(2), np.ones((1, 2)),
                                                   np.zeros((1, 1, 2))), 1.0, 0.5, 2.0, True)
     fixed_points(rows, np.ones((1, 2)), 1.0, 2.0, 0.5)
+    still_latencies(rows, np.arange(2))
     program = FineProgram(("own", "co"), (1.0, 0.0), ((1, 0, None),), (), (False,))
     form = WindowForm(program, None, 0.0, np.ones(2), (0.5,), (0,), (3.0,), 1.0, 0.5, 2.0, True)
     window_of(form)
