@@ -543,16 +543,14 @@ class Answering:
         row_of = rows.rows_of_runners()
         is_moving = np.zeros(len(rows), dtype=bool)
         is_moving[row_of[plan.given]] = True
-        moving, still = np.flatnonzero(is_moving), np.flatnonzero(~is_moving)  # ascending, as np.unique gives
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
-        window = np.empty(len(rows))
         quadratic = monotone.overlap_quadratic(predictor, rows, np.arange(len(rows)), ~np.isnan(plan.remaining))
         if quadratic is not None:  # each moving row's search, compiled
-            window[moving] = fixed_point_kernel.fixed_points(quadratic, plan.remaining_of(quadratic.gather), solo,
-                                                             high, low, moving if still.size else None)
-            if still.size:
-                window[still] = fixed_point_kernel.still_latencies(quadratic, still)
+            window = fixed_point_kernel.fixed_points(quadratic, plan.remaining_of(quadratic.gather), solo, high, low,
+                                                     ~is_moving)
             return plan.at_window(window), window
+        moving, still = np.flatnonzero(is_moving), np.flatnonzero(~is_moving)  # ascending, as np.unique gives
+        window = np.empty(len(rows))
         evaluate = monotone.overlap_latencies(predictor, rows, moving)
         at = np.searchsorted(moving, row_of[plan.given])
         window[moving] = monotone.fixed_point(lambda w: evaluate(plan.overlaps_at(w, at)),

@@ -17,7 +17,7 @@ from predictor.features.extract import OverlapQuadratic
 from predictor.features.window import FineProgram, WindowForm
 from predictor.predictors.base import QuadraticLatencies, WeightedLatencies
 from predictor.service.estimates import monotone
-from predictor.service.estimates.fixed_point_kernel import fixed_points, still_latencies, window_of
+from predictor.service.estimates.fixed_point_kernel import fixed_points, window_of
 
 
 @st.composite
@@ -98,13 +98,13 @@ def test_rows_whose_overlaps_do_not_move_get_the_definitions_latency_and_the_oth
     resized[1:, still] = 0.0
     second = QuadraticLatencies(OverlapQuadratic(first.quadratic.gather, resized), second.solo, second.low,
                                 second.high, second.log_target)
+    flagged = np.zeros(n, dtype=bool)
+    flagged[still] = True
     for rows in (first, WeightedLatencies((share, 1.0 - share), (first, second))):
-        got = still_latencies(rows, still)
+        got = fixed_points(rows, remaining, solo, high, low, flagged)
         expected = rows.latencies(rng.random((k, still.size)), still)
-        np.testing.assert_allclose(got, expected, rtol=1e-14, atol=0.0)
-        moving = np.setdiff1d(np.arange(n), still)
-        assert fixed_points(rows, remaining, solo, high, low, moving).tolist() == fixed_points(
-            rows, remaining, solo, high, low)[moving].tolist()
+        np.testing.assert_allclose(got[still], expected, rtol=1e-14, atol=0.0)
+        assert got[~flagged].tolist() == fixed_points(rows, remaining, solo, high, low)[~flagged].tolist()
 
 
 def test_the_compiled_latency_is_the_definitions():

@@ -11,7 +11,7 @@ arrays. The grid points' windows, those compared with the predictions and those 
 from :func:`~predictor.service.estimates.monotone.grid_windows` (computed by NumPy), so a window is
 the very number the other searches give for the same point, and at a tie (a prediction equal to a
 window) every search decides alike (tested). A ranking's rows with no co-runner given by remaining
-time sit in the same quadratic, as constants: :func:`still_latencies` reads their latencies from it.
+time sit in the same quadratic, as constants: :func:`fixed_points` answers their latencies in the same pass.
 
 A single query with co-runners given by remaining time runs the same search
 (:func:`window_of`): its ``rls`` answer is made a quadratic of its moving overlaps in the same
@@ -77,11 +77,15 @@ def _combined(coefficients: np.ndarray, remaining: np.ndarray, i: int, window: f
 def _search(coefficients: np.ndarray, remaining: np.ndarray, solos: np.ndarray, lows: np.ndarray,
             highs: np.ndarray, log_targets: np.ndarray, weights: np.ndarray, grid_low: float, scale: float,
             points: int, solo_grid: float, grid_min: float, grid_max: float, windows: np.ndarray,
-            out: np.ndarray) -> None:
-    """Per row, the index of its grid point (``fixed_point_one``'s search), the window at index ``j``
+            still: np.ndarray, out: np.ndarray) -> None:
+    """Per row, the window of its grid point (``fixed_point_one``'s search), the window at index ``j``
     being ``windows[j]`` (:func:`~predictor.service.estimates.monotone.grid_windows`); each row's latency
-    that of :func:`_combined` of the parts ``coefficients[e]``."""
+    that of :func:`_combined` of the parts ``coefficients[e]``. A row flagged ``still`` (no overlap of
+    it moves: its quadratic a constant) gets its latency instead, at a window of 1."""
     for i in range(coefficients.shape[2]):
+        if still[i]:
+            out[i] = _combined(coefficients, remaining, i, 1.0, solos, lows, highs, log_targets, weights)
+            continue
         w0 = solo_grid
         f0 = _combined(coefficients, remaining, i, w0, solos, lows, highs, log_targets, weights)
         f1 = _combined(coefficients, remaining, i, f0, solos, lows, highs, log_targets, weights)
@@ -122,57 +126,29 @@ def _search(coefficients: np.ndarray, remaining: np.ndarray, solos: np.ndarray, 
                 above = mid
             else:
                 below = mid
-        out[i] = above
+        out[i] = windows[above]
 
 
 def fixed_points(latencies: QuadraticLatencies | WeightedLatencies, remaining: np.ndarray, solo: float, high: float,
-                 low: float, rows: np.ndarray | None = None) -> np.ndarray:
+                 low: float, still: np.ndarray | None = None) -> np.ndarray:
     """The window of every row of ``latencies`` (:func:`~predictor.service.estimates.monotone.fixed_point`'s
-    answer), or of rows ``rows`` only: ``remaining[k, row]`` the remaining time of the row's
-    ``k``-th co-runner (0 for one whose overlap does not move: its coefficients are 0); ``solo``,
-    ``high`` and ``low`` those of the grid searched (:func:`~predictor.service.estimates.monotone.grid`)."""
+    answer): ``remaining[k, row]`` the remaining time of the row's ``k``-th co-runner (0 for one
+    whose overlap does not move: its coefficients are 0); ``solo``, ``high`` and ``low`` those of
+    the grid searched (:func:`~predictor.service.estimates.monotone.grid`). A row flagged in ``still``
+    (none of its overlaps moves) is not searched: its latency is answered instead."""
     grid_low, scale, points = grid(solo, high, low)
     windows = grid_windows(solo, high, low)
-    coefficients, parts, weights = _arguments(latencies, rows)
-    if rows is not None:
-        remaining = remaining[:, rows]
-    out = np.empty(coefficients.shape[2], dtype=np.int64)
-    _search(coefficients, np.ascontiguousarray(remaining, dtype=float), *parts, weights, grid_low, scale, points, solo,
-            solo * low, solo * high, windows, out)
-    return windows[out]
-
-
-def still_latencies(latencies: QuadraticLatencies | WeightedLatencies, rows: np.ndarray) -> np.ndarray:
-    """The latencies of rows ``rows`` of ``latencies`` none of whose overlaps moves (their quadratic a
-    constant): what each step of the search computes for such a row, at any window."""
-    coefficients, parts, weights = _arguments(latencies, rows)
-    out = np.empty(coefficients.shape[2])
-    _still(coefficients, np.zeros((latencies.gather.shape[0], out.size)), *parts, weights, out)
-    return out
-
-
-@njit(cache=True, nogil=True)
-def _still(coefficients: np.ndarray, remaining: np.ndarray, solos: np.ndarray, lows: np.ndarray, highs: np.ndarray,
-           log_targets: np.ndarray, weights: np.ndarray, out: np.ndarray) -> None:
-    """:func:`_combined` of every row at a window of 1 (``remaining`` 0: every overlap at 0)."""
-    for i in range(coefficients.shape[2]):
-        out[i] = _combined(coefficients, remaining, i, 1.0, solos, lows, highs, log_targets, weights)
-
-
-def _arguments(latencies: QuadraticLatencies | WeightedLatencies, rows: np.ndarray | None
-               ) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
-    """The compiled functions' view of ``latencies`` (of rows ``rows``; ``None``: all): the parts'
-    coefficients stacked (part x coefficient x row), their solo latencies, ranges and targets, and
-    the parts' weights (none for a single part)."""
     if isinstance(latencies, WeightedLatencies):
         parts, weights = latencies.parts, np.array(latencies.weights, dtype=float)
     else:
         parts, weights = (latencies,), _NO_WEIGHTS
     coefficients = np.stack([part.quadratic.coefficients for part in parts])
-    if rows is not None:
-        coefficients = coefficients[:, :, rows]
-    return coefficients, tuple(np.array([getattr(part, name) for part in parts])
-                               for name in ("solo", "low", "high", "log_target")), weights
+    out = np.empty(coefficients.shape[2])
+    _search(coefficients, np.ascontiguousarray(remaining, dtype=float),
+            *(np.array([getattr(part, name) for part in parts]) for name in ("solo", "low", "high", "log_target")),
+            weights, grid_low, scale, points, solo, solo * low, solo * high, windows,
+            np.zeros(out.size, dtype=bool) if still is None else still, out)
+    return out
 
 
 _NO_WEIGHTS = np.zeros(0)
@@ -228,15 +204,15 @@ def _window_coefficients(initial, terms, crosses, moving_of, overlaps, left, rig
 def _window_search(initial, terms, crosses, moving_of, overlaps, left, right, keys, weights, intercept, remaining,
                    solo, low, high, log_target, grid_low, scale, points, solo_grid, grid_min, grid_max, windows
                    ):  # pragma: no cover
-    """The grid index of a single query's fixed point: its quadratic, then :func:`_search` on it."""
+    """The window of a single query's fixed point: its quadratic, then :func:`_search` on it."""
     k = remaining.size
     coefficients = np.empty((1 + k + k * k, 1))
     _window_coefficients(initial, terms, crosses, moving_of, overlaps, left, right, keys, weights, intercept, k,
                          coefficients[:, 0])
-    out = np.empty(1, dtype=np.int64)
+    out = np.empty(1)
     _search(coefficients.reshape(1, 1 + k + k * k, 1), remaining.reshape(k, 1), np.array([solo]), np.array([low]),
             np.array([high]), np.array([log_target]), np.zeros(0), grid_low, scale, points, solo_grid, grid_min,
-            grid_max, windows, out)
+            grid_max, windows, np.zeros(1, dtype=np.bool_), out)
     return out[0]
 
 
@@ -275,15 +251,14 @@ def window_of(form: WindowForm | WeightedWindowForms) -> float:
     if isinstance(form, WeightedWindowForms):
         parts = form.parts
         coefficients = np.stack([window_coefficients(part) for part in parts])[:, :, None]
-        out = np.empty(1, dtype=np.int64)
+        out = np.empty(1)
         _search(coefficients, np.array(parts[0].remaining, dtype=float).reshape(-1, 1),
                 *(np.array([getattr(part, name) for part in parts]) for name in ("solo", "low", "high", "log_target")),
                 np.array(form.weights, dtype=float), grid_low, scale, points, solo, solo * low, solo * high, windows,
-                out)
-        return float(windows[out[0]])
-    index = _window_search(*_form_arguments(form), np.array(form.remaining, dtype=float), solo, low, high,
-                           form.log_target, grid_low, scale, points, solo, solo * low, solo * high, windows)
-    return float(windows[index])
+                np.zeros(1, dtype=bool), out)
+        return float(out[0])
+    return float(_window_search(*_form_arguments(form), np.array(form.remaining, dtype=float), solo, low, high,
+                                form.log_target, grid_low, scale, points, solo, solo * low, solo * high, windows))
 
 
 def warm() -> None:
@@ -298,8 +273,7 @@ def warm() -> None:
     quadratic_kernel.warm()
     rows = QuadraticLatencies(OverlapQuadratic.of(np.zeros((1, 2), dtype=np.intp), np.zeros(2), np.ones((1, 2)),
                                                   np.zeros((1, 1, 2))), 1.0, 0.5, 2.0, True)
-    fixed_points(rows, np.ones((1, 2)), 1.0, 2.0, 0.5)
-    still_latencies(rows, np.arange(2))
+    fixed_points(rows, np.ones((1, 2)), 1.0, 2.0, 0.5, np.array([False, True]))
     program = FineProgram(("own", "co"), (1.0, 0.0), ((1, 0, None),), (), (False,))
     form = WindowForm(program, None, 0.0, np.ones(2), (0.5,), (0,), (3.0,), 1.0, 0.5, 2.0, True)
     window_of(form)
