@@ -88,6 +88,11 @@ from predictor.service.types import (
 
 T = TypeVar("T")
 _NONE = np.zeros(0, dtype=np.intp)
+ONE_QUADRATIC_ROWS = 512
+"""A ranking of at most this many candidates, some with co-runners given by remaining time, answers
+every candidate from one quadratic of the moving overlaps, in one compiled pass (the others'
+quadratics are constants); a larger one predicts the others by the predictor's form of them, whose
+fixed cost is higher and cost per row lower."""
 
 
 @dataclasses.dataclass
@@ -535,26 +540,31 @@ class Answering:
             plan = Plan.of([plan])
         if not plan.moving:
             return plan.rows, monotone.latencies(predictor, plan.rows)
-        # Rows are independent: the fixed point runs over the moving rows alone. Where the predictor's
-        # answer is a quadratic of the moving overlaps (built once, for every row), a row with none
-        # moving is its constant; otherwise each search asks the form of the moving rows, and the
-        # others are predicted once.
+        # Rows are independent: the fixed point runs over the moving rows alone, each asking the
+        # predictor's quadratic (or form) of those rows, built once; the others are predicted once,
+        # in a small ranking from the same quadratic (ONE_QUADRATIC_ROWS).
         rows = plan.rows
         row_of = rows.rows_of_runners()
         is_moving = np.zeros(len(rows), dtype=bool)
         is_moving[row_of[plan.given]] = True
+        moving, still = np.flatnonzero(is_moving), np.flatnonzero(~is_moving)  # ascending, as np.unique gives
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
-        quadratic = monotone.overlap_quadratic(predictor, rows, np.arange(len(rows)), ~np.isnan(plan.remaining))
-        if quadratic is not None:  # each moving row's search, compiled
+        one = still.size and len(rows) <= ONE_QUADRATIC_ROWS
+        quadratic = monotone.overlap_quadratic(predictor, rows, np.arange(len(rows)) if one else moving,
+                                               ~np.isnan(plan.remaining))
+        if quadratic is not None and one:  # every row in one compiled pass: the still ones are constants
             window = fixed_point_kernel.fixed_points(quadratic, plan.remaining_of(quadratic.gather), solo, high, low,
                                                      ~is_moving)
             return plan.at_window(window), window
-        moving, still = np.flatnonzero(is_moving), np.flatnonzero(~is_moving)  # ascending, as np.unique gives
         window = np.empty(len(rows))
-        evaluate = monotone.overlap_latencies(predictor, rows, moving)
-        at = np.searchsorted(moving, row_of[plan.given])
-        window[moving] = monotone.fixed_point(lambda w: evaluate(plan.overlaps_at(w, at)),
-                                              np.ones(moving.size, dtype=bool), solo, high, low)
+        if quadratic is not None:  # each row's search, compiled
+            window[moving] = fixed_point_kernel.fixed_points(quadratic, plan.remaining_of(quadratic.gather), solo,
+                                                             high, low)
+        else:
+            evaluate = monotone.overlap_latencies(predictor, rows, moving)
+            at = np.searchsorted(moving, row_of[plan.given])
+            window[moving] = monotone.fixed_point(lambda w: evaluate(plan.overlaps_at(w, at)),
+                                                  np.ones(moving.size, dtype=bool), solo, high, low)
         if still.size:
             window[still] = monotone.overlap_latencies(predictor, rows, still)(rows.overlaps)
         return plan.at_window(window), window

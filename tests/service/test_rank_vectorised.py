@@ -10,6 +10,7 @@ and an input whose transfer term depends on the device's place in the topology.
 from __future__ import annotations
 
 import dataclasses
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -29,6 +30,7 @@ from predictor.service import (
     Query,
     Service,
     ServiceConfig,
+    answering,
 )
 from predictor.service.live.topology import parse_topology
 from predictor.service.synthetic import MODELS, synthetic_records
@@ -91,14 +93,17 @@ def _candidate(spec) -> Candidate:
 
 @settings(max_examples=40, deadline=None)
 @given(specs=st.lists(candidate, min_size=1, max_size=40), deadline=st.floats(5.0, 200.0),
-       moved=st.sampled_from([None, ("h0", 50e6), ("h2", 5e6)]), solo=st.sampled_from([None, 9.0]))
-def test_packed_ranking_equals_each_candidate_checked_alone(service, specs, deadline, moved, solo):
+       moved=st.sampled_from([None, ("h0", 50e6), ("h2", 5e6)]), solo=st.sampled_from([None, 9.0]),
+       one_quadratic=st.booleans())
+def test_packed_ranking_equals_each_candidate_checked_alone(service, specs, deadline, moved, solo, one_quadratic):
     candidates = [_candidate(s) for s in specs]
     where = InputPlace(host=moved[0], n_bytes=moved[1]) if moved else None
     request = pb2().RankPlacementsRequest(batch=convert.batch_to_pb(BATCH),
                                           candidates=[convert.candidate_to_pb(c) for c in candidates])
     packed = columns.packed_columns_from_pb(columns.pack_rank_request(request, omit_detail=True).packed_candidates)
-    ranking = service.rank_columns(BATCH, packed, Deadline(ms=deadline), 0.9, solo, where=where)
+    # a small ranking's rows all from one quadratic, or (as a large one's) the still rows by the form
+    with mock.patch.object(answering, "ONE_QUADRATIC_ROWS", answering.ONE_QUADRATIC_ROWS if one_quadratic else 0):
+        ranking = service.rank_columns(BATCH, packed, Deadline(ms=deadline), 0.9, solo, where=where)
     assert sorted(ranking.order.tolist()) == list(range(len(candidates)))
     for i, c in enumerate(candidates):
         query = dataclasses.replace(Query.for_candidate(BATCH, c, solo), input=where)
