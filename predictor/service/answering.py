@@ -549,7 +549,7 @@ class Answering:
         is_moving[row_of[plan.given]] = True
         moving, still = np.flatnonzero(is_moving), np.flatnonzero(~is_moving)  # ascending, as np.unique gives
         low, high = getattr(predictor, "_slowdown_range", (MIN_SLOWDOWN, MAX_SLOWDOWN))
-        one = still.size and len(rows) <= ONE_QUADRATIC_ROWS
+        one = bool(still.size) and len(rows) <= ONE_QUADRATIC_ROWS
         quadratic = monotone.overlap_quadratic(predictor, rows, np.arange(len(rows)) if one else moving,
                                                ~np.isnan(plan.remaining))
         if quadratic is not None and one:  # every row in one compiled pass: the still ones are constants

@@ -10,8 +10,9 @@ column-wise search (:func:`~predictor.service.estimates.monotone.fixed_point`) d
 arrays. The grid points' windows, those compared with the predictions and those answered, are read
 from :func:`~predictor.service.estimates.monotone.grid_windows` (computed by NumPy), so a window is
 the very number the other searches give for the same point, and at a tie (a prediction equal to a
-window) every search decides alike (tested). A ranking's rows with no co-runner given by remaining
-time sit in the same quadratic, as constants: :func:`fixed_points` answers their latencies in the same pass.
+window) every search decides alike (tested). A small ranking's rows with no co-runner given by
+remaining time sit in the same quadratic, as constants: :func:`fixed_points` answers their latencies
+in the same pass.
 
 A single query with co-runners given by remaining time runs the same search
 (:func:`window_of`): its ``rls`` answer is made a quadratic of its moving overlaps in the same
