@@ -35,6 +35,7 @@ from predictor.records.record import BatchSpec
 from predictor.rpc import convert
 from predictor.rpc.client import InterferenceClient
 from predictor.rpc.names import METHOD_PREFIX
+from predictor.rpc.protos import pb2
 from predictor.service import CoRunnerSource, PlannedCoRunner, Query
 
 QUERY = Query("cpu0", BatchSpec("resnet", 4), co_runners=(PlannedCoRunner("bert", 2, overlap=0.5),),
@@ -52,7 +53,7 @@ class Config:
 
 def variants(client: InterferenceClient) -> dict[str, Callable[[], object]]:
     """Each variant's one call, all asking :data:`QUERY`."""
-    request = client._pb2.PredictLatencyRequest(query=convert.query_to_pb(QUERY))
+    request = pb2().PredictLatencyRequest(query=convert.query_to_pb(QUERY))
     payload = request.SerializeToString()
     raw = client.channel.unary_unary(METHOD_PREFIX + "PredictLatency")
     typed = client.stub.PredictLatency

@@ -371,9 +371,10 @@ def _within_bytes(encoded: list[Any]) -> Iterator[tuple[slice, list[Any]]]:
     alone): each run's place in the list and its records."""
     start, size = 0, 0
     for at, record in enumerate(encoded):
-        size += record.ByteSize()
+        own = record.ByteSize()
+        size += own
         if size > MESSAGE_BYTES and at > start:
             yield slice(start, at), encoded[start:at]
-            start, size = at, record.ByteSize()
+            start, size = at, own
     if start < len(encoded):
         yield slice(start, len(encoded)), encoded[start:]
