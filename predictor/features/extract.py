@@ -31,7 +31,6 @@ True
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import math
@@ -351,9 +350,21 @@ class _Layout:
 
     row_of: np.ndarray  # per co-runner
     runner_values: dict[str, np.ndarray | None]  # RUNNER_SUMS name -> per co-runner value (None: 1)
-    by_model: dict[str, np.ndarray]  # co-runner model -> its co-runners' positions
+    models: tuple[str, ...]  # the co-runners' models, in order of first co-runner
+    model_code: np.ndarray  # per co-runner, its model's place in ``models``
     by_key: dict[str, tuple[np.ndarray, np.ndarray]]  # attribute -> positions and values
-    fixed: dict[str, np.ndarray]  # columns independent of the overlaps: own, log_batch, count, signals
+    fixed_names: tuple[str, ...]  # the columns independent of the overlaps: own, log_batch, count, signals
+    fixed_values: np.ndarray  # their values, one row each (names x rows)
+
+    @property
+    def by_model(self) -> dict[str, np.ndarray]:
+        """Co-runner model -> its co-runners' positions (ascending), models in order of first co-runner."""
+        return {model: np.flatnonzero(self.model_code == c) for c, model in enumerate(self.models)}
+
+    @property
+    def fixed(self) -> dict[str, np.ndarray]:
+        """The columns independent of the overlaps by name (rows of :attr:`fixed_values`)."""
+        return dict(zip(self.fixed_names, self.fixed_values, strict=True))
 
 
 def _by_key(maps: Sequence[Mapping[str, float]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -413,30 +424,33 @@ def _layout(rows: CoLocations) -> _Layout | None:
     if cached is not False:
         return cached
     n = len(rows)
-    fixed = {name: np.full(n, value) for name, value in _batch_features(rows.batch).items()}
-    if rows.overlaps.size:
-        fixed[COUNT] = np.diff(rows.offsets).astype(float)
-    for key, (where, values) in _by_key(rows.signals).items():
-        if key in OUTCOME_SIGNALS:
-            continue
-        column = np.zeros(n)
-        column[where] = values
-        fixed[SIGNAL + key] = column
+    own = _batch_features(rows.batch)
+    signals = [(SIGNAL + key, where, values) for key, (where, values) in _by_key(rows.signals).items()
+               if key not in OUTCOME_SIGNALS]
+    counted = bool(rows.overlaps.size)
+    fixed_names = (*own, *((COUNT,) if counted else ()), *(name for name, _, _ in signals))
+    fixed_values = np.zeros((len(fixed_names), n))
+    fixed_values[:len(own)] = np.fromiter(own.values(), dtype=float, count=len(own))[:, None]
+    if counted:
+        np.subtract(rows.offsets[1:], rows.offsets[:-1], out=fixed_values[len(own)])
+    for at, (_, where, values) in enumerate(signals, start=len(own) + counted):
+        fixed_values[at, where] = values
     by_key = _by_key(rows.attrs)
     layout = None
     if RESERVED.isdisjoint(by_key):
-        firsts: dict[str, int] = {}
-        first_of = np.fromiter(map(firsts.setdefault, rows.models, range(len(rows.models))), dtype=np.intp,
-                               count=len(rows.models))
+        codes: dict[str, int] = {}
+        model_code = np.array([codes.setdefault(m, len(codes)) for m in rows.models], dtype=np.intp)
         layout = _Layout(
             row_of=rows.rows_of_runners(),
             runner_values={
                 name: None if value_of is None else _each_distinct(value_of, rows.batch_sizes)
                 for name, value_of in RUNNER_SUMS.items()
             },
-            by_model={m: np.flatnonzero(first_of == first) for m, first in firsts.items()},
+            models=tuple(codes),
+            model_code=model_code,
             by_key=by_key,
-            fixed=fixed,
+            fixed_names=fixed_names,
+            fixed_values=fixed_values,
         )
     rows.cache["feature_layout"] = layout
     return layout
@@ -773,8 +787,10 @@ def _form_parts(rows: CoLocations, features: str) -> _FormParts | None:
             parts = None
         else:
             extra, first, second = _interaction_layout(keys, rows.batch.model)
-            parts = dataclasses.replace(parts, names=parts.names + tuple(extra),
-                                        interactions=(_quantity_columns(parts.names, keys), first, second))
+            fine = parts
+            parts = object.__new__(_FormParts)  # dataclasses.replace's copy, without its __init__ (every ranking's path)
+            parts.__dict__.update(fine.__dict__, names=fine.names + tuple(extra),
+                                  interactions=(_quantity_columns(fine.names, keys), first, second))
     rows.cache[key] = parts
     return parts
 
@@ -786,37 +802,38 @@ def _fine_form(rows: CoLocations) -> _FormParts | None:
     if layout is None:
         return None
     r = len(rows.batch_sizes)
-    summed: dict[str, np.ndarray] = {}
-    for name, value in layout.runner_values.items():
-        summed[name] = np.ones(r) if value is None else value
-    for model, positions in layout.by_model.items():
-        indicator = np.zeros(r)
-        indicator[positions] = 1.0
-        for prefix in _model_sums(rows.batch.model):
-            summed[prefix + model] = indicator
-    for key, (positions, values) in layout.by_key.items():
-        column = np.zeros(r)
-        column[positions] = values
-        summed[CO + key] = column
-    cross_keys = [k for k in rows.batch.attrs if CO + k in summed or CO + k in layout.fixed]
-    listed = [*layout.fixed, *summed, *(CROSS + k for k in cross_keys)]
+    prefixes = _model_sums(rows.batch.model)
+    runner_names = list(layout.runner_values)
+    key_names = [CO + k for k in layout.by_key]
+    summed_names = [*runner_names, *(prefix + m for m in layout.models for prefix in prefixes), *key_names]
+    summed = set(summed_names)
+    fixed = layout.fixed_names
+    cross_keys = [k for k in rows.batch.attrs if CO + k in summed or CO + k in fixed]
+    listed = [*fixed, *summed_names, *(CROSS + k for k in cross_keys)]
     if len(set(listed)) != len(listed) or any(CO + k not in summed for k in cross_keys):
         return None  # a name met twice merges in the dict path, or a cross of a constant: the general path
     names = tuple(listed)
     index = {name: j for j, name in enumerate(names)}
+    # per summed name its value per co-runner: the runner sums', each model's indicator (once per
+    # prefix), each attribute's (0 where a co-runner lacks it); then a column of zeros (where padding gathers)
+    per_runner = np.zeros((len(summed_names), r + 1))
+    for j, value in enumerate(layout.runner_values.values()):
+        per_runner[j, :r] = 1.0 if value is None else value
+    if r:
+        first, each = len(runner_names) + len(prefixes) * layout.model_code, np.arange(r)
+        for q in range(len(prefixes)):
+            per_runner[first + q, each] = 1.0
+    keyed = len(summed_names) - len(key_names)
+    for j, (positions, values) in enumerate(layout.by_key.values(), start=keyed):
+        per_runner[j, positions] = values
     crosses = [(index[CROSS + k], index[CO + k], rows.batch.attrs[k]) for k in cross_keys]
-    fixed = list(layout.fixed)
-    columns = layout.fixed
-    summed_names = list(summed)
-    per_runner = np.zeros((len(summed_names), r + 1))  # and a column of zeros, where padding gathers
-    for j, name in enumerate(summed_names):
-        per_runner[j, :r] = summed[name]
+    n = len(fixed)
     return _FormParts(
         names=names,
         width=len(names),
-        fixed_at=np.array([index[n] for n in fixed], dtype=np.intp),
-        fixed=np.stack([columns[n] for n in fixed]) if fixed else np.zeros((0, len(rows))),
-        summed_at=np.array([index[n] for n in summed_names], dtype=np.intp),
+        fixed_at=np.arange(n, dtype=np.intp),
+        fixed=layout.fixed_values,
+        summed_at=np.arange(n, n + len(summed_names), dtype=np.intp),
         per_runner=per_runner,
         offsets=rows.offsets,
         crosses=(np.array([c[0] for c in crosses], dtype=np.intp), np.array([c[1] for c in crosses], dtype=np.intp),
