@@ -14,7 +14,7 @@ field order within a message is free, a nested message's fields are its length-d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from numba import njit
@@ -233,11 +233,8 @@ def placements(order: np.ndarray, row_template: np.ndarray, templates: Sequence[
     ``offsets[i]:offsets[i + 1]`` (model, batch size, the ``attrs`` matrix's row over ``keys``, NaN:
     absent, overlap); the estimated overlaps' paths of its candidate's ``moving``, then ``filled``,
     co-runners (``paths_off[i]:paths_off[i + 1]``, the candidate's own), then ``extra[i]`` (serialised ``estimated`` fields)."""
-    template_buf, template_off = _blobs(templates)
-    device_buf, device_off = strings(devices)
-    model_buf, model_off = strings(models)
-    key_buf, key_off = strings(keys)
-    extra_buf, extra_off = _blobs(extra)
+    text, (device_off, model_off, key_off) = _grouped(strings, devices, models, keys)
+    blobs, (template_off, extra_off) = _grouped(_blobs, templates, extra)
     order = np.ascontiguousarray(order, dtype=np.int64)
     size = np.asarray(batch_sizes, dtype=np.int64)
     attrs = np.ascontiguousarray(attrs, dtype=np.float64).reshape(len(models), len(keys))
@@ -248,9 +245,9 @@ def placements(order: np.ndarray, row_template: np.ndarray, templates: Sequence[
     total = _sizes(order, row_template, template_off, device_off, slack, solo_per_row, offsets, model_off, size,
                    key_off, attrs, paths_off, moving, filled, extra_off, runner_size, prediction_size, placement_size)
     out = np.empty(total, np.uint8)
-    written = _write(out, order, row_template, template_buf, template_off, device_buf, device_off, slack,
-                     probability, latency, solo, solo_per_row, upper, offsets, model_buf, model_off, size, key_buf,
-                     key_off, attrs, overlaps, paths_off, moving, filled, extra_buf, extra_off, runner_size, prediction_size,
+    written = _write(out, order, row_template, blobs, template_off, text, device_off, slack,
+                     probability, latency, solo, solo_per_row, upper, offsets, text, model_off, size, text,
+                     key_off, attrs, overlaps, paths_off, moving, filled, blobs, extra_off, runner_size, prediction_size,
                      placement_size, _HEAD, _TAIL)
     assert written == total
     return out.tobytes()
@@ -258,6 +255,17 @@ def placements(order: np.ndarray, row_template: np.ndarray, templates: Sequence[
 
 _HEAD = np.frombuffer(_ESTIMATED_HEAD, dtype=np.uint8)
 _TAIL = np.frombuffer(_ESTIMATED_TAIL, dtype=np.uint8)
+
+
+def _grouped(join: Callable[[list], tuple[np.ndarray, np.ndarray]], *groups: Sequence) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``join`` (:func:`strings` or :func:`_blobs`) of every group's items at once: one buffer, and per group
+    its ``len(group) + 1`` offsets into it."""
+    buf, offsets = join([item for group in groups for item in group])
+    out, at = [], 0
+    for group in groups:
+        out.append(offsets[at:at + len(group) + 1])
+        at += len(group)
+    return buf, out
 
 
 def _blobs(blobs: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
