@@ -200,7 +200,9 @@ class Plan:
     def remaining_of(self, gather: np.ndarray) -> np.ndarray:
         """The remaining times laid out by ``gather`` (``gather[k, r]``: the ``k``-th co-runner of some
         row ``r``; padding: one past the last), 0 where the overlap is given."""
-        return np.nan_to_num(np.append(self.remaining, math.nan)[gather], nan=0.0)
+        padded = np.append(self.remaining, 0.0)
+        padded[np.isnan(padded)] = 0.0
+        return padded[gather]
 
     def at_window(self, window: np.ndarray) -> CoLocations:
         """The rows with each remaining-time co-runner's overlap for its row's predicted window
