@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import pickle
 import random
@@ -447,3 +448,50 @@ def test_gate_median_equals_numpy_median():
             assert gate._center() == float(np.median(np.fromiter(gate._residuals, dtype=float)))
         if i == 1500:
             gate = pickle.loads(pickle.dumps(gate))
+
+
+_numbers = st.sampled_from([0.0, 0.5, 1.0, -0.1, 1.5, 2e9, math.inf, -math.inf, math.nan])
+
+
+@st.composite
+def _runner(draw: st.DrawFn) -> PlannedCoRunner:
+    given = draw(st.sampled_from(["overlap", "remaining", "both", "neither"]))
+    return PlannedCoRunner(
+        draw(st.sampled_from(["resnet", "bert"])), 2,
+        draw(st.dictionaries(st.sampled_from(["l2_util", "seq_len"]), _numbers, max_size=2)),
+        overlap=draw(_numbers) if given in ("overlap", "both") else None,
+        remaining_ms=draw(_numbers) if given in ("remaining", "both") else None,
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(_runner(), max_size=3), min_size=1, max_size=4), st.booleans())
+def test_the_column_check_vouches_exactly_for_candidates_plan_query_takes(runners, via_protobuf):
+    """``valid_columns`` (the rules on every candidate's numbers at once, compiled) says yes exactly where
+    ``plan_query`` takes every candidate: a refused one goes the per-candidate way, which names it."""
+    from predictor.service.errors import ServiceError
+    from predictor.service.estimates.placements import valid_columns
+
+    answers = _checking_service().answers
+    candidates = [Candidate(f"d{i}", co_runners=tuple(r), co_runner_source=CoRunnerSource.EXPLICIT)
+                  for i, r in enumerate(runners)]
+    given = columns.candidate_columns_from_pb(rank_request(BATCH, candidates).candidates) if via_protobuf \
+        else CandidateColumns.from_candidates(candidates)
+    limit = answers.state.config.max_value
+    taken = True
+    for candidate in candidates:
+        try:
+            answers.plan_query(Query.for_candidate(BATCH, candidate, None), "query.")
+        except ServiceError:
+            taken = False
+    assert valid_columns(given, BATCH, None, limit) == (taken and given.typed)
+    assert given.typed or not via_protobuf  # the protobuf's columns are typed: the column check decides there
+
+
+@functools.cache
+def _checking_service() -> Service:
+    svc = Service(ServiceConfig())
+    svc.open()
+    for record in synthetic_records(100, seed=3):
+        svc.observe(record)
+    return svc

@@ -31,11 +31,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numba import njit
 
 from predictor.calibration.conformal import Bound
 from predictor.calibration.shapes import QueryShape
 from predictor.records import rules
 from predictor.records.colocations import CoLocations
+from predictor.records.keyed import KeyedMaps
 from predictor.records.record import BatchSpec
 from predictor.service.types import (
     Candidate,
@@ -240,29 +242,63 @@ def valid_columns(
         rules.positive_ok(solo_latency_ms) and rules.latency_ok(solo_latency_ms, limit)
     ):
         return False
-    counts = np.diff(columns.offsets)
-    if counts.size and not rules.co_runner_count_ok(int(counts.max())):
-        return False
+    attrs = columns.attrs
+    keyed = isinstance(attrs, KeyedMaps)  # its values checked with the co-runners' numbers
     if not (rules.names_ok(columns.devices, required=True) and rules.names_ok(columns.device_kinds, required=False)):
         return False
     if not (
         rules.names_ok(columns.models, required=True)
-        and rules.maps_ok(columns.attrs, limit)
+        and (_keyed_names_ok(attrs) if keyed else rules.maps_ok(attrs, limit))
         and rules.maps_ok(distinct_maps(columns.signals), limit)
     ):
         return False
     if columns.batch_sizes and not rules.batch_size_ok(min(columns.batch_sizes)):
         return False
-    if not rules.overlaps_ok(columns.overlaps[columns.has_overlap]):
-        return False
-    remaining = columns.remaining[columns.has_remaining]
-    if not (rules.non_negatives_ok(remaining) and rules.magnitudes_ok(remaining, limit)):
-        return False
-    if (columns.has_overlap & columns.has_remaining).any():
+    # the co-runners' counts, overlaps, remaining times (each given one way at most) and attribute values
+    if not _numbers_ok(columns.offsets, rules.MAX_CO_RUNNERS, columns.overlaps, columns.has_overlap, columns.remaining,
+                       columns.has_remaining, attrs.matrix if keyed else _NO_VALUES, float(limit)):
         return False
     if CoRunnerSource.LIVE_VIEW not in columns.sources:
         return True
+    counts = np.diff(columns.offsets)
     return not any(s is CoRunnerSource.LIVE_VIEW and n for s, n in zip(columns.sources, counts.tolist(), strict=True))
+
+
+def _keyed_names_ok(attrs: KeyedMaps) -> bool:
+    """:func:`~predictor.records.rules.maps_ok` of keyed maps but their values (:func:`_numbers_ok` checks those)."""
+    return attrs.most_keys() <= rules.MAX_NUMERIC_KEYS and all(isinstance(k, str) for k in attrs.keys) \
+        and rules.names_ok(attrs.keys, required=True)
+
+
+_NO_VALUES = np.zeros((0, 0))
+
+
+@njit(cache=True, nogil=True)
+def _numbers_ok(offsets, most, overlaps, has_overlap, remaining, has_remaining, values, limit):  # pragma: no cover
+    """The rules of :mod:`~predictor.records.rules` on a ranking's numbers, in one compiled pass: at most
+    ``most`` co-runners a candidate; each co-runner's overlap in [0, 1] or its remaining time finite, at
+    least 0 and at most ``limit``, not both given; each value of ``values`` (a keyed matrix, NaN:
+    absent) finite and at most ``limit`` in magnitude."""
+    for i in range(offsets.size - 1):
+        if offsets[i + 1] - offsets[i] > most:
+            return False
+    for j in range(overlaps.size):
+        if has_overlap[j]:
+            if has_remaining[j] or not (overlaps[j] >= 0.0 and overlaps[j] <= 1.0):
+                return False
+        elif has_remaining[j] and not (remaining[j] >= 0.0 and remaining[j] <= limit and remaining[j] < np.inf):
+            return False
+    for value in values.ravel():
+        if value == value and not (abs(value) <= limit and abs(value) < np.inf):
+            return False
+    return True
+
+
+def warm() -> None:
+    """Compile :func:`_numbers_ok` now (or load it from the disk cache), with the argument types a ranking passes."""
+    flags = np.zeros(1, dtype=np.bool_)
+    _numbers_ok(np.zeros(2, dtype=np.int64), rules.MAX_CO_RUNNERS, np.zeros(1), flags, np.zeros(1), flags,
+                np.zeros((1, 1)), 1.0)
 
 
 def rank_order(slack: np.ndarray, rows: CoLocations) -> np.ndarray:
