@@ -281,11 +281,12 @@ def _intern(buf: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> tuple[np.
 
 
 @njit(cache=True, nogil=True)
-def _columns(buf: np.ndarray) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                       np.ndarray, np.ndarray, np.ndarray]:
+def _columns(buf: np.ndarray) -> tuple:
     """Counted by :func:`_count`, then filled by :func:`_scan`, and every name (devices, kinds, models,
     map keys, in that order) numbered by :func:`_intern`: whether every field was taken, the columns of :func:`_scan`,
-    each name's number and the span of each distinct name. One compiled call per request."""
+    each name's number and the span of each distinct name; then the candidates' co-runner offsets and,
+    per co-runner, whether its overlap and its remaining time are given and their values (0 where
+    not). One compiled call per request."""
     n, r, m = _count(buf)
     cand, runner = np.zeros((n, 6), np.int64), np.zeros((r, 5), np.int64)
     runner_f, maps, map_values = np.zeros((r, 2)), np.zeros((m, 3), np.int64), np.zeros(m)
@@ -294,7 +295,19 @@ def _columns(buf: np.ndarray) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray,
     starts = np.concatenate((cand[:, 0], cand[:, 2], runner[:, 0], maps[:, 1]))
     stops = np.concatenate((cand[:, 1], cand[:, 3], runner[:, 1], maps[:, 2]))
     ids, first = _intern(buf, starts, stops)
-    return ok, cand, runner, runner_f, maps, map_values, ids, starts[first], stops[first]
+    offsets = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        offsets[i + 1] = offsets[i] + cand[i, 5]
+    has_overlap, has_remaining = np.empty(r, np.bool_), np.empty(r, np.bool_)
+    overlaps, remaining = np.zeros(r), np.zeros(r)
+    for j in range(r):
+        has_overlap[j], has_remaining[j] = runner[j, 3] != 0, runner[j, 4] != 0
+        if has_overlap[j]:
+            overlaps[j] = runner_f[j, 0]
+        if has_remaining[j]:
+            remaining[j] = runner_f[j, 1]
+    return (ok, cand, runner, maps, map_values, ids, starts[first], stops[first], offsets, has_overlap,
+            has_remaining, overlaps, remaining)
 
 
 def _keyed(rows: int, owners: np.ndarray, names: list[str], ids: np.ndarray,
@@ -318,18 +331,17 @@ def read(raw: bytes) -> dict[str, Any] | None:
     """The candidates of the serialised ``RankPlacementsRequest`` ``raw`` as the keyword arguments of
     :class:`~predictor.service.estimates.placements.CandidateColumns` (sources as protobuf codes,
     under ``source_codes``); ``None`` where a field is not one this reader takes (see the module)."""
-    ok, cand, runner, runner_f, maps, map_values, ids, starts, stops = _columns(np.frombuffer(raw, dtype=np.uint8))
+    (ok, cand, runner, maps, map_values, ids, starts, stops, offsets, has_overlap, has_remaining, overlaps,
+     remaining) = _columns(np.frombuffer(raw, dtype=np.uint8))
     if not ok:
         return None
     n, r = cand.shape[0], runner.shape[0]
-    names = [raw[a:b].decode("ascii") for a, b in zip(starts.tolist(), stops.tolist(), strict=True)]
+    text = raw.decode("latin-1")  # every name taken is printable ASCII: its span's characters are its bytes
+    names = [text[a:b] for a, b in zip(starts.tolist(), stops.tolist(), strict=True)]
     name_of = np.empty(len(names), dtype=object)  # a number's name, gathered by NumPy
     name_of[:] = names
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(cand[:, 5], out=offsets[1:])
     key_ids = ids[2 * n + r:]
     signal, attr = maps[:, 0] >= 0, maps[:, 0] < 0
-    has_overlap, has_remaining = runner[:, 3].astype(bool), runner[:, 4].astype(bool)
     signals = _keyed(n, maps[signal, 0], names, key_ids[signal], map_values[signal])
     attrs = _keyed(r, -1 - maps[attr, 0], names, key_ids[attr], map_values[attr])
     if signals is None or attrs is None:
@@ -343,8 +355,8 @@ def read(raw: bytes) -> dict[str, Any] | None:
         "models": name_of[ids[2 * n:2 * n + r]].tolist(),
         "batch_sizes": runner[:, 2].tolist(),
         "attrs": attrs,
-        "overlaps": np.where(has_overlap, runner_f[:, 0], 0.0),
-        "remaining": np.where(has_remaining, runner_f[:, 1], 0.0),
+        "overlaps": overlaps,
+        "remaining": remaining,
         "has_overlap": has_overlap,
         "has_remaining": has_remaining,
     }
