@@ -76,7 +76,7 @@ def require_finite(what: str, *values: float) -> None:
 
 def require_finite_arrays(what: str, *arrays: np.ndarray) -> None:
     """:func:`require_finite` of every element of the arrays."""
-    if not np.isfinite(np.concatenate([np.ravel(a) for a in arrays])).all():  # one pass over all
+    if not np.isfinite(np.concatenate(arrays, axis=None)).all():  # one pass over all, flattened
         raise NonFiniteAnswer(f"the service computed a non-finite {what}; not answered")
 
 
