@@ -356,9 +356,10 @@ class _Layout:
     fixed_names: tuple[str, ...]  # the columns independent of the overlaps: own, log_batch, count, signals
     fixed_values: np.ndarray  # their values, one row each (names x rows)
 
-    @property
+    @functools.cached_property
     def by_model(self) -> dict[str, np.ndarray]:
-        """Co-runner model -> its co-runners' positions (ascending), models in order of first co-runner."""
+        """Co-runner model -> its co-runners' positions (ascending), models in order of first co-runner
+        (made where first asked: a ranking's quadratic forms do without)."""
         return {model: np.flatnonzero(self.model_code == c) for c, model in enumerate(self.models)}
 
     @property
