@@ -11,7 +11,8 @@ the candidates per CPU second, and the share of it the predictor's answer took (
 features, predictions and the fixed points of co-runners given by remaining time).
 
 Run: ``.venv/bin/python -m experiments.bench.bench_rank_predictors`` (``--predictors default,rls
---seconds 3``, ``default``: the service's default learner; ``--classic true --candidates 16``: the classic request, with a detailed answer, of 16). Against another revision of the code (a ``git archive`` of it extracted to a
+--seconds 3``, ``default``: the service's default learner; ``--classic true --candidates 16``: the classic request, with a detailed answer, of 16;
+``--detail true``: the packed request with a detailed answer, as the Python client sends it). Against another revision of the code (a ``git archive`` of it extracted to a
 folder): ``PYTHONPATH=FOLDER .venv/bin/python experiments/bench/bench_rank_predictors.py``.
 """
 
@@ -29,7 +30,7 @@ from experiments.bench.bench import packed_rank_requests
 from experiments.bench.rpc_servers import _build_service
 from experiments.common import finish, start
 from predictor.predictors import DEFAULT
-from predictor.rpc import decoding, wire
+from predictor.rpc import columns, decoding, wire
 from predictor.rpc.protos import pb2
 from predictor.rpc.servicer import InterferenceServicer
 from predictor.service import answering
@@ -43,6 +44,7 @@ class Config:
     predictors: tuple[str, ...] = ("default", "rls", "sgd", "ensemble", "tree", "static", "ewma", "solo", "forest")
     candidates: int = 1024
     classic: bool = False  # the classic request (repeated candidates) instead of the packed one
+    detail: bool = False  # the packed request asking for every candidate's detail (what the Python client sends)
     seconds: float = 3.0
     warm_records: int = 2000
     seed: int = 0
@@ -87,13 +89,23 @@ def measure(spec: str, config: Config, payloads: list[bytes]) -> dict[str, float
             "predict_plan_share": predicting[0] / cpu, "calls": calls}
 
 
+def packed_requests(payloads: list[bytes], detail: bool) -> list[bytes]:
+    """The requests in the packed form (:func:`~experiments.bench.bench.packed_rank_requests`), or, with
+    ``detail``, asking for every candidate's detail as the Python client does."""
+    if not detail:
+        return packed_rank_requests(payloads)
+    messages = pb2()
+    return [columns.pack_rank_request(messages.RankPlacementsRequest.FromString(p), omit_detail=False).SerializeToString()
+            for p in payloads]
+
+
 def main() -> None:
     """Measure every predictor; print the table and write the results."""
     config, out = start("bench_rank_predictors", Config(), __doc__.splitlines()[0])
     requests = bench_rpc.build_requests(bench_rpc.Config(candidates=config.candidates, seed=config.seed))
-    payloads = requests["RankPlacements"] if config.classic else packed_rank_requests(requests["RankPlacements"])
+    payloads = requests["RankPlacements"] if config.classic else packed_requests(requests["RankPlacements"], config.detail)
     results = {}
-    form = "classic" if config.classic else "packed"
+    form = "classic" if config.classic else "packed, with detail" if config.detail else "packed"
     table = Table(title=f"RankPlacements, {config.candidates:,} {form} candidates, handler in-process")
     for column in ("predictor", "CPU ms per call", "candidates per CPU s", "predict_plan's share"):
         table.add_column(column, justify="left" if column == "predictor" else "right")
