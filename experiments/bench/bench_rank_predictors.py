@@ -7,8 +7,9 @@ overlap or by remaining time, 0-2 per candidate) for ``seconds``, decoding each 
 encoding its response as the server does (its bytes handed to the handler, which reads the classic
 candidates from them again; an answer the handler wrote as bytes sent as they are, not parsed and
 serialised again). Prints the thread CPU per call (the handler alone: no gRPC, no client),
-the candidates per CPU second, and the share of it the predictor's answer took (``predict_plan``:
-features, predictions and the fixed points of co-runners given by remaining time).
+the candidates per CPU second, the share of it the predictor's answer took (``predict_plan``:
+features, predictions and the fixed points of co-runners given by remaining time), and the sha256 of
+the answers' bytes (one answer to each request): two revisions of the code that answer alike print the same.
 
 Run: ``.venv/bin/python -m experiments.bench.bench_rank_predictors`` (``--predictors default,rls
 --seconds 3``, ``default``: the service's default learner; ``--classic true --candidates 16``: the classic request, with a detailed answer, of 16;
@@ -19,6 +20,7 @@ folder): ``PYTHONPATH=FOLDER .venv/bin/python experiments/bench/bench_rank_predi
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from typing import Any
 
@@ -50,8 +52,9 @@ class Config:
     seed: int = 0
 
 
-def measure(spec: str, config: Config, payloads: list[bytes]) -> dict[str, float]:
-    """Thread CPU per packed ranking of ``spec``'s service, and the part of it in ``predict_plan``."""
+def measure(spec: str, config: Config, payloads: list[bytes]) -> dict[str, Any]:
+    """Thread CPU per packed ranking of ``spec``'s service, the part of it in ``predict_plan``, and the
+    sha256 of the answers' bytes (one of each request: two revisions that answer alike print the same)."""
     service = _build_service({"predictor": DEFAULT if spec == "default" else spec, "outlier_gate": True, "warm_records": config.warm_records,
                               "seed": config.seed, "devices": bench_rpc.DEVICES,
                               "max_candidates": config.candidates})
@@ -68,12 +71,13 @@ def measure(spec: str, config: Config, payloads: list[bytes]) -> dict[str, float
         finally:
             predicting[0] += time.thread_time() - begin
 
-    def call(payload: bytes) -> None:  # decoded and encoded as the server does: the handler may read the bytes
+    def call(payload: bytes) -> bytes:  # decoded and encoded as the server does: the handler may read the bytes
         request = decoding._decode(messages.RankPlacementsRequest.FromString, payload, "request")  # again,
-        encode(servicer.RankPlacements(request, None))  # and an answer written as bytes is sent as it is
+        return encode(servicer.RankPlacements(request, None))  # and an answer written as bytes is sent as it is
 
+    digest = hashlib.sha256()  # of the answers' bytes: equal in two revisions that answer alike
     for payload in payloads:  # compiled paths and caches warm before the timing
-        call(payload)
+        digest.update(call(payload))
     answering.Answering.predict_plan = timed_predict_plan  # type: ignore[method-assign]
     try:
         calls, begin, cpu = 0, time.perf_counter(), time.thread_time()
@@ -86,7 +90,7 @@ def measure(spec: str, config: Config, payloads: list[bytes]) -> dict[str, float
         answering.Answering.predict_plan = original  # type: ignore[method-assign]
         service.close()
     return {"ms_per_call": 1e3 * cpu / calls, "candidates_per_cpu_s": config.candidates * calls / cpu,
-            "predict_plan_share": predicting[0] / cpu, "calls": calls}
+            "predict_plan_share": predicting[0] / cpu, "calls": calls, "answers_sha256": digest.hexdigest()}
 
 
 def packed_requests(payloads: list[bytes], detail: bool) -> list[bytes]:
@@ -113,7 +117,7 @@ def main() -> None:
         results[spec] = found = measure(spec, config, payloads)
         table.add_row(spec, f"{found['ms_per_call']:,.2f}", f"{found['candidates_per_cpu_s']:,.0f}",
                       f"{found['predict_plan_share']:.0%}")
-        print(f"{spec}: {found['ms_per_call']:,.2f} ms per call")
+        print(f"{spec}: {found['ms_per_call']:,.2f} ms per call; answers' sha256 {found['answers_sha256'][:16]}")
     Console().print(table)
     finish(out, {"predictors": results})
 
