@@ -362,11 +362,6 @@ class _Layout:
         (made where first asked: a ranking's quadratic forms do without)."""
         return {model: np.flatnonzero(self.model_code == c) for c, model in enumerate(self.models)}
 
-    @property
-    def fixed(self) -> dict[str, np.ndarray]:
-        """The columns independent of the overlaps by name (rows of :attr:`fixed_values`)."""
-        return dict(zip(self.fixed_names, self.fixed_values, strict=True))
-
 
 def _by_key(maps: Sequence[Mapping[str, float]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """For each key of ``maps``: the positions of the maps that have it (ascending) and its values there.
@@ -467,7 +462,7 @@ def _fine_columns(rows: CoLocations) -> dict[str, np.ndarray] | None:
     if layout is None:
         return None
     n = len(rows)
-    columns = dict(layout.fixed)
+    columns = dict(zip(layout.fixed_names, layout.fixed_values, strict=True))  # the constant columns by name
     if rows.overlaps.size:
         w, row_of = rows.overlaps, layout.row_of
         for name, values in layout.runner_values.items():
