@@ -242,25 +242,30 @@ def names_ok(names: Iterable[str], *, required: bool) -> bool:
     return max(map(len, distinct)) <= MAX_NAME_LENGTH and not (required and "" in distinct)
 
 
+def keyed_keys_ok(maps: KeyedMaps) -> bool:
+    """:func:`maps_ok` of keyed maps but their values: at most :data:`MAX_NUMERIC_KEYS` in a map, every
+    key a valid name (checked even where no row has a value)."""
+    return maps.most_keys() <= MAX_NUMERIC_KEYS and _keys_ok(maps.keys)
+
+
+def _keys_ok(keys: Iterable[str]) -> bool:
+    return all(isinstance(k, str) for k in keys) and names_ok(keys, required=True)
+
+
 def maps_ok(maps: Sequence[Mapping[str, float]], limit: float = math.inf) -> bool:
     """:func:`numbers_ok` of every map at once, and every value within ``limit`` in magnitude."""
     keys: Iterable[str]
-    if isinstance(maps, KeyedMaps):  # its keys are checked even where no row has a value
-        if maps.most_keys() > MAX_NUMERIC_KEYS:
+    if isinstance(maps, KeyedMaps):
+        if not keyed_keys_ok(maps):
             return False
-        keys, values = maps.keys, maps.present()
+        keys, values = (), maps.present()
     else:
         most = max(map(len, maps)) if maps else 0
         if not most or most > MAX_NUMERIC_KEYS:
             return most <= MAX_NUMERIC_KEYS
         keys = set(itertools.chain.from_iterable(map(tuple, set(map(tuple, maps)))))
         values = np.fromiter(itertools.chain.from_iterable(map(_VALUES, maps)), dtype=float)
-    return (
-        all(isinstance(k, str) for k in keys)
-        and names_ok(keys, required=True)
-        and bool(np.isfinite(values).all())
-        and magnitudes_ok(values, limit)
-    )
+    return _keys_ok(keys) and bool(np.isfinite(values).all()) and magnitudes_ok(values, limit)
 
 
 def overlaps_ok(values: np.ndarray) -> bool:

@@ -248,7 +248,7 @@ def valid_columns(
         return False
     if not (
         rules.names_ok(columns.models, required=True)
-        and (_keyed_names_ok(attrs) if keyed else rules.maps_ok(attrs, limit))
+        and (rules.keyed_keys_ok(attrs) if keyed else rules.maps_ok(attrs, limit))
         and rules.maps_ok(distinct_maps(columns.signals), limit)
     ):
         return False
@@ -262,12 +262,6 @@ def valid_columns(
         return True
     counts = np.diff(columns.offsets)
     return not any(s is CoRunnerSource.LIVE_VIEW and n for s, n in zip(columns.sources, counts.tolist(), strict=True))
-
-
-def _keyed_names_ok(attrs: KeyedMaps) -> bool:
-    """:func:`~predictor.records.rules.maps_ok` of keyed maps but their values (:func:`_numbers_ok` checks those)."""
-    return attrs.most_keys() <= rules.MAX_NUMERIC_KEYS and all(isinstance(k, str) for k in attrs.keys) \
-        and rules.names_ok(attrs.keys, required=True)
 
 
 _NO_VALUES = np.zeros((0, 0))
