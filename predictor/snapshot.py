@@ -36,7 +36,7 @@ Examples
 >>> read_snapshot(folder / "bad.snapshot")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-predictor.snapshot.SnapshotError: ...bad.snapshot: not a predictor snapshot (bad magic at byte 0)
+predictor.runtime.durable.SnapshotError: ...bad.snapshot: not a predictor snapshot (bad magic at byte 0)
 
 A predictor round-trips through the same format:
 
@@ -47,7 +47,7 @@ A predictor round-trips through the same format:
 >>> restore_predictor(b"garbage")
 Traceback (most recent call last):
 ...
-predictor.snapshot.SnapshotError: snapshot: not a predictor snapshot (bad magic at byte 0)
+predictor.runtime.durable.SnapshotError: snapshot: not a predictor snapshot (bad magic at byte 0)
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from predictor.predictors.base import LatencyPredictor
-from predictor.runtime.durable import fsync_dir
+from predictor.runtime.durable import SnapshotError, fsync_dir
 
 MAGIC = b"INTERFERENCE-PREDICTOR-SNAPSHOT\n"
 FORMAT = "interference-predictor/service-state"
@@ -83,10 +83,6 @@ REBUILD = (
     f"a version {VERSION} snapshot in DIR"
 )
 """What a refusal of an older snapshot tells the user to do."""
-
-
-class SnapshotError(RuntimeError):
-    """A snapshot that cannot be read or does not fit its reader; nothing was loaded."""
 
 
 def dump_state(state: Any) -> bytes:

@@ -16,13 +16,23 @@ Prints per variant the median over rounds of the calls' p50 wall time, of the cl
 per call (every thread of it: gRPC's own included) and of the server's CPU per call (``/proc``),
 each beside the raw variant's of the same round.
 
-Run: ``PYTHONPATH=$PWD .venv/bin/python -m experiments.bench.bench_client`` (about a minute).
+Then what a client pays before its first question, in fresh interpreters, ``startup_repeats`` times
+interleaved: the floor ``import grpc`` (what any Python gRPC client loads); ``from predictor import
+InterferenceClient``; and the quickstart's question through the command line (``predictor query
+predict ...`` against the same server, answer printed). Each one's wall time, CPU (every thread)
+and peak resident memory, medians.
+
+Run: ``PYTHONPATH=$PWD .venv/bin/python -m experiments.bench.bench_client`` (about a minute;
+``--calls 200 --repeats 1``: the start-up figures alone, quickly).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -49,6 +59,30 @@ class Config:
 
     calls: int = 2000
     repeats: int = 5
+    startup_repeats: int = 5
+
+
+def startup_programs(target: str) -> dict[str, str]:
+    """Each start-up variant's program (run by a fresh ``python -c``); each prints its peak RSS (KiB) last."""
+    peak = "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    question = ["query", "--target", target, "predict", "--device", "cpu0", "--model", "resnet", "--batch-size", "4",
+                "--co-runner", "bert:2:0.5"]
+    return {
+        "import grpc (floor)": f"import grpc\n{peak}",
+        "import the client": f"from predictor import InterferenceClient\n{peak}",
+        "predictor query predict": f"from predictor.cli.main import main\nassert main({question!r}) == 0\n{peak}",
+    }
+
+
+def run_startup(program: str) -> dict[str, float]:
+    """One fresh interpreter running ``program``: its wall time, CPU (s) and peak RSS (MiB)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    begin = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True)
+    wall = time.perf_counter() - begin
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"wall_s": wall, "cpu_s": cpu, "rss_mib": int(done.stdout.split()[-1]) / 1024}
 
 
 def variants(client: InterferenceClient) -> dict[str, Callable[[], object]]:
@@ -92,6 +126,11 @@ def main() -> None:
                 for _ in range(config.repeats):
                     for name, call in calls.items():
                         runs.setdefault(name, []).append(measure(call, config.calls, proc.pid))
+            programs = startup_programs(target)
+            startups: dict[str, list[dict[str, float]]] = {name: [] for name in programs}
+            for _ in range(config.startup_repeats):
+                for name, program in programs.items():
+                    startups[name].append(run_startup(program))
         finally:
             proc.terminate()
             proc.wait(30)
@@ -105,7 +144,13 @@ def main() -> None:
         results[name] = {**found, "ratio_to_raw": ratios, "runs": measured}
         print(f"{name:<16} {1e3 * found['p50_s']:>7.3f} {ratios['p50_s']:>6.2f} {1e6 * found['client_cpu_s']:>14.0f} "
               f"{ratios['client_cpu_s']:>6.2f} {1e6 * found['server_cpu_s']:>14.0f} {ratios['server_cpu_s']:>6.2f}")
-    finish(out, {"query": str(QUERY), "variants": results})
+    print(f"before the first question, fresh interpreters, medians of {config.startup_repeats}")
+    print(f"{'variant':<24} {'wall s':>7} {'CPU s':>7} {'peak RSS MiB':>13}")
+    started = {}
+    for name, measured in startups.items():
+        started[name] = {key: statistics.median(run[key] for run in measured) for key in measured[0]} | {"runs": measured}
+        print(f"{name:<24} {started[name]['wall_s']:>7.3f} {started[name]['cpu_s']:>7.3f} {started[name]['rss_mib']:>13.0f}")
+    finish(out, {"query": str(QUERY), "variants": results, "startup": started})
 
 
 if __name__ == "__main__":

@@ -29,6 +29,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "state": ("predictor.cli.state", "work on saved service states (merge shards)"),
 }
 """Each command: the module that registers it, and its help line (the same as the module gives it)."""
+
+CLIENT_COMMANDS = frozenset({"query", "report"})
+"""The commands that only ask a running service: they compute nothing with BLAS, so they neither
+load nor limit it (a question answered without loading the learners' libraries)."""
+
 COMMAND_MODULES = tuple(module for module, _ in COMMANDS.values())
 
 MAIN_EPILOG = """\
@@ -96,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     chosen, _ = build_parser("").parse_known_args(argv)  # which command: argparse's own reading, nothing imported
     args = build_parser(chosen.command).parse_args(argv)
     try:
-        threads.pin_blas_threads(args.blas_threads)
+        if args.command not in CLIENT_COMMANDS:
+            threads.pin_blas_threads(args.blas_threads)
         if args.blas_threads is not None:  # the processes it starts (predictor serve --workers N) limit theirs alike
             os.environ[threads.ENV_VAR] = str(args.blas_threads)
         return int(args.func(args) or 0)

@@ -28,7 +28,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from predictor.records.record import BatchSpec, Record
-from predictor.rpc import columns, convert
+from predictor.rpc import convert
 from predictor.rpc.at_hand import at_hand
 from predictor.rpc.errors import from_rpc_error
 from predictor.rpc.protos import SERVICE_NAME, load
@@ -183,7 +183,7 @@ class InterferenceClient:
             batch_id=batch_id,
             learned_only=learned_only,
         )
-        packed_form = columns.packed_candidates_pb(CandidateColumns.from_candidates(cands)) if packed else None
+        packed_form = convert.packed_candidates_pb(CandidateColumns.from_candidates(cands)) if packed else None
         if packed_form is not None:
             request.packed_candidates.CopyFrom(packed_form)
         else:

@@ -24,7 +24,14 @@ import numpy as np
 from predictor.records.keyed import KeyedMaps
 from predictor.records.record import RecordError
 from predictor.rpc import candidate_wire, convert, placement_wire, wire
-from predictor.rpc.convert import _BOUNDS_PB, _SOURCES, _SOURCES_PB, require_finite, require_finite_arrays
+from predictor.rpc.convert import (
+    _BOUNDS_PB,
+    _SOURCES,
+    _matrix,
+    packed_candidates_pb,
+    require_finite,
+    require_finite_arrays,
+)
 from predictor.rpc.decoding import raw_bytes
 from predictor.rpc.protos import pb2
 from predictor.service.estimates.placements import CandidateColumns, EstimatedPaths, RankingColumns
@@ -316,37 +323,6 @@ def _sources(codes: Any, n: int) -> list[CoRunnerSource]:
     if (values == values[0]).all():
         return [source_of(int(values[0]), auto)] * n
     return [source_of(code, auto) for code in values.tolist()]
-
-
-def _matrix(maps: list[Mapping[str, float]]) -> tuple[list[str], list[float]]:
-    keys = list(dict.fromkeys(itertools.chain.from_iterable(maps)))
-    return keys, [m.get(k, float("nan")) for m in maps for k in keys]
-
-
-def packed_candidates_pb(columns: CandidateColumns) -> Any | None:
-    """Candidate columns as a ``PackedCandidates`` message (the client side); ``None`` where the
-    packed form cannot say them (a NaN number, which it reads as "not given": the classic form
-    then carries them, and the service's error names the field)."""
-    values = [columns.overlaps[columns.has_overlap], columns.remaining[columns.has_remaining]]
-    attr_keys, attr_values = _matrix(list(columns.attrs))
-    signal_keys, signal_values = _matrix(list(columns.signals))
-    given = [v for m in (*columns.attrs, *columns.signals) for v in m.values()]
-    if any(np.isnan(v).any() for v in values) or any(v != v for v in given):
-        return None
-    messages = pb2()
-    packed = messages.PackedCandidates(
-        device=columns.devices,
-        device_kind=columns.device_kinds if any(columns.device_kinds) else (),
-        co_runner_source=[_SOURCES_PB[s] for s in columns.sources],
-        co_runner_count=np.diff(columns.offsets).tolist(),
-        co_runner_model=columns.models,
-        co_runner_batch_size=columns.batch_sizes,
-        co_runner_overlap=np.where(columns.has_overlap, columns.overlaps, np.nan).tolist(),
-        co_runner_remaining_ms=np.where(columns.has_remaining, columns.remaining, np.nan).tolist(),
-    )
-    packed.attr_keys[:], packed.attr_values[:] = attr_keys, attr_values
-    packed.signal_keys[:], packed.signal_values[:] = signal_keys, signal_values
-    return packed
 
 
 def pack_rank_request(request: Any, *, omit_detail: bool = False) -> Any:

@@ -10,9 +10,10 @@ names offending fields with the same paths the messages use
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,11 +24,11 @@ from predictor.records.record import SCHEMA, BatchSpec, CoRunner, Record, Record
 from predictor.rpc.protos import pb2
 from predictor.service.durability.dedup import DedupKey
 from predictor.service.errors import InvalidArgument, ServiceError
-from predictor.service.estimates.placements import RankingColumns
-from predictor.service.ingest import MESSAGE_END
+from predictor.service.estimates.placements import CandidateColumns, RankingColumns
 from predictor.service.live.queues import QueueWhatIf
 from predictor.service.pipeline_types import PipelineCost, PipelinePlan, PipelineStage, StagePlan
 from predictor.service.types import (
+    MESSAGE_END,
     Candidate,
     CoRunnerSource,
     Deadline,
@@ -342,7 +343,7 @@ def keyed_observation_messages_from_pb(messages: Iterable[Any]) -> Iterator[tupl
     """:func:`observations_from_pb` with how the producer named each record (``producer_id``,
     ``sequence`` numbering the message's records consecutively, ``record_id``/``record_ids``):
     ``(record, batch_id, key)``, the key ``None`` for a record not named; each message's records
-    followed by :data:`~predictor.service.ingest.MESSAGE_END` (the service learns a message as
+    followed by :data:`~predictor.service.types.MESSAGE_END` (the service learns a message as
     one block)."""
 
     for message in messages:
@@ -783,6 +784,39 @@ def record_to_pb(record: Record) -> Any:
         if value is not None:
             setattr(message, name, value)
     return message
+
+
+def _matrix(maps: list[Mapping[str, float]]) -> tuple[list[str], list[float]]:
+    """The keys of ``maps`` in order of first use, and each map's values by them, row-major (NaN: absent)."""
+    keys = list(dict.fromkeys(itertools.chain.from_iterable(maps)))
+    return keys, [m.get(k, float("nan")) for m in maps for k in keys]
+
+
+def packed_candidates_pb(columns: CandidateColumns) -> Any | None:
+    """Candidate columns as a ``PackedCandidates`` message (the client side); ``None`` where the
+    packed form cannot say them (a NaN number, which it reads as "not given": the classic form
+    then carries them, and the service's error names the field)."""
+    values = [columns.overlaps[columns.has_overlap], columns.remaining[columns.has_remaining]]
+    attr_keys, attr_values = _matrix(list(columns.attrs))
+    signal_keys, signal_values = _matrix(list(columns.signals))
+    given = [v for m in (*columns.attrs, *columns.signals) for v in m.values()]
+    if any(np.isnan(v).any() for v in values) or any(v != v for v in given):
+        return None
+    messages = pb2()
+    packed = messages.PackedCandidates(
+        device=columns.devices,
+        device_kind=columns.device_kinds if any(columns.device_kinds) else (),
+        co_runner_source=[_SOURCES_PB[s] for s in columns.sources],
+        co_runner_count=np.diff(columns.offsets).tolist(),
+        co_runner_model=columns.models,
+        co_runner_batch_size=columns.batch_sizes,
+        co_runner_overlap=np.where(columns.has_overlap, columns.overlaps, np.nan).tolist(),
+        co_runner_remaining_ms=np.where(columns.has_remaining, columns.remaining, np.nan).tolist(),
+    )
+    packed.attr_keys[:], packed.attr_values[:] = attr_keys, attr_values
+    packed.signal_keys[:], packed.signal_values[:] = signal_keys, signal_values
+    return packed
+
 
 
 # --------------------------------------------------------------------- responses -> domain (client side)

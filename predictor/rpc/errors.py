@@ -33,6 +33,7 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 
 from predictor.records.record import RecordError
+from predictor.runtime.durable import SnapshotError
 from predictor.service.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -41,7 +42,6 @@ from predictor.service.errors import (
     ServiceError,
     Unavailable,
 )
-from predictor.snapshot import SnapshotError
 
 FIELD_KEY = "invalid-field"
 _SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")

@@ -6,6 +6,12 @@ import os
 from pathlib import Path
 
 
+class SnapshotError(RuntimeError):
+    """A snapshot that cannot be read or does not fit its reader; nothing was loaded
+    (:mod:`predictor.snapshot`, which exports it; defined here so that a client, which maps it to a
+    status, reads it without loading the learners)."""
+
+
 def fsync_dir(folder: Path) -> None:
     """Flush a folder's entries (a rename or a new file) to disk; best effort where unsupported."""
     try:

@@ -1,37 +1,29 @@
 """The gRPC-free service core: the service object, its live view, monitoring and snapshots.
 
 Import :class:`Service` from :mod:`predictor.service.core`; this package
-re-exports the names a caller needs.
+re-exports the names a caller needs, each loaded on first use (:pep:`562`): a
+module of the package (the types a client speaks in, :mod:`predictor.service.types`)
+is imported without the service's learners and compiled kernels.
 """
 
-from predictor.service.config import ServiceConfig
-from predictor.service.core import Service
-from predictor.service.errors import (
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    OutlierRejected,
-    RateLimited,
-    ResourceExhausted,
-    ServiceError,
-    Unavailable,
-)
-from predictor.service.pipeline_types import PipelineCost, PipelinePlan, PipelineStage, StagePlan
-from predictor.service.types import (
-    Candidate,
-    CoRunnerSource,
-    Deadline,
-    DeadlineAnswer,
-    PlacementAnswer,
-    PlannedCoRunner,
-    Prediction,
-    Query,
-    Ranking,
-    Status,
-)
-from predictor.snapshot import SnapshotError
+from __future__ import annotations
 
-__all__ = [
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Exported name -> the module that defines it.
+_EXPORTS: dict[str, str] = {
+    "ServiceConfig": "predictor.service.config",
+    "Service": "predictor.service.core",
+    **dict.fromkeys(("FailedPrecondition", "InvalidArgument", "NotFound", "OutlierRejected", "RateLimited",
+                     "ResourceExhausted", "ServiceError", "Unavailable"), "predictor.service.errors"),
+    **dict.fromkeys(("PipelineCost", "PipelinePlan", "PipelineStage", "StagePlan"), "predictor.service.pipeline_types"),
+    **dict.fromkeys(("Candidate", "CoRunnerSource", "Deadline", "DeadlineAnswer", "PlacementAnswer", "PlannedCoRunner",
+                     "Prediction", "Query", "Ranking", "Status"), "predictor.service.types"),
+    "SnapshotError": "predictor.snapshot",
+}
+
+__all__ = [  # the keys of _EXPORTS, spelt out for linters and type checkers
     "Candidate",
     "CoRunnerSource",
     "Deadline",
@@ -58,3 +50,46 @@ __all__ = [
     "Status",
     "Unavailable",
 ]
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
+    from predictor.service.config import ServiceConfig
+    from predictor.service.core import Service
+    from predictor.service.errors import (
+        FailedPrecondition,
+        InvalidArgument,
+        NotFound,
+        OutlierRejected,
+        RateLimited,
+        ResourceExhausted,
+        ServiceError,
+        Unavailable,
+    )
+    from predictor.service.pipeline_types import PipelineCost, PipelinePlan, PipelineStage, StagePlan
+    from predictor.service.types import (
+        Candidate,
+        CoRunnerSource,
+        Deadline,
+        DeadlineAnswer,
+        PlacementAnswer,
+        PlannedCoRunner,
+        Prediction,
+        Query,
+        Ranking,
+        Status,
+    )
+    from predictor.snapshot import SnapshotError
+
+
+def __getattr__(name: str) -> Any:
+    """Import an exported name's module on first access (:pep:`562`)."""
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'predictor.service' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

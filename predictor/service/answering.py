@@ -5,7 +5,7 @@ Every answer goes the same way:
 1. **plan** — :meth:`Answering.plan_query` validates a query by the ``coloc/v1`` rules
    and the magnitude limits (naming the first offending field) and resolves its
    co-runners (given, or from the live view). A ranking's candidates are checked all at
-   once column-wise (:func:`~predictor.service.estimates.placements.valid_columns`, the same rules);
+   once column-wise (:func:`~predictor.service.estimates.column_checks.valid_columns`, the same rules);
    where that cannot vouch for every one, each is planned by :meth:`Answering.plan_query`.
    Either way the plan is a set of rows (:class:`~predictor.records.colocations.CoLocations`)
    with each co-runner's remaining time (NaN: its overlap is given);
@@ -56,6 +56,7 @@ from predictor.service.errors import (
     ResourceExhausted,
 )
 from predictor.service.estimates import fixed_point_kernel, monotone
+from predictor.service.estimates.column_checks import valid_columns
 from predictor.service.estimates.delay import decide
 from predictor.service.estimates.filling import Filling
 from predictor.service.estimates.placements import (
@@ -65,7 +66,6 @@ from predictor.service.estimates.placements import (
     RowShapes,
     distinct_maps,
     rank_order,
-    valid_columns,
 )
 from predictor.service.estimates.terms import terms_of
 from predictor.service.live.liveview import RunningBatch

@@ -54,15 +54,11 @@ from predictor.service.estimates.filling import Filling
 from predictor.service.guards.ratelimit import RateLimiter
 from predictor.service.published import ModelVersion, Publisher
 from predictor.service.state import ServiceState
-from predictor.service.types import ObservationReport, Rejection
+from predictor.service.types import MESSAGE_END, ObservationReport, Rejection
 
 Observed = Record | Mapping[str, Any] | RecordError
 """An item of an observation stream: a record, a decoded ``coloc/v1`` object, or the error of a
 record that could not be converted (reported as rejected, never learned)."""
-
-MESSAGE_END = ("\0end of message", "")
-"""An item of an observation stream that ends a message: the records since the previous one are
-learned as one block now (:meth:`Ingest.report_observations`), not held for more to come."""
 
 
 @dataclasses.dataclass(slots=True)

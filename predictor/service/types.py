@@ -300,6 +300,12 @@ class Rejection:
     reason: str
 
 
+MESSAGE_END = ("\0end of message", "")
+"""An item of an observation stream that ends a message: the records since the previous one are
+learned as one block now (:meth:`Ingest.report_observations
+<predictor.service.ingest.Ingest.report_observations>`), not held for more to come."""
+
+
 @dataclass
 class ObservationReport:
     """What a stream of observations did."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -101,6 +102,28 @@ def test_serve_query_and_stop(server, capsys):
     assert returncode == 0, output
     assert "state saved" in output
     assert (state / "service.snapshot").exists()
+
+
+SERVER_SIDE = ("numba", "scipy", "predictor.predictors", "predictor.service.core", "predictor.rpc.candidate_wire")
+"""What a client of the service never loads: the compiled kernels, BLAS, the learners, the service."""
+
+
+def test_a_client_asks_without_loading_the_learners(server):
+    """``predictor query`` in a fresh interpreter answers from the real server, and neither it nor
+    ``from predictor import InterferenceClient, Query`` loads what only the service computes with."""
+    served, _ = server
+    code = ("import json, sys\nfrom predictor import BatchSpec, InterferenceClient, Query\n"
+            "from predictor.cli.main import main\n"
+            f"status = main(['query', '--target', {served.target!r}, 'deadline', '--device', 'cpu0', '--model', 'bert',"
+            " '--batch-size', '4', '--deadline-ms', '1000'])\n"
+            f"with InterferenceClient({served.target!r}) as client:\n"
+            "    answer = client.predict(Query('cpu0', BatchSpec('bert', 4)))\n"
+            f"print(json.dumps([status, answer.latency_ms, [m for m in {SERVER_SIDE!r} if m in sys.modules]]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert "feasible" in done.stdout
+    status, latency, loaded = json.loads(done.stdout.splitlines()[-1])
+    assert status == 0 and latency > 0
+    assert loaded == []
 
 
 def test_serve_refuses_a_corrupt_snapshot(tmp_path):

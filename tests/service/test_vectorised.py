@@ -470,7 +470,7 @@ def test_the_column_check_vouches_exactly_for_candidates_plan_query_takes(runner
     """``valid_columns`` (the rules on every candidate's numbers at once, compiled) says yes exactly where
     ``plan_query`` takes every candidate: a refused one goes the per-candidate way, which names it."""
     from predictor.service.errors import ServiceError
-    from predictor.service.estimates.placements import valid_columns
+    from predictor.service.estimates.column_checks import valid_columns
 
     answers = _checking_service().answers
     candidates = [Candidate(f"d{i}", co_runners=tuple(r), co_runner_source=CoRunnerSource.EXPLICIT)

@@ -36,7 +36,7 @@ from predictor.features import quadratic_kernel
 from predictor.features.extract import OverlapQuadratic
 from predictor.features.window import FineProgram, WeightedWindowForms, WindowForm
 from predictor.predictors.base import QuadraticLatencies, WeightedLatencies
-from predictor.service.estimates import placements
+from predictor.service.estimates import column_checks
 from predictor.service.estimates.monotone import grid, grid_windows
 
 
@@ -269,10 +269,10 @@ def warm() -> None:
     (:func:`predictor.calibration.probability_kernel.warm`), the one a ranking's quadratics are built with
     (:func:`predictor.features.quadratic_kernel.warm`), the one its rows are grouped by calibration cell
     with (:func:`predictor.calibration.cell_kernel.warm`), and the one its candidates' numbers are checked with
-    (:func:`predictor.service.estimates.placements.warm`)."""
+    (:func:`predictor.service.estimates.column_checks.warm`)."""
 
     cell_kernel.warm()
-    placements.warm()
+    column_checks.warm()
     probability_kernel.warm()
     quadratic_kernel.warm()
     rows = QuadraticLatencies(OverlapQuadratic.of(np.zeros((1, 2), dtype=np.intp), np.zeros(2), np.ones((1, 2)),

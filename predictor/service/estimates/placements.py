@@ -4,7 +4,7 @@
 columns (their co-runners flattened, candidate ``i`` owning
 ``offsets[i]:offsets[i + 1]``), built straight from the protobuf request or
 from :class:`~predictor.service.types.Candidate` objects.
-:func:`valid_columns` checks them all at once against the rules the
+:func:`~predictor.service.estimates.column_checks.valid_columns` checks them all at once against the rules the
 per-candidate path enforces (the column predicates of :mod:`predictor.records.rules`);
 where it cannot vouch for every candidate, the service falls back to that path
 (:func:`~predictor.service.answering.plan_query`), which names the first
@@ -31,14 +31,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numba import njit
 
 from predictor.calibration.conformal import Bound
 from predictor.calibration.shapes import QueryShape
-from predictor.records import rules
 from predictor.records.colocations import CoLocations
-from predictor.records.keyed import KeyedMaps
-from predictor.records.record import BatchSpec
 from predictor.service.types import (
     Candidate,
     CoRunnerSource,
@@ -228,73 +224,6 @@ def distinct_maps(maps: Sequence[Mapping[str, float]]) -> Sequence[Mapping[str, 
     return maps
 
 
-def valid_columns(
-    columns: CandidateColumns, batch: BatchSpec, solo_latency_ms: float | None, limit: float = rules.MAX_MAGNITUDE
-) -> bool:
-    """Whether every candidate passes what the per-candidate path checks (``False``: let it say why).
-
-    The same rules (:mod:`predictor.records.rules`), column-wise, with ``limit`` the magnitude limit on
-    numbers. Does not check the batch itself, nor whether live-view devices are known.
-    """
-    if not columns.typed:
-        return False
-    if solo_latency_ms is not None and not (
-        rules.positive_ok(solo_latency_ms) and rules.latency_ok(solo_latency_ms, limit)
-    ):
-        return False
-    attrs = columns.attrs
-    keyed = isinstance(attrs, KeyedMaps)  # its values checked with the co-runners' numbers
-    if not (rules.names_ok(columns.devices, required=True) and rules.names_ok(columns.device_kinds, required=False)):
-        return False
-    if not (
-        rules.names_ok(columns.models, required=True)
-        and (rules.keyed_keys_ok(attrs) if keyed else rules.maps_ok(attrs, limit))
-        and rules.maps_ok(distinct_maps(columns.signals), limit)
-    ):
-        return False
-    if columns.batch_sizes and not rules.batch_size_ok(min(columns.batch_sizes)):
-        return False
-    # the co-runners' counts, overlaps, remaining times (each given one way at most) and attribute values
-    if not _numbers_ok(columns.offsets, rules.MAX_CO_RUNNERS, columns.overlaps, columns.has_overlap, columns.remaining,
-                       columns.has_remaining, attrs.matrix if keyed else _NO_VALUES, float(limit)):
-        return False
-    if CoRunnerSource.LIVE_VIEW not in columns.sources:
-        return True
-    counts = np.diff(columns.offsets)
-    return not any(s is CoRunnerSource.LIVE_VIEW and n for s, n in zip(columns.sources, counts.tolist(), strict=True))
-
-
-_NO_VALUES = np.zeros((0, 0))
-
-
-@njit(cache=True, nogil=True)
-def _numbers_ok(offsets, most, overlaps, has_overlap, remaining, has_remaining, values, limit):  # pragma: no cover
-    """The rules of :mod:`~predictor.records.rules` on a ranking's numbers, in one compiled pass: at most
-    ``most`` co-runners a candidate; each co-runner's overlap in [0, 1] or its remaining time finite, at
-    least 0 and at most ``limit``, not both given; each value of ``values`` (a keyed matrix, NaN:
-    absent) finite and at most ``limit`` in magnitude."""
-    for i in range(offsets.size - 1):
-        if offsets[i + 1] - offsets[i] > most:
-            return False
-    for j in range(overlaps.size):
-        if has_overlap[j]:
-            if has_remaining[j] or not (overlaps[j] >= 0.0 and overlaps[j] <= 1.0):
-                return False
-        elif has_remaining[j] and not (remaining[j] >= 0.0 and remaining[j] <= limit and remaining[j] < np.inf):
-            return False
-    for value in values.ravel():
-        if value == value and not (abs(value) <= limit and abs(value) < np.inf):
-            return False
-    return True
-
-
-def warm() -> None:
-    """Compile :func:`_numbers_ok` now (or load it from the disk cache), with the argument types a ranking passes."""
-    flags = np.zeros(1, dtype=np.bool_)
-    _numbers_ok(np.zeros(2, dtype=np.int64), rules.MAX_CO_RUNNERS, np.zeros(1), flags, np.zeros(1), flags,
-                np.zeros((1, 1)), 1.0)
-
-
 def rank_order(slack: np.ndarray, rows: CoLocations) -> np.ndarray:
     """The candidates best first: most slack, then (ties) fewer co-runners, then less total
     overlap, then request order.
@@ -304,6 +233,7 @@ def rank_order(slack: np.ndarray, rows: CoLocations) -> np.ndarray:
 
     Examples
     --------
+    >>> from predictor.records.record import BatchSpec
     >>> rows = CoLocations.build(BatchSpec("a", 1), ["busy", "idle", "half"],
     ...                          [[("b", 1, {}, 1.0)], [], [("b", 1, {}, 0.5)]])
     >>> rank_order(np.array([5.0, 5.0, 5.0]), rows).tolist()
