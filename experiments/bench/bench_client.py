@@ -63,8 +63,9 @@ class Config:
 
 
 def startup_programs(target: str) -> dict[str, str]:
-    """Each start-up variant's program (run by a fresh ``python -c``); each prints its peak RSS (KiB) last."""
-    peak = "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    """Each start-up variant's program (run by a fresh ``python -c``); each prints its peak RSS (KiB) last
+    (``VmHWM``: ``ru_maxrss`` would keep the forking parent's)."""
+    peak = "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM')))"
     question = ["query", "--target", target, "predict", "--device", "cpu0", "--model", "resnet", "--batch-size", "4",
                 "--co-runner", "bert:2:0.5"]
     return {
