@@ -42,7 +42,8 @@ def grpc_frame(message: bytes) -> bytes:
 
 def _parse(output: str) -> dict:
     """Calls, errors, seconds and answer data bytes from ``h2load``'s summary."""
-    seconds = float(re.search(r"finished in ([\d.]+)s", output).group(1))
+    value, unit = re.search(r"finished in ([\d.]+)(us|ms|s)\b", output).groups()  # h2load: "1.00s", "999.95ms"
+    seconds = float(value) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
     counts = re.search(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded", output)
     data = re.search(r"\((\d+)\) data", output)
     done, succeeded = int(counts.group(2)), int(counts.group(3))

@@ -818,7 +818,6 @@ def packed_candidates_pb(columns: CandidateColumns) -> Any | None:
     return packed
 
 
-
 # --------------------------------------------------------------------- responses -> domain (client side)
 
 

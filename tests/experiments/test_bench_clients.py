@@ -22,6 +22,16 @@ from predictor.service.synthetic import synthetic_records
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\ntime.sleep(30)"
 
 
+@pytest.mark.parametrize(("said", "seconds"), [("1.00s", 1.0), ("999.95ms", 0.99995), ("812.50us", 0.0008125)])
+def test_h2load_summary_read_in_whatever_unit_it_gives_the_elapsed_time(said, seconds):
+    """h2load says a run that ended just under its second in ms (its own unit choice)."""
+    summary = (f"finished in {said}, 1627.53 req/s, 128.56KB/s\n"
+               "requests: 1628 total, 1628 started, 1627 done, 1626 succeeded, 2 failed, 0 errored, 0 timeout\n"
+               "traffic: 128.56KB (131646) total, 4.78KB (4891) headers (space savings 93.30%), 27.66KB (28322) data\n")
+    parsed = h2load_clients._parse(summary)
+    assert parsed == {"calls": 1626, "errors": 1, "elapsed": pytest.approx(seconds), "data_bytes": 28322}
+
+
 def test_tree_cpu_counts_a_grandchild():
     """A child that starts a grandchild burning CPU: the tree's CPU holds the grandchild's, the child's alone not."""
     child_code = (f"import subprocess, sys, time\np = subprocess.Popen([sys.executable, '-c', {BURN.format(s=0.6)!r}])\n"
