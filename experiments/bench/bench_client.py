@@ -23,7 +23,7 @@ predict ...`` against the same server, answer printed). Each one's wall time, CP
 and peak resident memory, medians.
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python -m experiments.bench.bench_client`` (about a minute;
-``--calls 200 --repeats 1``: the start-up figures alone, quickly).
+``--calls 300 --repeats 1``: a quick run, the calls' figures rough, the start-up ones as good).
 """
 
 from __future__ import annotations

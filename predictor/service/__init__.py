@@ -20,7 +20,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("PipelineCost", "PipelinePlan", "PipelineStage", "StagePlan"), "predictor.service.pipeline_types"),
     **dict.fromkeys(("Candidate", "CoRunnerSource", "Deadline", "DeadlineAnswer", "PlacementAnswer", "PlannedCoRunner",
                      "Prediction", "Query", "Ranking", "Status"), "predictor.service.types"),
-    "SnapshotError": "predictor.snapshot",
+    "SnapshotError": "predictor.runtime.durable",  # (predictor.snapshot exports it too, with the learners)
 }
 
 __all__ = [  # the keys of _EXPORTS, spelt out for linters and type checkers
@@ -52,6 +52,7 @@ __all__ = [  # the keys of _EXPORTS, spelt out for linters and type checkers
 ]
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
+    from predictor.runtime.durable import SnapshotError
     from predictor.service.config import ServiceConfig
     from predictor.service.core import Service
     from predictor.service.errors import (
@@ -77,7 +78,6 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
         Ranking,
         Status,
     )
-    from predictor.snapshot import SnapshotError
 
 
 def __getattr__(name: str) -> Any:
