@@ -97,6 +97,20 @@ def test_an_unknown_package_name_is_an_attribute_error():
         predictor.no_such_name  # noqa: B018
 
 
+def test_the_service_package_exports_lazily_and_each_name_from_its_home():
+    """``predictor.service`` loads a name's module when it is asked for, so that its light modules (the
+    types a client speaks in) are imported without the service core."""
+    loaded = _loaded_after("import predictor.service.types, predictor.service")
+    assert "numba" not in loaded and "scipy" not in loaded, loaded
+    service = importlib.import_module("predictor.service")
+    assert sorted(service.__all__) == sorted(service._EXPORTS)
+    for name in service.__all__:
+        assert getattr(service, name) is getattr(importlib.import_module(service._EXPORTS[name]), name), name
+    assert service.SnapshotError is importlib.import_module("predictor.snapshot").SnapshotError
+    with pytest.raises(AttributeError, match="no_such_name"):
+        service.no_such_name  # noqa: B018
+
+
 # The layers of ``predictor``, lowest first: a module may import its own package and the ones
 # below it, never one above. ``predictor/__init__.py`` (which loads its exports lazily) is above all.
 LAYERS = (
