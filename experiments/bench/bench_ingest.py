@@ -32,6 +32,8 @@ each fleet's rate beside the first one's (issue 44: at least 0.7x at 120 models 
 ``--warm-records N``: each timed ingest first takes in N other records of its fleet, untimed (the
 service in steady state: a fleet's calibration cells, names and layouts mostly met already).
 
+``--stages true``: then one more ``service`` ingest, timed by stage (:func:`stage_costs`).
+
 Figures measured so far: ``docs/performance-history.md`` (Moved from docstrings).
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python -m experiments.bench.bench_ingest --max-records 4096 --out DIR``
@@ -45,6 +47,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from experiments.bench.handler_in_situ import StageClock
 from experiments.common import DEFAULT_DATASET, finish, start
 from predictor.predictors import DEFAULT, create
 from predictor.prequential import tree_blocks
@@ -52,9 +55,10 @@ from predictor.prequential.evaluation import run_prequential
 from predictor.records.logio import read_records
 from predictor.records.record import Record
 from predictor.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD, collector
+from predictor.service.admission import AdmissionCalibration
 from predictor.service.config import ServiceConfig
 from predictor.service.core import Service
-from predictor.service.ingest import MESSAGE_END
+from predictor.service.ingest import MESSAGE_END, Ingest
 from predictor.service.synthetic import fleet_records
 
 
@@ -70,6 +74,27 @@ class Config:
     gc_young: int = DEFAULT_YOUNG_THRESHOLD
     fleets: tuple[str, ...] = ()
     warm_records: int = 0  # with --fleets: records taken in, untimed, before each timed ingest
+    stages: bool = False  # then one more ``service`` ingest, timed by stage (:func:`stage_costs`)
+
+
+STAGES = ((Ingest, "_take"), (Ingest, "_replays"), (Ingest, "_learn_records"), (Ingest, "_score"),
+          (AdmissionCalibration, "observe_block"))
+"""What :func:`stage_costs` times: taking a record in (checks, log, dedup), the admission-time replay of
+a part, its learning (scoring each record included), the scoring alone, the admission calibrator."""
+
+
+def stage_costs(records: list[Record], config: Config, service: ServiceConfig) -> dict[str, float]:
+    """Thread CPU (µs a record) of each of :data:`STAGES` over one ingest of ``records`` (inclusive:
+    ``_score`` runs within ``_learn_records``); the timers add a little to each."""
+    clock = StageClock()
+    for owner, name in STAGES:
+        clock.wrap(owner, name)
+    try:
+        with collector(config.gc_young):
+            ingest_seconds(records, config.message, service)
+    finally:
+        clock.close()
+    return {name: clock.ns[name] / len(records) / 1e3 for _, name in STAGES}
 
 
 def ingest_seconds(records: list[Record], message: int, config: ServiceConfig, per_record: bool = False,
@@ -175,8 +200,12 @@ def main() -> None:
                                                                       strict=True))
         print(f"{name:<30} {rate:>10.0f} {1e6 / rate:>10.1f} {rate / rates['service, per record']:>10.2f} "
               f"{floor / rate:>16.2f}  {each}")
+    stages = stage_costs(records, config, base) if config.stages else {}
+    if stages:
+        print("service, by stage (thread CPU, us a record, inclusive):",
+              ", ".join(f"{name} {value:.1f}" for name, value in stages.items()))
     finish(out, {"config": dataclasses.asdict(config), "records": len(records), "cpu_seconds": seconds,
-                 "records_per_cpu_second": rates})
+                 "records_per_cpu_second": rates, "stages_us_per_record": stages})
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ between calls:
   the process (whether time alone, not gRPC, costs the handler its caches);
 * ``spin 5 ms``: 5 ms of busy waiting in the same thread (the CPU kept busy meanwhile).
 
+Then the warm loop again, on the bench's requests split by what each says of its co-runners (none; all
+by overlap; some by remaining time, the window path a scheduler that keeps the live view takes).
+
 Measured on the shared 2-core machine (2026-11-24, one process, also with the process held on
 one CPU): handler 93-103 µs warm, 112-160 after a hand-off, 210-250 after a gRPC call, 265
 after the call and 2 ms of spin, 147-155 after the broad code; every stage about twice its
@@ -175,6 +178,17 @@ def measure(servicer: InterferenceServicer, requests: list[Any], between: Callab
     return {"handler": total / calls / 1e3, **{name: ns / calls / 1e3 for name, ns in clock.ns.items()}}
 
 
+def kind_of(request: Any) -> str:
+    """What a PredictLatency request says of its co-runners: none, each by overlap, or some by remaining
+    time (the window path: a scheduler that keeps the live view asks so)."""
+    runners = request.query.co_runners
+    if not runners:
+        return "no co-runner"
+    if any(runner.HasField("remaining_ms") for runner in runners):
+        return "some by remaining time"
+    return "all by overlap"
+
+
 def main() -> None:
     """Measure the handler under each condition, interleaved twice, and print the table."""
     config, out = start("handler_in_situ", Config(), __doc__.splitlines()[0])
@@ -209,6 +223,13 @@ def main() -> None:
         for _ in range(2):
             for name, between in conditions.items():
                 results[name].append(measure(servicer, requests, between, config.rounds, clock))
+        kinds: dict[str, list[Any]] = {}
+        for request in requests:
+            kinds.setdefault(kind_of(request), []).append(request)
+        by_kind: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+        for _ in range(2):
+            for kind, chosen in kinds.items():
+                by_kind[kind].append(measure(servicer, chosen, lambda: None, config.rounds, clock))
     finally:
         stop_echo()
         clock.close()
@@ -223,7 +244,12 @@ def main() -> None:
     warm = best["warm loop"]["handler"]
     for name, row in best.items():
         print(f"{name:<32} {row['handler'] / warm:.2f}x the warm loop")
-    finish(out, {"config": dataclasses.asdict(config), "runs": results, "best": best})
+    print("the warm loop by what the query says of its co-runners")
+    print(f"{'co-runners':<24}{'queries':>8}" + "".join(f"{c:>17}" for c in columns))
+    best_kind = {kind: min(runs, key=lambda r: r["handler"]) for kind, runs in by_kind.items()}
+    for kind, row in best_kind.items():
+        print(f"{kind:<24}{len(kinds[kind]):>8}" + "".join(f"{row.get(c, float('nan')):>17.1f}" for c in columns))
+    finish(out, {"config": dataclasses.asdict(config), "runs": results, "best": best, "by_kind": by_kind})
 
 
 if __name__ == "__main__":
