@@ -32,8 +32,9 @@ Examples
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from predictor.runtime.lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -97,16 +98,4 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from predictor.testing import check_predictor
 
 
-def __getattr__(name: str) -> Any:
-    """Import an exported name's module on first access (:pep:`562`)."""
-    try:
-        module, attribute = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'predictor' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), attribute)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

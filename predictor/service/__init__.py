@@ -8,8 +8,9 @@ is imported without the service's learners and compiled kernels.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from predictor.runtime.lazy_exports import lazy_exports
 
 # Exported name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
@@ -80,16 +81,4 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     )
 
 
-def __getattr__(name: str) -> Any:
-    """Import an exported name's module on first access (:pep:`562`)."""
-    try:
-        module = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'predictor.service' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), {name: (module, name) for name, module in _EXPORTS.items()})
