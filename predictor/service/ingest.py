@@ -179,8 +179,9 @@ class Ingest:
         """Learn a block of records already logged: each one's prediction before learning, or the
         :class:`OutlierRejected` that refused it, in block order.
 
-        The block is cut where the sequence crosses a replay boundary (every
-        ``config.replay_every_records`` records that reached the learner); per part, the
+        With the admission-time replay on, the block is cut where the sequence crosses a replay boundary
+        (every ``config.replay_every_records`` records that reached the learner; without it, the block
+        is one part); per part, the
         admission-time questions of every record are replayed against the replay base
         (:meth:`ServiceState.replay_base <predictor.service.state.ServiceState.replay_base>`), then
         each record is learned in order (its own prediction is prequential); the learned records
@@ -200,7 +201,8 @@ class Ingest:
                 calibrating: list[Learned] = []  # calibrated on once, after the parts (nothing between reads it)
                 try:
                     while start < len(block):
-                        part = block[start:start + every - state.sequence % every]
+                        # without the replay nothing reads the boundaries: the block is one part
+                        part = block[start:start + every - state.sequence % every] if self.replay is not None else block
                         start += len(part)
                         replays = self._replays(part)
                         known = [state.predictor.learned_key(taken.record) for taken in part]
