@@ -159,10 +159,11 @@ def question_planned(record: Record, question: Question) -> Planned:
     _, shape, device, kind, signals, runners, overlaps, given = question
     if given is not None:
         return given
-    batch = record.batch
-    planned = Record(device=device, batch=BatchSpec(batch.model, batch.batch_size, dict(batch.attrs)), latency_ms=None,
-                     device_kind=kind, solo_latency_ms=record.solo_latency_ms, signals=signals,
-                     co_runners=tuple(CoRunner(r.model, r.batch_size, dict(r.attrs), o)
+    # the record's own batch and co-runners where the question has them as they are (nothing reads a
+    # planned record's maps but to predict, and they are the same numbers as plan_query's copies)
+    planned = Record(device=device, batch=record.batch, latency_ms=None, device_kind=kind,
+                     solo_latency_ms=record.solo_latency_ms, signals=signals,
+                     co_runners=tuple(r if r.overlap is o else CoRunner(r.model, r.batch_size, r.attrs, o)
                                       for r, o in zip(runners, overlaps, strict=True)))
     return Planned(planned, [None] * len(runners), shape)
 
