@@ -179,10 +179,10 @@ class Ingest:
         """Learn a block of records already logged: each one's prediction before learning, or the
         :class:`OutlierRejected` that refused it, in block order.
 
-        With the admission-time replay on, the block is cut where the sequence crosses a replay boundary
-        (every ``config.replay_every_records`` records that reached the learner; without it, the block
-        is one part); per part, the
-        admission-time questions of every record are replayed against the replay base
+        With the admission-time replay on, the block is cut where the sequence crosses a replay
+        boundary (every ``config.replay_every_records`` records that reached the learner; without
+        it, the block is one part); per part, the admission-time questions of every record are
+        replayed against the replay base
         (:meth:`ServiceState.replay_base <predictor.service.state.ServiceState.replay_base>`), then
         each record is learned in order (its own prediction is prequential); the learned records
         are then calibrated on with their replayed answers, in order, at once for the whole block

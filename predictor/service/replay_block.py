@@ -155,12 +155,12 @@ def _planned_each(answering: Answering, record: Record,
 
 def question_planned(record: Record, question: Question) -> Planned:
     """The :class:`~predictor.service.answering.Planned` ``plan_query`` gives for one question
-    about ``record`` (the one it planned, for a record not vouched for)."""
+    about ``record`` (the one it planned, for a record not vouched for): equal to it, holding
+    ``record``'s own batch and its co-runners kept at their overlaps where ``plan_query`` holds
+    copies (a planned record is only read)."""
     _, shape, device, kind, signals, runners, overlaps, given = question
     if given is not None:
         return given
-    # the record's own batch and co-runners where the question has them as they are (nothing reads a
-    # planned record's maps but to predict, and they are the same numbers as plan_query's copies)
     planned = Record(device=device, batch=record.batch, latency_ms=None, device_kind=kind,
                      solo_latency_ms=record.solo_latency_ms, signals=signals,
                      co_runners=tuple(r if r.overlap is o else CoRunner(r.model, r.batch_size, r.attrs, o)
