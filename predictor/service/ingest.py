@@ -179,10 +179,11 @@ class Ingest:
         """Learn a block of records already logged: each one's prediction before learning, or the
         :class:`OutlierRejected` that refused it, in block order.
 
-        With the admission-time replay on, the block is cut where the sequence crosses a replay
-        boundary (every ``config.replay_every_records`` records that reached the learner; without
-        it, the block is one part); per part, the admission-time questions of every record are
-        replayed against the replay base
+        The block is cut where the sequence crosses a replay boundary (every
+        ``config.replay_every_records`` records that reached the learner; with the replay off too:
+        a record the gate refuses has its part learned again up to it, so the parts bound what an
+        outlier costs); per part, the admission-time questions of every record are replayed against
+        the replay base
         (:meth:`ServiceState.replay_base <predictor.service.state.ServiceState.replay_base>`), then
         each record is learned in order (its own prediction is prequential); the learned records
         are then calibrated on with their replayed answers, in order, at once for the whole block
@@ -201,8 +202,7 @@ class Ingest:
                 calibrating: list[Learned] = []  # calibrated on once, after the parts (nothing between reads it)
                 try:
                     while start < len(block):
-                        # without the replay nothing reads the boundaries: the block is one part
-                        part = block[start:start + every - state.sequence % every] if self.replay is not None else block
+                        part = block[start:start + every - state.sequence % every]
                         start += len(part)
                         replays = self._replays(part)
                         known = [state.predictor.learned_key(taken.record) for taken in part]

@@ -170,9 +170,9 @@ def test_a_warm_start_learns_by_blocks_what_one_by_one_does(tmp_path, publish_ev
 
 
 @pytest.mark.parametrize("chunks", [[300], [37, 250, 5]])
-def test_without_the_admission_replay_a_block_learned_whole_learns_what_one_by_one_does(chunks):
-    """With the admission-time replay off, a block is learned as one part (no replay boundary reads
-    the model): the same state and answers, to the bit, as the records one by one."""
+def test_without_the_admission_replay_any_cut_learns_what_one_by_one_does(chunks):
+    """With the admission-time replay off (its own configuration, no replay base read), the same
+    state and answers, to the bit, as the records one by one."""
     config = dataclasses.replace(CONFIG, admission_replay=False)
     one, expected = _one_by_one(config)
     service = _fed(chunks, config)
