@@ -181,7 +181,7 @@ class Ingest:
 
         The block is cut where the sequence crosses a replay boundary (every
         ``config.replay_every_records`` records that reached the learner; with the replay off too:
-        a record the gate refuses has its part learned again up to it, so the parts bound what an
+        a record the gate refuses has its part learned again without it, so the parts bound what an
         outlier costs); per part, the admission-time questions of every record are replayed against
         the replay base
         (:meth:`ServiceState.replay_base <predictor.service.state.ServiceState.replay_base>`), then
@@ -326,65 +326,82 @@ class Ingest:
 
     def _learn_records(self, block: list[_Taken]) -> list[float | ServiceError]:
         """:meth:`_learn` of each record of ``block`` in order: its prediction, or the
-        :class:`OutlierRejected` that refused it. Compiled where it applies (:meth:`_learn_compiled`):
-        up to a record the gate refuses, which goes the per-record way, then the rest."""
+        :class:`OutlierRejected` that refused it. Compiled where it applies (:meth:`_learn_compiled`),
+        else record by record."""
+        learned = self._learn_compiled(block)
+        if learned is not None:
+            return learned
         out: list[float | ServiceError] = []
-        while block:
-            learned = self._learn_compiled(block)
-            if learned is None:  # not compiled: every record one by one
-                for taken in block:
-                    try:
-                        out.append(self._learn(taken.record, taken.kind, taken.source))
-                    except OutlierRejected as exc:
-                        out.append(exc)
-                break
-            out += learned
-            if len(learned) == len(block):
-                break
-            refused = block[len(learned)]  # the gate refuses it again, as the compiled pass saw
+        for taken in block:
             try:
-                out.append(self._learn(refused.record, refused.kind, refused.source))
+                out.append(self._learn(taken.record, taken.kind, taken.source))
             except OutlierRejected as exc:
                 out.append(exc)
-            block = block[len(learned) + 1:]
         return out
 
-    def _learn_compiled(self, block: list[_Taken], fewest: int = 1) -> list[float] | None:
-        """The prequential steps of the longest prefix of ``block`` the outlier gate admits, by the
-        compiled RLS or SGD kernel (:func:`~predictor.prequential.blocks.prequential_blocks`: the same steps as
-        :meth:`_learn`, equal within rounding): their predictions. ``None`` where it does not apply
-        (not such an ``rls`` or ``sgd``, or fewer than ``fewest`` records). A single record goes this
-        way too, so that every record is learned by the same arithmetic whatever block it is in.
+    def _learn_compiled(self, block: list[_Taken]) -> list[float | ServiceError] | None:
+        """The prequential steps of ``block`` by the compiled RLS or SGD kernel
+        (:func:`~predictor.prequential.blocks.prequential_blocks`: the same steps as :meth:`_learn`, equal
+        within rounding): each record's prediction, or the :class:`OutlierRejected` that refused it.
+        ``None`` where it does not apply (not such an ``rls`` or ``sgd``). A single record goes this way
+        too, so that every record is learned by the same arithmetic whatever block it is in.
 
         An ``ensemble`` whose experts all go this way goes this way too: each expert over the block by
         its kernel, then the weights stepped record by record (the experts learn apart from the weights,
         so each one's predictions are those the ensemble's own step would get).
 
-        The kernel learns the whole block, then the gate checks its predictions in order; where it
-        refuses a record, model and gates are restored and only the records before it are learned
-        again, so that nothing after a refused record learned it.
+        The kernel learns the records the gate has not refused, then the gate checks their predictions in
+        order. Where it refuses one more, model and gates are restored and the block is learned again
+        without it, so that nothing after a refused record learned it; a record refused before is checked
+        again at its place with the prediction it was refused on (the same records before it, so the
+        same state, prediction and refusal). Refusals come in block order, so a block with ``k`` of them
+        is learned ``k + 1`` times at most.
         """
         state = self.state
         predictor = state.predictor
-        if len(block) < fewest or not _compiles(predictor):
+        if not block or not _compiles(predictor):
             return None
-        # what a refusal of the gate restores (no gate: nothing is refused, nothing to keep)
-        restore, release = (None, _nothing) if state.gates is None else _restore_point(state, {t.kind for t in block})
-        try:  # the restore point let go however this ends (restored, not needed, or learning raised)
-            knows: list[bool] = []
-            predicted = _prequential_compiled(predictor, [t.record for t in block], knows, self.kept)
-            if state.gates is not None:
-                for at, (taken, value, known) in enumerate(zip(block, predicted, knows, strict=True)):
-                    if known and state.gates.check(taken.kind, value, taken.record.latency_ms,
-                                                   taken.source) is not None:
+        gates = state.gates
+        refused: dict[int, tuple[float, bool]] = {}  # place in the block -> the prediction it was refused on, known
+        kinds = {t.kind for t in block}
+        while True:
+            # what a refusal of the gate restores (no gate: nothing is refused, nothing to keep)
+            restore, release = (None, _nothing) if gates is None else _restore_point(state, kinds)
+            try:  # the restore point let go however this ends (restored, not needed, or learning raised)
+                learning = [t.record for at, t in enumerate(block) if at not in refused]
+                knows: list[bool] = []
+                predicted = _prequential_compiled(predictor, learning, knows, self.kept) if learning else []
+                steps = iter(zip(predicted, knows, strict=True))
+                out: list[float | ServiceError] = []
+                again = False
+                for at, taken in enumerate(block):
+                    value, known = refused[at] if at in refused else next(steps)
+                    reason = None if gates is None or not known else gates.check(
+                        taken.kind, value, taken.record.latency_ms, taken.source)
+                    if reason is None:
+                        if at in refused:  # the same state and prediction that it refused: never so
+                            raise RuntimeError(f"the outlier gate admitted, checked again, the record it refused "
+                                               f"at place {at} of a block")
+                        out.append(value)
+                    elif at in refused:
+                        out.append(OutlierRejected(reason))
+                    else:
+                        refused[at] = (value, known)
                         restore()  # type: ignore[misc]
                         self.kept.forget()
-                        return self._learn_compiled(block[:at], fewest=1) if at else []
-        finally:
-            release()
-        for taken, value in zip(block, predicted, strict=True):
-            self._score(taken.record, taken.kind, value)
-        return predicted
+                        again = True
+                        break
+            finally:
+                release()
+            if not again:
+                break
+        for taken, outcome in zip(block, out, strict=True):
+            if isinstance(outcome, OutlierRejected):
+                state.changes += 1  # the gate's own state moved
+                state.n_outliers += 1
+            else:
+                self._score(taken.record, taken.kind, outcome)
+        return out
 
     def report_observations(
         self,

@@ -145,7 +145,7 @@ def test_a_record_learned_compiled_equals_the_reference_steps_within_1e_12(monke
     """Blocks (and single records) are learned by the compiled RLS steps; the reference class's
     steps (BLAS sums, another order of additions) give the same answers within 1e-12 relative."""
     _, compiled = _one_by_one()
-    monkeypatch.setattr(Ingest, "_learn_compiled", lambda self, block, fewest=1: None)
+    monkeypatch.setattr(Ingest, "_learn_compiled", lambda self, block: None)
     reference = _fed([50])
     assert max_relative(compiled, answers_of(reference.predict, reference.check_deadline)) < 1e-12
 
