@@ -47,8 +47,8 @@ def valid_columns(
     if columns.batch_sizes and not rules.batch_size_ok(min(columns.batch_sizes)):
         return False
     # the co-runners' counts, overlaps, remaining times (each given one way at most) and attribute values
-    if not numbers_ok(columns.offsets, rules.MAX_CO_RUNNERS, columns.overlaps, columns.has_overlap, columns.remaining,
-                       columns.has_remaining, attrs.matrix if keyed else _NO_VALUES, float(limit)):
+    if not _numbers_ok(columns.offsets, rules.MAX_CO_RUNNERS, columns.overlaps, columns.has_overlap, columns.remaining,
+                        columns.has_remaining, attrs.matrix if keyed else _NO_VALUES, float(limit)):
         return False
     if CoRunnerSource.LIVE_VIEW not in columns.sources:
         return True
@@ -60,7 +60,7 @@ _NO_VALUES = np.zeros((0, 0))
 
 
 @njit(cache=True, nogil=True)
-def numbers_ok(offsets, most, overlaps, has_overlap, remaining, has_remaining, values, limit):  # pragma: no cover
+def _numbers_ok(offsets, most, overlaps, has_overlap, remaining, has_remaining, values, limit):  # pragma: no cover
     """The rules of :mod:`~predictor.records.rules` on a ranking's numbers, in one compiled pass: at most
     ``most`` co-runners a candidate; each co-runner's overlap in [0, 1] or its remaining time finite, at
     least 0 and at most ``limit``, not both given; each value of ``values`` (a keyed matrix, NaN:
@@ -81,7 +81,7 @@ def numbers_ok(offsets, most, overlaps, has_overlap, remaining, has_remaining, v
 
 
 def warm() -> None:
-    """Compile :func:`numbers_ok` now (or load it from the disk cache), with the argument types a ranking passes."""
+    """Compile :func:`_numbers_ok` now (or load it from the disk cache), with the argument types a ranking passes."""
     flags = np.zeros(1, dtype=np.bool_)
-    numbers_ok(np.zeros(2, dtype=np.int64), rules.MAX_CO_RUNNERS, np.zeros(1), flags, np.zeros(1), flags,
-               np.zeros((1, 1)), 1.0)
+    _numbers_ok(np.zeros(2, dtype=np.int64), rules.MAX_CO_RUNNERS, np.zeros(1), flags, np.zeros(1), flags,
+                np.zeros((1, 1)), 1.0)
