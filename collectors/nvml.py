@@ -28,6 +28,12 @@ Process ids are those of the driver's PID namespace: in a container that does no
 host's, ``other_gpu_util`` counts the workload's own processes as others (set the container's PID
 namespace to the host's, or leave ``own_pids`` out).
 
+Two readings are slow, so each is refreshed at its own, longer period and its last values are
+carried by the reads in between: ``nvmlDeviceGetPcieThroughput`` measures over 20 ms and blocks
+that long (per direction), and ``nvmlDeviceGetProcessUtilization`` scans the driver's
+per-process samples (milliseconds of CPU while kernels run). Read at every tick, they would
+hold a 50 Hz sampler to fewer than 20 reads a second (``docs/gpu.md``).
+
 Tests pass a fake module object with the same names as ``pynvml``; NVML is
 never faked outside tests.
 """
@@ -35,6 +41,7 @@ never faked outside tests.
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable, Collection
 from types import ModuleType
 from typing import Any
@@ -52,6 +59,10 @@ FIELDS = (
     "other_gpu_util",
 )
 GPM_FIELDS = ("sm_occupancy", "dram_bw_util")
+PCIE_PERIOD_S = 1.0
+"""Default seconds between two reads of the PCIe throughput (each blocks 20 ms per direction)."""
+PROCESS_PERIOD_S = 0.2
+"""Default seconds between two reads of the other processes' utilisation (about 1.8 ms of CPU each)."""
 
 
 def load_pynvml() -> ModuleType | None:
@@ -69,6 +80,13 @@ class Nvml:
     ----------
     module
         An object with the ``pynvml`` API; by default the real ``pynvml``.
+    pcie_period_s
+        Seconds between two reads of ``pcie_tx_mbps`` and ``pcie_rx_mbps``; a read in between
+        returns the last values. 0 reads them every time.
+    process_period_s
+        The same for ``other_gpu_util``: a refresh averages the samples since the previous one.
+    clock
+        Monotonic seconds (``time.monotonic``); tests pass their own.
 
     Examples
     --------
@@ -77,8 +95,16 @@ class Nvml:
     True
     """
 
-    def __init__(self, module: Any = None) -> None:
+    def __init__(self, module: Any = None, *, pcie_period_s: float = PCIE_PERIOD_S,
+                 process_period_s: float = PROCESS_PERIOD_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        for name, period in (("pcie_period_s", pcie_period_s), ("process_period_s", process_period_s)):
+            if not period >= 0:
+                raise ValueError(f"{name} must be >= 0, got {period!r}")
         self._module = module
+        self._periods = {"pcie": float(pcie_period_s), "process": float(process_period_s)}
+        self._clock = clock
+        self._carried: dict[tuple[int, str], tuple[float, dict[str, float]]] = {}
         self._nv: Any = None
         self._state = "new"  # new | ready | unavailable | closed
         self.reason = ""
@@ -168,7 +194,8 @@ class Nvml:
     def read(self, index: int, own_pids: Collection[int] | None = None) -> dict[str, float]:
         """The supported fields of device ``index`` now; ``{}`` once the device is lost.
 
-        With ``own_pids`` (the workload's processes), ``other_gpu_util`` too."""
+        With ``own_pids`` (the workload's processes), ``other_gpu_util`` too. The PCIe fields and
+        ``other_gpu_util`` are those of their last refresh (see ``pcie_period_s``, ``process_period_s``)."""
         if not self.available() or index not in self._handles or index in self.lost:
             return {}
         handle = self._handles[index]
@@ -179,35 +206,39 @@ class Nvml:
             rates = nv.nvmlDeviceGetUtilizationRates(handle)
             return {"gpu_util": rates.gpu / 100.0, "mem_util": rates.memory / 100.0}
 
-        readers: list[tuple[tuple[str, ...], Callable[[], dict[str, float]]]] = [
-            (("gpu_util", "mem_util"), util),
-            (("mem_used_mb",), lambda: {"mem_used_mb": nv.nvmlDeviceGetMemoryInfo(handle).used / 1e6}),
+        def pcie(field: str, counter: int) -> Callable[[], dict[str, float]]:
+            return lambda: {field: nv.nvmlDeviceGetPcieThroughput(handle, counter) / 1e3}
+
+        # (fields, reader, cadence): a cadence names the period of a slow reading, None is every read
+        readers: list[tuple[tuple[str, ...], Callable[[], dict[str, float]], str | None]] = [
+            (("gpu_util", "mem_util"), util, None),
+            (("mem_used_mb",), lambda: {"mem_used_mb": nv.nvmlDeviceGetMemoryInfo(handle).used / 1e6}, None),
             (
                 ("sm_clock_mhz",),
                 lambda: {"sm_clock_mhz": float(nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM))},
+                None,
             ),
-            (("power_w",), lambda: {"power_w": nv.nvmlDeviceGetPowerUsage(handle) / 1e3}),
-            (
-                ("pcie_tx_mbps",),
-                lambda: {
-                    "pcie_tx_mbps": nv.nvmlDeviceGetPcieThroughput(handle, nv.NVML_PCIE_UTIL_TX_BYTES) / 1e3
-                },
-            ),
-            (
-                ("pcie_rx_mbps",),
-                lambda: {
-                    "pcie_rx_mbps": nv.nvmlDeviceGetPcieThroughput(handle, nv.NVML_PCIE_UTIL_RX_BYTES) / 1e3
-                },
-            ),
-            (GPM_FIELDS, lambda: self._gpm(index, handle)),
+            (("power_w",), lambda: {"power_w": nv.nvmlDeviceGetPowerUsage(handle) / 1e3}, None),
+            (("pcie_tx_mbps",), pcie("pcie_tx_mbps", nv.NVML_PCIE_UTIL_TX_BYTES), "pcie"),
+            (("pcie_rx_mbps",), pcie("pcie_rx_mbps", nv.NVML_PCIE_UTIL_RX_BYTES), "pcie"),
+            (GPM_FIELDS, lambda: self._gpm(index, handle), None),
         ]
         if own_pids is not None:
-            readers.append((("other_gpu_util",), lambda: self._foreign(index, handle, own_pids)))
-        for fields, reader in readers:
+            readers.append((("other_gpu_util",), lambda: self._foreign(index, handle, own_pids), "process"))
+        now = self._clock()
+        for fields, reader, cadence in readers:
             if set(fields) <= self._unsupported[index]:
                 continue
+            if cadence is not None:
+                carried = self._carried.get((index, fields[0]))
+                if carried is not None and now - carried[0] < self._periods[cadence]:
+                    out.update(carried[1])
+                    continue
             try:
-                out.update(reader())
+                values = reader()
+                out.update(values)
+                if cadence is not None:
+                    self._carried[(index, fields[0])] = (now, values)
             except Exception as exc:
                 code = getattr(exc, "value", None)
                 if code is not None and code == self._code("NVML_ERROR_GPU_IS_LOST"):

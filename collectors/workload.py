@@ -125,6 +125,16 @@ class CollectionStatus:
     phase: Phase | None = None
 
 
+@dataclass(frozen=True)
+class SamplerStats:
+    """One sampler's work in a run: reads made, ticks skipped because a read overran, its CPU time."""
+
+    name: str
+    reads: int
+    skipped_ticks: int
+    cpu_s: float
+
+
 @dataclass
 class CollectionResult:
     """What a run did: counts, the solo profile, sampler and tracker statistics."""
@@ -136,12 +146,11 @@ class CollectionResult:
     wall_s: float
     profile: dict[tuple[str, int], dict[str, float]]
     device_kind: str
-    sampler_reads: int
-    sampler_cpu_s: float
     parent_cpu_s: float
     tracker_stats: dict[str, int]
     refused_batches: int = 0
     refused_requests: int = 0
+    samplers: list[SamplerStats] = field(default_factory=list)
 
 
 Progress = Callable[[CollectionStatus], None]
@@ -268,11 +277,10 @@ def run_collection(
             wall_s=time.monotonic() - wall0,
             profile=profile,
             device_kind=", ".join(kinds),
-            sampler_reads=sum(s.reads for s in samplers),
-            sampler_cpu_s=sum(s.cpu_time_s for s in samplers),
             parent_cpu_s=parent_cpu_s,
             refused_batches=loop.refused_batches,
             refused_requests=loop.refused_requests,
+            samplers=[SamplerStats(s.name, s.reads, s.skipped_ticks, s.cpu_time_s) for s in samplers],
             tracker_stats={
                 "emitted": tracker.emitted,
                 "unknown_ends": tracker.unknown_ends,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with a CUDA GPU, run the gpu-marked tests (real NVML, real
 # CUDA-event timer), then a short real collection with `--device cuda` (NVML sampler and
-# CUDA-event timers in the loop) and an evaluation of what was learned from it.
+# CUDA-event timers in the loop), the collectors' costs on the GPU, and an evaluation of what
+# was learned from the log (the default predictors, and the service's answers at admission time).
 #
 #   make gpu-check                 # uses .venv when present, else python3 on PATH
 #   OUT=/some/dir make gpu-check   # where the log and the evaluation go (default results/gpu-check)
@@ -41,7 +42,9 @@ for n in range(4):
 if not any(r.device.startswith("gpu") for r in records):
     sys.exit("no record from a GPU")
 PY
-echo "== evaluate"
-$PY -m predictor.cli evaluate "$OUT/gpu-run.jsonl.gz" --predictors solo,static,ewma,rls \
+echo "== the collectors' costs: NVML calls, the NVML sampler at its rate, the CUDA-event timer"
+$PY -m experiments.bench.bench_gpu_collectors --out "$OUT/collectors" || status=1
+echo "== evaluate (the default predictors, and the service's coverage at admission time)"
+$PY -m predictor.cli evaluate "$OUT/gpu-run.jsonl.gz" --admission \
     --json "$OUT/gpu-evaluate.json" || status=1
 exit $status

@@ -111,6 +111,7 @@ class FakeNvml:
         return 350_000
 
     def nvmlDeviceGetPcieThroughput(self, handle: int, counter: int) -> int:
+        self._count("pcie")
         self._check(handle)
         if self.scenario == "not_supported":
             raise FakeNVMLError(self.NVML_ERROR_NOT_SUPPORTED)

@@ -218,8 +218,12 @@ def run(args: argparse.Namespace) -> int:
     out.print(
         f"{writer.count} records written to {args.output} ({size / 1e6:.2f} MB) in {result.wall_s:.0f} s; "
         f"{result.batches} batches of {result.requests} requests, {result.dropped_requests} requests dropped; "
-        f"device {result.device_kind}; sampler {result.sampler_reads} reads, "
-        f"{100 * result.sampler_cpu_s / max(config.duration_s, 1e-9):.2f}% of a core"
+        f"device {result.device_kind}; samplers at {config.sample_hz:g} Hz: "
+        + ", ".join(
+            f"{s.name} {s.reads} reads ({s.skipped_ticks} ticks skipped, "
+            f"{100 * s.cpu_s / max(config.duration_s, 1e-9):.2f}% of a core)"
+            for s in result.samplers
+        )
     )
     during = conditions.loadavg_during
     out.print(

@@ -113,6 +113,8 @@ def test_run_collection_streams_records_to_any_callable() -> None:
     assert stages[0] == "starting" and "profiling" in stages and stages[-1] == "done"
     assert set(result.profile) == {(m, b) for m in ("vgg", "mobilenet") for b in (1, 2)}
     assert all(figures["solo_ms"] > 0 for figures in result.profile.values())
-    assert result.tracker_stats["unknown_ends"] == 0 and result.sampler_reads > 50
+    assert result.tracker_stats["unknown_ends"] == 0
+    (cpu,) = result.samplers  # no GPU: the CPU sampler alone
+    assert cpu.name == "cpu-sampler" and cpu.reads > 50 and cpu.skipped_ticks >= 0 and cpu.cpu_s > 0
     assert {r.batch.model for r in received} == {"vgg", "mobilenet"}
     assert summarize(received).records == len(received)

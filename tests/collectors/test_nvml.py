@@ -46,9 +46,19 @@ def test_basic_sampler_window_per_device() -> None:
     assert sampler.window("gpu7", t1 - 1.0, t1) == {}
 
 
+class ManualClock:
+    """Monotonic seconds that move only when a test moves them."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_other_processes_gpu_utilisation_leaves_the_workload_out() -> None:
     fake = FakeNvml("basic")
-    nvml = Nvml(fake)
+    nvml = Nvml(fake, process_period_s=0)
     # GPU 0: pid 100 at 30% (the workload's), pid 200 at 20% then 40% (another job): 0.3 foreign
     assert nvml.read(0, own_pids={100})["other_gpu_util"] == pytest.approx(0.3)
     assert nvml.read(0, own_pids={100})["other_gpu_util"] == 0.0  # nothing new since that read
@@ -57,9 +67,48 @@ def test_other_processes_gpu_utilisation_leaves_the_workload_out() -> None:
     assert Nvml(FakeNvml("basic")).read(0, own_pids=set())["other_gpu_util"] == pytest.approx(0.6)
 
 
+def test_pcie_throughput_is_read_once_a_period_and_carried_in_between() -> None:
+    fake, clock = FakeNvml("basic"), ManualClock()
+    nvml = Nvml(fake, pcie_period_s=1.0, clock=clock)
+    readings = []
+    for _ in range(5):
+        readings.append(nvml.read(0))
+        clock.now += 0.3  # reads at 0, 0.3, 0.6, 0.9 (carried), 1.2 (refreshed)
+    assert all(r["pcie_tx_mbps"] == 2.0 and r["pcie_rx_mbps"] == 4.0 for r in readings)
+    assert fake.calls["pcie"] == 2 * 2  # tx and rx, at 0 and at 1.2
+    assert fake.calls["util"] == 5  # the fast fields at every read
+    nvml.read(1)
+    assert fake.calls["pcie"] == 3 * 2  # each device has its own refresh
+
+
+def test_other_processes_utilisation_refreshes_at_its_period_over_the_samples_since() -> None:
+    fake, clock = FakeNvml("basic"), ManualClock()
+    nvml = Nvml(fake, process_period_s=0.2, clock=clock)
+    assert nvml.read(0, own_pids={100})["other_gpu_util"] == pytest.approx(0.3)
+    clock.now += 0.1
+    assert nvml.read(0, own_pids={100})["other_gpu_util"] == pytest.approx(0.3)  # carried
+    assert fake.calls["process_util"] == 1
+    clock.now += 0.15
+    assert nvml.read(0, own_pids={100})["other_gpu_util"] == 0.0  # refreshed: nothing ran since
+    assert fake.calls["process_util"] == 2
+
+
+def test_a_period_of_zero_reads_every_time_and_a_negative_one_is_refused() -> None:
+    fake = FakeNvml("basic")
+    nvml = Nvml(fake, pcie_period_s=0, clock=ManualClock())
+    for _ in range(3):
+        nvml.read(0)
+    assert fake.calls["pcie"] == 3 * 2
+    with pytest.raises(ValueError, match="pcie_period_s"):
+        Nvml(fake, pcie_period_s=-1)
+    with pytest.raises(ValueError, match="process_period_s"):
+        Nvml(fake, process_period_s=float("nan"))
+
+
 def test_the_sampler_asks_for_the_workloads_processes_at_each_read() -> None:
     asked = []
-    sampler = NvmlSampler(nvml=FakeNvml("basic"), own_pids=lambda: asked.append(1) or [200])
+    sampler = NvmlSampler(nvml=Nvml(FakeNvml("basic"), process_period_s=0),
+                          own_pids=lambda: asked.append(1) or [200])
     sampler.sample_once()
     sampler.sample_once()
     t1 = time.monotonic()
