@@ -62,7 +62,7 @@ GPM_FIELDS = ("sm_occupancy", "dram_bw_util")
 PCIE_PERIOD_S = 1.0
 """Default seconds between two reads of the PCIe throughput (each blocks 20 ms per direction)."""
 PROCESS_PERIOD_S = 0.2
-"""Default seconds between two reads of the other processes' utilisation (about 1.8 ms of CPU each)."""
+"""Default seconds between two reads of the other processes' utilisation (milliseconds of CPU each while kernels run)."""
 
 
 def load_pynvml() -> ModuleType | None:
