@@ -9,7 +9,9 @@ busy with matrix products (some NVML calls cost more then), (c) with the GPU oth
     each way: every field at every tick (``pcie_period_s=0, process_period_s=0``) against the
     defaults (the slow fields at their own period): reads made, ticks skipped, share of a core;
 (c) the CUDA-event timer on two workload models at batch 8: the events' time beside the host's
-    wall time around a synchronised batch, and the CPU the timer adds to a batch.
+    wall time around a synchronised batch, and the thread's CPU a timed batch takes beyond a plain
+    one (the events, and the wait on the end event instead of ``torch.cuda.synchronize()``: both
+    waits spin, so an upper bound on what the timer adds).
 
 Run: ``PYTHONPATH=$PWD python -m experiments.bench.bench_gpu_collectors`` (about 30 s; exits with a
 message where no CUDA device is).
