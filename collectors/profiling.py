@@ -63,6 +63,24 @@ def count_mbytes(model: torch.nn.Module, x: torch.Tensor) -> float | None:
         return None
 
 
+def warm_up(models: Mapping[str, torch.nn.Module], inputs: Mapping[tuple[str, int], torch.Tensor],
+            runs: int = 2) -> None:
+    """Run every (model, batch size) of ``inputs`` ``runs`` times, so that no timed batch is its
+    shape's first in this process (the first run of a shape selects and loads its kernels: on a
+    GPU it can take several times as long).
+
+    Examples
+    --------
+    >>> from collectors.models import build, example_input
+    >>> model, _ = build("mlp", 1)
+    >>> warm_up({"mlp": model}, {("mlp", bs): example_input("mlp", bs) for bs in (1, 2)})
+    """
+    with torch.inference_mode():
+        for (name, _), x in inputs.items():
+            for _ in range(runs):
+                models[name](x)
+
+
 def profile_all(
     models: Mapping[str, torch.nn.Module],
     inputs: Mapping[tuple[str, int], torch.Tensor],
@@ -92,9 +110,8 @@ def profile_all(
     rng = random.Random(seed)
     times: dict[tuple[str, int], list[float]] = {key: [] for key in inputs}
     cpu: dict[tuple[str, int], float] = dict.fromkeys(inputs, 0.0)
+    warm_up(models, inputs, runs=1)
     with torch.inference_mode():
-        for (name, _), x in inputs.items():  # warm-up
-            models[name](x)
         order = [key for key in inputs for _ in range(repeats)]
         rng.shuffle(order)
         for key in order:

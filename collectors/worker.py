@@ -1,7 +1,8 @@
 """The inference worker process: runs real models on request and reports begin/end times.
 
 A worker builds every model of the run once, with one intra-op and one
-inter-op thread on a CPU, warms them up, and then serves jobs from a shared
+inter-op thread on a CPU, runs each at every batch size it may be asked for
+(:func:`~collectors.profiling.warm_up`), and then serves jobs from a shared
 queue. Messages are small tuples:
 
 jobs (parent to workers)
@@ -83,7 +84,7 @@ def _serve(worker: int, config: WorkerConfig, jobs: Any, results: Any, slot: Run
     import torch  # heavy: torch only in the worker process, after OMP_NUM_THREADS is set
 
     from collectors.models import build, example_input  # heavy: imports torch
-    from collectors.profiling import profile_all  # heavy: imports torch
+    from collectors.profiling import profile_all, warm_up  # heavy: imports torch
 
     torch.set_num_threads(config.threads)
     try:
@@ -99,11 +100,7 @@ def _serve(worker: int, config: WorkerConfig, jobs: Any, results: Any, slot: Run
         for bs in range(1, config.max_batch + 1):
             inputs[name, bs] = example_input(name, bs, seed=config.seed, device=device)
     timer = make_timer(device)
-    with torch.inference_mode():
-        for name, model in models.items():
-            for bs in {1, config.max_batch}:
-                for _ in range(2):
-                    model(inputs[name, bs])
+    warm_up(models, inputs)  # every shape it may be asked to run, not only the profiled ones
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
     results.send(("ready", worker, record_device(device, worker), kind))

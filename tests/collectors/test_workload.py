@@ -156,6 +156,20 @@ def test_profile_counts_work_and_bytes() -> None:
     assert param_mb < count_mbytes(model, x) < 1.2 * param_mb  # weights dominate a small MLP batch
 
 
+def test_warm_up_runs_every_shape_a_worker_may_be_asked_for() -> None:
+    pytest.importorskip("torch")
+    from collectors.models import build, example_input  # needs torch: after importorskip
+    from collectors.profiling import warm_up  # needs torch: after importorskip
+
+    models = {name: build(name, 1)[0] for name in ("mlp", "mobilenet")}
+    inputs = {(name, bs): example_input(name, bs) for name in models for bs in range(1, 4)}
+    ran: list[tuple[str, int]] = []
+    for name, model in models.items():
+        model.register_forward_hook(lambda module, args, out, name=name: ran.append((name, args[0].shape[0])))
+    warm_up(models, inputs, runs=2)
+    assert sorted(ran) == sorted(key for key in inputs for _ in range(2))
+
+
 # -------------------------------------------------------------------- devices
 
 
