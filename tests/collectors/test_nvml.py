@@ -10,6 +10,7 @@ import time
 
 import pytest
 from fake_nvml import FakeNvml
+from manual_clock import ManualClock
 
 from collectors.nvml import FIELDS, Nvml
 from collectors.nvml_sampler import NvmlSampler
@@ -46,16 +47,6 @@ def test_basic_sampler_window_per_device() -> None:
     assert sampler.window("gpu7", t1 - 1.0, t1) == {}
 
 
-class ManualClock:
-    """Monotonic seconds that move only when a test moves them."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_other_processes_gpu_utilisation_leaves_the_workload_out() -> None:
     fake = FakeNvml("basic")
     nvml = Nvml(fake, process_period_s=0)
@@ -68,7 +59,7 @@ def test_other_processes_gpu_utilisation_leaves_the_workload_out() -> None:
 
 
 def test_pcie_throughput_is_read_once_a_period_and_carried_in_between() -> None:
-    fake, clock = FakeNvml("basic"), ManualClock()
+    fake, clock = FakeNvml("basic"), ManualClock(100.0)
     nvml = Nvml(fake, pcie_period_s=1.0, clock=clock)
     readings = []
     for _ in range(5):
@@ -82,7 +73,7 @@ def test_pcie_throughput_is_read_once_a_period_and_carried_in_between() -> None:
 
 
 def test_other_processes_utilisation_refreshes_at_its_period_over_the_samples_since() -> None:
-    fake, clock = FakeNvml("basic"), ManualClock()
+    fake, clock = FakeNvml("basic"), ManualClock(100.0)
     nvml = Nvml(fake, process_period_s=0.2, clock=clock)
     assert nvml.read(0, own_pids={100})["other_gpu_util"] == pytest.approx(0.3)
     clock.now += 0.1

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from manual_clock import ManualClock
 
 from predictor.records.record import BatchSpec
 from predictor.service import InvalidArgument, NotFound, ResourceExhausted
 from predictor.service.live.liveview import LiveView
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock():
-    return Clock()
+    return ManualClock()
 
 
 def test_remaining_time_counts_down_to_an_overrun_floor(clock):

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from manual_clock import ManualClock
 
 from predictor.calibration.conformal import BoundSource
 from predictor.predictors import DEFAULT
@@ -29,14 +30,6 @@ from predictor.service.answering import Plan
 from predictor.service.synthetic import synthetic_records
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture(scope="module")
 def records():
     return synthetic_records(1200, seed=3)
@@ -44,7 +37,7 @@ def records():
 
 @pytest.fixture
 def clock():
-    return FakeClock()
+    return ManualClock(100.0)
 
 
 @pytest.fixture
