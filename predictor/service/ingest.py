@@ -299,12 +299,16 @@ class Ingest:
             predicted = predictor.predict_one(record)
             reason = state.gates.check(kind, predicted, actual, source)
             if reason is not None:
-                state.changes += 1  # the gate's own state moved
-                state.n_outliers += 1
+                self._count_refusal()
                 raise OutlierRejected(reason)
             predictor.learn_one(record)
         self._score(record, kind, predicted)
         return predicted
+
+    def _count_refusal(self) -> None:
+        """Count a record the outlier gate refused (the gate's own state moved)."""
+        self.state.changes += 1
+        self.state.n_outliers += 1
 
     def _score(self, record: Record, kind: str, predicted: float) -> None:
         """After the model learned ``record`` (predicted ``predicted`` before): filling, the
@@ -397,8 +401,7 @@ class Ingest:
                 break
         for taken, outcome in zip(block, out, strict=True):
             if isinstance(outcome, OutlierRejected):
-                state.changes += 1  # the gate's own state moved
-                state.n_outliers += 1
+                self._count_refusal()
             else:
                 self._score(taken.record, taken.kind, outcome)
         return out
