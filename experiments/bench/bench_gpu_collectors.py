@@ -41,6 +41,10 @@ class Config:
     timer_batches: int = 200
 
 
+EVERY_TIME = {"pcie_period_s": 0, "process_period_s": 0}
+"""The :class:`~collectors.nvml.Nvml` options that read every field at every read (as before the periods)."""
+
+
 def _cost(fn: Callable[[], Any], n: int) -> dict[str, float] | str:
     """Mean µs of CPU and of wall time of ``fn`` over ``n`` calls, or why the first call failed."""
     try:
@@ -80,8 +84,7 @@ def nvml_calls(nv: Any, n: int) -> dict[str, dict[str, float] | str]:
     }
     out = {name: _cost(fn, max(1, n // 2) if name.startswith("pcie") else n) for name, fn in calls.items()}
     own = {os.getpid()}
-    for label, kwargs in (("every field at every read", {"pcie_period_s": 0, "process_period_s": 0}),
-                          ("defaults", {})):
+    for label, kwargs in (("every field at every read", EVERY_TIME), ("defaults", {})):
         nvml = Nvml(**kwargs)
         nvml.read(0, own)
         out[f"Nvml.read, {label}"] = _cost(lambda nvml=nvml: nvml.read(0, own), n)
@@ -95,8 +98,7 @@ def sampler_rates(hz: float, seconds: float) -> list[dict[str, Any]]:
     from collectors.nvml_sampler import NvmlSampler
 
     rows = []
-    for label, kwargs in (("every field at every tick", {"pcie_period_s": 0, "process_period_s": 0}),
-                          ("defaults", {})):
+    for label, kwargs in (("every field at every tick", EVERY_TIME), ("defaults", {})):
         for round_ in range(2):
             sampler = NvmlSampler(hz, nvml=Nvml(**kwargs), own_pids=lambda: [os.getpid()])
             sampler.start()
